@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Runs the benchmarks and prints each figure as a ratio to the baseline
+# measured in the same run. Usage: bench/run.sh   (after scripts/build.sh)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+build/bin/cluster_spec_bench --benchmark_format=json --benchmark_min_time=0.2 \
+  --benchmark_repetitions=3 --benchmark_report_aggregates_only=true >"$out/cluster_spec.json"
+/usr/bin/python3 bench/ratios.py "$out/cluster_spec.json" BM_MemcpyBaseline

@@ -1,0 +1,93 @@
+// FrameworkEnvironment: the reverse of a resolver. From a ClusterSpec and one
+// task of it, builds the environment variables each framework reads at start:
+//
+//   TensorFlow  TF_CONFIG = {"cluster": ..., "task": {"type", "index"},
+//               "environment": "cloud" when the cluster has a chief or master job,
+//               "rpc_layer" when one is given}
+//   PyTorch     MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK,
+//               LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, ROLE_NAME,
+//               ROLE_RANK, ROLE_WORLD_SIZE (torchrun's names and meanings)
+//   JAX         JAX_COORDINATOR_ADDRESS (read by jax.distributed.initialize),
+//               JAX_NUM_PROCESSES, JAX_PROCESS_ID
+//   drover      DROVER_JOB_NAME, DROVER_TASK_INDEX, DROVER_CLUSTER_SPEC (JSON)
+//
+// Ranks: the tasks of the training jobs (by default chief, master, worker, in
+// that order, each by task index) are numbered 0..WORLD_SIZE-1; rank 0 is the
+// coordinator (MASTER_ADDR, JAX_COORDINATOR_ADDRESS). Tasks of other jobs (ps,
+// evaluator) get TF_CONFIG and drover's variables but no rank. LOCAL_RANK counts
+// earlier ranks on the same host; GROUP_RANK numbers hosts in order of their
+// first rank, as torchrun numbers nodes.
+//
+// Pure functions of their arguments; thread-safe.
+
+#ifndef DROVER_FRAMEWORK_ENV_H_
+#define DROVER_FRAMEWORK_ENV_H_
+
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "drover/cluster_spec.h"
+#include "drover/status.h"
+
+namespace drover {
+
+struct FrameworkEnvOptions {
+  // Jobs whose tasks get a rank, in rank order. Jobs absent from the cluster
+  // are skipped.
+  std::vector<std::string> training_jobs = {"chief", "master", "worker"};
+  // Written into TF_CONFIG when set.
+  std::optional<std::string> rpc_layer;
+  // Overrides rank 0's port for MASTER_PORT (rank 0's own port is normally
+  // taken by TensorFlow's server; torch's store needs a port of its own).
+  std::optional<int> master_port;
+  // Overrides rank 0's port for JAX_COORDINATOR_ADDRESS.
+  std::optional<int> jax_coordinator_port;
+
+  bool tensorflow = true;
+  bool torch = true;
+  bool jax = true;
+  bool drover = true;
+};
+
+// One task's position among the ranked tasks.
+struct RankInfo {
+  int rank = 0;
+  int world_size = 0;
+  int local_rank = 0;
+  int local_world_size = 0;
+  int group_rank = 0;        // the host's index
+  int group_world_size = 0;  // number of hosts
+  int role_rank = 0;         // index among ranked tasks of the same job
+  int role_world_size = 0;
+  std::string master_host;
+  int master_port = 0;
+};
+
+// Splits "host:port" (also "[v6::addr]:port"). kInvalidArgument when the
+// port is missing or not in 1..65535.
+Result<std::pair<std::string, int>> SplitHostPort(std::string_view address);
+
+// The TF_CONFIG JSON for one task. kNotFound when the task is not in the cluster.
+Result<std::string> MakeTfConfig(const ClusterSpec& cluster, std::string_view task_type,
+                                 int task_index,
+                                 const std::optional<std::string>& rpc_layer = std::nullopt);
+
+// The task's rank, or nullopt when its job is not a training job.
+Result<std::optional<RankInfo>> ComputeRank(const ClusterSpec& cluster, std::string_view task_type,
+                                            int task_index,
+                                            const FrameworkEnvOptions& options = {});
+
+// All variables for one task, sorted by name.
+Result<std::map<std::string, std::string>> FrameworkEnvironment(
+    const ClusterSpec& cluster, std::string_view task_type, int task_index,
+    const FrameworkEnvOptions& options = {});
+
+// `export NAME='value'` lines, single-quoted for POSIX shells.
+std::string FormatShellExports(const std::map<std::string, std::string>& vars);
+
+}  // namespace drover
+
+#endif  // DROVER_FRAMEWORK_ENV_H_

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang and runs each for a bounded time.
+# Usage: scripts/fuzz.sh [seconds-per-target]   (default 30)
+# Seeds come from testing/fuzz_corpus/<target>/; new inputs go to a scratch
+# copy, so the checked-in corpus only changes by hand. A crash leaves its input
+# in build-fuzz/artifacts/ and fails the script.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds="${1:-30}"
+scripts/build.sh fuzz
+mkdir -p build-fuzz/artifacts
+status=0
+for fuzzer in build-fuzz/fuzz/*_fuzzer; do
+  name="$(basename "$fuzzer")"
+  work="build-fuzz/corpus/$name"
+  mkdir -p "$work"
+  if [ -d "testing/fuzz_corpus/$name" ]; then cp -n testing/fuzz_corpus/"$name"/* "$work"/ 2>/dev/null || true; fi
+  echo "fuzz: $name for ${seconds}s"
+  if ! "$fuzzer" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=0 \
+      -artifact_prefix="build-fuzz/artifacts/$name-" "$work" >"build-fuzz/$name.log" 2>&1; then
+    echo "fuzz: $name FAILED; see build-fuzz/$name.log and build-fuzz/artifacts/" >&2
+    tail -n 30 "build-fuzz/$name.log" >&2
+    status=1
+  else
+    grep -Eo 'Done [0-9]+ runs in [0-9]+ second' "build-fuzz/$name.log" | sed "s/^/fuzz: $name: /" || true
+  fi
+done
+exit $status

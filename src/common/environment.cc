@@ -1,0 +1,87 @@
+#include "drover/environment.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+namespace drover {
+namespace {
+
+// Counts entries of a comma-separated CUDA_VISIBLE_DEVICES; "" or "-1" hide all.
+int CountVisibleDevices(const std::string& visible) {
+  if (visible.empty()) return 0;
+  int count = 0;
+  size_t start = 0;
+  while (start <= visible.size()) {
+    size_t comma = visible.find(',', start);
+    if (comma == std::string::npos) comma = visible.size();
+    std::string item = visible.substr(start, comma - start);
+    // CUDA stops at the first invalid entry; "-1" is the idiom for "none".
+    if (item.empty() || item[0] == '-') break;
+    ++count;
+    start = comma + 1;
+  }
+  return count;
+}
+
+int CountDriverGpus() {
+  std::error_code error;
+  std::filesystem::directory_iterator it("/proc/driver/nvidia/gpus", error);
+  if (error) return 0;
+  int count = 0;
+  for (const auto& entry : it) {
+    (void)entry;
+    ++count;
+  }
+  return count;
+}
+
+class RealEnvironment : public Environment {
+ public:
+  std::optional<std::string> Get(std::string_view name) const override {
+    const char* value = std::getenv(std::string(name).c_str());
+    if (value == nullptr) return std::nullopt;
+    return std::string(value);
+  }
+  void Set(std::string_view name, std::string_view value) override {
+    ::setenv(std::string(name).c_str(), std::string(value).c_str(), 1);
+  }
+  void Unset(std::string_view name) override { ::unsetenv(std::string(name).c_str()); }
+  std::string HostName() const override {
+    char buffer[256] = {};
+    if (::gethostname(buffer, sizeof(buffer) - 1) != 0) return "localhost";
+    return buffer;
+  }
+  int CountLocalGpus() const override {
+    int driver_gpus = CountDriverGpus();
+    std::optional<std::string> visible = Get("CUDA_VISIBLE_DEVICES");
+    if (!visible) return driver_gpus;
+    int listed = CountVisibleDevices(*visible);
+    return listed < driver_gpus ? listed : driver_gpus;
+  }
+};
+
+}  // namespace
+
+Environment& ProcessEnvironment() {
+  static RealEnvironment* environment = new RealEnvironment();  // never destroyed
+  return *environment;
+}
+
+std::optional<std::string> MapEnvironment::Get(std::string_view name) const {
+  auto it = vars_.find(std::string(name));
+  if (it == vars_.end()) return std::nullopt;
+  return it->second;
+}
+
+void MapEnvironment::Set(std::string_view name, std::string_view value) {
+  vars_[std::string(name)] = std::string(value);
+}
+
+void MapEnvironment::Unset(std::string_view name) {
+  vars_.erase(std::string(name));
+}
+
+}  // namespace drover

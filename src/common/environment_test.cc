@@ -1,0 +1,51 @@
+#include "drover/environment.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+namespace drover {
+namespace {
+
+TEST(MapEnvironmentTest, GetSetUnset) {
+  MapEnvironment env({{"A", "1"}}, "node7", 2);
+  EXPECT_EQ(env.Get("A"), "1");
+  EXPECT_EQ(env.Get("B"), std::nullopt);
+  env.Set("B", "");
+  EXPECT_EQ(env.Get("B"), "");  // set-but-empty differs from unset
+  env.Unset("A");
+  EXPECT_EQ(env.Get("A"), std::nullopt);
+  EXPECT_EQ(env.HostName(), "node7");
+  EXPECT_EQ(env.CountLocalGpus(), 2);
+}
+
+TEST(ProcessEnvironmentTest, ReadsAndWritesTheRealEnvironment) {
+  Environment& env = ProcessEnvironment();
+  env.Set("DROVER_ENVIRONMENT_TEST", "x=y");
+  EXPECT_STREQ(std::getenv("DROVER_ENVIRONMENT_TEST"), "x=y");
+  EXPECT_EQ(env.Get("DROVER_ENVIRONMENT_TEST"), "x=y");
+  env.Unset("DROVER_ENVIRONMENT_TEST");
+  EXPECT_EQ(env.Get("DROVER_ENVIRONMENT_TEST"), std::nullopt);
+  EXPECT_FALSE(env.HostName().empty());
+}
+
+TEST(ProcessEnvironmentTest, CudaVisibleDevicesCanOnlyHideGpus) {
+  Environment& env = ProcessEnvironment();
+  std::optional<std::string> saved = env.Get("CUDA_VISIBLE_DEVICES");
+  env.Unset("CUDA_VISIBLE_DEVICES");
+  int all = env.CountLocalGpus();
+  env.Set("CUDA_VISIBLE_DEVICES", "");
+  EXPECT_EQ(env.CountLocalGpus(), 0);
+  env.Set("CUDA_VISIBLE_DEVICES", "-1");
+  EXPECT_EQ(env.CountLocalGpus(), 0);
+  env.Set("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15");
+  EXPECT_EQ(env.CountLocalGpus(), all);  // listing more than exist shows no more
+  if (saved) {
+    env.Set("CUDA_VISIBLE_DEVICES", *saved);
+  } else {
+    env.Unset("CUDA_VISIBLE_DEVICES");
+  }
+}
+
+}  // namespace
+}  // namespace drover
