@@ -1,8 +1,8 @@
 // Resolves the cluster this process runs in and prints what each framework
 // would be told, using only the public API in include/drover.
 //
-//   TF_CONFIG='{"cluster":{"worker":["a:1","b:1"]},"task":{"type":"worker","index":0}}' \
-//     build/bin/print_cluster
+//   export TF_CONFIG='{"cluster":{"worker":["a:1","b:1"]},"task":{"type":"worker","index":0}}'
+//   build/bin/print_cluster
 #include <iostream>
 
 #include "drover/auto_resolver.h"
