@@ -14,8 +14,13 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace drover {
+
+// The entries of a CUDA_VISIBLE_DEVICES-style list, as CUDA reads it: up to
+// the first empty or negative entry ("-1" is the idiom for "none"), trimmed.
+std::vector<std::string> ParseVisibleDevices(std::string_view list);
 
 class Environment {
  public:

@@ -9,23 +9,6 @@
 namespace drover {
 namespace {
 
-// Counts entries of a comma-separated CUDA_VISIBLE_DEVICES; "" or "-1" hide all.
-int CountVisibleDevices(const std::string& visible) {
-  if (visible.empty()) return 0;
-  int count = 0;
-  size_t start = 0;
-  while (start <= visible.size()) {
-    size_t comma = visible.find(',', start);
-    if (comma == std::string::npos) comma = visible.size();
-    std::string item = visible.substr(start, comma - start);
-    // CUDA stops at the first invalid entry; "-1" is the idiom for "none".
-    if (item.empty() || item[0] == '-') break;
-    ++count;
-    start = comma + 1;
-  }
-  return count;
-}
-
 int CountDriverGpus() {
   std::error_code error;
   std::filesystem::directory_iterator it("/proc/driver/nvidia/gpus", error);
@@ -58,12 +41,28 @@ class RealEnvironment : public Environment {
     int driver_gpus = CountDriverGpus();
     std::optional<std::string> visible = Get("CUDA_VISIBLE_DEVICES");
     if (!visible) return driver_gpus;
-    int listed = CountVisibleDevices(*visible);
+    int listed = static_cast<int>(ParseVisibleDevices(*visible).size());
     return listed < driver_gpus ? listed : driver_gpus;
   }
 };
 
 }  // namespace
+
+std::vector<std::string> ParseVisibleDevices(std::string_view list) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (!list.empty() && start <= list.size()) {
+    size_t comma = list.find(',', start);
+    if (comma == std::string_view::npos) comma = list.size();
+    std::string item(list.substr(start, comma - start));
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    if (item.empty() || item[0] == '-') break;
+    out.push_back(std::move(item));
+    start = comma + 1;
+  }
+  return out;
+}
 
 Environment& ProcessEnvironment() {
   static RealEnvironment* environment = new RealEnvironment();  // never destroyed

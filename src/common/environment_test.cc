@@ -49,3 +49,20 @@ TEST(ProcessEnvironmentTest, CudaVisibleDevicesCanOnlyHideGpus) {
 
 }  // namespace
 }  // namespace drover
+
+namespace drover {
+namespace {
+
+TEST(ParseVisibleDevicesTest, StopsAtTheFirstInvalidEntryAsCudaDoes) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(ParseVisibleDevices(""), V{});
+  EXPECT_EQ(ParseVisibleDevices("-1"), V{});
+  EXPECT_EQ(ParseVisibleDevices("0,1"), (V{"0", "1"}));
+  EXPECT_EQ(ParseVisibleDevices(" 2 , 3"), (V{"2", "3"}));
+  EXPECT_EQ(ParseVisibleDevices("4,-1,5"), V{"4"});
+  EXPECT_EQ(ParseVisibleDevices("4,,5"), V{"4"});
+  EXPECT_EQ(ParseVisibleDevices("GPU-8f1c,GPU-77aa"), (V{"GPU-8f1c", "GPU-77aa"}));
+}
+
+}  // namespace
+}  // namespace drover

@@ -90,23 +90,6 @@ inline std::optional<std::pair<std::string, std::string>> FirstVar(
   return std::nullopt;
 }
 
-// Comma-separated device list as CUDA reads CUDA_VISIBLE_DEVICES: entries up to
-// the first empty or negative one ("-1" is the idiom for "none").
-inline std::vector<std::string> SplitDeviceList(std::string_view list) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  while (start <= list.size() && !list.empty()) {
-    std::size_t comma = list.find(',', start);
-    if (comma == std::string_view::npos) comma = list.size();
-    std::string item(list.substr(start, comma - start));
-    item.erase(0, item.find_first_not_of(" \t"));
-    item.erase(item.find_last_not_of(" \t") + 1);
-    if (item.empty() || item[0] == '-') break;
-    out.push_back(item);
-    start = comma + 1;
-  }
-  return out;
-}
 
 // Which job and index each rank gets: jobs take consecutive ranks in
 // job-name order (std::map order, TensorFlow's sorted(jobs.items())).
@@ -171,7 +154,7 @@ inline Result<GpuPool> ResolveGpuPool(const Environment& env, std::optional<int>
   GpuPool pool;
   std::optional<std::string> visible = env.Get("CUDA_VISIBLE_DEVICES");
   std::vector<std::string> visible_ids =
-      visible ? SplitDeviceList(*visible) : std::vector<std::string>();
+      visible ? ParseVisibleDevices(*visible) : std::vector<std::string>();
   if (gpus_per_node) {
     if (*gpus_per_node < 0) {
       return Status::InvalidArgument("gpus_per_node=" + std::to_string(*gpus_per_node) +
@@ -181,7 +164,7 @@ inline Result<GpuPool> ResolveGpuPool(const Environment& env, std::optional<int>
   } else if (visible) {
     pool.per_node = static_cast<int>(visible_ids.size());
   } else if (auto slurm_gpus = FirstVar(env, {"SLURM_STEP_GPUS", "SLURM_JOB_GPUS"})) {
-    pool.per_node = static_cast<int>(SplitDeviceList(slurm_gpus->second).size());
+    pool.per_node = static_cast<int>(ParseVisibleDevices(slurm_gpus->second).size());
   } else if (auto on_node = env.Get("SLURM_GPUS_ON_NODE")) {
     DROVER_ASSIGN_OR_RETURN(pool.per_node, ParseIntVar("SLURM_GPUS_ON_NODE", *on_node));
   } else {
