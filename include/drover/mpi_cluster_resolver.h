@@ -26,6 +26,9 @@
 // host names disagree with LOCAL_SIZE (two nodes with one host name); kUnavailable when the
 // ranks span hosts and no exchange is available.
 //
+// cluster_spec(), master(), num_accelerators(), task_type()/task_id() and
+// get_task_info() are PlacedClusterResolver's, over Placement() and rank().
+//
 // The resolver borrows the Environment (which must outlive it) and shares
 // ownership of the exchange. Not thread-safe.
 
@@ -39,9 +42,8 @@
 #include <utility>
 #include <vector>
 
-#include "drover/cluster_resolver.h"
-#include "drover/cluster_spec.h"
 #include "drover/environment.h"
+#include "drover/placed_cluster_resolver.h"
 #include "drover/status.h"
 
 namespace drover {
@@ -68,7 +70,7 @@ bool HaveMpiHostExchange();
 // from one thread.
 std::shared_ptr<HostExchange> NewMpiHostExchange();
 
-class MPIClusterResolver : public ClusterResolver {
+class MPIClusterResolver : public PlacedClusterResolver {
  public:
   struct Options {
     // Job name -> number of tasks. Empty: {"worker": <world size>}.
@@ -84,17 +86,6 @@ class MPIClusterResolver : public ClusterResolver {
     std::string rpc_layer = "grpc";
   };
 
-  // One MPI rank's place in the cluster.
-  struct TaskPlacement {
-    int rank = 0;
-    std::string host;
-    int local_rank = 0;
-    int port = 0;
-    std::vector<std::string> gpus;
-    std::string job;
-    int task_index = 0;
-  };
-
   // `exchange` may be null: then the ranks must all be on this host.
   // Collective when the ranks span hosts.
   static Result<std::unique_ptr<MPIClusterResolver>> Create(
@@ -105,45 +96,23 @@ class MPIClusterResolver : public ClusterResolver {
   static Result<std::unique_ptr<MPIClusterResolver>> CreateWithMpi(
       Options options, Environment& env = ProcessEnvironment());
 
-  // Also sets CUDA_VISIBLE_DEVICES when auto_set_gpu is on.
-  Result<ClusterSpec> cluster_spec() const override;
-  using ClusterResolver::master;
-  // "" when neither the arguments nor the resolver give a task.
-  Result<std::string> master(const std::optional<std::string>& task_type,
-                             std::optional<int> task_id,
-                             const std::optional<std::string>& rpc_layer) const override;
-  using ClusterResolver::num_accelerators;
-  // {"GPU": gpus_per_task}, or {} when it is 0.
-  Result<AcceleratorMap> num_accelerators(const std::optional<std::string>& task_type,
-                                          std::optional<int> task_id) const override;
-  std::optional<std::string> task_type() const override;
-  std::optional<int> task_id() const override;
-
-  // TensorFlow's get_task_info(): (task_type(), task_id()).
-  std::pair<std::optional<std::string>, std::optional<int>> get_task_info() const;
-
-  // Every rank's placement, in rank order.
-  Result<std::vector<TaskPlacement>> Placement() const;
-  Result<int> rank() const;
+  // Every rank's placement, in rank order; local_index is the rank's local
+  // rank.
+  Result<std::vector<TaskPlacement>> Placement() const override;
+  Result<int> rank() const override;
   Result<int> size() const;
 
   // Host name of every rank, as exchanged in Create().
   const std::vector<std::string>& host_names() const { return hosts_; }
-  int gpus_per_node() const { return gpus_per_node_; }
-  int gpus_per_task() const { return gpus_per_task_; }
   const Options& options() const { return options_; }
 
  private:
   MPIClusterResolver(Options options, Environment& env);
-  // This rank's (job, index), ignoring overrides.
-  std::pair<std::optional<std::string>, std::optional<int>> OwnTask() const;
+  const std::map<std::string, int>& configured_jobs() const override { return options_.jobs; }
+  bool auto_set_gpu() const override { return options_.auto_set_gpu; }
 
   Options options_;
-  Environment* env_;                // borrowed
   std::vector<std::string> hosts_;  // by rank
-  int gpus_per_node_ = 0;
-  int gpus_per_task_ = 0;
-  std::vector<std::string> gpu_ids_;
 };
 
 }  // namespace drover

@@ -26,6 +26,9 @@
 // tasks of a node need more GPUs than it has, or when the nodelist and the
 // tasks-per-node list disagree.
 //
+// cluster_spec(), master(), num_accelerators(), task_type()/task_id() and
+// get_task_info() are PlacedClusterResolver's, over Placement() and rank().
+//
 // The resolver borrows the Environment, which must outlive it. Not
 // thread-safe (cluster_spec() may set CUDA_VISIBLE_DEVICES).
 
@@ -39,14 +42,13 @@
 #include <utility>
 #include <vector>
 
-#include "drover/cluster_resolver.h"
-#include "drover/cluster_spec.h"
 #include "drover/environment.h"
+#include "drover/placed_cluster_resolver.h"
 #include "drover/status.h"
 
 namespace drover {
 
-class SlurmClusterResolver : public ClusterResolver {
+class SlurmClusterResolver : public PlacedClusterResolver {
  public:
   struct Options {
     // Job name -> number of tasks. Empty: {"worker": <number of Slurm tasks>}.
@@ -71,61 +73,24 @@ class SlurmClusterResolver : public ClusterResolver {
     std::string rpc_layer = "grpc";
   };
 
-  // Where one Slurm task runs.
-  struct TaskPlacement {
-    int rank = 0;
-    std::string host;
-    int local_index = 0;  // among the tasks of `host`, in rank order
-    int port = 0;
-    std::vector<std::string> gpus;  // CUDA_VISIBLE_DEVICES entries
-    std::string job;
-    int task_index = 0;
-  };
-
   // Reads the environment once to check it (as TensorFlow's constructor
   // raises) and to fix gpus_per_node/gpus_per_task.
   static Result<std::unique_ptr<SlurmClusterResolver>> Create(
       Options options, Environment& env = ProcessEnvironment());
 
-  // Also sets CUDA_VISIBLE_DEVICES when auto_set_gpu is on.
-  Result<ClusterSpec> cluster_spec() const override;
-  using ClusterResolver::master;
-  // "" when neither the arguments nor the resolver give a task.
-  Result<std::string> master(const std::optional<std::string>& task_type,
-                             std::optional<int> task_id,
-                             const std::optional<std::string>& rpc_layer) const override;
-  using ClusterResolver::num_accelerators;
-  // {"GPU": gpus_per_task}, or {} when it is 0.
-  Result<AcceleratorMap> num_accelerators(const std::optional<std::string>& task_type,
-                                          std::optional<int> task_id) const override;
-
-  // The set value, else this task's job/index from SLURM_PROCID (nullopt when
-  // the environment cannot be read).
-  std::optional<std::string> task_type() const override;
-  std::optional<int> task_id() const override;
-
-  // TensorFlow's get_task_info(): (task_type(), task_id()).
-  std::pair<std::optional<std::string>, std::optional<int>> get_task_info() const;
-
   // Every task's placement, in rank order, as the environment says now.
-  Result<std::vector<TaskPlacement>> Placement() const;
+  Result<std::vector<TaskPlacement>> Placement() const override;
   // SLURM_PROCID.
-  Result<int> rank() const;
+  Result<int> rank() const override;
 
-  int gpus_per_node() const { return gpus_per_node_; }
-  int gpus_per_task() const { return gpus_per_task_; }
   const Options& options() const { return options_; }
 
  private:
   SlurmClusterResolver(Options options, Environment& env);
-  // This task's (job, index) from SLURM_PROCID, ignoring overrides.
-  std::pair<std::optional<std::string>, std::optional<int>> OwnTask() const;
+  const std::map<std::string, int>& configured_jobs() const override { return options_.jobs; }
+  bool auto_set_gpu() const override { return options_.auto_set_gpu; }
 
   Options options_;
-  Environment* env_;  // borrowed
-  int gpus_per_node_ = 0;
-  int gpus_per_task_ = 0;
-  std::vector<std::string> gpu_ids_;  // IDs handed out, by position on a node
 };
 
 }  // namespace drover

@@ -100,7 +100,7 @@ std::shared_ptr<HostExchange> NewMpiHostExchange() {
 #endif
 
 MPIClusterResolver::MPIClusterResolver(Options options, Environment& env)
-    : options_(std::move(options)), env_(&env) {
+    : PlacedClusterResolver(env), options_(std::move(options)) {
   rpc_layer_ = options_.rpc_layer;
 }
 
@@ -165,9 +165,7 @@ Result<std::unique_ptr<MPIClusterResolver>> MPIClusterResolver::Create(
   DROVER_RETURN_IF_ERROR(resolver_internal::CheckGpusFit(pool, max_per_host, busiest));
   std::unique_ptr<MPIClusterResolver> resolver(new MPIClusterResolver(std::move(options), env));
   resolver->hosts_ = std::move(hosts);
-  resolver->gpus_per_node_ = pool.per_node;
-  resolver->gpus_per_task_ = pool.per_task;
-  resolver->gpu_ids_ = std::move(pool.ids);
+  resolver->set_gpus(pool.per_node, pool.per_task, std::move(pool.ids));
   DROVER_RETURN_IF_ERROR(resolver->Placement().status());
   return resolver;
 }
@@ -178,17 +176,17 @@ Result<std::unique_ptr<MPIClusterResolver>> MPIClusterResolver::CreateWithMpi(Op
 }
 
 Result<int> MPIClusterResolver::rank() const {
-  DROVER_ASSIGN_OR_RETURN(LauncherVars vars, ReadLauncherVars(*env_));
+  DROVER_ASSIGN_OR_RETURN(LauncherVars vars, ReadLauncherVars(env()));
   return vars.rank;
 }
 
 Result<int> MPIClusterResolver::size() const {
-  DROVER_ASSIGN_OR_RETURN(LauncherVars vars, ReadLauncherVars(*env_));
+  DROVER_ASSIGN_OR_RETURN(LauncherVars vars, ReadLauncherVars(env()));
   return vars.size;
 }
 
 Result<std::vector<MPIClusterResolver::TaskPlacement>> MPIClusterResolver::Placement() const {
-  DROVER_ASSIGN_OR_RETURN(LauncherVars vars, ReadLauncherVars(*env_));
+  DROVER_ASSIGN_OR_RETURN(LauncherVars vars, ReadLauncherVars(env()));
   if (vars.size != static_cast<int>(hosts_.size())) {
     return Status::InvalidArgument(vars.size_name + "=" + std::to_string(vars.size) +
                                    " but the resolver was created for " +
@@ -204,16 +202,16 @@ Result<std::vector<MPIClusterResolver::TaskPlacement>> MPIClusterResolver::Place
   std::string busiest;
   std::vector<int> local = LocalRanks(hosts_, &max_per_host, &busiest);
   GpuPool pool;
-  pool.per_node = gpus_per_node_;
-  pool.per_task = gpus_per_task_;
-  pool.ids = gpu_ids_;
+  pool.per_node = gpus_per_node();
+  pool.per_task = gpus_per_task();
+  pool.ids = gpu_ids();
   std::vector<TaskPlacement> placements;
   placements.reserve(hosts_.size());
   for (int r = 0; r < vars.size; ++r) {
     TaskPlacement p;
     p.rank = r;
     p.host = hosts_[r];
-    p.local_rank = local[r];
+    p.local_index = local[r];
     p.port = options_.port_base + local[r];
     p.gpus = pool.ForLocalIndex(local[r]);
     p.job = job_slots[r].job;
@@ -221,58 +219,6 @@ Result<std::vector<MPIClusterResolver::TaskPlacement>> MPIClusterResolver::Place
     placements.push_back(std::move(p));
   }
   return placements;
-}
-
-Result<ClusterSpec> MPIClusterResolver::cluster_spec() const {
-  DROVER_ASSIGN_OR_RETURN(std::vector<TaskPlacement> placements, Placement());
-  DROVER_ASSIGN_OR_RETURN(int own_rank, rank());
-  std::map<std::string, std::vector<std::string>> jobs;
-  for (const auto& [name, count] : options_.jobs) jobs[name];  // keep empty jobs
-  for (const TaskPlacement& p : placements) {
-    jobs[p.job].push_back(p.host + ":" + std::to_string(p.port));
-  }
-  ClusterSpec spec;
-  for (auto& [name, tasks] : jobs) DROVER_RETURN_IF_ERROR(spec.AddJob(name, std::move(tasks)));
-  if (options_.auto_set_gpu) {
-    env_->Set("CUDA_VISIBLE_DEVICES", resolver_internal::JoinComma(placements[own_rank].gpus));
-  }
-  return spec;
-}
-
-Result<std::string> MPIClusterResolver::master(const std::optional<std::string>& task_type,
-                                               std::optional<int> task_id,
-                                               const std::optional<std::string>& rpc_layer) const {
-  return resolver_internal::MasterFor(*this, task_type, task_id, rpc_layer);
-}
-
-Result<AcceleratorMap> MPIClusterResolver::num_accelerators(
-    const std::optional<std::string>& task_type, std::optional<int> task_id) const {
-  AcceleratorMap map;
-  if (gpus_per_task_ > 0) map["GPU"] = gpus_per_task_;
-  return map;
-}
-
-std::optional<std::string> MPIClusterResolver::task_type() const {
-  if (task_type_) return task_type_;
-  return OwnTask().first;
-}
-
-std::optional<int> MPIClusterResolver::task_id() const {
-  if (task_id_) return task_id_;
-  return OwnTask().second;
-}
-
-std::pair<std::optional<std::string>, std::optional<int>> MPIClusterResolver::get_task_info()
-    const {
-  return {task_type(), task_id()};
-}
-
-std::pair<std::optional<std::string>, std::optional<int>> MPIClusterResolver::OwnTask() const {
-  Result<std::vector<TaskPlacement>> placements = Placement();
-  Result<int> own_rank = rank();
-  if (!placements.ok() || !own_rank.ok()) return {std::nullopt, std::nullopt};
-  const TaskPlacement& own = (*placements)[*own_rank];
-  return {own.job, own.task_index};
 }
 
 }  // namespace drover

@@ -102,7 +102,7 @@ TEST(MPIClusterResolverTest, RanksAcrossHostsKeepRankOrder) {
   EXPECT_EQ(exchange->calls, 1);
   ASSERT_OK_AND_ASSIGN(auto placements, resolver->Placement());
   EXPECT_EQ(placements[2].host, "n10");
-  EXPECT_EQ(placements[2].local_rank, 1);
+  EXPECT_EQ(placements[2].local_index, 1);
   EXPECT_EQ(placements[2].port, 8889);
 }
 

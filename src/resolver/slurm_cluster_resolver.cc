@@ -185,7 +185,7 @@ Result<Layout> ReadLayout(const SlurmClusterResolver::Options& options, const En
 }  // namespace
 
 SlurmClusterResolver::SlurmClusterResolver(Options options, Environment& env)
-    : options_(std::move(options)), env_(&env) {
+    : PlacedClusterResolver(env), options_(std::move(options)) {
   rpc_layer_ = options_.rpc_layer;
 }
 
@@ -200,16 +200,14 @@ Result<std::unique_ptr<SlurmClusterResolver>> SlurmClusterResolver::Create(Optio
       GpuPool pool, resolver_internal::ResolveGpuPool(env, options.gpus_per_node,
                                                       options.gpus_per_task, layout.max_per_host));
   std::unique_ptr<SlurmClusterResolver> resolver(new SlurmClusterResolver(std::move(options), env));
-  resolver->gpus_per_node_ = pool.per_node;
-  resolver->gpus_per_task_ = pool.per_task;
-  resolver->gpu_ids_ = std::move(pool.ids);
+  resolver->set_gpus(pool.per_node, pool.per_task, std::move(pool.ids));
   // Check the whole resolution once, as TensorFlow's constructor raises.
   DROVER_RETURN_IF_ERROR(resolver->Placement().status());
   return resolver;
 }
 
 Result<std::vector<SlurmClusterResolver::TaskPlacement>> SlurmClusterResolver::Placement() const {
-  DROVER_ASSIGN_OR_RETURN(Layout layout, ReadLayout(options_, *env_));
+  DROVER_ASSIGN_OR_RETURN(Layout layout, ReadLayout(options_, env()));
   std::map<std::string, int> jobs = options_.jobs;
   if (jobs.empty()) jobs["worker"] = layout.declared_tasks.value_or(layout.total);
   std::string source = "Slurm";
@@ -219,9 +217,9 @@ Result<std::vector<SlurmClusterResolver::TaskPlacement>> SlurmClusterResolver::P
   DROVER_ASSIGN_OR_RETURN(std::vector<JobSlot> job_slots,
                           resolver_internal::SplitIntoJobs(jobs, layout.total, source));
   GpuPool pool;
-  pool.per_node = gpus_per_node_;
-  pool.per_task = gpus_per_task_;
-  pool.ids = gpu_ids_;
+  pool.per_node = gpus_per_node();
+  pool.per_task = gpus_per_task();
+  pool.ids = gpu_ids();
   DROVER_RETURN_IF_ERROR(
       resolver_internal::CheckGpusFit(pool, layout.max_per_host, layout.max_host));
   if (static_cast<long long>(options_.port_base) + layout.max_per_host - 1 > 65535) {
@@ -247,59 +245,7 @@ Result<std::vector<SlurmClusterResolver::TaskPlacement>> SlurmClusterResolver::P
 }
 
 Result<int> SlurmClusterResolver::rank() const {
-  return resolver_internal::RequireIntVar(*env_, "SLURM_PROCID", kNotInStep);
-}
-
-Result<ClusterSpec> SlurmClusterResolver::cluster_spec() const {
-  DROVER_ASSIGN_OR_RETURN(std::vector<TaskPlacement> placements, Placement());
-  DROVER_ASSIGN_OR_RETURN(int own_rank, rank());
-  std::map<std::string, std::vector<std::string>> jobs;
-  for (const auto& [name, count] : options_.jobs) jobs[name];  // keep empty jobs
-  for (const TaskPlacement& p : placements) {
-    jobs[p.job].push_back(p.host + ":" + std::to_string(p.port));
-  }
-  ClusterSpec spec;
-  for (auto& [name, tasks] : jobs) DROVER_RETURN_IF_ERROR(spec.AddJob(name, std::move(tasks)));
-  if (options_.auto_set_gpu) {
-    env_->Set("CUDA_VISIBLE_DEVICES", resolver_internal::JoinComma(placements[own_rank].gpus));
-  }
-  return spec;
-}
-
-Result<std::string> SlurmClusterResolver::master(
-    const std::optional<std::string>& task_type, std::optional<int> task_id,
-    const std::optional<std::string>& rpc_layer) const {
-  return resolver_internal::MasterFor(*this, task_type, task_id, rpc_layer);
-}
-
-Result<AcceleratorMap> SlurmClusterResolver::num_accelerators(
-    const std::optional<std::string>& task_type, std::optional<int> task_id) const {
-  AcceleratorMap map;
-  if (gpus_per_task_ > 0) map["GPU"] = gpus_per_task_;
-  return map;
-}
-
-std::optional<std::string> SlurmClusterResolver::task_type() const {
-  if (task_type_) return task_type_;
-  return OwnTask().first;
-}
-
-std::optional<int> SlurmClusterResolver::task_id() const {
-  if (task_id_) return task_id_;
-  return OwnTask().second;
-}
-
-std::pair<std::optional<std::string>, std::optional<int>> SlurmClusterResolver::get_task_info()
-    const {
-  return {task_type(), task_id()};
-}
-
-std::pair<std::optional<std::string>, std::optional<int>> SlurmClusterResolver::OwnTask() const {
-  Result<std::vector<TaskPlacement>> placements = Placement();
-  Result<int> own_rank = rank();
-  if (!placements.ok() || !own_rank.ok()) return {std::nullopt, std::nullopt};
-  const TaskPlacement& own = (*placements)[*own_rank];
-  return {own.job, own.task_index};
+  return resolver_internal::RequireIntVar(env(), "SLURM_PROCID", kNotInStep);
 }
 
 }  // namespace drover
