@@ -16,8 +16,8 @@ drover::ClusterSpec MakeCluster(int tasks) {
   std::vector<std::string> workers;
   workers.reserve(tasks);
   for (int i = 0; i < tasks; ++i) {
-    workers.push_back("node" + std::to_string(i / 8) + ".cluster.example.com:" +
-                      std::to_string(20000 + i % 8));
+    workers.push_back("node" + std::to_string(i / 8) +
+                      ".cluster.example.com:" + std::to_string(20000 + i % 8));
   }
   drover::ClusterSpec spec;
   (void)spec.AddJob("chief", {"chief0.cluster.example.com:20000"});

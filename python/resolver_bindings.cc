@@ -76,8 +76,7 @@ void BindBase(py::module_& m) {
       m, "ClusterResolver",
       "Abstract base of every resolver (tf.distribute.cluster_resolver.ClusterResolver).")
       .def(py::init<>())
-      .def("cluster_spec",
-           [](const ClusterResolver& r) { return Unwrap(r.cluster_spec()); })
+      .def("cluster_spec", [](const ClusterResolver& r) { return Unwrap(r.cluster_spec()); })
       .def(
           "master",
           [](const ClusterResolver& r, OptString task_type, OptInt task_id, OptString rpc_layer) {
@@ -105,10 +104,9 @@ void BindSimpleAndUnion(py::module_& m) {
       .def(py::init([](ClusterSpec cluster_spec, std::string master, OptString task_type,
                        OptInt task_id, std::string environment,
                        std::optional<AcceleratorMap> num_accelerators, OptString rpc_layer) {
-             SimpleClusterResolver::Options options{std::move(master), std::move(task_type),
-                                                    task_id, std::move(environment),
-                                                    std::move(num_accelerators),
-                                                    std::move(rpc_layer)};
+             SimpleClusterResolver::Options options{
+                 std::move(master),      std::move(task_type),        task_id,
+                 std::move(environment), std::move(num_accelerators), std::move(rpc_layer)};
              return std::make_shared<SimpleClusterResolver>(std::move(cluster_spec),
                                                             std::move(options));
            }),
@@ -122,9 +120,11 @@ void BindSimpleAndUnion(py::module_& m) {
       .def(py::init([](const py::args& args, const py::kwargs& kwargs) {
         UnionClusterResolver::Options options;
         py::dict rest = py::dict(kwargs);
-        if (rest.contains("task_type")) options.task_type = rest.attr("pop")("task_type").cast<OptString>();
+        if (rest.contains("task_type"))
+          options.task_type = rest.attr("pop")("task_type").cast<OptString>();
         if (rest.contains("task_id")) options.task_id = rest.attr("pop")("task_id").cast<OptInt>();
-        if (rest.contains("rpc_layer")) options.rpc_layer = rest.attr("pop")("rpc_layer").cast<OptString>();
+        if (rest.contains("rpc_layer"))
+          options.rpc_layer = rest.attr("pop")("rpc_layer").cast<OptString>();
         if (py::len(rest) > 0) {
           throw py::value_error("Unexpected kwargs provided " + py::repr(rest).cast<std::string>());
         }
@@ -144,21 +144,22 @@ void BindSimpleAndUnion(py::module_& m) {
 void BindTfConfig(py::module_& m) {
   py::class_<TFConfigClusterResolver, ClusterResolver, std::shared_ptr<TFConfigClusterResolver>>(
       m, "TFConfigClusterResolver", "Reads the TF_CONFIG environment variable on every call.")
-      .def(py::init([](OptString task_type, OptInt task_id, OptString rpc_layer,
-                       OptString environment) {
-             TFConfigClusterResolver::Options options;
-             options.task_type = std::move(task_type);
-             options.task_id = task_id;
-             options.rpc_layer = std::move(rpc_layer);
-             options.environment = std::move(environment);
-             return std::make_shared<TFConfigClusterResolver>(std::move(options));
-           }),
+      .def(py::init(
+               [](OptString task_type, OptInt task_id, OptString rpc_layer, OptString environment) {
+                 TFConfigClusterResolver::Options options;
+                 options.task_type = std::move(task_type);
+                 options.task_id = task_id;
+                 options.rpc_layer = std::move(rpc_layer);
+                 options.environment = std::move(environment);
+                 return std::make_shared<TFConfigClusterResolver>(std::move(options));
+               }),
            py::arg("task_type") = py::none(), py::arg("task_id") = py::none(),
            py::arg("rpc_layer") = py::none(), py::arg("environment") = py::none());
 }
 
 template <typename Resolver>
-void BindGpuResolverClusterSpec(py::class_<Resolver, ClusterResolver, std::shared_ptr<Resolver>>& cls) {
+void BindGpuResolverClusterSpec(
+    py::class_<Resolver, ClusterResolver, std::shared_ptr<Resolver>>& cls) {
   cls.def("cluster_spec", [](const Resolver& r) {
     ClusterSpec spec = Unwrap(r.cluster_spec());
     if (r.options().auto_set_gpu) MirrorCudaVisibleDevices();
@@ -171,32 +172,34 @@ void BindGpuResolverClusterSpec(py::class_<Resolver, ClusterResolver, std::share
 
 void BindSlurmAndMpi(py::module_& m) {
   py::class_<SlurmClusterResolver, ClusterResolver, std::shared_ptr<SlurmClusterResolver>> slurm(
-      m, "SlurmClusterResolver", "Resolves the cluster of a Slurm job step from SLURM_* variables.");
-  slurm.def(py::init([](std::optional<std::map<std::string, int>> jobs, int port_base,
-                        OptInt gpus_per_node, OptInt gpus_per_task, const py::object& tasks_per_node,
-                        bool auto_set_gpu, std::string rpc_layer) {
-              SlurmClusterResolver::Options options;
-              options.jobs = JobsOrEmpty(jobs);
-              options.port_base = port_base;
-              options.gpus_per_node = gpus_per_node;
-              options.gpus_per_task = gpus_per_task;
-              // TensorFlow takes an int (the same count on every node) or a {host: count} dict.
-              if (py::isinstance<py::dict>(tasks_per_node)) {
-                for (auto [host, count] : tasks_per_node.cast<py::dict>()) {
-                  options.tasks_per_host.emplace_back(host.cast<std::string>(), count.cast<int>());
-                }
-              } else if (!tasks_per_node.is_none()) {
-                options.tasks_per_node = tasks_per_node.cast<int>();
-              }
-              options.auto_set_gpu = auto_set_gpu;
-              options.rpc_layer = std::move(rpc_layer);
-              return std::shared_ptr<SlurmClusterResolver>(
-                  Unwrap(SlurmClusterResolver::Create(std::move(options))));
-            }),
-            py::arg("jobs") = py::none(), py::arg("port_base") = 8888,
-            py::arg("gpus_per_node") = py::none(), py::arg("gpus_per_task") = py::none(),
-            py::arg("tasks_per_node") = py::none(), py::arg("auto_set_gpu") = true,
-            py::arg("rpc_layer") = "grpc");
+      m, "SlurmClusterResolver",
+      "Resolves the cluster of a Slurm job step from SLURM_* variables.");
+  slurm.def(
+      py::init([](std::optional<std::map<std::string, int>> jobs, int port_base,
+                  OptInt gpus_per_node, OptInt gpus_per_task, const py::object& tasks_per_node,
+                  bool auto_set_gpu, std::string rpc_layer) {
+        SlurmClusterResolver::Options options;
+        options.jobs = JobsOrEmpty(jobs);
+        options.port_base = port_base;
+        options.gpus_per_node = gpus_per_node;
+        options.gpus_per_task = gpus_per_task;
+        // TensorFlow takes an int (the same count on every node) or a {host: count} dict.
+        if (py::isinstance<py::dict>(tasks_per_node)) {
+          for (auto [host, count] : tasks_per_node.cast<py::dict>()) {
+            options.tasks_per_host.emplace_back(host.cast<std::string>(), count.cast<int>());
+          }
+        } else if (!tasks_per_node.is_none()) {
+          options.tasks_per_node = tasks_per_node.cast<int>();
+        }
+        options.auto_set_gpu = auto_set_gpu;
+        options.rpc_layer = std::move(rpc_layer);
+        return std::shared_ptr<SlurmClusterResolver>(
+            Unwrap(SlurmClusterResolver::Create(std::move(options))));
+      }),
+      py::arg("jobs") = py::none(), py::arg("port_base") = 8888,
+      py::arg("gpus_per_node") = py::none(), py::arg("gpus_per_task") = py::none(),
+      py::arg("tasks_per_node") = py::none(), py::arg("auto_set_gpu") = true,
+      py::arg("rpc_layer") = "grpc");
   BindGpuResolverClusterSpec(slurm);
 
   py::class_<MPIClusterResolver, ClusterResolver, std::shared_ptr<MPIClusterResolver>> mpi(
@@ -234,13 +237,13 @@ void BindTorchAndKubernetes(py::module_& m) {
            }),
            py::arg("job_name") = "worker", py::arg("port_base") = 8888,
            py::arg("rpc_layer") = "grpc")
-      .def_property_readonly("world_size",
-                             [](const TorchEnvClusterResolver& r) { return Unwrap(r.world_size()); })
-      .def_property_readonly("local_rank",
-                             [](const TorchEnvClusterResolver& r) { return Unwrap(r.local_rank()); })
       .def_property_readonly(
-          "local_world_size",
-          [](const TorchEnvClusterResolver& r) { return Unwrap(r.local_world_size()); });
+          "world_size", [](const TorchEnvClusterResolver& r) { return Unwrap(r.world_size()); })
+      .def_property_readonly(
+          "local_rank", [](const TorchEnvClusterResolver& r) { return Unwrap(r.local_rank()); })
+      .def_property_readonly("local_world_size", [](const TorchEnvClusterResolver& r) {
+        return Unwrap(r.local_world_size());
+      });
 
   py::class_<KubernetesClusterResolver, ClusterResolver,
              std::shared_ptr<KubernetesClusterResolver>>(
@@ -275,14 +278,14 @@ void BindResourceSpec(py::module_& m) {
              std::shared_ptr<ResourceSpecClusterResolver>>(
       m, "ResourceSpecClusterResolver",
       "A cluster of hosts from an AutoDist-style resource spec YAML (AutoDist's Cluster).")
-      .def(py::init([](const std::string& resource_spec_file, int port_base,
-                       std::string rpc_layer) {
-             ResourceSpecClusterResolver::Options options{port_base, std::move(rpc_layer)};
-             return std::shared_ptr<ResourceSpecClusterResolver>(Unwrap(
-                 ResourceSpecClusterResolver::Create(resource_spec_file, std::move(options))));
-           }),
-           py::arg("resource_spec_file"), py::arg("port_base") = 15000,
-           py::arg("rpc_layer") = "grpc")
+      .def(
+          py::init([](const std::string& resource_spec_file, int port_base, std::string rpc_layer) {
+            ResourceSpecClusterResolver::Options options{port_base, std::move(rpc_layer)};
+            return std::shared_ptr<ResourceSpecClusterResolver>(Unwrap(
+                ResourceSpecClusterResolver::Create(resource_spec_file, std::move(options))));
+          }),
+          py::arg("resource_spec_file"), py::arg("port_base") = 15000,
+          py::arg("rpc_layer") = "grpc")
       .def("is_chief", &ResourceSpecClusterResolver::is_chief, py::arg("address") = py::none())
       .def(
           "get_address_from_task",

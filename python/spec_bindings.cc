@@ -10,9 +10,13 @@ namespace py = pybind11;
 namespace drover::python {
 namespace {
 
-[[noreturn]] void RaiseTypeError(const std::string& message) { throw py::type_error(message); }
+[[noreturn]] void RaiseTypeError(const std::string& message) {
+  throw py::type_error(message);
+}
 
-std::string Repr(py::handle value) { return py::repr(value).cast<std::string>(); }
+std::string Repr(py::handle value) {
+  return py::repr(value).cast<std::string>();
+}
 
 // TensorFlow's compat.as_bytes: str and bytes are accepted, nothing else.
 std::string TextOf(py::handle value, const char* what) {

@@ -39,11 +39,10 @@ TEST(StatusTest, WithContextPrefixesMessage) {
 }
 
 TEST(StatusTest, EveryCodeHasAName) {
-  for (auto code : {Status::Code::kInvalidArgument, Status::Code::kNotFound,
-                    Status::Code::kWrongType, Status::Code::kDeadlineExceeded,
-                    Status::Code::kUnavailable, Status::Code::kAlreadyExists,
-                    Status::Code::kPermissionDenied, Status::Code::kIoError,
-                    Status::Code::kInternal}) {
+  for (auto code :
+       {Status::Code::kInvalidArgument, Status::Code::kNotFound, Status::Code::kWrongType,
+        Status::Code::kDeadlineExceeded, Status::Code::kUnavailable, Status::Code::kAlreadyExists,
+        Status::Code::kPermissionDenied, Status::Code::kIoError, Status::Code::kInternal}) {
     EXPECT_NE(CodeName(code), "Unknown");
     EXPECT_NE(CodeName(code), "OK");
   }

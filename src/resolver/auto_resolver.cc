@@ -47,8 +47,8 @@ Result<ResolverChoice> MakeStatic(std::string_view json) {
     if (!spec.ok()) return spec.status().WithContext("--resolver static=JSON");
     cluster = std::move(spec).value();
   }
-  return ResolverChoice{"static", std::make_unique<SimpleClusterResolver>(std::move(cluster),
-                                                                          std::move(options))};
+  return ResolverChoice{
+      "static", std::make_unique<SimpleClusterResolver>(std::move(cluster), std::move(options))};
 }
 
 Result<ResolverChoice> MakeNamed(std::string_view name, Environment& env) {

@@ -16,14 +16,18 @@ constexpr char kTfConfig[] =
     R"({"cluster": {"worker": ["w0:1", "w1:1"]}, "task": {"type": "worker", "index": 1}})";
 
 std::map<std::string, std::string> TorchVars() {
-  return {{"RANK", "1"},        {"WORLD_SIZE", "2"},       {"LOCAL_RANK", "1"},
-          {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "m"}, {"MASTER_PORT", "29500"}};
+  return {{"RANK", "1"},        {"WORLD_SIZE", "2"},
+          {"LOCAL_RANK", "1"},  {"LOCAL_WORLD_SIZE", "2"},
+          {"MASTER_ADDR", "m"}, {"MASTER_PORT", "29500"}};
 }
 
 std::map<std::string, std::string> SlurmVars() {
-  return {{"SLURM_PROCID", "1"},           {"SLURM_NTASKS", "2"},
-          {"SLURM_STEP_NUM_TASKS", "2"},   {"SLURM_STEP_NODELIST", "n[1-2]"},
-          {"SLURM_JOB_NODELIST", "n[1-2]"}, {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"},
+  return {{"SLURM_PROCID", "1"},
+          {"SLURM_NTASKS", "2"},
+          {"SLURM_STEP_NUM_TASKS", "2"},
+          {"SLURM_STEP_NODELIST", "n[1-2]"},
+          {"SLURM_JOB_NODELIST", "n[1-2]"},
+          {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"},
           {"SLURM_TASKS_PER_NODE", "1(x2)"}};
 }
 
@@ -38,9 +42,9 @@ TEST(AutoResolverTest, FindsEachSource) {
   EXPECT_EQ(Detected({{"TF_CONFIG", kTfConfig}}), "tfconfig");
   EXPECT_EQ(Detected(TorchVars()), "torch");
   EXPECT_EQ(Detected(SlurmVars()), "slurm");
-  EXPECT_EQ(Detected({{"JOB_COMPLETION_INDEX", "0"}, {"DROVER_NUM_TASKS", "1"},
-                      {"HOSTNAME", "train-0"}}),
-            "k8s");
+  EXPECT_EQ(
+      Detected({{"JOB_COMPLETION_INDEX", "0"}, {"DROVER_NUM_TASKS", "1"}, {"HOSTNAME", "train-0"}}),
+      "k8s");
 }
 
 TEST(AutoResolverTest, LaunchersWinOverTheSlurmAllocationAroundThem) {
@@ -115,15 +119,15 @@ TEST(AutoResolverTest, StaticRejectsMalformedJson) {
 }
 
 TEST(AutoResolverTest, NamedResolverReportsItsOwnErrors) {
-  MapEnvironment env({{"RANK", "x"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "m"},
-                      {"MASTER_PORT", "1"}});
-  EXPECT_THAT(MakeClusterResolver("torch", env), StatusIs(Status::Code::kInvalidArgument,
-                                                          HasSubstr("RANK")));
+  MapEnvironment env(
+      {{"RANK", "x"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "m"}, {"MASTER_PORT", "1"}});
+  EXPECT_THAT(MakeClusterResolver("torch", env),
+              StatusIs(Status::Code::kInvalidArgument, HasSubstr("RANK")));
 }
 
 TEST(AutoResolverTest, ResourceSpecFromEnvironmentNamesTheFile) {
-  MapEnvironment env(std::map<std::string, std::string>{
-      {"DROVER_RESOURCE_SPEC", "/nonexistent/drover-spec.yml"}});
+  MapEnvironment env(
+      std::map<std::string, std::string>{{"DROVER_RESOURCE_SPEC", "/nonexistent/drover-spec.yml"}});
   auto choice = MakeClusterResolver("auto", env);
   ASSERT_FALSE(choice.ok());
   EXPECT_THAT(choice.status().message(), HasSubstr("/nonexistent/drover-spec.yml"));

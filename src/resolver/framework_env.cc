@@ -123,10 +123,9 @@ Result<std::optional<RankInfo>> ComputeRank(const ClusterSpec& cluster, std::str
   return std::optional<RankInfo>();
 }
 
-Result<std::map<std::string, std::string>> FrameworkEnvironment(const ClusterSpec& cluster,
-                                                                std::string_view task_type,
-                                                                int task_index,
-                                                                const FrameworkEnvOptions& options) {
+Result<std::map<std::string, std::string>> FrameworkEnvironment(
+    const ClusterSpec& cluster, std::string_view task_type, int task_index,
+    const FrameworkEnvOptions& options) {
   std::map<std::string, std::string> vars;
   DROVER_ASSIGN_OR_RETURN(std::optional<RankInfo> rank,
                           ComputeRank(cluster, task_type, task_index, options));
@@ -154,8 +153,8 @@ Result<std::map<std::string, std::string>> FrameworkEnvironment(const ClusterSpe
     vars["ROLE_WORLD_SIZE"] = std::to_string(rank->role_world_size);
   }
   if (options.jax) {
-    vars["JAX_COORDINATOR_ADDRESS"] = JoinHostPort(
-        rank->master_host, options.jax_coordinator_port.value_or(rank->master_port));
+    vars["JAX_COORDINATOR_ADDRESS"] =
+        JoinHostPort(rank->master_host, options.jax_coordinator_port.value_or(rank->master_port));
     vars["JAX_NUM_PROCESSES"] = std::to_string(rank->world_size);
     vars["JAX_PROCESS_ID"] = std::to_string(rank->rank);
   }

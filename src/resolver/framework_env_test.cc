@@ -11,10 +11,10 @@ namespace drover {
 namespace {
 
 using ::drover::testing::StatusIs;
-using ::testing::HasSubstr;
-using ::testing::Not;
 using ::testing::Contains;
+using ::testing::HasSubstr;
 using ::testing::Key;
+using ::testing::Not;
 
 ClusterSpec TwoHostCluster() {
   ClusterSpec spec;
@@ -32,8 +32,8 @@ TEST(SplitHostPortTest, AcceptsNamesIpv4AndBracketedIpv6) {
 }
 
 TEST(SplitHostPortTest, RejectsMissingOrBadPorts) {
-  for (const char* bad : {"host", "host:", ":80", "host:0", "host:65536", "host:8x", "[::1]80",
-                          "[::1"}) {
+  for (const char* bad :
+       {"host", "host:", ":80", "host:0", "host:65536", "host:8x", "[::1]80", "[::1"}) {
     EXPECT_THAT(SplitHostPort(bad), StatusIs(Status::Code::kInvalidArgument, HasSubstr(bad)))
         << bad;
   }

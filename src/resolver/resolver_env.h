@@ -90,7 +90,6 @@ inline std::optional<std::pair<std::string, std::string>> FirstVar(
   return std::nullopt;
 }
 
-
 // Which job and index each rank gets: jobs take consecutive ranks in
 // job-name order (std::map order, TensorFlow's sorted(jobs.items())).
 struct JobSlot {
