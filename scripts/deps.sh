@@ -10,7 +10,7 @@ PACKAGES=(
   clang-tidy libclang-rt-14-dev
   # libraries
   libprotobuf-dev protobuf-compiler nlohmann-json3-dev libyaml-cpp-dev
-  libspdlog-dev libfmt-dev libcli11-dev libasio-dev libssl-dev
+  libspdlog-dev libfmt-dev libcli11-dev libasio-dev libssl-dev zlib1g-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev openmpi-bin libopenmpi-dev
   # Python module and its tests (Debian's /usr/bin/python3)

@@ -1,0 +1,220 @@
+// Rendezvous: the reservation server that forms a cluster, and the client a
+// node uses to join it (docs/protocol.md). TensorFlowOnSpark's
+// reservation.Server/Client, authenticated, event-driven and explicit about
+// what it waits for.
+//
+// RendezvousServer runs one event loop thread (Asio) that owns all state;
+// public methods are thread-safe: they hand work to the loop and wait for its
+// answer. A node waiting for the barrier parks a connection, not a thread.
+// Destroying the server stops the loop and closes every connection.
+//
+// RendezvousClient is one authenticated connection. Its methods are blocking,
+// each with a deadline, and must be called from one thread at a time, except
+// that StartHeartbeats() runs its own thread, which the client owns and joins.
+
+#ifndef DROVER_RENDEZVOUS_H_
+#define DROVER_RENDEZVOUS_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "drover/cluster_spec.h"
+#include "drover/status.h"
+
+namespace drover {
+
+using Clock = std::chrono::steady_clock;
+using Deadline = Clock::time_point;
+using Milliseconds = std::chrono::milliseconds;
+
+// 32 secret bytes shared by the driver and every node (docs/protocol.md).
+struct ClusterToken {
+  std::vector<unsigned char> bytes;
+
+  static Result<ClusterToken> Generate();
+  // Reads a 0600 file of 64 hex characters; refuses a group/world-readable one.
+  static Result<ClusterToken> ReadFile(const std::string& path);
+  static Result<ClusterToken> FromHex(std::string_view hex);
+  // Writes the file with mode 0600.
+  Status WriteFile(const std::string& path) const;
+};
+
+// Which roles the N slots get, in TensorFlowOnSpark's order: num_ps "ps"
+// tasks, then one chief (or "master"), then one "evaluator", then "worker"s.
+struct ClusterTemplate {
+  int num_nodes = 1;
+  int num_ps = 0;
+  std::optional<std::string> master_node;  // "chief" or "master"
+  bool eval_node = false;
+
+  // kInvalidArgument when the roles do not fit in num_nodes.
+  Status Validate() const;
+  // The (job, index) of the i-th slot, i in [0, num_nodes).
+  std::pair<std::string, int> Slot(int i) const;
+};
+
+// A node's identity and resources, as it registers them.
+struct NodeInfo {
+  std::string executor_id;  // the engine's stable id: a Spark executor, a Slurm rank
+  std::string host;
+  std::vector<uint32_t> ports;  // ports[0] is the task's address port
+  int32_t pid = 0;
+  std::vector<int32_t> gpus;
+  std::string agent_address;
+  // Filled by the server when the barrier completes.
+  std::string job_name;
+  int32_t task_index = -1;
+};
+
+// What every node (and the driver) knows once the barrier completes.
+struct FormedCluster {
+  std::string cluster_id;
+  ClusterSpec spec;             // job -> "host:ports[0]"
+  std::vector<NodeInfo> nodes;  // in slot order
+  // The receiving node's own place (empty on the driver).
+  std::string job_name;
+  int32_t task_index = -1;
+  Milliseconds heartbeat_interval{1000};
+};
+
+struct NodeStatus {
+  NodeInfo node;
+  bool alive = true;
+  Milliseconds last_heartbeat_age{0};
+  std::string error;  // reported by the node, or why it was declared dead
+  std::vector<std::string> last_log_lines;
+};
+
+struct ClusterState {
+  std::string phase;  // "reserving", "formed", "stopped"
+  int registered = 0;
+  int expected = 0;
+  std::vector<NodeStatus> nodes;
+};
+
+// Something the driver must hear about after the barrier.
+struct NodeEvent {
+  enum class Kind { kDead, kError, kStopped };
+  Kind kind;
+  NodeInfo node;
+  std::string message;
+  std::vector<std::string> last_log_lines;
+};
+
+struct RendezvousServerOptions {
+  std::string bind_address = "0.0.0.0";
+  uint16_t port = 0;  // 0: an ephemeral port, see RendezvousServer::port()
+  ClusterToken token;
+  ClusterTemplate cluster;
+  std::string cluster_id;  // "" : generated
+  Milliseconds reservation_timeout{600'000};
+  Milliseconds handshake_timeout{10'000};
+  Milliseconds heartbeat_interval{1'000};
+  int missed_heartbeats_until_dead = 5;
+  uint32_t max_frame_bytes = 1u << 20;
+  // Called on the loop thread: keep it short, do not call back into the server.
+  std::function<void(const NodeEvent&)> on_event;
+  // Called on the loop thread for every connection closed for a bad frame,
+  // failed auth or timeout, with the peer and the reason (tests, logs).
+  std::function<void(const std::string& peer, const std::string& reason)> on_rejected;
+};
+
+class RendezvousServer {
+ public:
+  // Binds, listens and starts the loop thread.
+  static Result<std::unique_ptr<RendezvousServer>> Start(RendezvousServerOptions options);
+  ~RendezvousServer();
+  RendezvousServer(const RendezvousServer&) = delete;
+  RendezvousServer& operator=(const RendezvousServer&) = delete;
+
+  uint16_t port() const;
+
+  // Blocks until the barrier completes, the reservation times out
+  // (kDeadlineExceeded listing registered and missing slots) or `deadline`.
+  Result<FormedCluster> WaitForCluster(Deadline deadline);
+
+  ClusterState QueryState();
+  // Sends STOP to one node / every node.
+  Status StopNode(const std::string& executor_id);
+  void StopAll();
+  // Stops the loop and closes every connection; idempotent.
+  void Shutdown();
+
+ private:
+  class Impl;
+  explicit RendezvousServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+struct RendezvousClientOptions {
+  std::string address;  // "host:port"
+  ClusterToken token;
+  std::string name;  // for the server's logs
+  // Connection retries: exponential backoff with jitter between these.
+  Milliseconds initial_backoff{100};
+  Milliseconds max_backoff{2'000};
+  uint32_t max_frame_bytes = 64u << 20;
+};
+
+// Errors: an ERROR frame from the server keeps the server's message and maps
+// AUTH_FAILED to kPermissionDenied, RESERVATION_TIMEOUT to kDeadlineExceeded,
+// CLUSTER_FORMED to kAlreadyExists, STOPPED to kUnavailable. After any ERROR
+// frame, a closed or reset connection, a bad frame or a failed write, the
+// connection is closed and every later call returns that same Status. A call
+// that only ran out of its deadline, and a KV reply's error (e.g. a WAIT's
+// kDeadlineExceeded), leave the connection usable.
+class RendezvousClient {
+ public:
+  // Connects (retrying until `deadline`) and authenticates.
+  // kDeadlineExceeded names the address; kPermissionDenied for a wrong token
+  // or a server that cannot prove it holds the token; kInvalidArgument for an
+  // address that is not HOST:PORT or [V6ADDR]:PORT, or a token not 32 bytes.
+  static Result<std::unique_ptr<RendezvousClient>> Connect(RendezvousClientOptions options,
+                                                           Deadline deadline);
+  ~RendezvousClient();
+  RendezvousClient(const RendezvousClient&) = delete;
+  RendezvousClient& operator=(const RendezvousClient&) = delete;
+
+  // Registers and waits for the barrier. Errors carry the server's message
+  // (e.g. the reservation timeout's list of missing nodes); kAlreadyExists
+  // when the cluster formed without this node.
+  Result<FormedCluster> Register(const NodeInfo& node, Deadline deadline);
+
+  // Sends a heartbeat every `interval` from a thread the client owns, until
+  // the client is destroyed.
+  void StartHeartbeats(Milliseconds interval);
+
+  Status ReportError(const std::string& executor_id, const std::string& message,
+                     const std::vector<std::string>& last_log_lines);
+  Result<ClusterState> QueryState(Deadline deadline);
+  Status StopAll();
+
+  // Whether the server told this node to stop, waiting up to `deadline`.
+  Result<bool> WaitForStop(Deadline deadline);
+
+  // The key-value store (PyTorch TCPStore-like).
+  Status Set(const std::string& key, const std::string& value, Deadline deadline);
+  Result<std::optional<std::string>> Get(const std::string& key, Deadline deadline);
+  Result<int64_t> Add(const std::string& key, int64_t delta, Deadline deadline);
+  // kDeadlineExceeded naming the keys still missing.
+  Status Wait(const std::vector<std::string>& keys, Deadline deadline);
+  // Stores `desired` if the value is `expected` ("" and absent match);
+  // returns the value stored afterwards.
+  Result<std::string> CompareSet(const std::string& key, const std::string& expected,
+                                 const std::string& desired, Deadline deadline);
+  Result<bool> Delete(const std::string& key, Deadline deadline);
+
+ private:
+  class Impl;
+  explicit RendezvousClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace drover
+
+#endif  // DROVER_RENDEZVOUS_H_

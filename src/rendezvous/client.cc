@@ -1,0 +1,893 @@
+// RendezvousClient: one authenticated connection to a rendezvous server
+// (docs/protocol.md).
+//
+// The socket is non-blocking; every read and write waits in poll() for at
+// most the caller's deadline. Reads happen only on the caller's thread (the
+// public contract: one caller at a time), so the FrameReader needs no lock.
+// Writes come from the caller and from the heartbeat thread, so they are
+// serialized by write_mu_. A frame the server sends unsolicited (a relayed
+// STOP) may arrive while the caller waits for something else: every read loop
+// goes through Await(), which records it and keeps waiting.
+//
+// Server ERROR codes map to Status codes as follows (the server's message is
+// kept in every case):
+//   AUTH_FAILED, NOT_AUTHENTICATED            -> kPermissionDenied
+//   RESERVATION_TIMEOUT, TIMEOUT              -> kDeadlineExceeded
+//   CLUSTER_FORMED                            -> kAlreadyExists (the cluster
+//                                                exists without this node)
+//   NOT_FOUND                                 -> kNotFound
+//   BAD_FRAME, UNSUPPORTED_VERSION, FRAME_TOO_LARGE, UNKNOWN_MESSAGE,
+//   MALFORMED                                 -> kInvalidArgument
+//   STOPPED and anything else                 -> kUnavailable
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <utility>
+
+#include "drover/rendezvous.h"
+#include "rendezvous/node_info_codec.h"
+#include "wire/auth.h"
+#include "wire/frame.h"
+
+namespace drover {
+namespace {
+
+// Writes without a caller's deadline (heartbeats, ReportError, StopAll) give
+// up after this long: the server is not reading.
+constexpr Milliseconds kSendTimeout{10'000};
+// A cluster's shared part may expand to at most this multiple of the frame limit.
+constexpr uint64_t kMaxExpansion = 8;
+// Keys and values as docs/protocol.md bounds them.
+constexpr size_t kMaxKeyBytes = 4 << 10;
+constexpr size_t kMaxValueBytes = 1 << 20;
+// A KV WAIT asks the server to give up slightly before the caller's deadline,
+// so that the server's reply (naming the missing keys) arrives in time.
+constexpr Milliseconds kWaitReplyMargin{50};
+
+std::string ErrnoText(int error) {
+  return std::strerror(error);
+}
+
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept {
+    if (this != &other) {
+      Reset();
+      fd_ = std::exchange(other.fd_, -1);
+    }
+    return *this;
+  }
+  ~UniqueFd() { Reset(); }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+
+  int get() const { return fd_; }
+  void Reset() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// Milliseconds until `deadline` for poll(), rounded up, 0 once it has passed.
+// Capped so a far deadline still fits in an int.
+int PollTimeoutMs(Deadline deadline) {
+  Clock::time_point now = Clock::now();
+  if (deadline <= now) return 0;
+  int64_t ms = std::chrono::ceil<Milliseconds>(deadline - now).count();
+  return static_cast<int>(std::min<int64_t>(ms, 60'000));
+}
+
+int64_t MillisecondsBetween(Clock::time_point from, Clock::time_point to) {
+  if (to <= from) return 0;
+  return std::chrono::duration_cast<Milliseconds>(to - from).count();
+}
+
+struct HostPort {
+  std::string host;
+  std::string port;
+};
+
+// "host:port", "1.2.3.4:port" or "[v6]:port".
+Result<HostPort> ParseAddress(std::string_view address) {
+  auto bad = [&](std::string_view why) {
+    return Status::InvalidArgument("rendezvous server address '" + std::string(address) +
+                                   "' is not HOST:PORT: " + std::string(why));
+  };
+  std::string_view host;
+  std::string_view port;
+  if (address.starts_with('[')) {
+    size_t close = address.find(']');
+    if (close == std::string_view::npos) return bad("no ']' after an IPv6 address");
+    if (close + 1 >= address.size() || address[close + 1] != ':') return bad("no port");
+    host = address.substr(1, close - 1);
+    port = address.substr(close + 2);
+  } else {
+    size_t colon = address.rfind(':');
+    if (colon == std::string_view::npos) return bad("no port");
+    host = address.substr(0, colon);
+    port = address.substr(colon + 1);
+    if (host.find(':') != std::string_view::npos) {
+      return bad("write an IPv6 address in brackets, [ADDR]:PORT");
+    }
+  }
+  if (host.empty()) return bad("no host");
+  if (port.empty() || port.size() > 5 ||
+      !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return bad("the port is not a number");
+  }
+  int number = std::stoi(std::string(port));
+  if (number < 1 || number > 65535) return bad("the port is not in 1..65535");
+  return HostPort{std::string(host), std::string(port)};
+}
+
+// Errors after which the server may still appear (it is starting, or the
+// network is coming up): retried with backoff until the deadline.
+bool IsRetriableConnectError(int error) {
+  switch (error) {
+    case ECONNREFUSED:
+    case ECONNRESET:
+    case ECONNABORTED:
+    case ENETUNREACH:
+    case ENETDOWN:
+    case EHOSTUNREACH:
+    case EHOSTDOWN:
+    case ETIMEDOUT:
+    case EAGAIN:
+    case EADDRNOTAVAIL:
+      return true;
+    default:
+      return false;
+  }
+}
+
+struct ConnectAttempt {
+  UniqueFd fd;    // connected, or -1
+  int error = 0;  // errno of the last address tried
+  bool retriable = true;
+};
+
+// Tries every resolved address once, each with a non-blocking connect that
+// waits at most until `deadline`.
+ConnectAttempt ConnectOnce(const addrinfo* addresses, Deadline deadline) {
+  ConnectAttempt attempt;
+  bool any_retriable = false;
+  for (const addrinfo* ai = addresses; ai != nullptr; ai = ai->ai_next) {
+    UniqueFd fd(
+        ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol));
+    if (fd.get() < 0) {
+      attempt.error = errno;
+      continue;
+    }
+    int error = 0;
+    if (::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
+      error = errno;
+      if (error == EINPROGRESS || error == EINTR) {
+        pollfd pfd{fd.get(), POLLOUT, 0};
+        int ready;
+        do {
+          ready = ::poll(&pfd, 1, PollTimeoutMs(deadline));
+        } while ((ready < 0 && errno == EINTR) || (ready == 0 && PollTimeoutMs(deadline) > 0));
+        if (ready == 0) {
+          error = ETIMEDOUT;
+        } else if (ready < 0) {
+          error = errno;
+        } else {
+          socklen_t length = sizeof(error);
+          if (::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &error, &length) != 0) error = errno;
+        }
+      }
+    }
+    if (error == 0) {
+      attempt.fd = std::move(fd);
+      attempt.error = 0;
+      return attempt;
+    }
+    attempt.error = error;
+    if (IsRetriableConnectError(error)) any_retriable = true;
+  }
+  attempt.retriable = any_retriable;
+  return attempt;
+}
+
+Status StatusFromServerError(wire::ErrorCode code, const std::string& server,
+                             const std::string& message) {
+  std::string text = "rendezvous server " + server + ": " + message;
+  switch (code) {
+    case wire::AUTH_FAILED:
+    case wire::NOT_AUTHENTICATED:
+      return Status::PermissionDenied(std::move(text));
+    case wire::RESERVATION_TIMEOUT:
+    case wire::TIMEOUT:
+      return Status::DeadlineExceeded(std::move(text));
+    case wire::CLUSTER_FORMED:
+      return Status::AlreadyExists(std::move(text));
+    case wire::NOT_FOUND:
+      return Status::NotFound(std::move(text));
+    case wire::BAD_FRAME:
+    case wire::UNSUPPORTED_VERSION:
+    case wire::FRAME_TOO_LARGE:
+    case wire::UNKNOWN_MESSAGE:
+    case wire::MALFORMED:
+      return Status::InvalidArgument(std::move(text));
+    default:
+      return Status::Unavailable(std::move(text));
+  }
+}
+
+std::string JoinKeys(const std::vector<std::string>& keys) {
+  std::string out;
+  for (const std::string& key : keys) {
+    if (!out.empty()) out += ", ";
+    out += "'" + key + "'";
+  }
+  return out;
+}
+
+}  // namespace
+
+class RendezvousClient::Impl {
+ public:
+  Impl(RendezvousClientOptions options, wire::Token token, UniqueFd fd)
+      : options_(std::move(options)),
+        token_(token),
+        fd_(std::move(fd)),
+        reader_(options_.max_frame_bytes) {}
+
+  ~Impl() {
+    {
+      std::lock_guard<std::mutex> lock(heartbeat_mu_);
+      stopping_ = true;
+    }
+    heartbeat_cv_.notify_all();
+    // Wakes a heartbeat blocked in a write before joining it; the fd stays
+    // open (and its number reserved) until the thread is gone.
+    ::shutdown(fd_.get(), SHUT_RDWR);
+    if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  }
+
+  Status Handshake(Deadline deadline);
+  Result<FormedCluster> Register(const NodeInfo& node, Deadline deadline);
+  void StartHeartbeats(Milliseconds interval);
+  Status SendControl(wire::Control control);
+  Result<ClusterState> QueryState(Deadline deadline);
+  Result<bool> WaitForStop(Deadline deadline);
+  // Sends a KV request and waits for its reply. A reply's error code becomes
+  // a Status, except NOT_FOUND when `not_found_is_answer` (GET, DELETE).
+  Result<wire::KvReply> Kv(wire::KvRequest request, Deadline deadline, std::string_view what,
+                           bool not_found_is_answer = false);
+
+ private:
+  const std::string& server() const { return options_.address; }
+
+  Status Broken() {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    return broken_;
+  }
+  // Records why the connection can no longer be used and closes it for both
+  // directions (the stream cannot be resynchronised). Returns `status`.
+  Status MarkBroken(Status status) {
+    {
+      std::lock_guard<std::mutex> lock(state_mu_);
+      if (broken_.ok()) broken_ = status;
+    }
+    ::shutdown(fd_.get(), SHUT_RDWR);
+    return status;
+  }
+
+  Status Send(wire::MessageType type, const google::protobuf::MessageLite& body, Deadline deadline);
+  // REQUIRES: write_mu_ held.
+  Status WriteAll(std::string_view bytes, Deadline deadline, std::string_view what);
+
+  // Reads the next frame, waiting until `deadline`. Sets deadline_passed_
+  // when it gives up because of the deadline.
+  Result<wire::Frame> ReadFrame(Deadline deadline, std::string_view what);
+
+  // Reads frames until `wanted` accepts one, which it returns. On the way it
+  // records relayed STOPs (returning early if `return_on_stop`), turns an
+  // ERROR into a Status, and skips late replies to calls that gave up.
+  Result<wire::Frame> Await(Deadline deadline, std::string_view what,
+                            const std::function<bool(const wire::Frame&)>& wanted,
+                            bool return_on_stop = false);
+
+  Result<FormedCluster> DecodeCluster(const wire::Frame& frame);
+
+  void HeartbeatLoop();
+
+  const RendezvousClientOptions options_;
+  const wire::Token token_;
+  UniqueFd fd_;
+
+  // Caller's thread only.
+  wire::FrameReader reader_;
+  bool deadline_passed_ = false;
+  uint64_t next_request_id_ = 1;
+  uint32_t registered_ = 0;
+  uint32_t expected_ = 0;
+
+  std::atomic<bool> stop_received_{false};
+
+  std::mutex write_mu_;  // serializes whole frames on the socket
+
+  std::mutex state_mu_;
+  Status broken_;  // guarded by state_mu_; OK while the connection is usable
+
+  std::mutex heartbeat_mu_;
+  std::condition_variable heartbeat_cv_;
+  bool stopping_ = false;                  // guarded by heartbeat_mu_
+  Milliseconds heartbeat_interval_{1000};  // guarded by heartbeat_mu_
+  std::thread heartbeat_thread_;           // started once, by the caller's thread
+};
+
+Status RendezvousClient::Impl::WriteAll(std::string_view bytes, Deadline deadline,
+                                        std::string_view what) {
+  while (!bytes.empty()) {
+    ssize_t sent = ::send(fd_.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    if (sent > 0) {
+      bytes.remove_prefix(static_cast<size_t>(sent));
+      continue;
+    }
+    int error = errno;
+    if (sent < 0 && error == EINTR) continue;
+    if (sent < 0 && (error == EAGAIN || error == EWOULDBLOCK)) {
+      pollfd pfd{fd_.get(), POLLOUT, 0};
+      int ready = ::poll(&pfd, 1, PollTimeoutMs(deadline));
+      if (ready == 0 && PollTimeoutMs(deadline) == 0) {
+        return Status::DeadlineExceeded("timed out sending " + std::string(what) +
+                                        " to rendezvous server " + server() +
+                                        " (it is not reading)");
+      }
+      continue;
+    }
+    return Status::Unavailable("cannot send " + std::string(what) + " to rendezvous server " +
+                               server() + ": " + ErrnoText(error));
+  }
+  return Status::Ok();
+}
+
+Status RendezvousClient::Impl::Send(wire::MessageType type,
+                                    const google::protobuf::MessageLite& body, Deadline deadline) {
+  DROVER_RETURN_IF_ERROR(Broken());
+  std::string frame = wire::EncodeFrame(type, body);
+  std::lock_guard<std::mutex> lock(write_mu_);
+  Status status = WriteAll(frame, deadline, wire::MessageType_Name(type));
+  // Part of a frame may have gone out: nothing can follow it.
+  if (!status.ok()) return MarkBroken(status);
+  return Status::Ok();
+}
+
+Result<wire::Frame> RendezvousClient::Impl::ReadFrame(Deadline deadline, std::string_view what) {
+  deadline_passed_ = false;
+  DROVER_RETURN_IF_ERROR(Broken());
+  char buffer[64 << 10];
+  for (;;) {
+    wire::Frame frame;
+    wire::FrameError error;
+    switch (reader_.Next(&frame, &error)) {
+      case wire::FrameReader::Step::kFrame:
+        return frame;
+      case wire::FrameReader::Step::kError: {
+        // Tell the server why, as any reader of this protocol does, then close.
+        std::string reply = wire::EncodeError(error.code, error.message);
+        {
+          std::lock_guard<std::mutex> lock(write_mu_);
+          (void)WriteAll(reply, Clock::now() + Milliseconds(100), "ERROR");
+        }
+        return MarkBroken(Status::InvalidArgument("rendezvous server " + server() +
+                                                  " sent a bad frame while this client waited "
+                                                  "for " +
+                                                  std::string(what) + ": " + error.message));
+      }
+      case wire::FrameReader::Step::kNeedMore:
+        break;
+    }
+    pollfd pfd{fd_.get(), POLLIN, 0};
+    int timeout = PollTimeoutMs(deadline);
+    int ready = ::poll(&pfd, 1, timeout);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) {
+      if (PollTimeoutMs(deadline) > 0) continue;  // a capped wait on a far deadline
+      deadline_passed_ = true;
+      return Status::DeadlineExceeded("timed out waiting for " + std::string(what) +
+                                      " from rendezvous server " + server());
+    }
+    ssize_t got = ::recv(fd_.get(), buffer, sizeof(buffer), 0);
+    if (got > 0) {
+      reader_.Append(std::string_view(buffer, static_cast<size_t>(got)));
+      continue;
+    }
+    if (got == 0) {
+      std::string text = "rendezvous server " + server() +
+                         " closed the connection while waiting for " + std::string(what);
+      if (reader_.mid_frame()) {
+        text += " (in the middle of a frame, " + std::to_string(reader_.buffered_bytes()) +
+                " bytes of it received)";
+      }
+      return MarkBroken(Status::Unavailable(std::move(text)));
+    }
+    int recv_error = errno;
+    if (recv_error == EINTR || recv_error == EAGAIN || recv_error == EWOULDBLOCK) continue;
+    return MarkBroken(Status::Unavailable("connection to rendezvous server " + server() +
+                                          " failed while waiting for " + std::string(what) + ": " +
+                                          ErrnoText(recv_error)));
+  }
+}
+
+Result<wire::Frame> RendezvousClient::Impl::Await(
+    Deadline deadline, std::string_view what, const std::function<bool(const wire::Frame&)>& wanted,
+    bool return_on_stop) {
+  for (;;) {
+    DROVER_ASSIGN_OR_RETURN(wire::Frame frame, ReadFrame(deadline, what));
+    wire::FrameError error;
+    if (frame.type() == wire::ERROR) {
+      wire::Error body;
+      if (!wire::ParseBody(frame, &body, &error)) {
+        return MarkBroken(
+            Status::InvalidArgument("rendezvous server " + server() + ": " + error.message));
+      }
+      // The server closes the connection after every ERROR frame (a failed
+      // KV request is a KV_REPLY code instead).
+      return MarkBroken(StatusFromServerError(body.code(), server(), body.message()));
+    }
+    if (frame.type() == wire::CONTROL) {
+      wire::Control control;
+      if (!wire::ParseBody(frame, &control, &error)) {
+        return MarkBroken(
+            Status::InvalidArgument("rendezvous server " + server() + ": " + error.message));
+      }
+      if (control.kind() == wire::Control::STOP_NODE || control.kind() == wire::Control::STOP_ALL) {
+        stop_received_ = true;
+        if (return_on_stop) return frame;
+        continue;
+      }
+    }
+    if (wanted(frame)) return frame;
+    // Late answers to a call that gave up at its deadline, and progress
+    // reports nobody asked to see.
+    if (frame.type() == wire::REGISTERED || frame.type() == wire::CLUSTER ||
+        frame.type() == wire::KV_REPLY || frame.type() == wire::STATE ||
+        frame.type() == wire::CONTROL) {
+      continue;
+    }
+    return MarkBroken(Status::Unavailable("rendezvous server " + server() + " sent " +
+                                          std::string(wire::MessageType_Name(frame.type())) +
+                                          " while this client waited for " + std::string(what)));
+  }
+}
+
+Status RendezvousClient::Impl::Handshake(Deadline deadline) {
+  DROVER_ASSIGN_OR_RETURN(std::string client_nonce, wire::RandomNonce());
+  wire::Hello hello;
+  hello.set_client_nonce(client_nonce);
+  hello.set_name(options_.name);
+  DROVER_RETURN_IF_ERROR(Send(wire::HELLO, hello, deadline));
+
+  auto is = [](wire::MessageType type) {
+    return [type](const wire::Frame& frame) { return frame.type() == type; };
+  };
+  wire::FrameError error;
+  DROVER_ASSIGN_OR_RETURN(wire::Frame frame, Await(deadline, "CHALLENGE", is(wire::CHALLENGE)));
+  wire::Challenge challenge;
+  if (!wire::ParseBody(frame, &challenge, &error)) {
+    return MarkBroken(
+        Status::InvalidArgument("rendezvous server " + server() + ": " + error.message));
+  }
+  if (challenge.server_nonce().size() != wire::kNonceBytes) {
+    return MarkBroken(
+        Status::InvalidArgument("rendezvous server " + server() + " sent a CHALLENGE nonce of " +
+                                std::to_string(challenge.server_nonce().size()) +
+                                " bytes; expected " + std::to_string(wire::kNonceBytes)));
+  }
+
+  wire::Auth auth;
+  auth.set_mac(wire::ClientMac(token_, challenge.server_nonce(), client_nonce));
+  DROVER_RETURN_IF_ERROR(Send(wire::AUTH, auth, deadline));
+
+  DROVER_ASSIGN_OR_RETURN(frame, Await(deadline, "AUTH_OK", is(wire::AUTH_OK)));
+  wire::AuthOk ok;
+  if (!wire::ParseBody(frame, &ok, &error)) {
+    return MarkBroken(
+        Status::InvalidArgument("rendezvous server " + server() + ": " + error.message));
+  }
+  std::string expected = wire::ServerMac(token_, client_nonce, challenge.server_nonce());
+  if (!wire::ConstantTimeEquals(ok.mac(), expected)) {
+    return MarkBroken(Status::PermissionDenied(
+        "rendezvous server " + server() +
+        ": server failed to prove it holds the cluster token (wrong AUTH_OK mac); it is not "
+        "this cluster's server, or the tokens differ"));
+  }
+  return Status::Ok();
+}
+
+Result<FormedCluster> RendezvousClient::Impl::DecodeCluster(const wire::Frame& frame) {
+  wire::FrameError error;
+  wire::Cluster cluster;
+  if (!wire::ParseBody(frame, &cluster, &error)) {
+    return MarkBroken(
+        Status::InvalidArgument("rendezvous server " + server() + ": " + error.message));
+  }
+  auto bad = [&](const std::string& why) {
+    return Status::InvalidArgument("rendezvous server " + server() + " sent a bad CLUSTER: " + why);
+  };
+  uint64_t limit = uint64_t{options_.max_frame_bytes} * kMaxExpansion;
+  uint64_t size = cluster.shared_uncompressed_bytes();
+  if (size > limit) {
+    return bad("the shared part expands to " + std::to_string(size) +
+               " bytes, over this client's limit of " + std::to_string(limit) +
+               " (8 x max_frame_bytes)");
+  }
+  std::string shared_bytes(size, '\0');
+  uLongf length = static_cast<uLongf>(size);
+  int z = ::uncompress(reinterpret_cast<Bytef*>(shared_bytes.data()), &length,
+                       reinterpret_cast<const Bytef*>(cluster.shared().data()),
+                       static_cast<uLong>(cluster.shared().size()));
+  if (z != Z_OK || length != size) {
+    return bad("the shared part does not decompress to the " + std::to_string(size) +
+               " bytes announced (zlib: " + (z == Z_OK ? std::string("short") : zError(z)) + ")");
+  }
+  wire::SharedCluster shared;
+  if (!shared.ParseFromString(shared_bytes)) return bad("the shared part is not a SharedCluster");
+  Result<ClusterSpec> spec = ClusterSpec::FromClusterDef(shared.cluster_def());
+  if (!spec.ok()) return bad(spec.status().message());
+
+  FormedCluster formed;
+  formed.cluster_id = shared.cluster_id();
+  formed.spec = std::move(spec).value();
+  formed.nodes.reserve(shared.nodes_size());
+  for (const wire::NodeInfo& node : shared.nodes())
+    formed.nodes.push_back(rendezvous_internal::NodeFromWire(node));
+  formed.job_name = cluster.job_name();
+  formed.task_index = cluster.task_index();
+  if (cluster.heartbeat_interval_ms() > 0) {
+    formed.heartbeat_interval = Milliseconds(cluster.heartbeat_interval_ms());
+  }
+  return formed;
+}
+
+Result<FormedCluster> RendezvousClient::Impl::Register(const NodeInfo& node, Deadline deadline) {
+  wire::Register request;
+  *request.mutable_node() = rendezvous_internal::NodeToWire(node);
+  DROVER_RETURN_IF_ERROR(Send(wire::REGISTER, request, deadline));
+  std::string what = "the cluster to form (executor " + node.executor_id + ")";
+  for (;;) {
+    Result<wire::Frame> frame = Await(deadline, what, [](const wire::Frame& frame) {
+      return frame.type() == wire::CLUSTER || frame.type() == wire::REGISTERED;
+    });
+    if (!frame.ok()) {
+      if (deadline_passed_ && expected_ > 0) {
+        return Status::DeadlineExceeded(frame.status().message() + "; " +
+                                        std::to_string(registered_) + " of " +
+                                        std::to_string(expected_) + " nodes had registered");
+      }
+      return frame.status();
+    }
+    if (frame->type() == wire::CLUSTER) return DecodeCluster(*frame);
+    wire::Registered registered;
+    wire::FrameError error;
+    if (wire::ParseBody(*frame, &registered, &error)) {
+      registered_ = registered.registered();
+      expected_ = registered.expected();
+    }
+  }
+}
+
+void RendezvousClient::Impl::StartHeartbeats(Milliseconds interval) {
+  {
+    std::lock_guard<std::mutex> lock(heartbeat_mu_);
+    heartbeat_interval_ = std::max(interval, Milliseconds(1));
+  }
+  if (heartbeat_thread_.joinable()) {
+    heartbeat_cv_.notify_all();  // picks up the new interval
+    return;
+  }
+  heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+}
+
+void RendezvousClient::Impl::HeartbeatLoop() {
+  uint64_t sequence = 0;
+  std::unique_lock<std::mutex> lock(heartbeat_mu_);
+  while (!stopping_) {
+    wire::Heartbeat heartbeat;
+    heartbeat.set_sequence(++sequence);
+    lock.unlock();
+    Status sent = Send(wire::HEARTBEAT, heartbeat, Clock::now() + kSendTimeout);
+    lock.lock();
+    // A broken connection is reported to the caller by its next call.
+    if (!sent.ok()) return;
+    heartbeat_cv_.wait_for(lock, heartbeat_interval_, [this] { return stopping_; });
+  }
+}
+
+Status RendezvousClient::Impl::SendControl(wire::Control control) {
+  return Send(wire::CONTROL, control, Clock::now() + kSendTimeout);
+}
+
+Result<ClusterState> RendezvousClient::Impl::QueryState(Deadline deadline) {
+  wire::Control control;
+  control.set_kind(wire::Control::QUERY_STATE);
+  DROVER_RETURN_IF_ERROR(Send(wire::CONTROL, control, deadline));
+  DROVER_ASSIGN_OR_RETURN(wire::Frame frame, Await(deadline, "STATE", [](const wire::Frame& frame) {
+                            return frame.type() == wire::STATE;
+                          }));
+  wire::State state;
+  wire::FrameError error;
+  if (!wire::ParseBody(frame, &state, &error)) {
+    return MarkBroken(
+        Status::InvalidArgument("rendezvous server " + server() + ": " + error.message));
+  }
+  ClusterState out;
+  out.phase = state.phase();
+  out.registered = static_cast<int>(state.registered());
+  out.expected = static_cast<int>(state.expected());
+  for (const wire::NodeState& node : state.nodes()) {
+    NodeStatus status;
+    status.node = rendezvous_internal::NodeFromWire(node.node());
+    status.alive = node.alive();
+    status.last_heartbeat_age = Milliseconds(node.last_heartbeat_age_ms());
+    status.error = node.error();
+    status.last_log_lines.assign(node.last_log_lines().begin(), node.last_log_lines().end());
+    out.nodes.push_back(std::move(status));
+  }
+  return out;
+}
+
+Result<bool> RendezvousClient::Impl::WaitForStop(Deadline deadline) {
+  while (!stop_received_) {
+    Result<wire::Frame> frame = Await(
+        deadline, "a STOP from the server", [](const wire::Frame&) { return false; },
+        /*return_on_stop=*/true);
+    if (!frame.ok()) {
+      if (deadline_passed_) return false;
+      return frame.status();
+    }
+  }
+  return true;
+}
+
+Result<wire::KvReply> RendezvousClient::Impl::Kv(wire::KvRequest request, Deadline deadline,
+                                                 std::string_view what, bool not_found_is_answer) {
+  if (request.key().size() > kMaxKeyBytes) {
+    return Status::InvalidArgument("a key is at most " + std::to_string(kMaxKeyBytes) +
+                                   " bytes; got " + std::to_string(request.key().size()));
+  }
+  if (request.value().size() > kMaxValueBytes || request.expected().size() > kMaxValueBytes) {
+    return Status::InvalidArgument(
+        "a value is at most " + std::to_string(kMaxValueBytes) + " bytes; got " +
+        std::to_string(std::max(request.value().size(), request.expected().size())));
+  }
+  uint64_t id = next_request_id_++;
+  request.set_request_id(id);
+  DROVER_RETURN_IF_ERROR(Send(wire::KV_REQUEST, request, deadline));
+  std::string waiting_for = "the reply to " + std::string(what);
+  DROVER_ASSIGN_OR_RETURN(wire::Frame frame,
+                          Await(deadline, waiting_for, [id](const wire::Frame& frame) {
+                            if (frame.type() != wire::KV_REPLY) return false;
+                            wire::KvReply reply;
+                            // A reply to an earlier call that gave up is skipped.
+                            return reply.ParseFromString(frame.body) && reply.request_id() == id;
+                          }));
+  wire::KvReply reply;
+  reply.ParseFromString(frame.body);  // parsed once already by the predicate
+  if (reply.code() == wire::NOT_FOUND && not_found_is_answer) {
+    reply.set_found(false);
+    return reply;
+  }
+  if (reply.code() != wire::ERROR_CODE_UNSPECIFIED) {
+    std::string message =
+        reply.message().empty() ? std::string(wire::ErrorCode_Name(reply.code())) : reply.message();
+    return StatusFromServerError(reply.code(), server(), message + " (" + std::string(what) + ")");
+  }
+  return reply;
+}
+
+// ---------------------------------------------------------------------------
+
+RendezvousClient::RendezvousClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+RendezvousClient::~RendezvousClient() = default;
+
+Result<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(RendezvousClientOptions options,
+                                                                    Deadline deadline) {
+  if (options.token.bytes.size() != wire::kTokenBytes) {
+    return Status::InvalidArgument("a cluster token is " + std::to_string(wire::kTokenBytes) +
+                                   " bytes; got " + std::to_string(options.token.bytes.size()));
+  }
+  wire::Token token;
+  std::copy(options.token.bytes.begin(), options.token.bytes.end(), token.begin());
+  DROVER_ASSIGN_OR_RETURN(HostPort target, ParseAddress(options.address));
+
+  const Clock::time_point start = Clock::now();
+  std::mt19937_64 random(std::random_device{}());
+  Milliseconds backoff = std::max(options.initial_backoff, Milliseconds(1));
+  const Milliseconds max_backoff = std::max(options.max_backoff, backoff);
+  int last_error = 0;
+  std::string last_error_text;
+  int attempts = 0;
+  UniqueFd fd;
+  for (;;) {
+    ++attempts;
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV | AI_ADDRCONFIG;
+    addrinfo* addresses = nullptr;
+    int gai = ::getaddrinfo(target.host.c_str(), target.port.c_str(), &hints, &addresses);
+    if (gai == 0) {
+      ConnectAttempt attempt = ConnectOnce(addresses, deadline);
+      ::freeaddrinfo(addresses);
+      if (attempt.fd.get() >= 0) {
+        fd = std::move(attempt.fd);
+        break;
+      }
+      last_error = attempt.error;
+      last_error_text = ErrnoText(attempt.error);
+      if (!attempt.retriable) {
+        return Status::Unavailable("cannot connect to rendezvous server " + options.address + ": " +
+                                   last_error_text);
+      }
+    } else if (gai == EAI_AGAIN) {
+      last_error_text = std::string("cannot resolve ") + target.host + ": " + gai_strerror(gai);
+    } else if (gai == EAI_SYSTEM) {
+      last_error = errno;
+      last_error_text = "cannot resolve " + target.host + ": " + ErrnoText(last_error);
+    } else {
+      return Status::InvalidArgument("cannot resolve rendezvous server address " + options.address +
+                                     ": " + gai_strerror(gai));
+    }
+
+    Clock::time_point now = Clock::now();
+    if (now >= deadline) {
+      return Status::DeadlineExceeded("could not connect to " + options.address + " within " +
+                                      std::to_string(MillisecondsBetween(start, deadline)) +
+                                      " ms (last error: " + last_error_text + ", " +
+                                      std::to_string(attempts) +
+                                      (attempts == 1 ? " attempt)" : " attempts)"));
+    }
+    // Full jitter: a uniform wait in [0, backoff], so nodes started together
+    // do not knock on the server in lockstep.
+    std::uniform_int_distribution<int64_t> jitter(0, backoff.count());
+    Clock::time_point wake =
+        std::min<Clock::time_point>(deadline, now + Milliseconds(jitter(random)));
+    std::this_thread::sleep_until(wake);
+    backoff = std::min(backoff * 2, max_backoff);
+  }
+
+  int one = 1;
+  if (::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0) {
+    return Status::IoError("cannot set TCP_NODELAY on the connection to " + options.address + ": " +
+                           ErrnoText(errno));
+  }
+  auto impl = std::make_unique<Impl>(std::move(options), token, std::move(fd));
+  DROVER_RETURN_IF_ERROR(impl->Handshake(deadline));
+  return std::unique_ptr<RendezvousClient>(new RendezvousClient(std::move(impl)));
+}
+
+Result<FormedCluster> RendezvousClient::Register(const NodeInfo& node, Deadline deadline) {
+  return impl_->Register(node, deadline);
+}
+
+void RendezvousClient::StartHeartbeats(Milliseconds interval) {
+  impl_->StartHeartbeats(interval);
+}
+
+Status RendezvousClient::ReportError(const std::string& executor_id, const std::string& message,
+                                     const std::vector<std::string>& last_log_lines) {
+  wire::Control control;
+  control.set_kind(wire::Control::REPORT_ERROR);
+  control.set_executor_id(executor_id);
+  control.set_message(message);
+  for (const std::string& line : last_log_lines) control.add_last_log_lines(line);
+  return impl_->SendControl(std::move(control));
+}
+
+Result<ClusterState> RendezvousClient::QueryState(Deadline deadline) {
+  return impl_->QueryState(deadline);
+}
+
+Status RendezvousClient::StopAll() {
+  wire::Control control;
+  control.set_kind(wire::Control::STOP_ALL);
+  return impl_->SendControl(std::move(control));
+}
+
+Result<bool> RendezvousClient::WaitForStop(Deadline deadline) {
+  return impl_->WaitForStop(deadline);
+}
+
+Status RendezvousClient::Set(const std::string& key, const std::string& value, Deadline deadline) {
+  wire::KvRequest request;
+  request.set_op(wire::KvRequest::SET);
+  request.set_key(key);
+  request.set_value(value);
+  return impl_->Kv(std::move(request), deadline, "SET '" + key + "'").status();
+}
+
+Result<std::optional<std::string>> RendezvousClient::Get(const std::string& key,
+                                                         Deadline deadline) {
+  wire::KvRequest request;
+  request.set_op(wire::KvRequest::GET);
+  request.set_key(key);
+  DROVER_ASSIGN_OR_RETURN(wire::KvReply reply,
+                          impl_->Kv(std::move(request), deadline, "GET '" + key + "'",
+                                    /*not_found_is_answer=*/true));
+  if (!reply.found()) return std::optional<std::string>();
+  return std::optional<std::string>(std::move(*reply.mutable_value()));
+}
+
+Result<int64_t> RendezvousClient::Add(const std::string& key, int64_t delta, Deadline deadline) {
+  wire::KvRequest request;
+  request.set_op(wire::KvRequest::ADD);
+  request.set_key(key);
+  request.set_delta(delta);
+  DROVER_ASSIGN_OR_RETURN(wire::KvReply reply,
+                          impl_->Kv(std::move(request), deadline, "ADD '" + key + "'"));
+  return reply.number();
+}
+
+Status RendezvousClient::Wait(const std::vector<std::string>& keys, Deadline deadline) {
+  wire::KvRequest request;
+  request.set_op(wire::KvRequest::WAIT);
+  for (const std::string& key : keys) {
+    if (key.size() > kMaxKeyBytes) {
+      return Status::InvalidArgument("a key is at most " + std::to_string(kMaxKeyBytes) +
+                                     " bytes; got " + std::to_string(key.size()));
+    }
+    request.add_keys(key);
+  }
+  // The server gives up a little before the caller does, so its answer (which
+  // names the keys still missing) gets here in time.
+  Clock::time_point now = Clock::now();
+  Milliseconds remaining =
+      deadline > now ? std::chrono::duration_cast<Milliseconds>(deadline - now) : Milliseconds(0);
+  Milliseconds margin = std::min(kWaitReplyMargin, remaining / 10);
+  request.set_deadline_ms(static_cast<uint64_t>((remaining - margin).count()));
+  return impl_->Kv(std::move(request), deadline, "WAIT for " + JoinKeys(keys)).status();
+}
+
+Result<std::string> RendezvousClient::CompareSet(const std::string& key,
+                                                 const std::string& expected,
+                                                 const std::string& desired, Deadline deadline) {
+  wire::KvRequest request;
+  request.set_op(wire::KvRequest::COMPARE_SET);
+  request.set_key(key);
+  request.set_expected(expected);
+  request.set_value(desired);
+  DROVER_ASSIGN_OR_RETURN(wire::KvReply reply,
+                          impl_->Kv(std::move(request), deadline, "COMPARE_SET '" + key + "'"));
+  return std::move(*reply.mutable_value());
+}
+
+Result<bool> RendezvousClient::Delete(const std::string& key, Deadline deadline) {
+  wire::KvRequest request;
+  request.set_op(wire::KvRequest::DELETE);
+  request.set_key(key);
+  DROVER_ASSIGN_OR_RETURN(wire::KvReply reply,
+                          impl_->Kv(std::move(request), deadline, "DELETE '" + key + "'",
+                                    /*not_found_is_answer=*/true));
+  return reply.found();
+}
+
+}  // namespace drover

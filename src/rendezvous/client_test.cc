@@ -1,0 +1,976 @@
+// RendezvousClient against a scripted fake server on a loopback socket (the
+// protocol seen from the client's side), and end to end against the real
+// RendezvousServer.
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "drover/rendezvous.h"
+#include "testing/status_matchers.h"
+#include "wire/auth.h"
+#include "wire/frame.h"
+
+namespace drover {
+namespace {
+
+using ::drover::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// Generous: these bound a broken test, they never measure anything.
+constexpr Milliseconds kLong{20'000};
+
+Deadline Soon() {
+  return Clock::now() + kLong;
+}
+
+ClusterToken TestToken(unsigned char fill = 7) {
+  ClusterToken token;
+  token.bytes.assign(wire::kTokenBytes, fill);
+  return token;
+}
+
+wire::Token WireToken(const ClusterToken& token) {
+  wire::Token out;
+  std::copy(token.bytes.begin(), token.bytes.end(), out.begin());
+  return out;
+}
+
+// One accepted connection of the fake server, with blocking helpers.
+class FakeConnection {
+ public:
+  explicit FakeConnection(int fd) : fd_(fd), reader_(wire::kClientMaxFrameBytes) {}
+  ~FakeConnection() { ::close(fd_); }
+
+  // The next frame, or nullopt at EOF, error or after kLong.
+  std::optional<wire::Frame> Read() {
+    Deadline deadline = Soon();
+    for (;;) {
+      wire::Frame frame;
+      wire::FrameError error;
+      switch (reader_.Next(&frame, &error)) {
+        case wire::FrameReader::Step::kFrame:
+          return frame;
+        case wire::FrameReader::Step::kError:
+          ADD_FAILURE() << "fake server read a bad frame: " << error.message;
+          return std::nullopt;
+        case wire::FrameReader::Step::kNeedMore:
+          break;
+      }
+      if (Clock::now() > deadline) return std::nullopt;
+      pollfd pfd{fd_, POLLIN, 0};
+      if (::poll(&pfd, 1, 100) <= 0) continue;
+      char buffer[4096];
+      ssize_t got = ::recv(fd_, buffer, sizeof(buffer), 0);
+      if (got <= 0) return std::nullopt;
+      reader_.Append(std::string_view(buffer, got));
+    }
+  }
+
+  // Reads a frame of `type` into `body`; false (and a test failure) otherwise.
+  bool Read(wire::MessageType type, google::protobuf::MessageLite* body) {
+    std::optional<wire::Frame> frame = Read();
+    if (!frame) {
+      ADD_FAILURE() << "fake server expected " << wire::MessageType_Name(type) << ", got EOF";
+      return false;
+    }
+    if (frame->type() != type) {
+      ADD_FAILURE() << "fake server expected " << wire::MessageType_Name(type) << ", got "
+                    << wire::MessageType_Name(frame->type());
+      return false;
+    }
+    EXPECT_TRUE(body->ParseFromString(frame->body));
+    return true;
+  }
+
+  void SendRaw(std::string_view bytes) {
+    while (!bytes.empty()) {
+      ssize_t sent = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+      if (sent <= 0) return;  // the client went away; the test's checks will say so
+      bytes.remove_prefix(sent);
+    }
+  }
+  void Send(wire::MessageType type, const google::protobuf::MessageLite& body) {
+    SendRaw(wire::EncodeFrame(type, body));
+  }
+  void SendError(wire::ErrorCode code, std::string_view message) {
+    SendRaw(wire::EncodeError(code, message));
+  }
+
+  // The server's half of the handshake. With `forge_proof`, AUTH_OK carries a
+  // mac made without the token.
+  bool Handshake(const ClusterToken& token, bool forge_proof = false) {
+    wire::Hello hello;
+    if (!Read(wire::HELLO, &hello)) return false;
+    EXPECT_EQ(hello.client_nonce().size(), wire::kNonceBytes);
+    std::string server_nonce(wire::kNonceBytes, 's');
+    wire::Challenge challenge;
+    challenge.set_server_nonce(server_nonce);
+    Send(wire::CHALLENGE, challenge);
+    wire::Auth auth;
+    if (!Read(wire::AUTH, &auth)) return false;
+    wire::Token key = WireToken(token);
+    EXPECT_EQ(auth.mac(), wire::ClientMac(key, server_nonce, hello.client_nonce()));
+    wire::AuthOk ok;
+    ok.set_mac(forge_proof ? std::string(wire::kMacBytes, 'x')
+                           : wire::ServerMac(key, hello.client_nonce(), server_nonce));
+    Send(wire::AUTH_OK, ok);
+    return true;
+  }
+
+  // Reads until the client closes the connection.
+  void WaitForClose() {
+    while (Read()) {
+    }
+  }
+
+ private:
+  int fd_;
+  wire::FrameReader reader_;
+};
+
+// A listening socket on 127.0.0.1 (or ::1) whose thread accepts one
+// connection and runs a script on it, then closes it.
+class FakeServer {
+ public:
+  using Script = std::function<void(FakeConnection&)>;
+
+  // port 0: an ephemeral port. nullptr if the address family is unavailable.
+  static std::unique_ptr<FakeServer> Start(Script script, uint16_t port = 0, bool ipv6 = false) {
+    int fd = ::socket(ipv6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return nullptr;
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    sockaddr_storage storage{};
+    socklen_t length;
+    if (ipv6) {
+      auto* addr = reinterpret_cast<sockaddr_in6*>(&storage);
+      addr->sin6_family = AF_INET6;
+      addr->sin6_addr = in6addr_loopback;
+      addr->sin6_port = htons(port);
+      length = sizeof(*addr);
+    } else {
+      auto* addr = reinterpret_cast<sockaddr_in*>(&storage);
+      addr->sin_family = AF_INET;
+      addr->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      addr->sin_port = htons(port);
+      length = sizeof(*addr);
+    }
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&storage), length) != 0 || ::listen(fd, 8) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&storage), &length) != 0) {
+      ::close(fd);
+      return nullptr;
+    }
+    uint16_t bound = ipv6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&storage)->sin6_port)
+                          : ntohs(reinterpret_cast<sockaddr_in*>(&storage)->sin_port);
+    return std::unique_ptr<FakeServer>(new FakeServer(fd, bound, std::move(script)));
+  }
+
+  ~FakeServer() {
+    thread_.join();
+    ::close(listen_fd_);
+  }
+
+  uint16_t port() const { return port_; }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  FakeServer(int fd, uint16_t port, Script script) : listen_fd_(fd), port_(port) {
+    thread_ = std::thread([this, script = std::move(script)] {
+      pollfd pfd{listen_fd_, POLLIN, 0};
+      if (::poll(&pfd, 1, static_cast<int>(kLong.count())) != 1) return;
+      int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) return;
+      FakeConnection connection(fd);
+      script(connection);
+    });
+  }
+
+  int listen_fd_;
+  uint16_t port_;
+  std::thread thread_;
+};
+
+// A port on 127.0.0.1 that nothing listens on (bound, then released).
+uint16_t UnusedPort() {
+  auto server = FakeServer::Start([](FakeConnection&) {});
+  uint16_t port = server->port();
+  // Let the fake's accept thread finish by connecting once.
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  ::close(fd);
+  return port;
+}
+
+RendezvousClientOptions Options(const std::string& address) {
+  RendezvousClientOptions options;
+  options.address = address;
+  options.token = TestToken();
+  options.name = "client test";
+  options.initial_backoff = Milliseconds(5);
+  options.max_backoff = Milliseconds(50);
+  return options;
+}
+
+// A zlib-compressed SharedCluster for two nodes, as the server sends it.
+wire::Cluster MakeCluster(const std::string& job, int index) {
+  ClusterSpec spec;
+  EXPECT_OK(spec.AddJob("chief", {"host-a:2222"}));
+  EXPECT_OK(spec.AddJob("worker", {"host-b:2223"}));
+  wire::SharedCluster shared;
+  shared.set_cluster_def(spec.AsClusterDef());
+  shared.set_cluster_id("cluster-1");
+  wire::NodeInfo* a = shared.add_nodes();
+  a->set_executor_id("0");
+  a->set_host("host-a");
+  a->add_ports(2222);
+  a->set_job_name("chief");
+  a->set_task_index(0);
+  wire::NodeInfo* b = shared.add_nodes();
+  b->set_executor_id("1");
+  b->set_host("host-b");
+  b->add_ports(2223);
+  b->add_gpus(3);
+  b->set_job_name("worker");
+  b->set_task_index(0);
+  std::string plain = shared.SerializeAsString();
+  std::string compressed(::compressBound(plain.size()), '\0');
+  uLongf length = compressed.size();
+  EXPECT_EQ(::compress2(reinterpret_cast<Bytef*>(compressed.data()), &length,
+                        reinterpret_cast<const Bytef*>(plain.data()), plain.size(), 6),
+            Z_OK);
+  compressed.resize(length);
+  wire::Cluster cluster;
+  cluster.set_job_name(job);
+  cluster.set_task_index(index);
+  cluster.set_heartbeat_interval_ms(250);
+  cluster.set_shared(compressed);
+  cluster.set_shared_uncompressed_bytes(plain.size());
+  return cluster;
+}
+
+// ---------------------------------------------------------------------------
+// Connecting.
+
+TEST(RendezvousClientTest, ConnectsAndAuthenticates) {
+  auto server = FakeServer::Start([](FakeConnection& peer) {
+    ASSERT_TRUE(peer.Handshake(TestToken()));
+    peer.WaitForClose();
+  });
+  ASSERT_NE(server, nullptr);
+  ASSERT_OK_AND_ASSIGN(auto client, RendezvousClient::Connect(Options(server->address()), Soon()));
+}
+
+TEST(RendezvousClientTest, RetriesUntilTheListenerAppears) {
+  uint16_t port = UnusedPort();
+  Result<std::unique_ptr<RendezvousClient>> client = Status::Internal("not run");
+  std::thread connecting([&] {
+    client = RendezvousClient::Connect(Options("127.0.0.1:" + std::to_string(port)), Soon());
+  });
+  // Let a few attempts be refused first.
+  std::this_thread::sleep_for(Milliseconds(200));
+  auto server = FakeServer::Start(
+      [](FakeConnection& peer) {
+        ASSERT_TRUE(peer.Handshake(TestToken()));
+        peer.WaitForClose();
+      },
+      port);
+  ASSERT_NE(server, nullptr) << "port " << port << " was taken meanwhile";
+  connecting.join();
+  EXPECT_OK(client);
+  client = Status::Internal("closed");  // lets the fake see EOF before it is joined
+}
+
+TEST(RendezvousClientTest, DeadlineErrorNamesTheAddress) {
+  uint16_t port = UnusedPort();
+  std::string address = "127.0.0.1:" + std::to_string(port);
+  auto client = RendezvousClient::Connect(Options(address), Clock::now() + Milliseconds(300));
+  EXPECT_THAT(client,
+              StatusIs(Status::Code::kDeadlineExceeded,
+                       ::testing::AllOf(HasSubstr("could not connect to " + address),
+                                        HasSubstr("Connection refused"), HasSubstr("attempts"))));
+}
+
+TEST(RendezvousClientTest, ConnectsOverIpv6) {
+  auto server = FakeServer::Start(
+      [](FakeConnection& peer) {
+        ASSERT_TRUE(peer.Handshake(TestToken()));
+        peer.WaitForClose();
+      },
+      0, /*ipv6=*/true);
+  if (server == nullptr) GTEST_SKIP() << "no IPv6 loopback here";
+  ASSERT_OK_AND_ASSIGN(
+      auto client,
+      RendezvousClient::Connect(Options("[::1]:" + std::to_string(server->port())), Soon()));
+}
+
+TEST(RendezvousClientTest, RefusesMalformedAddressesAndTokens) {
+  for (std::string address : {"no-port", "host:", ":123", "host:99999", "::1:80", "[::1]80"}) {
+    EXPECT_THAT(RendezvousClient::Connect(Options(address), Soon()),
+                StatusIs(Status::Code::kInvalidArgument, HasSubstr(address)))
+        << address;
+  }
+  RendezvousClientOptions options = Options("127.0.0.1:1");
+  options.token.bytes.resize(5);
+  EXPECT_THAT(RendezvousClient::Connect(options, Soon()),
+              StatusIs(Status::Code::kInvalidArgument, HasSubstr("32 bytes")));
+}
+
+TEST(RendezvousClientTest, ServerWithoutTheTokenIsRefused) {
+  auto server = FakeServer::Start([](FakeConnection& peer) {
+    peer.Handshake(TestToken(), /*forge_proof=*/true);
+    peer.WaitForClose();
+  });
+  EXPECT_THAT(RendezvousClient::Connect(Options(server->address()), Soon()),
+              StatusIs(Status::Code::kPermissionDenied,
+                       HasSubstr("server failed to prove it holds the cluster token")));
+}
+
+TEST(RendezvousClientTest, WrongTokenIsPermissionDeniedWithTheServersMessage) {
+  auto server = FakeServer::Start([](FakeConnection& peer) {
+    wire::Hello hello;
+    ASSERT_TRUE(peer.Read(wire::HELLO, &hello));
+    wire::Challenge challenge;
+    challenge.set_server_nonce(std::string(wire::kNonceBytes, 'n'));
+    peer.Send(wire::CHALLENGE, challenge);
+    wire::Auth auth;
+    ASSERT_TRUE(peer.Read(wire::AUTH, &auth));
+    peer.SendError(wire::AUTH_FAILED, "authentication failed: wrong token");
+  });
+  EXPECT_THAT(
+      RendezvousClient::Connect(Options(server->address()), Soon()),
+      StatusIs(Status::Code::kPermissionDenied, HasSubstr("authentication failed: wrong token")));
+}
+
+TEST(RendezvousClientTest, ServerClosingDuringHandshakeIsUnavailable) {
+  auto server = FakeServer::Start([](FakeConnection& peer) {
+    wire::Hello hello;
+    ASSERT_TRUE(peer.Read(wire::HELLO, &hello));
+  });
+  EXPECT_THAT(RendezvousClient::Connect(Options(server->address()), Soon()),
+              StatusIs(Status::Code::kUnavailable,
+                       HasSubstr("rendezvous server " + server->address() +
+                                 " closed the connection while waiting for CHALLENGE")));
+}
+
+TEST(RendezvousClientTest, GarbageFromTheServerIsRefused) {
+  auto server = FakeServer::Start([](FakeConnection& peer) {
+    wire::Hello hello;
+    ASSERT_TRUE(peer.Read(wire::HELLO, &hello));
+    peer.SendRaw("HTTP/1.1 400 Bad Request\r\n\r\n");
+    // The client answers with one ERROR frame before closing.
+    std::optional<wire::Frame> reply = peer.Read();
+    ASSERT_TRUE(reply.has_value());
+    EXPECT_EQ(reply->type(), wire::ERROR);
+  });
+  EXPECT_THAT(RendezvousClient::Connect(Options(server->address()), Soon()),
+              StatusIs(Status::Code::kInvalidArgument, HasSubstr("not a drover frame")));
+}
+
+// ---------------------------------------------------------------------------
+// Registering.
+
+TEST(RendezvousClientTest, RegisterReceivesTheCluster) {
+  auto server = FakeServer::Start([](FakeConnection& peer) {
+    ASSERT_TRUE(peer.Handshake(TestToken()));
+    wire::Register request;
+    ASSERT_TRUE(peer.Read(wire::REGISTER, &request));
+    EXPECT_EQ(request.node().executor_id(), "1");
+    EXPECT_EQ(request.node().host(), "host-b");
+    EXPECT_THAT(request.node().ports(), ElementsAre(2223u, 2224u));
+    EXPECT_EQ(request.node().pid(), 42);
+    EXPECT_THAT(request.node().gpus(), ElementsAre(3));
+    EXPECT_EQ(request.node().agent_address(), "host-b:7000");
+    wire::Registered progress;
+    progress.set_registered(1);
+    progress.set_expected(2);
+    peer.Send(wire::REGISTERED, progress);
+    peer.Send(wire::CLUSTER, MakeCluster("worker", 0));
+    peer.WaitForClose();
+  });
+  ASSERT_OK_AND_ASSIGN(auto client, RendezvousClient::Connect(Options(server->address()), Soon()));
+  NodeInfo node;
+  node.executor_id = "1";
+  node.host = "host-b";
+  node.ports = {2223, 2224};
+  node.pid = 42;
+  node.gpus = {3};
+  node.agent_address = "host-b:7000";
+  ASSERT_OK_AND_ASSIGN(FormedCluster cluster, client->Register(node, Soon()));
+  EXPECT_EQ(cluster.cluster_id, "cluster-1");
+  EXPECT_EQ(cluster.job_name, "worker");
+  EXPECT_EQ(cluster.task_index, 0);
+  EXPECT_EQ(cluster.heartbeat_interval, Milliseconds(250));
+  ASSERT_OK_AND_ASSIGN(std::string chief, cluster.spec.task_address("chief", 0));
+  EXPECT_EQ(chief, "host-a:2222");
+  ASSERT_EQ(cluster.nodes.size(), 2u);
+  EXPECT_EQ(cluster.nodes[1].executor_id, "1");
+  EXPECT_EQ(cluster.nodes[1].job_name, "worker");
+  EXPECT_THAT(cluster.nodes[1].gpus, ElementsAre(3));
+}
+
+TEST(RendezvousClientTest, ClusterFrameOverTheLimitIsRefused) {
+  auto server = FakeServer::Start([](FakeConnection& peer) {
+    ASSERT_TRUE(peer.Handshake(TestToken()));
+    wire::Register request;
+    ASSERT_TRUE(peer.Read(wire::REGISTER, &request));
+    wire::Cluster cluster = MakeCluster("worker", 0);
+    cluster.set_shared(std::string(4096, 'z'));
+    peer.Send(wire::CLUSTER, cluster);
+    peer.WaitForClose();
+  });
+  RendezvousClientOptions options = Options(server->address());
+  options.max_frame_bytes = 1024;
+  ASSERT_OK_AND_ASSIGN(auto client, RendezvousClient::Connect(options, Soon()));
+  EXPECT_THAT(client->Register(NodeInfo{.executor_id = "1"}, Soon()),
+              StatusIs(Status::Code::kInvalidArgument, HasSubstr("over the limit of 1024")));
+  // The connection is unusable afterwards, and says why.
+  EXPECT_THAT(client->Set("k", "v", Soon()),
+              StatusIs(Status::Code::kInvalidArgument, HasSubstr("over the limit")));
+}
+
+TEST(RendezvousClientTest, ClusterExpandingPastTheLimitIsRefused) {
+  auto server = FakeServer::Start([](FakeConnection& peer) {
+    ASSERT_TRUE(peer.Handshake(TestToken()));
+    wire::Register request;
+    ASSERT_TRUE(peer.Read(wire::REGISTER, &request));
+    wire::Cluster cluster = MakeCluster("worker", 0);
+    cluster.set_shared_uncompressed_bytes(uint64_t{1} << 40);
+    peer.Send(wire::CLUSTER, cluster);
+    peer.WaitForClose();
+  });
+  ASSERT_OK_AND_ASSIGN(auto client, RendezvousClient::Connect(Options(server->address()), Soon()));
+  EXPECT_THAT(client->Register(NodeInfo{.executor_id = "1"}, Soon()),
+              StatusIs(Status::Code::kInvalidArgument, HasSubstr("expands to")));
+}
+
+TEST(RendezvousClientTest, ReservationTimeoutKeepsTheServersMessage) {
+  auto server = FakeServer::Start([](FakeConnection& peer) {
+    ASSERT_TRUE(peer.Handshake(TestToken()));
+    wire::Register request;
+    ASSERT_TRUE(peer.Read(wire::REGISTER, &request));
+    peer.SendError(wire::RESERVATION_TIMEOUT,
+                   "reservation timed out: 1 of 2 registered; missing worker:0");
+  });
+  ASSERT_OK_AND_ASSIGN(auto client, RendezvousClient::Connect(Options(server->address()), Soon()));
+  EXPECT_THAT(client->Register(NodeInfo{.executor_id = "1"}, Soon()),
+              StatusIs(Status::Code::kDeadlineExceeded, HasSubstr("missing worker:0")));
+}
+
+TEST(RendezvousClientTest, RegisteringAfterTheBarrierIsAlreadyExists) {
+  auto server = FakeServer::Start([](FakeConnection& peer) {
+    ASSERT_TRUE(peer.Handshake(TestToken()));
+    wire::Register request;
+    ASSERT_TRUE(peer.Read(wire::REGISTER, &request));
+    peer.SendError(wire::CLUSTER_FORMED,
+                   "cluster already formed with 2 nodes; executor 9 was not part of it");
+  });
+  ASSERT_OK_AND_ASSIGN(auto client, RendezvousClient::Connect(Options(server->address()), Soon()));
+  EXPECT_THAT(client->Register(NodeInfo{.executor_id = "9"}, Soon()),
+              StatusIs(Status::Code::kAlreadyExists, HasSubstr("executor 9 was not part of it")));
+}
+
+TEST(RendezvousClientTest, RegisterDeadlineSaysHowManyRegistered) {
+  auto server = FakeServer::Start([&](FakeConnection& peer) {
+    ASSERT_TRUE(peer.Handshake(TestToken()));
+    wire::Register request;
+    ASSERT_TRUE(peer.Read(wire::REGISTER, &request));
+    wire::Registered progress;
+    progress.set_registered(3);
+    progress.set_expected(4);
+    peer.Send(wire::REGISTERED, progress);
+    peer.WaitForClose();
+  });
+  ASSERT_OK_AND_ASSIGN(auto client, RendezvousClient::Connect(Options(server->address()), Soon()));
+  EXPECT_THAT(client->Register(NodeInfo{.executor_id = "1"}, Clock::now() + Milliseconds(300)),
+              StatusIs(Status::Code::kDeadlineExceeded, HasSubstr("3 of 4 nodes")));
+}
+
+// ---------------------------------------------------------------------------
+// Control, heartbeats, the key-value store.
+
+TEST(RendezvousClientTest, RelayedStopIsSeenByWaitForStop) {
+  auto server = FakeServer::Start([](FakeConnection& peer) {
+    ASSERT_TRUE(peer.Handshake(TestToken()));
+    wire::KvRequest request;
+    ASSERT_TRUE(peer.Read(wire::KV_REQUEST, &request));
+    // A STOP arrives while the client waits for a KV reply: it is kept.
+    wire::Control stop;
+    stop.set_kind(wire::Control::STOP_NODE);
+    stop.set_executor_id("1");
+    peer.Send(wire::CONTROL, stop);
+    wire::KvReply reply;
+    reply.set_request_id(request.request_id());
+    peer.Send(wire::KV_REPLY, reply);
+    peer.WaitForClose();
+  });
+  ASSERT_OK_AND_ASSIGN(auto client, RendezvousClient::Connect(Options(server->address()), Soon()));
+  EXPECT_OK(client->Set("k", "v", Soon()));
+  ASSERT_OK_AND_ASSIGN(bool stopped, client->WaitForStop(Clock::now()));
+  EXPECT_TRUE(stopped);
+}
+
+TEST(RendezvousClientTest, WaitForStopReadsUntilAStopComes) {
+  auto server = FakeServer::Start([](FakeConnection& peer) {
+    ASSERT_TRUE(peer.Handshake(TestToken()));
+    wire::Control stop;
+    stop.set_kind(wire::Control::STOP_ALL);
+    peer.Send(wire::CONTROL, stop);
+    peer.WaitForClose();
+  });
+  ASSERT_OK_AND_ASSIGN(auto client, RendezvousClient::Connect(Options(server->address()), Soon()));
+  ASSERT_OK_AND_ASSIGN(bool stopped, client->WaitForStop(Soon()));
+  EXPECT_TRUE(stopped);
+}
+
+TEST(RendezvousClientTest, WaitForStopIsFalseAtTheDeadline) {
+  auto server = FakeServer::Start([](FakeConnection& peer) {
+    ASSERT_TRUE(peer.Handshake(TestToken()));
+    peer.WaitForClose();
+  });
+  ASSERT_OK_AND_ASSIGN(auto client, RendezvousClient::Connect(Options(server->address()), Soon()));
+  ASSERT_OK_AND_ASSIGN(bool stopped, client->WaitForStop(Clock::now() + Milliseconds(50)));
+  EXPECT_FALSE(stopped);
+}
+
+TEST(RendezvousClientTest, ControlMessagesAndState) {
+  auto server = FakeServer::Start([](FakeConnection& peer) {
+    ASSERT_TRUE(peer.Handshake(TestToken()));
+    wire::Control control;
+    ASSERT_TRUE(peer.Read(wire::CONTROL, &control));
+    EXPECT_EQ(control.kind(), wire::Control::REPORT_ERROR);
+    EXPECT_EQ(control.executor_id(), "3");
+    EXPECT_EQ(control.message(), "trainer crashed");
+    EXPECT_THAT(control.last_log_lines(), ElementsAre("line 1", "line 2"));
+    ASSERT_TRUE(peer.Read(wire::CONTROL, &control));
+    EXPECT_EQ(control.kind(), wire::Control::QUERY_STATE);
+    wire::State state;
+    state.set_phase("formed");
+    state.set_registered(2);
+    state.set_expected(2);
+    wire::NodeState* node = state.add_nodes();
+    node->mutable_node()->set_executor_id("3");
+    node->set_alive(false);
+    node->set_last_heartbeat_age_ms(6000);
+    node->set_error("trainer crashed");
+    peer.Send(wire::STATE, state);
+    ASSERT_TRUE(peer.Read(wire::CONTROL, &control));
+    EXPECT_EQ(control.kind(), wire::Control::STOP_ALL);
+    peer.WaitForClose();
+  });
+  ASSERT_OK_AND_ASSIGN(auto client, RendezvousClient::Connect(Options(server->address()), Soon()));
+  EXPECT_OK(client->ReportError("3", "trainer crashed", {"line 1", "line 2"}));
+  ASSERT_OK_AND_ASSIGN(ClusterState state, client->QueryState(Soon()));
+  EXPECT_EQ(state.phase, "formed");
+  EXPECT_EQ(state.expected, 2);
+  ASSERT_EQ(state.nodes.size(), 1u);
+  EXPECT_EQ(state.nodes[0].node.executor_id, "3");
+  EXPECT_FALSE(state.nodes[0].alive);
+  EXPECT_EQ(state.nodes[0].last_heartbeat_age, Milliseconds(6000));
+  EXPECT_EQ(state.nodes[0].error, "trainer crashed");
+  EXPECT_OK(client->StopAll());
+}
+
+TEST(RendezvousClientTest, HeartbeatsFlowUntilTheClientIsDestroyed) {
+  std::atomic<int> heartbeats{0};
+  auto server = FakeServer::Start([&](FakeConnection& peer) {
+    ASSERT_TRUE(peer.Handshake(TestToken()));
+    uint64_t last = 0;
+    while (std::optional<wire::Frame> frame = peer.Read()) {
+      ASSERT_EQ(frame->type(), wire::HEARTBEAT);
+      wire::Heartbeat heartbeat;
+      ASSERT_TRUE(heartbeat.ParseFromString(frame->body));
+      EXPECT_GT(heartbeat.sequence(), last);
+      last = heartbeat.sequence();
+      ++heartbeats;
+    }
+  });
+  ASSERT_OK_AND_ASSIGN(auto client, RendezvousClient::Connect(Options(server->address()), Soon()));
+  client->StartHeartbeats(Milliseconds(5));
+  Deadline deadline = Soon();
+  while (heartbeats < 3 && Clock::now() < deadline) std::this_thread::sleep_for(Milliseconds(5));
+  EXPECT_GE(heartbeats, 3);
+  client.reset();  // joins the heartbeat thread and closes: the fake's loop ends
+}
+
+TEST(RendezvousClientTest, KeyValueRequestsMatchRepliesByRequestId) {
+  auto server = FakeServer::Start([](FakeConnection& peer) {
+    ASSERT_TRUE(peer.Handshake(TestToken()));
+    auto reply_to = [&](const wire::KvRequest& request, wire::KvReply reply) {
+      // A stale reply to some earlier request first: the client skips it.
+      wire::KvReply stale;
+      stale.set_request_id(request.request_id() + 1000);
+      stale.set_value("stale");
+      peer.Send(wire::KV_REPLY, stale);
+      reply.set_request_id(request.request_id());
+      peer.Send(wire::KV_REPLY, reply);
+    };
+    wire::KvRequest request;
+    uint64_t last_id = 0;
+    auto next = [&](wire::KvRequest::Op op) {
+      EXPECT_TRUE(peer.Read(wire::KV_REQUEST, &request));
+      EXPECT_EQ(request.op(), op);
+      EXPECT_GT(request.request_id(), last_id);
+      last_id = request.request_id();
+    };
+
+    next(wire::KvRequest::SET);
+    EXPECT_EQ(request.key(), "path");
+    EXPECT_EQ(request.value(), std::string("/ckpt\0x", 7));
+    reply_to(request, {});
+
+    next(wire::KvRequest::GET);
+    wire::KvReply found;
+    found.set_found(true);
+    found.set_value(std::string("/ckpt\0x", 7));
+    reply_to(request, found);
+
+    next(wire::KvRequest::GET);
+    reply_to(request, {});  // not found
+
+    next(wire::KvRequest::ADD);
+    EXPECT_EQ(request.delta(), -5);
+    wire::KvReply number;
+    number.set_number(37);
+    reply_to(request, number);
+
+    next(wire::KvRequest::COMPARE_SET);
+    EXPECT_EQ(request.expected(), "");
+    EXPECT_EQ(request.value(), "mine");
+    wire::KvReply stored;
+    stored.set_value("theirs");
+    reply_to(request, stored);
+
+    next(wire::KvRequest::DELETE);
+    wire::KvReply deleted;
+    deleted.set_found(true);
+    reply_to(request, deleted);
+
+    next(wire::KvRequest::WAIT);
+    EXPECT_THAT(request.keys(), ElementsAre("a", "b"));
+    EXPECT_GT(request.deadline_ms(), 0u);
+    EXPECT_LE(request.deadline_ms(), static_cast<uint64_t>(kLong.count()));
+    wire::KvReply timeout;
+    timeout.set_code(wire::TIMEOUT);
+    timeout.set_message("keys still missing after 1000 ms: 'b'");
+    reply_to(request, timeout);
+
+    next(wire::KvRequest::WAIT);
+    reply_to(request, {});
+    peer.WaitForClose();
+  });
+  ASSERT_OK_AND_ASSIGN(auto client, RendezvousClient::Connect(Options(server->address()), Soon()));
+  EXPECT_OK(client->Set("path", std::string("/ckpt\0x", 7), Soon()));
+  ASSERT_OK_AND_ASSIGN(std::optional<std::string> value, client->Get("path", Soon()));
+  EXPECT_EQ(value, std::string("/ckpt\0x", 7));
+  ASSERT_OK_AND_ASSIGN(value, client->Get("missing", Soon()));
+  EXPECT_EQ(value, std::nullopt);
+  ASSERT_OK_AND_ASSIGN(int64_t sum, client->Add("counter", -5, Soon()));
+  EXPECT_EQ(sum, 37);
+  ASSERT_OK_AND_ASSIGN(std::string now, client->CompareSet("owner", "", "mine", Soon()));
+  EXPECT_EQ(now, "theirs");
+  ASSERT_OK_AND_ASSIGN(bool deleted, client->Delete("owner", Soon()));
+  EXPECT_TRUE(deleted);
+  EXPECT_THAT(
+      client->Wait({"a", "b"}, Soon()),
+      StatusIs(Status::Code::kDeadlineExceeded, HasSubstr("still missing after 1000 ms: 'b'")));
+  EXPECT_OK(client->Wait({"a"}, Soon()));
+}
+
+TEST(RendezvousClientTest, KeyAndValueLimitsAreCheckedBeforeSending) {
+  auto server = FakeServer::Start([](FakeConnection& peer) {
+    ASSERT_TRUE(peer.Handshake(TestToken()));
+    peer.WaitForClose();
+  });
+  ASSERT_OK_AND_ASSIGN(auto client, RendezvousClient::Connect(Options(server->address()), Soon()));
+  EXPECT_THAT(client->Set(std::string(5000, 'k'), "v", Soon()),
+              StatusIs(Status::Code::kInvalidArgument, HasSubstr("key is at most")));
+  EXPECT_THAT(client->Set("k", std::string((1 << 20) + 1, 'v'), Soon()),
+              StatusIs(Status::Code::kInvalidArgument, HasSubstr("value is at most")));
+}
+
+TEST(RendezvousClientTest, ServerClosingMidCallIsUnavailable) {
+  auto server = FakeServer::Start([](FakeConnection& peer) {
+    ASSERT_TRUE(peer.Handshake(TestToken()));
+    wire::KvRequest request;
+    ASSERT_TRUE(peer.Read(wire::KV_REQUEST, &request));
+  });
+  ASSERT_OK_AND_ASSIGN(auto client, RendezvousClient::Connect(Options(server->address()), Soon()));
+  EXPECT_THAT(client->Get("k", Soon()),
+              StatusIs(Status::Code::kUnavailable,
+                       HasSubstr("closed the connection while waiting for the reply to GET 'k'")));
+  EXPECT_THAT(client->WaitForStop(Soon()),
+              StatusIs(Status::Code::kUnavailable, HasSubstr("closed")));
+}
+
+// Entries of /proc/self/fd or /proc/self/task.
+int CountEntries(const char* dir) {
+  DIR* d = ::opendir(dir);
+  if (d == nullptr) return -1;
+  int count = 0;
+  while (::readdir(d) != nullptr) ++count;
+  ::closedir(d);
+  return count;
+}
+
+TEST(RendezvousClientTest, LeavesNoThreadsOrDescriptorsBehind) {
+  int fds = CountEntries("/proc/self/fd");
+  int threads = CountEntries("/proc/self/task");
+  {
+    // A refused connect, then a client with heartbeats running.
+    auto refused = RendezvousClient::Connect(Options("127.0.0.1:" + std::to_string(UnusedPort())),
+                                             Clock::now() + Milliseconds(50));
+    EXPECT_FALSE(refused.ok());
+    auto server = FakeServer::Start([](FakeConnection& peer) {
+      ASSERT_TRUE(peer.Handshake(TestToken()));
+      peer.WaitForClose();
+    });
+    ASSERT_OK_AND_ASSIGN(auto client,
+                         RendezvousClient::Connect(Options(server->address()), Soon()));
+    client->StartHeartbeats(Milliseconds(1));
+    client->StartHeartbeats(Milliseconds(2));  // a second call only changes the interval
+    std::this_thread::sleep_for(Milliseconds(10));
+  }
+  EXPECT_EQ(CountEntries("/proc/self/fd"), fds);
+  EXPECT_EQ(CountEntries("/proc/self/task"), threads);
+}
+
+// ---------------------------------------------------------------------------
+// End to end, against the real RendezvousServer.
+
+std::unique_ptr<RendezvousServer> StartServer(RendezvousServerOptions options) {
+  options.bind_address = "127.0.0.1";
+  options.token = TestToken();
+  Result<std::unique_ptr<RendezvousServer>> server = RendezvousServer::Start(std::move(options));
+  EXPECT_OK(server);
+  return server.ok() ? std::move(server).value() : nullptr;
+}
+
+std::string ServerAddress(const RendezvousServer& server) {
+  return "127.0.0.1:" + std::to_string(server.port());
+}
+
+NodeInfo Node(int i) {
+  NodeInfo node;
+  node.executor_id = std::to_string(i);
+  node.host = "127.0.0.1";
+  node.ports = {static_cast<uint32_t>(20000 + i)};
+  node.pid = 1000 + i;
+  node.gpus = {i};
+  return node;
+}
+
+// Connects and registers `count` nodes, each from its own thread.
+std::vector<std::unique_ptr<RendezvousClient>> JoinCluster(const RendezvousServer& server,
+                                                           int count,
+                                                           std::vector<FormedCluster>* formed) {
+  std::vector<std::unique_ptr<RendezvousClient>> clients(count);
+  formed->assign(count, FormedCluster{});
+  std::vector<std::thread> threads;
+  for (int i = 0; i < count; ++i) {
+    threads.emplace_back([&, i] {
+      RendezvousClientOptions options = Options(ServerAddress(server));
+      options.name = "node " + std::to_string(i);
+      auto client = RendezvousClient::Connect(options, Soon());
+      ASSERT_OK(client);
+      Result<FormedCluster> cluster = (*client)->Register(Node(i), Soon());
+      ASSERT_OK(cluster);
+      (*formed)[i] = std::move(cluster).value();
+      clients[i] = std::move(client).value();
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  return clients;
+}
+
+TEST(RendezvousEndToEndTest, ThreeNodesReceiveOneClusterWithDistinctRoles) {
+  RendezvousServerOptions options;
+  options.cluster.num_nodes = 3;
+  options.cluster.master_node = "chief";
+  auto server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  std::vector<FormedCluster> formed;
+  auto clients = JoinCluster(*server, 3, &formed);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+
+  std::set<std::pair<std::string, int>> roles;
+  for (const FormedCluster& cluster : formed) {
+    EXPECT_EQ(cluster.cluster_id, formed[0].cluster_id);
+    EXPECT_EQ(cluster.spec, formed[0].spec);
+    ASSERT_EQ(cluster.nodes.size(), 3u);
+    roles.insert({cluster.job_name, cluster.task_index});
+  }
+  EXPECT_EQ(roles,
+            (std::set<std::pair<std::string, int>>{{"chief", 0}, {"worker", 0}, {"worker", 1}}));
+  // Roles follow executor ids: "0" is the chief.
+  EXPECT_EQ(formed[0].job_name, "chief");
+  ASSERT_OK_AND_ASSIGN(std::string chief, formed[0].spec.task_address("chief", 0));
+  EXPECT_EQ(chief, "127.0.0.1:20000");
+  EXPECT_THAT(formed[2].nodes[2].gpus, ElementsAre(2));
+
+  ASSERT_OK_AND_ASSIGN(FormedCluster on_driver, server->WaitForCluster(Soon()));
+  EXPECT_EQ(on_driver.spec, formed[0].spec);
+
+  // A fourth node is too late.
+  ASSERT_OK_AND_ASSIGN(auto late,
+                       RendezvousClient::Connect(Options(ServerAddress(*server)), Soon()));
+  EXPECT_THAT(late->Register(Node(3), Soon()),
+              StatusIs(Status::Code::kAlreadyExists, HasSubstr("cluster already formed")));
+}
+
+TEST(RendezvousEndToEndTest, WrongTokenIsPermissionDenied) {
+  RendezvousServerOptions options;
+  auto server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  RendezvousClientOptions client_options = Options(ServerAddress(*server));
+  client_options.token = TestToken(9);
+  EXPECT_THAT(RendezvousClient::Connect(client_options, Soon()),
+              StatusIs(Status::Code::kPermissionDenied, HasSubstr("wrong token")));
+}
+
+TEST(RendezvousEndToEndTest, KeyValueWaitIsWokenByAnotherClientsSet) {
+  RendezvousServerOptions options;
+  auto server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  ASSERT_OK_AND_ASSIGN(auto waiter,
+                       RendezvousClient::Connect(Options(ServerAddress(*server)), Soon()));
+  ASSERT_OK_AND_ASSIGN(auto setter,
+                       RendezvousClient::Connect(Options(ServerAddress(*server)), Soon()));
+
+  Status waited = Status::Internal("not run");
+  std::thread waiting([&] { waited = waiter->Wait({"ready", "path"}, Soon()); });
+  EXPECT_OK(setter->Set("path", "/ckpt/7", Soon()));
+  std::this_thread::sleep_for(
+      Milliseconds(50));  // usually parks the WAIT first; either order passes
+  EXPECT_OK(setter->Set("ready", "1", Soon()));
+  waiting.join();
+  EXPECT_OK(waited);
+
+  ASSERT_OK_AND_ASSIGN(std::optional<std::string> path, waiter->Get("path", Soon()));
+  EXPECT_EQ(path, "/ckpt/7");
+  ASSERT_OK_AND_ASSIGN(std::optional<std::string> missing, waiter->Get("nope", Soon()));
+  EXPECT_EQ(missing, std::nullopt);
+  ASSERT_OK_AND_ASSIGN(int64_t count, waiter->Add("count", 2, Soon()));
+  EXPECT_EQ(count, 2);
+  ASSERT_OK_AND_ASSIGN(count, setter->Add("count", 3, Soon()));
+  EXPECT_EQ(count, 5);
+  ASSERT_OK_AND_ASSIGN(std::string owner, waiter->CompareSet("owner", "", "waiter", Soon()));
+  EXPECT_EQ(owner, "waiter");
+  ASSERT_OK_AND_ASSIGN(owner, setter->CompareSet("owner", "", "setter", Soon()));
+  EXPECT_EQ(owner, "waiter");
+  ASSERT_OK_AND_ASSIGN(bool deleted, setter->Delete("owner", Soon()));
+  EXPECT_TRUE(deleted);
+  ASSERT_OK_AND_ASSIGN(deleted, setter->Delete("owner", Soon()));
+  EXPECT_FALSE(deleted);
+  EXPECT_THAT(waiter->Wait({"path", "never"}, Clock::now() + Milliseconds(300)),
+              StatusIs(Status::Code::kDeadlineExceeded, HasSubstr("never")));
+  // The connection is still good after a timed-out WAIT.
+  EXPECT_OK(waiter->Set("after", "x", Soon()));
+}
+
+TEST(RendezvousEndToEndTest, ReservationTimeoutTellsTheWaitingNodeWhatIsMissing) {
+  RendezvousServerOptions options;
+  options.cluster.num_nodes = 2;
+  options.reservation_timeout = Milliseconds(200);
+  auto server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  ASSERT_OK_AND_ASSIGN(auto client,
+                       RendezvousClient::Connect(Options(ServerAddress(*server)), Soon()));
+  Result<FormedCluster> cluster = client->Register(Node(0), Soon());
+  EXPECT_THAT(cluster, StatusIs(Status::Code::kDeadlineExceeded, HasSubstr("1 of 2")));
+  EXPECT_THAT(cluster.status().message(), HasSubstr("rendezvous server " + ServerAddress(*server)));
+}
+
+TEST(RendezvousEndToEndTest, HeartbeatsKeepANodeAlive) {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<NodeEvent> events;
+  RendezvousServerOptions options;
+  options.cluster.num_nodes = 2;
+  options.heartbeat_interval = Milliseconds(25);
+  // Generous, so a loaded machine does not starve the heartbeating node.
+  options.missed_heartbeats_until_dead = 40;
+  options.on_event = [&](const NodeEvent& event) {
+    std::lock_guard<std::mutex> lock(mu);
+    events.push_back(event);
+    cv.notify_all();
+  };
+  auto server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  std::vector<FormedCluster> formed;
+  auto clients = JoinCluster(*server, 2, &formed);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  EXPECT_EQ(formed[0].heartbeat_interval, Milliseconds(25));
+  clients[0]->StartHeartbeats(formed[0].heartbeat_interval);  // node 1 stays silent
+
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_until(lock, Soon(), [&] { return !events.empty(); }));
+    EXPECT_EQ(events[0].kind, NodeEvent::Kind::kDead);
+    EXPECT_EQ(events[0].node.executor_id, "1");
+  }
+  ASSERT_OK_AND_ASSIGN(ClusterState state, clients[0]->QueryState(Soon()));
+  EXPECT_EQ(state.phase, "formed");
+  ASSERT_EQ(state.nodes.size(), 2u);
+  for (const NodeStatus& node : state.nodes) {
+    EXPECT_EQ(node.alive, node.node.executor_id == "0") << node.node.executor_id;
+  }
+}
+
+TEST(RendezvousEndToEndTest, StopsAndErrorsReachTheNodes) {
+  std::mutex mu;
+  std::vector<NodeEvent> events;
+  RendezvousServerOptions options;
+  options.cluster.num_nodes = 2;
+  options.on_event = [&](const NodeEvent& event) {
+    std::lock_guard<std::mutex> lock(mu);
+    events.push_back(event);
+  };
+  auto server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  std::vector<FormedCluster> formed;
+  auto clients = JoinCluster(*server, 2, &formed);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+
+  EXPECT_OK(clients[1]->ReportError("1", "trainer crashed", {"Traceback", "OOM"}));
+  ASSERT_OK_AND_ASSIGN(ClusterState state, clients[0]->QueryState(Soon()));
+  ASSERT_EQ(state.nodes.size(), 2u);
+  bool seen = false;
+  for (const NodeStatus& node : state.nodes) {
+    if (node.node.executor_id != "1") continue;
+    seen = true;
+    EXPECT_THAT(node.error, HasSubstr("trainer crashed"));
+    EXPECT_THAT(node.last_log_lines, ElementsAre("Traceback", "OOM"));
+  }
+  EXPECT_TRUE(seen);
+
+  EXPECT_OK(clients[0]->StopAll());
+  for (auto& client : clients) {
+    ASSERT_OK_AND_ASSIGN(bool stopped, client->WaitForStop(Soon()));
+    EXPECT_TRUE(stopped);
+  }
+}
+
+}  // namespace
+}  // namespace drover

@@ -1,0 +1,31 @@
+#include "rendezvous/node_info_codec.h"
+
+namespace drover::rendezvous_internal {
+
+wire::NodeInfo NodeToWire(const NodeInfo& node) {
+  wire::NodeInfo out;
+  out.set_executor_id(node.executor_id);
+  out.set_host(node.host);
+  for (uint32_t port : node.ports) out.add_ports(port);
+  out.set_pid(node.pid);
+  for (int32_t gpu : node.gpus) out.add_gpus(gpu);
+  out.set_agent_address(node.agent_address);
+  out.set_job_name(node.job_name);
+  out.set_task_index(node.task_index);
+  return out;
+}
+
+NodeInfo NodeFromWire(const wire::NodeInfo& node) {
+  NodeInfo out;
+  out.executor_id = node.executor_id();
+  out.host = node.host();
+  out.ports.assign(node.ports().begin(), node.ports().end());
+  out.pid = node.pid();
+  out.gpus.assign(node.gpus().begin(), node.gpus().end());
+  out.agent_address = node.agent_address();
+  out.job_name = node.job_name();
+  out.task_index = node.task_index();
+  return out;
+}
+
+}  // namespace drover::rendezvous_internal
