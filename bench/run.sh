@@ -5,6 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
+echo "== cluster spec encoding (baseline: memcpy of the same bytes) =="
 build/bin/cluster_spec_bench --benchmark_format=json --benchmark_min_time=0.2 \
   --benchmark_repetitions=3 --benchmark_report_aggregates_only=true >"$out/cluster_spec.json"
 /usr/bin/python3 bench/ratios.py "$out/cluster_spec.json" BM_MemcpyBaseline
+echo
+echo "== rendezvous barrier (baseline: naive epoll server sending the full spec to each node) =="
+build/bin/rendezvous_bench 8 1000 4000

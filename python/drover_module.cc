@@ -40,4 +40,5 @@ PYBIND11_MODULE(_drover, m) {
   m.doc() = "drover's C++ core: ClusterSpec, cluster resolvers, framework environments.";
   drover::python::RegisterSpec(m);
   drover::python::RegisterResolvers(m);
+  drover::python::RegisterRendezvous(m);
 }

@@ -17,8 +17,11 @@ from drover import _drover
 from drover._drover import (
     ClusterResolver,
     ClusterSpec,
+    ClusterToken,
     KubernetesClusterResolver,
     MPIClusterResolver,
+    RendezvousClient,
+    RendezvousServer,
     ResourceSpecClusterResolver,
     SimpleClusterResolver,
     SlurmClusterResolver,
@@ -49,8 +52,11 @@ class UnionClusterResolver(_drover.UnionClusterResolver):
 __all__ = [
     "ClusterResolver",
     "ClusterSpec",
+    "ClusterToken",
     "KubernetesClusterResolver",
     "MPIClusterResolver",
+    "RendezvousClient",
+    "RendezvousServer",
     "ResourceSpecClusterResolver",
     "SimpleClusterResolver",
     "SlurmClusterResolver",

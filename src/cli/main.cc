@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "cli/rendezvous_command.h"
 #include "cli/resolve_command.h"
 #include "drover/auto_resolver.h"
 #include "drover/environment.h"
@@ -53,6 +54,46 @@ void AddResolveCommand(CLI::App& app, drover::cli::ResolveFlags& flags, int& exi
   });
 }
 
+void AddRendezvousCommand(CLI::App& app, drover::cli::RendezvousFlags& flags, int& exit_code) {
+  CLI::App* rendezvous = app.add_subcommand(
+      "rendezvous",
+      "Run a standalone reservation server for a cluster started by hand: wait for --nodes\n"
+      "nodes to register, print the cluster as JSON, then watch the nodes until they leave.");
+  rendezvous->add_option("--nodes", flags.nodes, "Number of nodes to wait for")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  rendezvous->add_option("--ps", flags.ps, "How many nodes become parameter servers (ps)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  rendezvous->add_flag("--chief", flags.chief, "Make one node the chief");
+  rendezvous->add_flag("--evaluator", flags.evaluator, "Make one node the evaluator");
+  rendezvous->add_option("--port", flags.port, "Port to listen on (0: any free port)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  rendezvous->add_option("--bind", flags.bind, "Address to listen on")->capture_default_str();
+  rendezvous
+      ->add_option("--token-file", flags.token_file,
+                   "Cluster token (64 hex characters, mode 0600); created when absent")
+      ->required();
+  rendezvous
+      ->add_option("--timeout", flags.timeout_seconds,
+                   "Seconds to wait for every node before failing with the list of missing ones")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  rendezvous
+      ->add_option("--heartbeat", flags.heartbeat_seconds,
+                   "Seconds between node heartbeats; 5 missed ones declare a node dead")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  rendezvous->footer(
+      "Roles follow TensorFlowOnSpark: ps first, then the chief, the evaluator, then workers,\n"
+      "assigned by executor id. Exit codes: 0 ok, 1 reservation failed or interrupted, 2 bad "
+      "input.");
+  rendezvous->callback([&flags, &exit_code] {
+    exit_code = drover::cli::RunRendezvous(flags, std::cout, std::cerr);
+  });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -68,6 +109,8 @@ int main(int argc, char** argv) {
   int exit_code = drover::cli::kExitOk;
   drover::cli::ResolveFlags resolve_flags;
   AddResolveCommand(app, resolve_flags, exit_code);
+  drover::cli::RendezvousFlags rendezvous_flags;
+  AddRendezvousCommand(app, rendezvous_flags, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,421 @@
+// Barrier time of the rendezvous: from the first connect of N simulated nodes
+// to the last node holding the whole cluster, for drover's RendezvousServer
+// and for the naive reference (a plain epoll server that, once all N have
+// registered, encodes the full, uncompressed cluster once and sends it to
+// every node, with no handshake).
+// Both servers run in a child process of their own, so the figure "server
+// memory per registered node" is the child's RSS growth divided by N.
+//
+// The simulated nodes are non-blocking sockets driven by one epoll thread in
+// the parent: drover's nodes do the real handshake (HMAC), REGISTER, and read
+// frames until CLUSTER; the naive nodes send one frame and read the reply.
+// A node "holds" the cluster when its last byte has arrived (decoding it is
+// each node's own work, done in parallel on real machines).
+//
+// usage: rendezvous_bench [N ...]   (default 8 1000 4000); repetitions: 3, median.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "drover/rendezvous.h"
+#include "wire/auth.h"
+#include "wire/frame.h"
+
+namespace {
+
+using drover::Clock;
+namespace wire = drover::wire;
+
+constexpr int kRepetitions = 3;
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "rendezvous_bench: %s\n", what.c_str());
+  std::exit(1);
+}
+
+long RssKilobytes(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
+  }
+  return 0;
+}
+
+void RaiseFdLimit() {
+  rlimit limit{};
+  getrlimit(RLIMIT_NOFILE, &limit);
+  limit.rlim_cur = limit.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &limit);
+}
+
+int ConnectNonBlocking(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) Die("socket: " + std::string(std::strerror(errno)));
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(port);
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 &&
+      errno != EINPROGRESS) {
+    Die("connect: " + std::string(std::strerror(errno)));
+  }
+  return fd;
+}
+
+bool WriteAll(int fd, const std::string& bytes) {
+  size_t sent = 0;
+  while (sent < bytes.size()) {
+    ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += static_cast<size_t>(n);
+    } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      pollfd p{fd, POLLOUT, 0};
+      ::poll(&p, 1, 1000);
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+// One simulated node: reads frames header-first and only keeps small bodies.
+struct SimNode {
+  enum class Phase { kChallenge, kAuthOk, kCluster, kNaiveReply, kDone };
+  int fd = -1;
+  Phase phase = Phase::kChallenge;
+  std::string client_nonce;
+  std::string header;  // the current frame's header bytes
+  std::string body;    // kept only for handshake frames
+  uint64_t body_seen = 0;
+  uint32_t body_length = 0;
+  uint16_t type = 0;
+  Clock::time_point done_at;
+};
+
+class SimNodes {
+ public:
+  SimNodes(int count, uint16_t port, bool naive, const wire::Token& token)
+      : nodes_(count), naive_(naive), token_(token) {
+    epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
+    for (int i = 0; i < count; ++i) {
+      SimNode& node = nodes_[i];
+      node.fd = ConnectNonBlocking(port);
+      epoll_event event{EPOLLIN | EPOLLOUT, {.u64 = static_cast<uint64_t>(i)}};
+      ::epoll_ctl(epoll_, EPOLL_CTL_ADD, node.fd, &event);
+    }
+  }
+  ~SimNodes() {
+    for (SimNode& node : nodes_) ::close(node.fd);
+    ::close(epoll_);
+  }
+
+  // Runs every node to completion; returns when the last holds the cluster.
+  Clock::time_point Run(Clock::time_point deadline) {
+    int remaining = static_cast<int>(nodes_.size());
+    std::vector<bool> started(nodes_.size(), false);
+    std::vector<epoll_event> events(1024);
+    while (remaining > 0) {
+      if (Clock::now() > deadline) Die(std::to_string(remaining) + " nodes never got the cluster");
+      int n = ::epoll_wait(epoll_, events.data(), static_cast<int>(events.size()), 1000);
+      for (int e = 0; e < n; ++e) {
+        size_t i = events[e].data.u64;
+        SimNode& node = nodes_[i];
+        if (!started[i] && (events[e].events & EPOLLOUT)) {
+          started[i] = true;
+          Start(node, i);
+          epoll_event in{EPOLLIN, {.u64 = i}};
+          ::epoll_ctl(epoll_, EPOLL_CTL_MOD, node.fd, &in);
+        }
+        if ((events[e].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) &&
+            node.phase != SimNode::Phase::kDone) {
+          if (Read(node, i) && node.phase == SimNode::Phase::kDone) --remaining;
+        }
+      }
+    }
+    Clock::time_point last = Clock::time_point::min();
+    for (const SimNode& node : nodes_) last = std::max(last, node.done_at);
+    return last;
+  }
+
+  uint64_t bytes_received() const { return bytes_received_; }
+
+ private:
+  void Start(SimNode& node, size_t i) {
+    if (naive_) {
+      node.phase = SimNode::Phase::kNaiveReply;
+      WriteAll(node.fd, wire::EncodeFrame(wire::REGISTER, "executor " + std::to_string(i)));
+      return;
+    }
+    node.client_nonce = std::string(wire::kNonceBytes, static_cast<char>(i & 0xff));
+    wire::Hello hello;
+    hello.set_client_nonce(node.client_nonce);
+    hello.set_name("sim " + std::to_string(i));
+    WriteAll(node.fd, wire::EncodeFrame(wire::HELLO, hello));
+  }
+
+  // Reads what is available; true when a frame completed.
+  bool Read(SimNode& node, size_t i) {
+    char buffer[65536];
+    bool completed = false;
+    for (;;) {
+      ssize_t n = ::recv(node.fd, buffer, sizeof(buffer), 0);
+      if (n == 0) Die("server closed node " + std::to_string(i) + " early");
+      if (n < 0) {
+        if (errno == EAGAIN || errno == EINTR) return completed;
+        Die("recv: " + std::string(std::strerror(errno)));
+      }
+      bytes_received_ += static_cast<uint64_t>(n);
+      size_t offset = 0;
+      while (offset < static_cast<size_t>(n) && node.phase != SimNode::Phase::kDone) {
+        if (node.header.size() < wire::kHeaderBytes) {
+          size_t take = std::min(wire::kHeaderBytes - node.header.size(), n - offset);
+          node.header.append(buffer + offset, take);
+          offset += take;
+          if (node.header.size() == wire::kHeaderBytes) {
+            wire::FrameHeader header;
+            wire::FrameError error;
+            if (!wire::DecodeHeader(node.header, 1u << 30, &header, &error)) Die(error.message);
+            node.body_length = header.length;
+            node.type = header.type;
+            node.body.clear();
+            node.body_seen = 0;
+          }
+          if (node.header.size() < wire::kHeaderBytes || node.body_length > 0) continue;
+        } else {
+          size_t take = std::min<uint64_t>(node.body_length - node.body_seen, n - offset);
+          if (node.body_length < 4096) node.body.append(buffer + offset, take);
+          node.body_seen += take;
+          offset += take;
+          if (node.body_seen < node.body_length) continue;
+        }
+        FrameDone(node, i);
+        completed = true;
+        node.header.clear();
+      }
+    }
+  }
+
+  void FrameDone(SimNode& node, size_t i) {
+    if (node.type == wire::ERROR) Die("node " + std::to_string(i) + " got an ERROR frame");
+    switch (node.phase) {
+      case SimNode::Phase::kChallenge: {
+        wire::Challenge challenge;
+        challenge.ParseFromString(node.body);
+        wire::Auth auth;
+        auth.set_mac(wire::ClientMac(token_, challenge.server_nonce(), node.client_nonce));
+        WriteAll(node.fd, wire::EncodeFrame(wire::AUTH, auth));
+        node.phase = SimNode::Phase::kAuthOk;
+        break;
+      }
+      case SimNode::Phase::kAuthOk: {
+        wire::Register reg;
+        reg.mutable_node()->set_executor_id(std::to_string(i));
+        reg.mutable_node()->set_host("node" + std::to_string(i / 8) + ".cluster.example.com");
+        reg.mutable_node()->add_ports(20000 + static_cast<uint32_t>(i % 8));
+        reg.mutable_node()->set_pid(static_cast<int32_t>(100000 + i));
+        WriteAll(node.fd, wire::EncodeFrame(wire::REGISTER, reg));
+        node.phase = SimNode::Phase::kCluster;
+        break;
+      }
+      case SimNode::Phase::kCluster:
+        if (node.type != wire::CLUSTER) break;  // REGISTERED acks
+        [[fallthrough]];
+      case SimNode::Phase::kNaiveReply:
+        node.phase = SimNode::Phase::kDone;
+        node.done_at = Clock::now();
+        break;
+      case SimNode::Phase::kDone:
+        break;
+    }
+  }
+
+  std::vector<SimNode> nodes_;
+  bool naive_;
+  wire::Token token_;
+  int epoll_ = -1;
+  uint64_t bytes_received_ = 0;
+};
+
+// The naive reference server: register everyone, then serialize the full
+// cluster once per node and send it.
+[[noreturn]] void RunNaiveServer(int listen_fd, int count) {
+  int epoll = ::epoll_create1(EPOLL_CLOEXEC);
+  epoll_event accept_event{EPOLLIN, {.fd = listen_fd}};
+  ::epoll_ctl(epoll, EPOLL_CTL_ADD, listen_fd, &accept_event);
+  std::vector<int> clients;
+  int registered = 0;
+  std::vector<epoll_event> events(1024);
+  while (registered < count) {
+    int n = ::epoll_wait(epoll, events.data(), static_cast<int>(events.size()), -1);
+    for (int e = 0; e < n; ++e) {
+      int fd = events[e].data.fd;
+      if (fd == listen_fd) {
+        for (;;) {
+          int client = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+          if (client < 0) break;
+          clients.push_back(client);
+          epoll_event in{EPOLLIN, {.fd = client}};
+          ::epoll_ctl(epoll, EPOLL_CTL_ADD, client, &in);
+        }
+        continue;
+      }
+      char buffer[4096];
+      ssize_t got = ::recv(fd, buffer, sizeof(buffer), 0);
+      if (got > 0) ++registered;  // one small frame per client
+    }
+  }
+  drover::ClusterSpec spec;
+  std::vector<std::string> workers;
+  for (int i = 0; i < count; ++i) {
+    workers.push_back("node" + std::to_string(i / 8) +
+                      ".cluster.example.com:" + std::to_string(20000 + i % 8));
+  }
+  (void)spec.AddJob("worker", workers);
+  // The full spec and every node's metadata, encoded once, sent whole to each node.
+  wire::SharedCluster shared;
+  shared.set_cluster_def(spec.AsClusterDef());
+  for (int i = 0; i < count; ++i) {
+    wire::NodeInfo* node = shared.add_nodes();
+    node->set_executor_id(std::to_string(i));
+    node->set_host("node" + std::to_string(i / 8) + ".cluster.example.com");
+    node->add_ports(20000 + static_cast<uint32_t>(i % 8));
+    node->set_pid(100000 + i);
+    node->set_job_name("worker");
+    node->set_task_index(i);
+  }
+  std::string frame = wire::EncodeFrame(wire::CLUSTER, shared);
+  for (int client : clients) WriteAll(client, frame);
+  ::pause();
+  std::_Exit(0);
+}
+
+struct ServerProcess {
+  pid_t pid = -1;
+  uint16_t port = 0;
+};
+
+ServerProcess ForkNaiveServer(int count) {
+  int listen_fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  int one = 1;
+  setsockopt(listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::bind(listen_fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+      ::listen(listen_fd, 8192) != 0) {
+    Die("naive server bind/listen: " + std::string(std::strerror(errno)));
+  }
+  socklen_t length = sizeof(address);
+  ::getsockname(listen_fd, reinterpret_cast<sockaddr*>(&address), &length);
+  pid_t pid = ::fork();
+  if (pid == 0) RunNaiveServer(listen_fd, count);
+  ::close(listen_fd);
+  return {pid, ntohs(address.sin_port)};
+}
+
+ServerProcess ForkDroverServer(int count, const drover::ClusterToken& token) {
+  int pipe_fds[2];
+  if (::pipe(pipe_fds) != 0) Die("pipe");
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    drover::RendezvousServerOptions options;
+    options.bind_address = "127.0.0.1";
+    options.token = token;
+    options.cluster.num_nodes = count;
+    options.reservation_timeout = drover::Milliseconds(120'000);
+    options.heartbeat_interval = drover::Milliseconds(60'000);
+    auto server = drover::RendezvousServer::Start(std::move(options));
+    if (!server.ok()) Die(server.status().ToString());
+    uint16_t port = (*server)->port();
+    if (::write(pipe_fds[1], &port, sizeof(port)) != sizeof(port)) Die("pipe write");
+    ::pause();
+    std::_Exit(0);
+  }
+  uint16_t port = 0;
+  if (::read(pipe_fds[0], &port, sizeof(port)) != sizeof(port)) Die("drover server did not start");
+  ::close(pipe_fds[0]);
+  ::close(pipe_fds[1]);
+  return {pid, port};
+}
+
+struct Measurement {
+  double barrier_ms = 0;
+  double rss_kb_per_node = 0;
+  double kb_received_per_node = 0;
+};
+
+Measurement MeasureOnce(int count, bool naive, const drover::ClusterToken& token) {
+  ServerProcess server = naive ? ForkNaiveServer(count) : ForkDroverServer(count, token);
+  long rss_before = RssKilobytes(server.pid);
+  wire::Token wire_token{};
+  std::copy(token.bytes.begin(), token.bytes.end(), wire_token.begin());
+  Clock::time_point start = Clock::now();
+  Clock::time_point last;
+  uint64_t bytes = 0;
+  long rss_after = 0;
+  {
+    SimNodes nodes(count, server.port, naive, wire_token);
+    last = nodes.Run(start + std::chrono::seconds(120));
+    bytes = nodes.bytes_received();
+    rss_after = RssKilobytes(server.pid);
+  }
+  ::kill(server.pid, SIGKILL);
+  ::waitpid(server.pid, nullptr, 0);
+  Measurement m;
+  m.barrier_ms = std::chrono::duration<double, std::milli>(last - start).count();
+  m.rss_kb_per_node = static_cast<double>(rss_after - rss_before) / count;
+  m.kb_received_per_node = static_cast<double>(bytes) / 1024.0 / count;
+  return m;
+}
+
+Measurement Median(int count, bool naive, const drover::ClusterToken& token) {
+  std::vector<Measurement> runs;
+  for (int r = 0; r < kRepetitions; ++r) runs.push_back(MeasureOnce(count, naive, token));
+  std::sort(runs.begin(), runs.end(),
+            [](const Measurement& a, const Measurement& b) { return a.barrier_ms < b.barrier_ms; });
+  return runs[runs.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  RaiseFdLimit();
+  std::vector<int> counts;
+  for (int i = 1; i < argc; ++i) counts.push_back(std::atoi(argv[i]));
+  if (counts.empty()) counts = {8, 1000, 4000};
+  auto token = drover::ClusterToken::Generate();
+  if (!token.ok()) Die(token.status().ToString());
+  std::printf("%-8s %6s %12s %14s %16s %14s\n", "server", "N", "barrier ms", "x naive",
+              "KiB recv/node", "server KiB/node");
+  for (int count : counts) {
+    Measurement naive = Median(count, /*naive=*/true, *token);
+    Measurement drover = Median(count, /*naive=*/false, *token);
+    std::printf("%-8s %6d %12.1f %14s %16.1f %14.1f\n", "naive", count, naive.barrier_ms, "1.00",
+                naive.kb_received_per_node, naive.rss_kb_per_node);
+    std::printf("%-8s %6d %12.1f %14.2f %16.1f %14.1f\n", "drover", count, drover.barrier_ms,
+                drover.barrier_ms / naive.barrier_ms, drover.kb_received_per_node,
+                drover.rss_kb_per_node);
+    std::fflush(stdout);
+  }
+  return 0;
+}

@@ -1,0 +1,95 @@
+"""Forming a cluster from Python: a real server, real clients in threads."""
+import threading
+
+import pytest
+
+import drover
+
+
+@pytest.fixture
+def token():
+    return drover.ClusterToken.generate()
+
+
+def join_all(server, token, executor_ids, results, timeout=30):
+    def join(executor_id):
+        client = drover.RendezvousClient("127.0.0.1:%d" % server.port, token,
+                                         name="node %s" % executor_id, timeout=timeout)
+        results[executor_id] = (client, client.register(executor_id, "127.0.0.1",
+                                                         [30000 + int(executor_id)],
+                                                         timeout=timeout))
+
+    threads = [threading.Thread(target=join, args=(e,)) for e in executor_ids]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def test_three_nodes_get_one_cluster_with_roles(token):
+    server = drover.RendezvousServer(3, token, num_ps=1, master_node="chief")
+    results = {}
+    threads = join_all(server, token, ["2", "0", "1"], results)
+    formed = server.wait_for_cluster(timeout=30)
+    for t in threads:
+        t.join(30)
+    assert formed["cluster_spec"].as_dict() == {
+        "ps": ["127.0.0.1:30000"], "chief": ["127.0.0.1:30001"], "worker": ["127.0.0.1:30002"]}
+    roles = {e: (r["job_name"], r["task_index"]) for e, (_, r) in results.items()}
+    assert roles == {"0": ("ps", 0), "1": ("chief", 0), "2": ("worker", 0)}
+    for _, r in results.values():
+        assert r["cluster_spec"] == formed["cluster_spec"]
+        assert r["cluster_id"] == formed["cluster_id"]
+    server.shutdown()
+
+
+def test_key_value_store_between_nodes(token):
+    server = drover.RendezvousServer(1, token)
+    a = drover.RendezvousClient("127.0.0.1:%d" % server.port, token)
+    b = drover.RendezvousClient("127.0.0.1:%d" % server.port, token)
+    waiter = threading.Thread(target=lambda: b.wait(["checkpoint"], timeout=30))
+    waiter.start()
+    a.set("checkpoint", b"/tmp/ckpt-7")
+    waiter.join(30)
+    assert not waiter.is_alive()
+    assert b.get("checkpoint") == b"/tmp/ckpt-7"
+    assert b.get("missing") is None
+    assert a.add("step", 5) == 5
+    assert b.add("step", 2) == 7
+    assert a.compare_set("leader", b"", b"a") == b"a"
+    assert b.compare_set("leader", b"", b"b") == b"a"
+    assert a.delete("leader")
+    with pytest.raises(TimeoutError, match="never"):
+        a.wait(["never"], timeout=0.2)
+    server.shutdown()
+
+
+def test_wrong_token_is_permission_error(token):
+    server = drover.RendezvousServer(1, token)
+    with pytest.raises(PermissionError):
+        drover.RendezvousClient("127.0.0.1:%d" % server.port, drover.ClusterToken.generate())
+    server.shutdown()
+
+
+def test_reservation_timeout_names_the_missing(token):
+    server = drover.RendezvousServer(2, token, reservation_timeout=0.5)
+    client = drover.RendezvousClient("127.0.0.1:%d" % server.port, token)
+    with pytest.raises(TimeoutError, match="missing"):
+        client.register("0", "127.0.0.1", [30000], timeout=30)
+    with pytest.raises(TimeoutError, match="executors 0"):
+        server.wait_for_cluster(timeout=30)
+    server.shutdown()
+
+
+def test_connect_deadline_names_the_address():
+    with pytest.raises(TimeoutError, match="127.0.0.1:1"):
+        drover.RendezvousClient("127.0.0.1:1", drover.ClusterToken.generate(), timeout=0.3)
+
+
+def test_token_files(tmp_path):
+    path = str(tmp_path / "token")
+    token = drover.ClusterToken.generate()
+    token.write_file(path)
+    drover.ClusterToken.read_file(path)
+    (tmp_path / "token").chmod(0o644)
+    with pytest.raises(PermissionError, match="chmod 600"):
+        drover.ClusterToken.read_file(path)
