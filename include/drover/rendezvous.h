@@ -85,6 +85,7 @@ struct FormedCluster {
 struct NodeStatus {
   NodeInfo node;
   bool alive = true;
+  bool left = false;  // finished and said so (LEAVE); not alive, not dead
   Milliseconds last_heartbeat_age{0};
   std::string error;  // reported by the node, or why it was declared dead
   std::vector<std::string> last_log_lines;
@@ -193,6 +194,9 @@ class RendezvousClient {
                      const std::vector<std::string>& last_log_lines);
   Result<ClusterState> QueryState(Deadline deadline);
   Status StopAll();
+  // Tells the server this node's program finished, so the connection closing
+  // next is not reported as a death.
+  Status Leave();
 
   // Whether the server told this node to stop, waiting up to `deadline`.
   Result<bool> WaitForStop(Deadline deadline);

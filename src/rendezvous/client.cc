@@ -647,6 +647,7 @@ Result<ClusterState> RendezvousClient::Impl::QueryState(Deadline deadline) {
     NodeStatus status;
     status.node = rendezvous_internal::NodeFromWire(node.node());
     status.alive = node.alive();
+    status.left = node.left();
     status.last_heartbeat_age = Milliseconds(node.last_heartbeat_age_ms());
     status.error = node.error();
     status.last_log_lines.assign(node.last_log_lines().begin(), node.last_log_lines().end());
@@ -810,6 +811,12 @@ Result<ClusterState> RendezvousClient::QueryState(Deadline deadline) {
 Status RendezvousClient::StopAll() {
   wire::Control control;
   control.set_kind(wire::Control::STOP_ALL);
+  return impl_->SendControl(std::move(control));
+}
+
+Status RendezvousClient::Leave() {
+  wire::Control control;
+  control.set_kind(wire::Control::LEAVE);
   return impl_->SendControl(std::move(control));
 }
 

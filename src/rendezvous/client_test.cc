@@ -974,3 +974,46 @@ TEST(RendezvousEndToEndTest, StopsAndErrorsReachTheNodes) {
 
 }  // namespace
 }  // namespace drover
+
+namespace drover {
+namespace {
+
+// Regression: a node whose program finished used to be reported dead when
+// its connection closed ("connection closed; declared dead" on every run).
+TEST(RendezvousEndToEndTest, ANodeThatLeavesIsNotReportedDead) {
+  std::mutex mu;
+  std::vector<NodeEvent> events;
+  RendezvousServerOptions options;
+  options.cluster.num_nodes = 2;
+  options.on_event = [&](const NodeEvent& event) {
+    std::lock_guard<std::mutex> lock(mu);
+    events.push_back(event);
+  };
+  auto server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  std::vector<FormedCluster> formed;
+  auto clients = JoinCluster(*server, 2, &formed);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  ASSERT_OK(clients[1]->Leave());
+  // Leave is one-way; a round trip on the same connection orders it first.
+  ASSERT_OK(clients[1]->QueryState(Soon()).status());
+  clients[1].reset();  // the connection closes
+
+  ClusterState state;
+  for (Deadline deadline = Soon(); Clock::now() < deadline;) {
+    state = server->QueryState();
+    if (!state.nodes[1].alive) break;
+  }
+  EXPECT_TRUE(state.nodes[1].left);
+  EXPECT_FALSE(state.nodes[1].alive);
+  EXPECT_EQ(state.nodes[1].error, "");
+  EXPECT_TRUE(state.nodes[0].alive);
+  // The other node's view agrees, and nobody was declared dead.
+  ASSERT_OK_AND_ASSIGN(ClusterState seen, clients[0]->QueryState(Soon()));
+  EXPECT_TRUE(seen.nodes[1].left);
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_TRUE(events.empty()) << events.front().message;
+}
+
+}  // namespace
+}  // namespace drover

@@ -242,6 +242,7 @@ class Server {
     Connection* conn = nullptr;     // borrowed; cleared by OnClosed
     Clock::time_point last_seen{};  // registration, then last heartbeat
     bool alive = true;
+    bool left = false;  // said LEAVE: finished, not dead
     bool stop_sent = false;
     std::string error;
     std::vector<std::string> last_log_lines;
@@ -1184,7 +1185,8 @@ void Server::DeclareDead(NodeRecord& node, const std::string& why) {
   if (!node.alive) return;
   node.alive = false;
   std::string message = Describe(node) + (why.rfind("missed", 0) == 0 ? " " : ": ") + why;
-  node.error = message;
+  // An error the node reported itself says more than how its connection ended.
+  if (node.error.empty()) node.error = message;
   Log(message + "; declared dead");
   if (options_.on_event) {
     NodeEvent event{NodeEvent::Kind::kDead, node.info, message, node.last_log_lines};
@@ -1255,6 +1257,7 @@ void Server::HandleControl(Connection& conn, const wire::Frame& frame) {
         wire::NodeState* out = reply.add_nodes();
         *out->mutable_node() = rendezvous_internal::NodeToWire(status.node);
         out->set_alive(status.alive);
+        out->set_left(status.left);
         out->set_last_heartbeat_age_ms(static_cast<uint64_t>(status.last_heartbeat_age.count()));
         out->set_error(status.error);
         for (const std::string& line : status.last_log_lines) out->add_last_log_lines(line);
@@ -1273,6 +1276,19 @@ void Server::HandleControl(Connection& conn, const wire::Frame& frame) {
                         who + " asked to stop all nodes",
                         {}};
         options_.on_event(event);
+      }
+      return;
+    }
+    case wire::Control::LEAVE: {
+      NodeRecord* node = conn.executor_id.empty() ? nullptr : FindNode(conn.executor_id);
+      if (node == nullptr || node->conn != &conn) {
+        Log("LEAVE from " + conn.peer() + ", which is no registered node");
+        return;
+      }
+      if (node->alive) {
+        node->alive = false;
+        node->left = true;
+        Log(Describe(*node) + " finished and left");
       }
       return;
     }
@@ -1318,6 +1334,7 @@ ClusterState Server::BuildState() const {
     NodeStatus status;
     status.node = node.info;
     status.alive = node.alive;
+    status.left = node.left;
     status.last_heartbeat_age = std::chrono::duration_cast<Milliseconds>(now - node.last_seen);
     status.error = node.error;
     status.last_log_lines = node.last_log_lines;
