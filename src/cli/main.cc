@@ -4,8 +4,10 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "cli/agent_command.h"
 #include "cli/rendezvous_command.h"
 #include "cli/resolve_command.h"
+#include "cli/run_command.h"
 #include "drover/auto_resolver.h"
 #include "drover/environment.h"
 
@@ -111,6 +113,8 @@ int main(int argc, char** argv) {
   AddResolveCommand(app, resolve_flags, exit_code);
   drover::cli::RendezvousFlags rendezvous_flags;
   AddRendezvousCommand(app, rendezvous_flags, exit_code);
+  drover::cli::AddRunCommand(app, &exit_code);
+  drover::cli::AddAgentCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,80 @@
+// Agent: one node of a `drover run` (docs/run.md). It reserves the node's
+// ports, registers with the rendezvous, writes the context file, starts the
+// user's program with the cluster's environment, heartbeats, relays the
+// driver's STOP, and reports a failed program with its last lines of output.
+// `drover agent` is a thin CLI over this type.
+//
+// An Agent owns its rendezvous connection and the program's process group;
+// neither outlives Run(). Run() is called once, from a thread that outlives
+// the program (its parent-death signal is tied to that thread); it makes the
+// process a child subreaper (PR_SET_CHILD_SUBREAPER), so processes the
+// program leaves behind are adopted and reaped by the agent, not by an init
+// that may be slow to. Interrupt() may be called from any thread or a signal
+// handler.
+
+#ifndef DROVER_AGENT_H_
+#define DROVER_AGENT_H_
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "drover/rendezvous.h"
+
+namespace drover {
+
+struct AgentOptions {
+  std::string rendezvous_address;  // "host:port"
+  ClusterToken token;
+  std::string executor_id;
+  std::string host;  // the node's address in the cluster; "" : gethostname()
+  int num_ports = 1;
+  // CUDA_VISIBLE_DEVICES: nullopt leaves it as inherited; {} sets it to "".
+  std::optional<std::vector<int>> gpus;
+  std::string log_dir;      // "" : none
+  std::string working_dir;  // the program's cwd; "" : the agent's
+  Milliseconds grace{10'000};
+  // How long to wait for the cluster to form; the server's own timeout
+  // should come first, so the agent waits a little longer.
+  Milliseconds reservation_timeout{600'000};
+  int restart_count = 0;
+  std::vector<std::string> command;  // argv; argv[0] looked up in PATH
+  // Where the program's output and the agent's own lines go.
+  int stdout_fd = 1;
+  int stderr_fd = 2;
+};
+
+class Agent {
+ public:
+  explicit Agent(AgentOptions options);
+  ~Agent();
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  // Runs the node to its end and returns the process exit code:
+  //   - the program's code (128 + signal when killed by one); on a non-zero
+  //     code the agent first sends REPORT_ERROR "<job>:<index> exited with
+  //     exit code 3" / "... killed by SIGKILL" and the last 20 lines;
+  //   - 0 when the driver's STOP ended the program (no error reported);
+  //   - 128 + signal after Interrupt(signal);
+  //   - 1 when the node cannot start (bad options, the rendezvous refused or
+  //     timed out, the program cannot be run), after one line on stderr:
+  //     "drover agent <executor-id>: <message>".
+  int Run();
+
+  // Asks Run() to stop the program (SIGTERM, SIGKILL after grace) and return
+  // 128 + signal. Async-signal-safe. Returns false when the program has not
+  // been started yet and Run() is blocked registering: the caller (a signal
+  // handler) may then simply exit.
+  bool Interrupt(int signal);
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace drover
+
+#endif  // DROVER_AGENT_H_

@@ -1,0 +1,516 @@
+#include "drover/agent.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "agent/output_tail.h"
+#include "agent/port_reservation.h"
+#include "agent/subprocess.h"
+#include "drover/framework_env.h"
+#include "drover/node_context.h"
+
+extern char** environ;
+
+namespace drover {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr size_t kTailLines = 20;
+// How often the STOP watcher hands the connection back to check for its end.
+constexpr Milliseconds kStopPoll{100};
+// The agent waits this much longer than the reservation timeout, so that the
+// server's message (naming the missing nodes) arrives first.
+constexpr Milliseconds kRegisterSlack{5'000};
+// How long output may keep coming after the program's group is gone (from a
+// process that left the group but holds the pipe).
+constexpr Milliseconds kDrainLimit{1'000};
+// How long the agent waits for the server to take a failure report.
+constexpr Milliseconds kReportTimeout{5'000};
+// How long after SIGKILL the agent waits for the group to be reaped.
+constexpr Milliseconds kReapLimit{2'000};
+
+void WriteAll(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    ssize_t n = ::write(fd, data, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) {
+      pollfd p{fd, POLLOUT, 0};
+      ::poll(&p, 1, 100);
+      continue;
+    }
+    if (n <= 0) return;  // a closed stdout must not stop the supervision
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+std::string Hostname() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return "localhost";
+  return name;
+}
+
+std::string JoinInts(const std::vector<int>& values) {
+  std::string out;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i > 0) out += ",";
+    out += std::to_string(values[i]);
+  }
+  return out;
+}
+
+// An executor id as a file name component.
+std::string FileSafe(const std::string& id) {
+  std::string out = id;
+  for (char& c : out) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) c = '_';
+  }
+  return out;
+}
+
+Result<std::string> MakeAbsolute(const std::string& dir, const char* what) {
+  std::error_code error;
+  fs::path path = dir.empty() ? fs::current_path(error) : fs::absolute(dir, error);
+  if (error)
+    return Status::IoError(std::string("cannot resolve the ") + what + ": " + error.message());
+  return path.lexically_normal().string();
+}
+
+Status EnsureDirectory(const std::string& dir, const char* what) {
+  std::error_code error;
+  fs::create_directories(dir, error);
+  if (error || !fs::is_directory(dir)) {
+    return Status::IoError(std::string("cannot create the ") + what + " " + dir + ": " +
+                           (error ? error.message() : "not a directory"));
+  }
+  return Status::Ok();
+}
+
+Status WriteFileAtomically(const std::string& path, const std::string& contents) {
+  std::string temp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(temp, std::ios::trunc);
+    out << contents << "\n";
+    if (!out.flush()) return Status::IoError("cannot write the context file " + temp);
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) {
+    int saved = errno;
+    std::remove(temp.c_str());
+    return Status::IoError("cannot write the context file " + path + ": " + std::strerror(saved));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+class Agent::Impl {
+ public:
+  explicit Impl(AgentOptions options) : options_(std::move(options)) {
+    event_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  }
+  ~Impl() {
+    if (event_fd_ >= 0) ::close(event_fd_);
+  }
+
+  int Run();
+
+  bool Interrupt(int signal) {
+    int expected = 0;
+    interrupt_signal_.compare_exchange_strong(expected, signal);
+    Notify();
+    return started_.load();
+  }
+
+ private:
+  enum class Reason { kNone, kExited, kStopped, kInterrupted, kLost };
+
+  void Notify() {
+    uint64_t one = 1;
+    ssize_t ignored = ::write(event_fd_, &one, sizeof(one));
+    (void)ignored;
+  }
+
+  int Fail(const Status& status) {
+    Say(status.message());
+    return 1;
+  }
+  void Say(const std::string& message) {
+    std::string line = "drover agent " + options_.executor_id + ": " + message + "\n";
+    WriteAll(options_.stderr_fd, line.data(), line.size());
+  }
+
+  Result<std::map<std::string, std::string>> BuildEnvironment(const FormedCluster& cluster,
+                                                              const NodeContext& context,
+                                                              const std::string& context_path);
+  // Forwards the program's output and supervises it to its end.
+  Reason Supervise(Subprocess& child, OutputTail& tail, ExitStatus* status);
+  // Reads what is available on the program's output pipe `stream`; false at EOF.
+  bool Forward(Subprocess& child, int stream, OutputTail& tail);
+  void WatchForStop(RendezvousClient* client);
+  // REPORT_ERROR, then a QUERY_STATE round trip: the server handles frames
+  // in order, so once the state comes back the report has been handled.
+  // Without it, closing the connection right after the write can reset it
+  // and lose the report.
+  void Report(RendezvousClient& client, const std::string& message,
+              const std::vector<std::string>& last_lines);
+  // LEAVE (the program finished; not a death), flushed the same way.
+  void LeaveCluster(RendezvousClient& client);
+
+  AgentOptions options_;
+  int event_fd_ = -1;
+  std::atomic<int> interrupt_signal_{0};
+  std::atomic<bool> started_{false};
+  std::atomic<bool> stop_requested_{false};
+  std::atomic<bool> connection_lost_{false};
+  std::atomic<bool> quit_watcher_{false};
+  std::mutex mu_;
+  std::string lost_reason_;  // guarded by mu_
+};
+
+int Agent::Impl::Run() {
+  const AgentOptions& o = options_;
+  if (o.executor_id.empty()) return Fail(Status::InvalidArgument("no executor id given"));
+  if (o.command.empty()) return Fail(Status::InvalidArgument("no command to run after `--`"));
+  if (event_fd_ < 0) return Fail(Status::IoError(std::string("eventfd: ") + std::strerror(errno)));
+
+  // The program's orphans become ours, so its process group empties as soon
+  // as they die (Subprocess reaps them) rather than when init gets to them.
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+
+  Result<PortReservation> reserved = PortReservation::Reserve(o.num_ports);
+  if (!reserved.ok()) return Fail(reserved.status());
+  PortReservation ports = std::move(reserved).value();
+
+  const Deadline deadline = Clock::now() + o.reservation_timeout + kRegisterSlack;
+  RendezvousClientOptions client_options;
+  client_options.address = o.rendezvous_address;
+  client_options.token = o.token;
+  client_options.name = o.executor_id;
+  Result<std::unique_ptr<RendezvousClient>> connected =
+      RendezvousClient::Connect(client_options, deadline);
+  if (!connected.ok()) return Fail(connected.status());
+  std::unique_ptr<RendezvousClient> client = std::move(connected).value();
+
+  NodeInfo node;
+  node.executor_id = o.executor_id;
+  node.host = o.host.empty() ? Hostname() : o.host;
+  for (int port : ports.ports()) node.ports.push_back(static_cast<uint32_t>(port));
+  node.pid = static_cast<int32_t>(::getpid());
+  if (o.gpus) node.gpus.assign(o.gpus->begin(), o.gpus->end());
+  Result<FormedCluster> formed = client->Register(node, deadline);
+  if (!formed.ok()) return Fail(formed.status());
+  const FormedCluster& cluster = *formed;
+  const std::string task = cluster.job_name + ":" + std::to_string(cluster.task_index);
+
+  NodeContext context;
+  context.executor_id = o.executor_id;
+  context.job_name = cluster.job_name;
+  context.task_index = cluster.task_index;
+  context.cluster_spec = cluster.spec;
+  context.cluster_id = cluster.cluster_id;
+  context.ports = ports.ports();
+  context.port = context.ports.front();
+  Result<std::string> working_dir = MakeAbsolute(o.working_dir, "working directory");
+  if (!working_dir.ok()) return Fail(working_dir.status());
+  context.working_dir = *working_dir;
+  if (!o.log_dir.empty()) {
+    Result<std::string> log_dir = MakeAbsolute(o.log_dir, "log directory");
+    if (!log_dir.ok()) return Fail(log_dir.status());
+    context.log_dir = *log_dir;
+    if (Status made = EnsureDirectory(context.log_dir, "log directory"); !made.ok()) {
+      return Fail(made);
+    }
+  }
+  if (!o.working_dir.empty()) {
+    if (Status made = EnsureDirectory(context.working_dir, "working directory"); !made.ok()) {
+      return Fail(made);
+    }
+  }
+  context.restart_count = o.restart_count;
+  context.num_workers = cluster.spec.num_tasks("worker").value_or(0);
+  context.is_chief = NodeContext::IsChief(cluster.spec, cluster.job_name, cluster.task_index);
+
+  // The context file: beside the program's files, else the logs, else /tmp.
+  std::string context_dir = !o.working_dir.empty() ? context.working_dir
+                            : !o.log_dir.empty()   ? context.log_dir
+                                                   : fs::temp_directory_path().string();
+  const bool temporary_context = o.working_dir.empty() && o.log_dir.empty();
+  std::string context_path =
+      (fs::path(context_dir) / ("drover-context-" + FileSafe(o.executor_id) + ".json")).string();
+  if (Status written = WriteFileAtomically(context_path, context.ToJson(2)); !written.ok()) {
+    return Fail(written);
+  }
+
+  Result<std::map<std::string, std::string>> env = BuildEnvironment(cluster, context, context_path);
+  if (!env.ok()) return Fail(env.status().WithContext(task));
+  SubprocessOptions spawn;
+  spawn.argv = o.command;
+  spawn.env.emplace();
+  for (const auto& [name, value] : *env) spawn.env->push_back(name + "=" + value);
+  spawn.working_dir = o.working_dir.empty() ? "" : context.working_dir;
+  spawn.pipe_output = true;
+  spawn.die_with_parent = true;
+
+  started_ = true;
+  if (int signal = interrupt_signal_.load(); signal != 0) return 128 + signal;
+  ports.Release();
+  Result<Subprocess> spawned = Subprocess::Spawn(spawn);
+  if (!spawned.ok()) {
+    std::string message = task + " could not start: " + spawned.status().message();
+    Report(*client, message, {});
+    return Fail(Status::NotFound(message));
+  }
+  Subprocess child = std::move(spawned).value();
+  client->StartHeartbeats(cluster.heartbeat_interval);
+  std::thread watcher([this, &client] { WatchForStop(client.get()); });
+
+  OutputTail tail(kTailLines);
+  ExitStatus status = ExitStatus::Exited(0);
+  Reason reason = Supervise(child, tail, &status);
+  quit_watcher_ = true;
+  watcher.join();
+  if (temporary_context) std::remove(context_path.c_str());
+
+  switch (reason) {
+    case Reason::kInterrupted:
+      return 128 + interrupt_signal_.load();
+    case Reason::kStopped:
+      LeaveCluster(*client);
+      return 0;
+    case Reason::kLost: {
+      std::lock_guard<std::mutex> lock(mu_);
+      Say("lost the rendezvous server (" + lost_reason_ + "); stopped " + task + ", which " +
+          (status.signaled() ? "was " + status.ToString() : "exited with " + status.ToString()));
+      return 1;
+    }
+    case Reason::kExited:
+    case Reason::kNone:
+      break;
+  }
+  if (status.success()) {
+    LeaveCluster(*client);
+    return 0;
+  }
+  std::string message = task + (status.signaled() ? " " : " exited with ") + status.ToString();
+  Report(*client, message, tail.Lines());
+  return status.ShellCode();
+}
+
+Result<std::map<std::string, std::string>> Agent::Impl::BuildEnvironment(
+    const FormedCluster& cluster, const NodeContext& context, const std::string& context_path) {
+  std::map<std::string, std::string> env;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    std::string_view text(*entry);
+    size_t equals = text.find('=');
+    if (equals == std::string_view::npos || equals == 0) continue;
+    env.emplace(std::string(text.substr(0, equals)), std::string(text.substr(equals + 1)));
+  }
+  FrameworkEnvOptions framework;
+  // Rank 0's first port is its cluster address (a TensorFlow server takes
+  // it); when rank 0 reserved a second port, torch's store gets that one.
+  DROVER_ASSIGN_OR_RETURN(std::optional<RankInfo> rank,
+                          ComputeRank(cluster.spec, cluster.job_name, cluster.task_index));
+  if (rank) {
+    for (const NodeInfo& node : cluster.nodes) {
+      if (node.host == rank->master_host && !node.ports.empty() &&
+          static_cast<int>(node.ports[0]) == rank->master_port && node.ports.size() >= 2) {
+        framework.master_port = static_cast<int>(node.ports[1]);
+      }
+    }
+  }
+  DROVER_ASSIGN_OR_RETURN(auto vars, FrameworkEnvironment(cluster.spec, cluster.job_name,
+                                                          cluster.task_index, framework));
+  for (auto& [name, value] : vars) env[name] = value;
+  env["DROVER_EXECUTOR_ID"] = context.executor_id;
+  env["DROVER_CONTEXT_FILE"] = context_path;
+  env["DROVER_PORT"] = std::to_string(context.port);
+  env["DROVER_PORTS"] = JoinInts(context.ports);
+  env["DROVER_RESTART_COUNT"] = std::to_string(context.restart_count);
+  env["DROVER_CLUSTER_ID"] = context.cluster_id;
+  env["DROVER_LOG_DIR"] = context.log_dir;
+  env["DROVER_WORKING_DIR"] = context.working_dir;
+  if (options_.gpus) env["CUDA_VISIBLE_DEVICES"] = JoinInts(*options_.gpus);
+  return env;
+}
+
+void Agent::Impl::Report(RendezvousClient& client, const std::string& message,
+                         const std::vector<std::string>& last_lines) {
+  Status reported = client.ReportError(options_.executor_id, message, last_lines);
+  if (reported.ok()) reported = client.QueryState(Clock::now() + kReportTimeout).status();
+  if (!reported.ok()) Say(message + "; could not report it: " + reported.message());
+}
+
+void Agent::Impl::LeaveCluster(RendezvousClient& client) {
+  Status left = client.Leave();
+  if (left.ok()) left = client.QueryState(Clock::now() + kReportTimeout).status();
+  // Best effort: the program has finished either way; at worst the driver
+  // sees this node's connection close.
+  if (!left.ok()) Say("could not tell the rendezvous this node finished: " + left.message());
+}
+
+void Agent::Impl::WatchForStop(RendezvousClient* client) {
+  while (!quit_watcher_) {
+    Result<bool> stop = client->WaitForStop(Clock::now() + kStopPoll);
+    if (!stop.ok()) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        lost_reason_ = stop.status().message();
+      }
+      connection_lost_ = true;
+      Notify();
+      return;
+    }
+    if (*stop) {
+      stop_requested_ = true;
+      Notify();
+      return;
+    }
+  }
+}
+
+bool Agent::Impl::Forward(Subprocess& child, int stream, OutputTail& tail) {
+  int fd = stream == 0 ? child.stdout_fd() : child.stderr_fd();
+  int out = stream == 0 ? options_.stdout_fd : options_.stderr_fd;
+  char buffer[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n > 0) {
+      WriteAll(out, buffer, static_cast<size_t>(n));
+      tail.Append(stream, std::string_view(buffer, static_cast<size_t>(n)));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return true;
+    tail.Finish(stream);
+    if (stream == 0) {
+      child.CloseStdout();
+    } else {
+      child.CloseStderr();
+    }
+    return false;
+  }
+}
+
+Agent::Impl::Reason Agent::Impl::Supervise(Subprocess& child, OutputTail& tail,
+                                           ExitStatus* status) {
+  using std::chrono::milliseconds;
+  Reason reason = Reason::kNone;
+  bool terminating = false;
+  bool killed = false;
+  Clock::time_point kill_at;
+  std::optional<ExitStatus> exited;
+  for (;;) {
+    pollfd fds[4];
+    int count = 0;
+    fds[count++] = {event_fd_, POLLIN, 0};
+    int stdout_slot = -1, stderr_slot = -1;
+    if (child.stdout_fd() >= 0) {
+      stdout_slot = count;
+      fds[count++] = {child.stdout_fd(), POLLIN, 0};
+    }
+    if (child.stderr_fd() >= 0) {
+      stderr_slot = count;
+      fds[count++] = {child.stderr_fd(), POLLIN, 0};
+    }
+    if (!exited && child.exit_fd() >= 0) fds[count++] = {child.exit_fd(), POLLIN, 0};
+    milliseconds timeout(-1);
+    // Without a pidfd, or while waiting for the rest of the group, poll.
+    if ((!exited && child.exit_fd() < 0) || exited) timeout = milliseconds(20);
+    if (killed) timeout = milliseconds(5);
+    if (terminating && !killed) {
+      auto left = std::chrono::ceil<milliseconds>(kill_at - Clock::now());
+      left = std::max(left, milliseconds(0));
+      timeout = timeout.count() < 0 ? left : std::min(timeout, left);
+    }
+    int ready = ::poll(fds, static_cast<nfds_t>(count), static_cast<int>(timeout.count()));
+    if (ready < 0 && errno != EINTR) break;  // cannot happen with valid fds
+
+    uint64_t events;
+    while (::read(event_fd_, &events, sizeof(events)) > 0) {
+    }
+    if (stdout_slot >= 0 && fds[stdout_slot].revents != 0) Forward(child, 0, tail);
+    if (stderr_slot >= 0 && fds[stderr_slot].revents != 0) Forward(child, 1, tail);
+
+    if (!exited) exited = child.Poll();
+    if (reason == Reason::kNone) {
+      if (interrupt_signal_.load() != 0) {
+        reason = Reason::kInterrupted;
+      } else if (stop_requested_) {
+        reason = Reason::kStopped;
+      } else if (connection_lost_) {
+        reason = Reason::kLost;
+      } else if (exited) {
+        reason = Reason::kExited;
+      }
+    }
+    if (reason != Reason::kNone && !terminating) {
+      terminating = true;
+      kill_at = Clock::now() + options_.grace;
+      child.SignalGroup(SIGTERM);  // also stragglers of a program that exited
+    }
+    if (terminating && !killed && Clock::now() >= kill_at) {
+      child.SignalGroup(SIGKILL);
+      killed = true;
+    }
+    // After SIGKILL, the group's members die at once; reaping the ones we
+    // adopted takes a moment, and init's ones are not ours to wait for long.
+    if (exited && (!child.GroupAlive() || (killed && Clock::now() >= kill_at + kReapLimit))) {
+      break;
+    }
+  }
+  if (!exited) exited = child.Wait();
+  *status = *exited;
+
+  // The rest of the output, until every writer is gone.
+  const Clock::time_point drain_until = Clock::now() + kDrainLimit;
+  while ((child.stdout_fd() >= 0 || child.stderr_fd() >= 0) && Clock::now() < drain_until) {
+    pollfd fds[2];
+    int streams[2];
+    int count = 0;
+    if (child.stdout_fd() >= 0) {
+      streams[count] = 0;
+      fds[count++] = {child.stdout_fd(), POLLIN, 0};
+    }
+    if (child.stderr_fd() >= 0) {
+      streams[count] = 1;
+      fds[count++] = {child.stderr_fd(), POLLIN, 0};
+    }
+    auto left = std::chrono::ceil<milliseconds>(drain_until - Clock::now());
+    if (::poll(fds, static_cast<nfds_t>(count),
+               static_cast<int>(std::max<int64_t>(left.count(), 0))) <= 0) {
+      continue;
+    }
+    for (int i = 0; i < count; ++i) {
+      if (fds[i].revents != 0) Forward(child, streams[i], tail);
+    }
+  }
+  tail.Finish(0);
+  tail.Finish(1);
+  return reason;
+}
+
+Agent::Agent(AgentOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+Agent::~Agent() = default;
+int Agent::Run() {
+  return impl_->Run();
+}
+bool Agent::Interrupt(int signal) {
+  return impl_->Interrupt(signal);
+}
+
+}  // namespace drover

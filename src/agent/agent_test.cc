@@ -1,0 +1,323 @@
+#include "drover/agent.h"
+
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "agent/test_util.h"
+#include "drover/node_context.h"
+#include "drover/rendezvous.h"
+#include "testing/status_matchers.h"
+
+namespace drover {
+namespace {
+
+using ::drover::testing::ReadFile;
+using ::drover::testing::TempDir;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+using namespace std::chrono_literals;
+
+std::map<std::string, std::string> ParseEnv(const std::string& text) {
+  std::map<std::string, std::string> env;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line, '\0')) {
+    size_t equals = line.find('=');
+    if (equals != std::string::npos) env[line.substr(0, equals)] = line.substr(equals + 1);
+  }
+  return env;
+}
+
+// Waits (bounded) for a file to appear with content.
+std::string AwaitFile(const std::string& path) {
+  for (int i = 0; i < 2000; ++i) {
+    std::string text = ReadFile(path);
+    if (!text.empty() && text.back() == '\n') return text;
+    std::this_thread::sleep_for(5ms);
+  }
+  return "";
+}
+
+bool EventuallyGroupGone(pid_t pgid) {
+  for (int i = 0; i < 1000; ++i) {
+    if (::kill(-pgid, 0) != 0 && errno == ESRCH) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return false;
+}
+
+// A rendezvous server with N slots, and agents run on threads against it.
+class AgentTest : public ::testing::Test {
+ protected:
+  void StartServer(int nodes, Milliseconds reservation_timeout = 60s) {
+    ASSERT_OK_AND_ASSIGN(token_, ClusterToken::Generate());
+    RendezvousServerOptions options;
+    options.bind_address = "127.0.0.1";
+    options.token = token_;
+    options.cluster.num_nodes = nodes;
+    options.reservation_timeout = reservation_timeout;
+    options.heartbeat_interval = 100ms;
+    options.on_event = [this](const NodeEvent& event) {
+      std::lock_guard<std::mutex> lock(mu_);
+      events_.push_back(event);
+    };
+    ASSERT_OK_AND_ASSIGN(server_, RendezvousServer::Start(options));
+  }
+
+  AgentOptions Options(const std::string& id, const std::string& script) {
+    AgentOptions options;
+    options.rendezvous_address = "127.0.0.1:" + std::to_string(server_->port());
+    options.token = token_;
+    options.executor_id = id;
+    options.host = "127.0.0.1";
+    options.grace = 10s;
+    options.reservation_timeout = 60s;
+    options.command = {"/bin/sh", "-c", script};
+    options.stdout_fd = Open(dir_.File(id + ".out"));
+    options.stderr_fd = Open(dir_.File(id + ".err"));
+    return options;
+  }
+
+  int Open(const std::string& path) {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    fds_.push_back(fd);
+    return fd;
+  }
+
+  void TearDown() override {
+    server_.reset();  // its loop thread calls on_event, which uses the members below
+    for (int fd : fds_) ::close(fd);
+  }
+
+  // The error the node reported, as the driver hears it (on_event).
+  NodeEvent ReportedError(const std::string& id) {
+    for (int i = 0; i < 1000; ++i) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (const NodeEvent& event : events_) {
+          if (event.kind == NodeEvent::Kind::kError && event.node.executor_id == id) return event;
+        }
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+    return NodeEvent{NodeEvent::Kind::kDead, {}, "no error reported", {}};
+  }
+
+  std::vector<NodeEvent> Events() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return events_;
+  }
+
+  TempDir dir_;
+  ClusterToken token_;
+  std::unique_ptr<RendezvousServer> server_;
+  std::vector<int> fds_;
+  std::mutex mu_;
+  std::vector<NodeEvent> events_;  // guarded by mu_
+};
+
+TEST_F(AgentTest, ProgramSeesTheClusterEnvironmentAndContext) {
+  StartServer(2);
+  const std::string script = "env -0 > \"$DROVER_WORKING_DIR/env-$DROVER_EXECUTOR_ID\"";
+  AgentOptions a = Options("exec-a", script);
+  a.working_dir = dir_.path();
+  a.log_dir = dir_.File("logs");
+  a.gpus = std::vector<int>{0, 1};
+  a.num_ports = 2;
+  a.restart_count = 1;
+  AgentOptions b = Options("exec-b", script);
+  b.working_dir = dir_.path();
+  b.gpus = std::vector<int>{};
+  int code_a = -1, code_b = -1;
+  std::thread thread_a([&] { code_a = Agent(a).Run(); });
+  std::thread thread_b([&] { code_b = Agent(b).Run(); });
+  thread_a.join();
+  thread_b.join();
+  ASSERT_EQ(code_a, 0) << ReadFile(dir_.File("exec-a.err"));
+  ASSERT_EQ(code_b, 0) << ReadFile(dir_.File("exec-b.err"));
+
+  auto env_a = ParseEnv(ReadFile(dir_.File("env-exec-a")));
+  auto env_b = ParseEnv(ReadFile(dir_.File("env-exec-b")));
+  EXPECT_EQ(env_a["DROVER_EXECUTOR_ID"], "exec-a");
+  EXPECT_EQ(env_a["WORLD_SIZE"], "2");
+  EXPECT_EQ(env_b["WORLD_SIZE"], "2");
+  EXPECT_EQ(std::set<std::string>({env_a["RANK"], env_b["RANK"]}),
+            std::set<std::string>({"0", "1"}));
+  EXPECT_EQ(env_a["DROVER_JOB_NAME"], "worker");
+  EXPECT_THAT(env_a["TF_CONFIG"], HasSubstr("\"worker\""));
+  EXPECT_EQ(env_a["CUDA_VISIBLE_DEVICES"], "0,1");
+  ASSERT_EQ(env_b.count("CUDA_VISIBLE_DEVICES"), 1u);
+  EXPECT_EQ(env_b["CUDA_VISIBLE_DEVICES"], "");
+  EXPECT_EQ(env_a["DROVER_RESTART_COUNT"], "1");
+  EXPECT_EQ(env_b["DROVER_RESTART_COUNT"], "0");
+  EXPECT_EQ(env_a["DROVER_LOG_DIR"], dir_.File("logs"));
+  EXPECT_EQ(env_b["DROVER_LOG_DIR"], "");
+  EXPECT_EQ(env_a["DROVER_WORKING_DIR"], dir_.path());
+  EXPECT_FALSE(env_a["DROVER_CLUSTER_ID"].empty());
+  EXPECT_EQ(env_a["DROVER_CLUSTER_ID"], env_b["DROVER_CLUSTER_ID"]);
+  EXPECT_EQ(env_a["PATH"], std::getenv("PATH"));  // the agent's environment is kept
+
+  // Node a reserved two ports: its address is the first.
+  const std::string& ports = env_a["DROVER_PORTS"];
+  ASSERT_NE(ports.find(','), std::string::npos);
+  EXPECT_EQ(ports.substr(0, ports.find(',')), env_a["DROVER_PORT"]);
+  EXPECT_THAT(env_a["DROVER_CLUSTER_SPEC"], HasSubstr("127.0.0.1:" + env_a["DROVER_PORT"]));
+
+  EXPECT_EQ(env_a["DROVER_CONTEXT_FILE"], dir_.File("drover-context-exec-a.json"));
+  ASSERT_OK_AND_ASSIGN(NodeContext context, NodeContext::LoadFile(env_a["DROVER_CONTEXT_FILE"]));
+  EXPECT_EQ(context.executor_id, "exec-a");
+  EXPECT_EQ(context.job_name, "worker");
+  EXPECT_EQ(std::to_string(context.task_index), env_a["DROVER_TASK_INDEX"]);
+  EXPECT_EQ(std::to_string(context.port), env_a["DROVER_PORT"]);
+  EXPECT_EQ(context.ports.size(), 2u);
+  EXPECT_EQ(context.num_workers, 2);
+  EXPECT_EQ(context.is_chief, env_a["RANK"] == "0");
+  EXPECT_EQ(context.restart_count, 1);
+  EXPECT_EQ(context.working_dir, dir_.path());
+  EXPECT_EQ(context.cluster_id, env_a["DROVER_CLUSTER_ID"]);
+  EXPECT_EQ(context.absolute_path("x"), "file://" + dir_.path() + "/x");
+}
+
+TEST_F(AgentTest, OutputIsPassedThroughUnchanged) {
+  StartServer(1);
+  AgentOptions options = Options("exec-0", "printf 'a\\nb'; printf 'e1\\n' >&2; printf 'c\\n'");
+  EXPECT_EQ(Agent(options).Run(), 0);
+  EXPECT_EQ(ReadFile(dir_.File("exec-0.out")), "a\nbc\n");
+  EXPECT_EQ(ReadFile(dir_.File("exec-0.err")), "e1\n");
+}
+
+TEST_F(AgentTest, FailureIsReportedWithTheLastLines) {
+  StartServer(1);
+  AgentOptions options =
+      Options("exec-0", "i=1; while [ $i -le 25 ]; do echo line $i; i=$((i+1)); done; exit 3");
+  EXPECT_EQ(Agent(options).Run(), 3);
+  NodeEvent reported = ReportedError("exec-0");
+  const NodeEvent* node = &reported;
+  EXPECT_EQ(node->message, "worker:0 exited with exit code 3");
+  ASSERT_EQ(node->last_log_lines.size(), 20u);
+  EXPECT_EQ(node->last_log_lines.front(), "line 6");
+  EXPECT_EQ(node->last_log_lines.back(), "line 25");
+}
+
+TEST_F(AgentTest, DeathBySignalIsReportedAndExitsWith128PlusSignal) {
+  StartServer(1);
+  AgentOptions options = Options("exec-0", "echo dying >&2; kill -KILL $$");
+  EXPECT_EQ(Agent(options).Run(), 128 + SIGKILL);
+  NodeEvent reported = ReportedError("exec-0");
+  const NodeEvent* node = &reported;
+  EXPECT_EQ(node->message, "worker:0 killed by SIGKILL");
+  EXPECT_THAT(node->last_log_lines, ElementsAre("dying"));
+}
+
+TEST_F(AgentTest, StopFromTheDriverTerminatesTheProgramGroup) {
+  StartServer(1);
+  const std::string marker = dir_.File("pid");
+  AgentOptions options = Options("exec-0", "sleep 30 & echo $$ > " + marker + "; wait");
+  int code = -1;
+  std::thread thread([&] { code = Agent(options).Run(); });
+  std::string pid_text = AwaitFile(marker);
+  ASSERT_FALSE(pid_text.empty());
+  pid_t pgid = std::stoi(pid_text);
+  server_->StopAll();
+  thread.join();
+  EXPECT_EQ(code, 0);
+  EXPECT_TRUE(EventuallyGroupGone(pgid));
+  server_.reset();  // every event is in
+  for (const NodeEvent& event : Events()) {
+    EXPECT_NE(event.kind, NodeEvent::Kind::kError) << event.message;
+  }
+}
+
+TEST_F(AgentTest, StopEscalatesToSigkillAfterGrace) {
+  StartServer(1);
+  const std::string marker = dir_.File("pid");
+  AgentOptions options =
+      Options("exec-0", "trap '' TERM; echo $$ > " + marker + "; while :; do sleep 0.05; done");
+  options.grace = 100ms;
+  int code = -1;
+  std::thread thread([&] { code = Agent(options).Run(); });
+  std::string pid_text = AwaitFile(marker);
+  ASSERT_FALSE(pid_text.empty());
+  server_->StopAll();
+  thread.join();
+  EXPECT_EQ(code, 0);
+  EXPECT_TRUE(EventuallyGroupGone(std::stoi(pid_text)));
+}
+
+TEST_F(AgentTest, InterruptStopsTheProgramAndExitsWith128PlusSignal) {
+  StartServer(1);
+  const std::string marker = dir_.File("pid");
+  AgentOptions options = Options("exec-0", "echo $$ > " + marker + "; exec sleep 30");
+  Agent agent(options);
+  int code = -1;
+  std::thread thread([&] { code = agent.Run(); });
+  std::string pid_text = AwaitFile(marker);
+  ASSERT_FALSE(pid_text.empty());
+  EXPECT_TRUE(agent.Interrupt(SIGTERM));
+  thread.join();
+  EXPECT_EQ(code, 128 + SIGTERM);
+  EXPECT_TRUE(EventuallyGroupGone(std::stoi(pid_text)));
+}
+
+TEST_F(AgentTest, LosingTheRendezvousStopsTheProgram) {
+  StartServer(1);
+  const std::string marker = dir_.File("pid");
+  AgentOptions options = Options("exec-0", "echo $$ > " + marker + "; exec sleep 30");
+  int code = -1;
+  std::thread thread([&] { code = Agent(options).Run(); });
+  std::string pid_text = AwaitFile(marker);
+  ASSERT_FALSE(pid_text.empty());
+  server_->Shutdown();
+  thread.join();
+  EXPECT_EQ(code, 1);
+  EXPECT_THAT(ReadFile(dir_.File("exec-0.err")),
+              StartsWith("drover agent exec-0: lost the rendezvous server"));
+  EXPECT_TRUE(EventuallyGroupGone(std::stoi(pid_text)));
+}
+
+TEST_F(AgentTest, ReservationTimeoutIsOneLineNamingTheMissingNode) {
+  StartServer(2, 200ms);
+  AgentOptions options = Options("exec-0", "echo never");
+  EXPECT_EQ(Agent(options).Run(), 1);
+  std::string err = ReadFile(dir_.File("exec-0.err"));
+  EXPECT_THAT(err, StartsWith("drover agent exec-0: "));
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  EXPECT_THAT(err, HasSubstr("1"));  // the server's message lists registered/missing slots
+  EXPECT_EQ(ReadFile(dir_.File("exec-0.out")), "");
+}
+
+TEST_F(AgentTest, MissingProgramIsReported) {
+  StartServer(1);
+  AgentOptions options = Options("exec-0", "");
+  options.command = {"drover-no-such-program"};
+  EXPECT_EQ(Agent(options).Run(), 1);
+  EXPECT_THAT(ReadFile(dir_.File("exec-0.err")), HasSubstr("drover-no-such-program"));
+  NodeEvent reported = ReportedError("exec-0");
+  const NodeEvent* node = &reported;
+  EXPECT_THAT(node->message, HasSubstr("worker:0 could not start"));
+}
+
+TEST_F(AgentTest, WrongTokenFailsWithOneLine) {
+  StartServer(1);
+  AgentOptions options = Options("exec-0", "echo never");
+  ASSERT_OK_AND_ASSIGN(options.token, ClusterToken::Generate());
+  options.reservation_timeout = 1s;
+  EXPECT_EQ(Agent(options).Run(), 1);
+  EXPECT_THAT(ReadFile(dir_.File("exec-0.err")), StartsWith("drover agent exec-0: "));
+}
+
+}  // namespace
+}  // namespace drover

@@ -1,0 +1,103 @@
+#include "drover/node_context.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include "agent/test_util.h"
+#include "testing/status_matchers.h"
+
+namespace drover {
+namespace {
+
+using ::drover::testing::StatusIs;
+using ::drover::testing::TempDir;
+using ::testing::HasSubstr;
+
+NodeContext Sample() {
+  NodeContext context;
+  context.executor_id = "exec-1";
+  context.job_name = "worker";
+  context.task_index = 1;
+  EXPECT_OK(context.cluster_spec.AddJob("chief", {"h:1"}));
+  EXPECT_OK(context.cluster_spec.AddJob("worker", {"h:2", "h:3"}));
+  context.cluster_id = "c1";
+  context.port = 3;
+  context.ports = {3, 4};
+  context.working_dir = "/work/dir";
+  context.log_dir = "/logs";
+  context.restart_count = 2;
+  context.num_workers = 2;
+  context.is_chief = false;
+  return context;
+}
+
+TEST(NodeContextTest, RoundTripsThroughAFile) {
+  TempDir dir;
+  NodeContext context = Sample();
+  std::string path = dir.File("ctx.json");
+  drover::testing::WriteFile(path, context.ToJson(2));
+  ASSERT_OK_AND_ASSIGN(NodeContext loaded, NodeContext::LoadFile(path));
+  EXPECT_EQ(loaded.executor_id, "exec-1");
+  EXPECT_EQ(loaded.job_name, "worker");
+  EXPECT_EQ(loaded.task_index, 1);
+  EXPECT_EQ(loaded.cluster_spec, context.cluster_spec);
+  EXPECT_EQ(loaded.cluster_id, "c1");
+  EXPECT_EQ(loaded.port, 3);
+  EXPECT_EQ(loaded.ports, (std::vector<int>{3, 4}));
+  EXPECT_EQ(loaded.default_fs, "file://");
+  EXPECT_EQ(loaded.working_dir, "/work/dir");
+  EXPECT_EQ(loaded.log_dir, "/logs");
+  EXPECT_EQ(loaded.restart_count, 2);
+  EXPECT_EQ(loaded.num_workers, 2);
+  EXPECT_FALSE(loaded.is_chief);
+
+  ::setenv(kContextFileVariable, path.c_str(), 1);
+  ASSERT_OK_AND_ASSIGN(NodeContext from_env, NodeContext::Load());
+  EXPECT_EQ(from_env.executor_id, "exec-1");
+  ::unsetenv(kContextFileVariable);
+}
+
+TEST(NodeContextTest, LoadNamesTheVariableWhenUnset) {
+  ::unsetenv(kContextFileVariable);
+  EXPECT_THAT(NodeContext::Load().status(),
+              StatusIs(Status::Code::kNotFound, HasSubstr("DROVER_CONTEXT_FILE")));
+}
+
+TEST(NodeContextTest, BadFilesSayWhatIsWrong) {
+  EXPECT_THAT(NodeContext::LoadFile("/nonexistent/ctx.json").status(),
+              StatusIs(Status::Code::kNotFound, HasSubstr("/nonexistent/ctx.json")));
+  EXPECT_THAT(NodeContext::FromJson("[1]").status(),
+              StatusIs(Status::Code::kInvalidArgument, HasSubstr("object")));
+  EXPECT_THAT(NodeContext::FromJson(R"({"executor_id": 3})").status(),
+              StatusIs(Status::Code::kWrongType, HasSubstr("executor_id")));
+  EXPECT_THAT(NodeContext::FromJson(R"({"executor_id": "e"})").status(),
+              StatusIs(Status::Code::kInvalidArgument, HasSubstr("job_name")));
+}
+
+TEST(NodeContextTest, AbsolutePathLikeTensorFlowOnSpark) {
+  NodeContext context = Sample();
+  EXPECT_EQ(context.absolute_path("data/x"), "file:///work/dir/data/x");
+  EXPECT_EQ(context.absolute_path("/data/x"), "file:///data/x");
+  EXPECT_EQ(context.absolute_path("hdfs://nn:8020/x"), "hdfs://nn:8020/x");
+  EXPECT_EQ(context.absolute_path("file:///y"), "file:///y");
+  context.default_fs = "hdfs://nn:8020";
+  EXPECT_EQ(context.absolute_path("/data/x"), "hdfs://nn:8020/data/x");
+  EXPECT_EQ(context.absolute_path("x"), "hdfs://nn:8020/work/dir/x");
+}
+
+TEST(NodeContextTest, IsChief) {
+  ClusterSpec workers;
+  ASSERT_OK(workers.AddJob("worker", {"a:1", "b:2"}));
+  EXPECT_TRUE(NodeContext::IsChief(workers, "worker", 0));
+  EXPECT_FALSE(NodeContext::IsChief(workers, "worker", 1));
+  ClusterSpec with_chief = workers;
+  ASSERT_OK(with_chief.AddJob("chief", {"c:3"}));
+  EXPECT_TRUE(NodeContext::IsChief(with_chief, "chief", 0));
+  EXPECT_FALSE(NodeContext::IsChief(with_chief, "worker", 0));
+  EXPECT_TRUE(NodeContext::IsChief(workers, "master", 0));
+  EXPECT_FALSE(NodeContext::IsChief(workers, "ps", 0));
+}
+
+}  // namespace
+}  // namespace drover

@@ -1,0 +1,346 @@
+#include "agent/subprocess.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <utility>
+
+extern char** environ;
+
+namespace drover {
+namespace {
+
+// What the child reports through the error pipe when it cannot exec.
+struct ChildError {
+  int stage;  // index into kStages
+  int error;  // errno
+};
+constexpr const char* kStages[] = {
+    "setpgid", "prctl(PR_SET_PDEATHSIG)", "open /dev/null", "dup2", "chdir", "execve"};
+
+int PidfdOpen(pid_t pid) {
+#ifdef SYS_pidfd_open
+  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+#else
+  errno = ENOSYS;
+  return -1;
+#endif
+}
+
+bool IsExecutable(const std::string& path) {
+  return ::access(path.c_str(), X_OK) == 0;
+}
+
+// Resolves argv[0] against PATH (the child's, else ours) in the parent, so
+// the child only calls async-signal-safe functions between fork and exec.
+Result<std::string> FindProgram(const std::string& name,
+                                const std::optional<std::vector<std::string>>& env) {
+  if (name.find('/') != std::string::npos) return name;
+  std::string path_var;
+  bool found_path = false;
+  if (env) {
+    for (const std::string& entry : *env) {
+      if (entry.rfind("PATH=", 0) == 0) {
+        path_var = entry.substr(5);
+        found_path = true;
+      }
+    }
+  }
+  if (!found_path) {
+    const char* ours = std::getenv("PATH");
+    path_var = ours ? ours : "/usr/local/bin:/usr/bin:/bin";
+  }
+  size_t start = 0;
+  for (;;) {
+    size_t end = path_var.find(':', start);
+    std::string dir = path_var.substr(start, end == std::string::npos ? end : end - start);
+    std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + name;
+    if (IsExecutable(candidate)) return candidate;
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return Status::NotFound("cannot run '" + name + "': not found in PATH (" + path_var + ")");
+}
+
+void CloseFd(int* fd) {
+  if (*fd >= 0) ::close(*fd);
+  *fd = -1;
+}
+
+// In the child: makes `fd` the descriptor `target`, without close-on-exec.
+bool MoveFd(int fd, int target) {
+  if (fd == target) return ::fcntl(fd, F_SETFD, 0) == 0;
+  return ::dup2(fd, target) == target;
+}
+
+[[noreturn]] void ChildFail(int error_fd, int stage) {
+  ChildError error{stage, errno};
+  ssize_t ignored = ::write(error_fd, &error, sizeof(error));
+  (void)ignored;
+  ::_exit(127);
+}
+
+}  // namespace
+
+ExitStatus ExitStatus::FromWaitStatus(int status) {
+  if (WIFSIGNALED(status)) return Signaled(WTERMSIG(status));
+  return Exited(WEXITSTATUS(status));
+}
+
+std::string ExitStatus::ToString() const {
+  if (signaled_) return "killed by " + SignalName(value_);
+  return "exit code " + std::to_string(value_);
+}
+
+std::string SignalName(int signal) {
+  const char* abbrev = ::sigabbrev_np(signal);
+  if (abbrev == nullptr) return "signal " + std::to_string(signal);
+  return std::string("SIG") + abbrev;
+}
+
+Result<Subprocess> Subprocess::Spawn(const SubprocessOptions& options) {
+  if (options.argv.empty()) return Status::InvalidArgument("no program to run: argv is empty");
+  DROVER_ASSIGN_OR_RETURN(std::string program, FindProgram(options.argv[0], options.env));
+
+  // Everything the child needs is built before fork().
+  std::vector<char*> argv;
+  for (const std::string& arg : options.argv) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  std::vector<char*> envp;
+  if (options.env) {
+    for (const std::string& entry : *options.env) envp.push_back(const_cast<char*>(entry.c_str()));
+    envp.push_back(nullptr);
+  }
+  char* const* child_env = options.env ? envp.data() : environ;
+  const char* working_dir = options.working_dir.empty() ? nullptr : options.working_dir.c_str();
+
+  int error_pipe[2];
+  if (::pipe2(error_pipe, O_CLOEXEC) != 0) {
+    return Status::IoError(std::string("cannot start a program: pipe2: ") + std::strerror(errno));
+  }
+  int out_pipe[2] = {-1, -1};
+  int err_pipe[2] = {-1, -1};
+  if (options.pipe_output) {
+    if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) {
+      int saved = errno;
+      for (int fd :
+           {error_pipe[0], error_pipe[1], out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) {
+        if (fd >= 0) ::close(fd);
+      }
+      return Status::IoError(std::string("cannot start a program: pipe2: ") + std::strerror(saved));
+    }
+  }
+  const pid_t parent = ::getpid();
+
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    int saved = errno;
+    for (int fd :
+         {error_pipe[0], error_pipe[1], out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) {
+      if (fd >= 0) ::close(fd);
+    }
+    return Status::IoError("cannot start '" + options.argv[0] + "': fork: " + std::strerror(saved));
+  }
+  if (pid == 0) {
+    // The child: async-signal-safe calls only.
+    const int efd = error_pipe[1];
+    if (::setpgid(0, 0) != 0) ChildFail(efd, 0);
+    if (options.die_with_parent) {
+      if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) ChildFail(efd, 1);
+      // The parent may have died before prctl took effect.
+      if (::getppid() != parent) ::_exit(127);
+    }
+    struct sigaction default_action {};
+    default_action.sa_handler = SIG_DFL;
+    for (int sig = 1; sig < NSIG; ++sig) {
+      if (sig != SIGKILL && sig != SIGSTOP) ::sigaction(sig, &default_action, nullptr);
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (null_fd < 0) ChildFail(efd, 2);
+    if (!MoveFd(null_fd, STDIN_FILENO)) ChildFail(efd, 3);
+    if (out_pipe[1] >= 0) {
+      if (!MoveFd(out_pipe[1], STDOUT_FILENO) || !MoveFd(err_pipe[1], STDERR_FILENO)) {
+        ChildFail(efd, 3);
+      }
+    }
+    if (working_dir != nullptr && ::chdir(working_dir) != 0) ChildFail(efd, 4);
+      // Close-on-exec for every inherited fd above stderr, whoever opened it.
+#ifdef SYS_close_range
+    ::syscall(SYS_close_range, 3u, ~0u, 4u /* CLOSE_RANGE_CLOEXEC */);
+#endif
+    ::execve(program.c_str(), argv.data(), child_env);
+    ChildFail(efd, 5);
+  }
+
+  ::close(error_pipe[1]);
+  CloseFd(&out_pipe[1]);
+  CloseFd(&err_pipe[1]);
+  ChildError error{};
+  ssize_t got;
+  do {
+    got = ::read(error_pipe[0], &error, sizeof(error));
+  } while (got < 0 && errno == EINTR);
+  ::close(error_pipe[0]);
+
+  Subprocess child;
+  child.pid_ = pid;
+  child.stdout_fd_ = out_pipe[0];
+  child.stderr_fd_ = err_pipe[0];
+  if (got == static_cast<ssize_t>(sizeof(error))) {
+    child.Wait();
+    child.group_gone_ = true;
+    std::string message = "cannot run '" + options.argv[0] + "': " + kStages[error.stage] + ": " +
+                          std::strerror(error.error);
+    if (error.error == ENOENT) return Status::NotFound(message);
+    if (error.error == EACCES) return Status::PermissionDenied(message);
+    return Status::IoError(message);
+  }
+  for (int fd : {child.stdout_fd_, child.stderr_fd_}) {
+    if (fd >= 0) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  }
+  child.pidfd_ = PidfdOpen(pid);  // -1 on old kernels: Wait() polls instead
+  return child;
+}
+
+Subprocess::Subprocess(Subprocess&& other) noexcept
+    : pid_(std::exchange(other.pid_, -1)),
+      pidfd_(std::exchange(other.pidfd_, -1)),
+      stdout_fd_(std::exchange(other.stdout_fd_, -1)),
+      stderr_fd_(std::exchange(other.stderr_fd_, -1)),
+      status_(std::exchange(other.status_, std::nullopt)),
+      group_gone_(std::exchange(other.group_gone_, false)) {}
+
+Subprocess& Subprocess::operator=(Subprocess&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    pid_ = std::exchange(other.pid_, -1);
+    pidfd_ = std::exchange(other.pidfd_, -1);
+    stdout_fd_ = std::exchange(other.stdout_fd_, -1);
+    stderr_fd_ = std::exchange(other.stderr_fd_, -1);
+    status_ = std::exchange(other.status_, std::nullopt);
+    group_gone_ = std::exchange(other.group_gone_, false);
+  }
+  return *this;
+}
+
+Subprocess::~Subprocess() {
+  Reset();
+}
+
+void Subprocess::Reset() {
+  if (pid_ > 0) {
+    if (!group_gone_) SignalGroup(SIGKILL);
+    if (!status_) Wait();
+    AwaitGroupReaped();
+  }
+  pid_ = -1;
+  status_.reset();
+  group_gone_ = false;
+  CloseFd(&pidfd_);
+  CloseFd(&stdout_fd_);
+  CloseFd(&stderr_fd_);
+}
+
+void Subprocess::CloseStdout() {
+  CloseFd(&stdout_fd_);
+}
+void Subprocess::CloseStderr() {
+  CloseFd(&stderr_fd_);
+}
+
+std::optional<ExitStatus> Subprocess::Poll() {
+  if (pid_ > 0) ReapGroup();
+  return status_;
+}
+
+void Subprocess::ReapGroup() {
+  for (;;) {
+    int status = 0;
+    pid_t got;
+    if (!status_) {
+      // By pid first: a leader that moved to another group is still ours.
+      got = ::waitpid(pid_, &status, WNOHANG);
+      if (got < 0 && errno == EINTR) continue;
+      if (got == pid_) {
+        status_ = ExitStatus::FromWaitStatus(status);
+        continue;
+      }
+    }
+    got = ::waitpid(-pid_, &status, WNOHANG);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return;
+    if (got == pid_) status_ = ExitStatus::FromWaitStatus(status);
+  }
+}
+
+std::optional<ExitStatus> Subprocess::Wait(Clock::time_point deadline) {
+  for (;;) {
+    if (Poll()) return status_;
+    auto now = Clock::now();
+    if (now >= deadline) return std::nullopt;
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - now);
+    if (pidfd_ >= 0) {
+      pollfd fd{pidfd_, POLLIN, 0};
+      ::poll(&fd, 1, static_cast<int>(std::min<int64_t>(left.count(), 1 << 30)));
+    } else {
+      std::this_thread::sleep_for(
+          std::min<std::chrono::milliseconds>(left, std::chrono::milliseconds(5)));
+    }
+  }
+}
+
+ExitStatus Subprocess::Wait() {
+  while (!Wait(Clock::now() + std::chrono::hours(1))) {
+  }
+  return *status_;
+}
+
+bool Subprocess::SignalGroup(int signal) {
+  if (pid_ <= 0 || group_gone_) return false;
+  if (::kill(-pid_, signal) == 0) return true;
+  if (errno == ESRCH && status_) group_gone_ = true;
+  return false;
+}
+
+void Subprocess::AwaitGroupReaped() {
+  // Killed members die at once; this only waits for their reaping (ours as
+  // a subreaper, else init's), and not for long.
+  const auto until = Clock::now() + std::chrono::seconds(2);
+  while (GroupAlive() && Clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  SignalGroup(0);  // notes an empty group
+}
+
+bool Subprocess::GroupAlive() {
+  if (pid_ <= 0 || group_gone_) return false;
+  ReapGroup();
+  return ::kill(-pid_, 0) == 0 || errno == EPERM;
+}
+
+ExitStatus Subprocess::Terminate(std::chrono::milliseconds grace) {
+  const auto deadline = Clock::now() + grace;
+  SignalGroup(SIGTERM);
+  Wait(deadline);
+  while (GroupAlive() && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  SignalGroup(SIGKILL);
+  ExitStatus status = Wait();
+  AwaitGroupReaped();
+  return status;
+}
+
+}  // namespace drover

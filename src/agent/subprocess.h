@@ -1,0 +1,142 @@
+// Subprocess: one child program in its own process group, supervised through
+// a pidfd (Ninja's Subprocess, with Linux's process-group and pidfd tools).
+//
+// Spawn() forks and execs with: a new process group (pgid == pid), stdin from
+// /dev/null, stdout/stderr inherited or each into a pipe the parent reads,
+// every other fd closed on exec, the signal mask and dispositions reset, and
+// PR_SET_PDEATHSIG(SIGKILL) so the child dies with its parent. It uses fork()
+// rather than posix_spawn() because posix_spawn cannot set PDEATHSIG in the
+// child. HAZARD: PDEATHSIG fires when the *thread* that called Spawn() exits,
+// so call it from a thread that outlives the child (the agent's main thread).
+//
+// Signals go to the whole process group, so grandchildren the program starts
+// are stopped with it. The leader is reaped through a pidfd (pidfd_open);
+// where the kernel lacks it, Wait() polls waitpid. Members the leader leaves
+// behind are reparented to init, whose reaping may lag (a container's init
+// may take seconds); a process that is a child subreaper
+// (PR_SET_CHILD_SUBREAPER, as `drover agent` is) adopts them instead, and
+// Poll() and GroupAlive() reap them with waitpid(-pgid).
+//
+// Move-only; the destructor SIGKILLs a group still running and reaps the
+// leader. Not thread-safe.
+
+#ifndef DROVER_AGENT_SUBPROCESS_H_
+#define DROVER_AGENT_SUBPROCESS_H_
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "drover/status.h"
+
+namespace drover {
+
+// How a process ended: exited with a code, or killed by a signal.
+class ExitStatus {
+ public:
+  static ExitStatus Exited(int code) { return ExitStatus(false, code); }
+  static ExitStatus Signaled(int signal) { return ExitStatus(true, signal); }
+  // From a waitpid() status word.
+  static ExitStatus FromWaitStatus(int status);
+
+  bool signaled() const { return signaled_; }
+  int exit_code() const { return signaled_ ? -1 : value_; }  // -1 when signaled
+  int signal() const { return signaled_ ? value_ : 0; }      // 0 when exited
+  bool success() const { return !signaled_ && value_ == 0; }
+  // The shell's convention: the code, or 128 + the signal.
+  int ShellCode() const { return signaled_ ? 128 + value_ : value_; }
+  // "exit code 3", "killed by SIGKILL".
+  std::string ToString() const;
+
+  friend bool operator==(const ExitStatus& a, const ExitStatus& b) {
+    return a.signaled_ == b.signaled_ && a.value_ == b.value_;
+  }
+
+ private:
+  ExitStatus(bool signaled, int value) : signaled_(signaled), value_(value) {}
+  bool signaled_;
+  int value_;
+};
+
+// "SIGTERM" for SIGTERM, "signal 77" for a number without a name.
+std::string SignalName(int signal);
+
+struct SubprocessOptions {
+  std::vector<std::string> argv;  // argv[0] is looked up in PATH
+  // "NAME=value" entries; nullopt inherits the parent's environment.
+  std::optional<std::vector<std::string>> env;
+  std::string working_dir;  // "" : the parent's
+  // Pipe stdout and stderr to the parent (stdout_fd(), stderr_fd()) instead
+  // of inheriting the parent's.
+  bool pipe_output = false;
+  bool die_with_parent = true;  // PR_SET_PDEATHSIG(SIGKILL)
+};
+
+class Subprocess {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // kInvalidArgument for an empty argv; kNotFound / kPermissionDenied /
+  // kIoError (naming the program and the OS's reason) when it cannot be
+  // started. On error no process is left.
+  static Result<Subprocess> Spawn(const SubprocessOptions& options);
+
+  Subprocess() = default;
+  Subprocess(Subprocess&& other) noexcept;
+  Subprocess& operator=(Subprocess&& other) noexcept;
+  Subprocess(const Subprocess&) = delete;
+  Subprocess& operator=(const Subprocess&) = delete;
+  ~Subprocess();
+
+  pid_t pid() const { return pid_; }  // also the process group id
+  // Read ends of the output pipes (non-blocking, close-on-exec); -1 when
+  // inherited or closed. The Subprocess owns them.
+  int stdout_fd() const { return stdout_fd_; }
+  int stderr_fd() const { return stderr_fd_; }
+  void CloseStdout();
+  void CloseStderr();
+  // Readable once the leader has exited; -1 without pidfd support.
+  int exit_fd() const { return pidfd_; }
+
+  // The leader's status if it has exited (reaping it), without blocking.
+  std::optional<ExitStatus> Poll();
+  // Waits until the leader exits or `deadline`; nullopt on timeout.
+  std::optional<ExitStatus> Wait(Clock::time_point deadline);
+  // Waits without a deadline.
+  ExitStatus Wait();
+
+  // Sends `signal` to the process group. False when no process is left in it.
+  bool SignalGroup(int signal);
+  // Whether any process of the group is left (zombies we cannot reap
+  // included), after reaping the ones we can.
+  bool GroupAlive();
+
+  // SIGTERM to the group; waits up to `grace` for the leader and the rest of
+  // the group to go; then SIGKILL to the group. Returns the leader's status
+  // (its earlier one when it had already exited).
+  ExitStatus Terminate(std::chrono::milliseconds grace);
+
+ private:
+  void Reset();
+  // Reaps exited members of the group that are our children (the leader,
+  // and orphans adopted as a subreaper).
+  void ReapGroup();
+  // After SIGKILL to the group: waits briefly until it is empty.
+  void AwaitGroupReaped();
+
+  pid_t pid_ = -1;
+  int pidfd_ = -1;
+  int stdout_fd_ = -1;
+  int stderr_fd_ = -1;
+  std::optional<ExitStatus> status_;
+  // Set once the leader is reaped and the group is seen empty: its id may be
+  // reused by then, so it is never signalled again.
+  bool group_gone_ = false;
+};
+
+}  // namespace drover
+
+#endif  // DROVER_AGENT_SUBPROCESS_H_

@@ -1,0 +1,160 @@
+#include "cli/agent_command.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/resolve_command.h"
+#include "drover/agent.h"
+
+namespace drover::cli {
+namespace {
+
+struct AgentFlags {
+  std::string rendezvous;
+  std::string token_file;
+  std::string executor_id;
+  std::string host;
+  int ports = 1;
+  std::string gpus;  // "" : not given
+  std::string log_dir;
+  std::string working_dir;
+  double grace = 10;
+  double reservation_timeout = 600;
+  int restart_count = 0;
+  std::vector<std::string> command;
+};
+
+// The running agent, for the signal handler.
+std::atomic<Agent*> g_agent{nullptr};
+
+void OnSignal(int signal) {
+  Agent* agent = g_agent.load();
+  // Before the program starts there is nothing to stop: the reserved ports
+  // and the connection go with the process.
+  if (agent == nullptr || !agent->Interrupt(signal)) ::_exit(128 + signal);
+}
+
+Milliseconds Seconds(double seconds) {
+  return std::chrono::duration_cast<Milliseconds>(std::chrono::duration<double>(seconds));
+}
+
+// "0,1" -> {0, 1}; "none" -> {}.
+Result<std::vector<int>> ParseGpus(const std::string& text) {
+  std::vector<int> gpus;
+  if (text == "none") return gpus;
+  size_t start = 0;
+  for (;;) {
+    size_t end = text.find(',', start);
+    std::string item = text.substr(start, end == std::string::npos ? end : end - start);
+    size_t used = 0;
+    int gpu = -1;
+    try {
+      gpu = std::stoi(item, &used);
+    } catch (...) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size() || gpu < 0) {
+      return Status::InvalidArgument("--gpus takes GPU indices like 0,1 or 'none'; got '" + text +
+                                     "'");
+    }
+    gpus.push_back(gpu);
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return gpus;
+}
+
+int RunAgent(const AgentFlags& flags) {
+  auto fail = [&](const Status& status, int code) {
+    std::cerr << "drover agent " << flags.executor_id << ": " << status.message() << "\n";
+    return code;
+  };
+  AgentOptions options;
+  options.rendezvous_address = flags.rendezvous;
+  Result<ClusterToken> token = ClusterToken::ReadFile(flags.token_file);
+  if (!token.ok()) return fail(token.status(), kExitBadInput);
+  options.token = std::move(token).value();
+  options.executor_id = flags.executor_id;
+  options.host = flags.host;
+  options.num_ports = flags.ports;
+  if (!flags.gpus.empty()) {
+    Result<std::vector<int>> gpus = ParseGpus(flags.gpus);
+    if (!gpus.ok()) return fail(gpus.status(), kExitBadInput);
+    options.gpus = std::move(gpus).value();
+  }
+  options.log_dir = flags.log_dir;
+  options.working_dir = flags.working_dir;
+  options.grace = Seconds(flags.grace);
+  options.reservation_timeout = Seconds(flags.reservation_timeout);
+  options.restart_count = flags.restart_count;
+  options.command = flags.command;
+
+  // A driver or terminal that goes away must not kill the agent mid-write;
+  // the program gets the default disposition back.
+  ::signal(SIGPIPE, SIG_IGN);
+  Agent agent(std::move(options));
+  g_agent = &agent;
+  struct sigaction action {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  for (int signal : {SIGTERM, SIGINT, SIGHUP}) ::sigaction(signal, &action, nullptr);
+  int code = agent.Run();
+  struct sigaction default_action {};
+  default_action.sa_handler = SIG_DFL;
+  for (int signal : {SIGTERM, SIGINT, SIGHUP}) ::sigaction(signal, &default_action, nullptr);
+  g_agent = nullptr;
+  return code;
+}
+
+}  // namespace
+
+void AddAgentCommand(CLI::App& app, int* exit_code) {
+  auto flags = std::make_shared<AgentFlags>();
+  CLI::App* agent = app.add_subcommand(
+      "agent", "Run one node of a cluster: register, then start COMMAND (used by drover run)");
+  agent->add_option("--rendezvous", flags->rendezvous, "The rendezvous server, HOST:PORT")
+      ->required();
+  agent->add_option("--token-file", flags->token_file, "The cluster token file (mode 0600)")
+      ->required();
+  agent->add_option("--executor-id", flags->executor_id, "This node's stable id")->required();
+  agent->add_option("--host", flags->host,
+                    "This node's address in the cluster (default: the host name)");
+  agent->add_option("--ports", flags->ports, "Ports to reserve; the first is the node's address")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  agent->add_option("--gpus", flags->gpus,
+                    "CUDA_VISIBLE_DEVICES for the program: 0,1 or none (default: inherited)");
+  agent->add_option("--log-dir", flags->log_dir, "Log directory (DROVER_LOG_DIR)");
+  agent->add_option("--working-dir", flags->working_dir,
+                    "The program's working directory (default: the agent's)");
+  agent->add_option("--grace", flags->grace, "Seconds between SIGTERM and SIGKILL when stopping")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  agent
+      ->add_option("--reservation-timeout", flags->reservation_timeout,
+                   "Seconds to wait for the cluster to form")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  agent
+      ->add_option("--restart-count", flags->restart_count,
+                   "How many times the group was re-formed (DROVER_RESTART_COUNT)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  agent->add_option("command", flags->command, "The program and its arguments, after --")
+      ->required();
+  agent->footer(
+      "Exit codes: the program's (128+signal when killed by one), 0 when the driver stopped it,\n"
+      "1 when the node could not start (registration failed or timed out), 2 bad input,\n"
+      "128+signal when the agent was interrupted.");
+  agent->callback([flags, exit_code] { *exit_code = RunAgent(*flags); });
+}
+
+}  // namespace drover::cli

@@ -1,0 +1,282 @@
+#include "cli/run_command.h"
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/resolve_command.h"
+#include "driver/driver.h"
+#include "drover/environment.h"
+#include "engine/local_engine.h"
+
+namespace drover::cli {
+namespace {
+
+struct RunFlags {
+  std::optional<int> nodes;
+  std::optional<int> workers;
+  int ps = 0;
+  bool chief = false;
+  bool evaluator = false;
+  std::string engine = "local";
+  std::string log_dir;
+  bool tee = false;
+  int max_restarts = 0;
+  double reservation_timeout = 300;
+  double shutdown_timeout = 0;
+  double grace = 5;
+  std::optional<int> gpus_per_node;
+  bool dry_run = false;
+  bool tensorboard = false;
+  std::vector<std::string> command;
+};
+
+Milliseconds ToMs(double seconds) {
+  return Milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+bool OnPath(const std::string& name, std::string* found) {
+  const char* path = std::getenv("PATH");
+  if (path == nullptr) return false;
+  std::string dirs = path;
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    size_t end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    std::string dir = dirs.substr(start, end - start);
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    if (::access(candidate.c_str(), X_OK) == 0) {
+      *found = candidate;
+      return true;
+    }
+    start = end + 1;
+  }
+  return false;
+}
+
+// A free TCP port: bind port 0, read it, release it (tensorboard cannot be given 0).
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = -1;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+// GPU indices from nvidia-smi, empty when it is absent or fails.
+std::vector<int> DetectGpus() {
+  std::string nvidia_smi;
+  if (!OnPath("nvidia-smi", &nvidia_smi)) return {};
+  std::string command = nvidia_smi + " --query-gpu=index --format=csv,noheader 2>/dev/null";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return {};
+  std::string output;
+  char buffer[256];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
+  if (::pclose(pipe) != 0) return {};
+  return ParseGpuIndices(output);
+}
+
+int Run(RunFlags flags) {
+  std::ostream& err = std::cerr;
+  if (flags.engine != "local") {
+    err << "drover run: unknown engine '" << flags.engine << "' (only 'local' exists so far)\n";
+    return kExitBadInput;
+  }
+  if (flags.command.empty()) {
+    err << "drover run: no command; give it after --, e.g. drover run --nodes 2 -- python3 "
+           "train.py\n";
+    return kExitBadInput;
+  }
+  DriverOptions options;
+  if (flags.nodes && flags.workers) {
+    err << "drover run: give --nodes N or --workers W (with --ps/--chief/--evaluator), not both\n";
+    return kExitBadInput;
+  }
+  if (flags.workers) {
+    options.cluster.num_nodes =
+        *flags.workers + flags.ps + (flags.chief ? 1 : 0) + (flags.evaluator ? 1 : 0);
+    if (*flags.workers == 0 && !flags.chief) {
+      err << "drover run: the cluster needs a chief or at least one worker\n";
+      return kExitBadInput;
+    }
+  } else if (flags.nodes) {
+    options.cluster.num_nodes = *flags.nodes;
+    if (flags.ps != 0 || flags.chief || flags.evaluator) {
+      err << "drover run: --ps, --chief and --evaluator go with --workers W, not --nodes N "
+             "(--nodes N means N workers)\n";
+      return kExitBadInput;
+    }
+  } else {
+    err << "drover run: give --nodes N or --workers W\n";
+    return kExitBadInput;
+  }
+  options.cluster.num_ps = flags.ps;
+  if (flags.chief) options.cluster.master_node = "chief";
+  options.cluster.eval_node = flags.evaluator;
+  if (Status valid = options.cluster.Validate(); !valid.ok()) {
+    err << "drover run: " << valid.message() << "\n";
+    return kExitBadInput;
+  }
+  options.command = flags.command;
+  options.log_dir = flags.log_dir;
+  options.tee = flags.tee;
+  options.max_restarts = flags.max_restarts;
+  options.reservation_timeout = ToMs(flags.reservation_timeout);
+  options.shutdown_timeout = ToMs(flags.shutdown_timeout);
+  options.grace = ToMs(flags.grace);
+  if (flags.gpus_per_node) {
+    std::vector<int> gpus = *flags.gpus_per_node > 0 ? DetectGpus() : std::vector<int>{};
+    auto assigned = AssignGpus(*flags.gpus_per_node, options.cluster.num_nodes, gpus);
+    if (!assigned.ok()) {
+      err << "drover run: --gpus-per-node " << *flags.gpus_per_node << ": "
+          << assigned.status().message() << "\n";
+      return kExitBadInput;
+    }
+    options.gpus = std::move(assigned).value();
+  }
+
+  LocalEngineOptions engine_options;
+  // TEST ONLY (docs/run.md): an executor id the local engine never starts.
+  if (auto skip = ProcessEnvironment().Get("DROVER_TEST_SKIP_AGENT"); skip && !skip->empty()) {
+    engine_options.skip_executors.insert(*skip);
+  }
+  LocalEngine engine(engine_options);
+
+  if (flags.dry_run) {
+    Driver(options, engine, std::cout, err).PrintPlan(std::cout);
+    return kExitOk;
+  }
+  auto self = SelfExecutable();
+  if (!self.ok()) {
+    err << "drover run: " << self.status().message() << "\n";
+    return kExitFailure;
+  }
+  options.agent_binary = *self;
+
+  std::string tensorboard_binary;
+  if (flags.tensorboard && !OnPath("tensorboard", &tensorboard_binary)) {
+    err << "drover run: --tensorboard: no 'tensorboard' executable on PATH (pip install "
+           "tensorboard, or drop --tensorboard)\n";
+    return kExitBadInput;
+  }
+
+  // Block SIGINT/SIGTERM before any thread starts; the driver reads them
+  // from a signalfd, the children unblock them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  int signal_fd = ::signalfd(-1, &signals, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (signal_fd < 0) {
+    err << "drover run: signalfd: " << std::strerror(errno) << "\n";
+    return kExitFailure;
+  }
+  options.signal_fd = signal_fd;
+
+  std::unique_ptr<AgentProcess> tensorboard;
+  if (flags.tensorboard) {
+    if (options.log_dir.empty()) {
+      // The driver would pick it; tensorboard needs it now.
+      options.log_dir = (std::filesystem::current_path() / "drover-logs" /
+                         ("tensorboard-" + std::to_string(::getpid())))
+                            .string();
+    }
+    std::filesystem::create_directories(options.log_dir);
+    int port = FreePort();
+    auto started = SpawnProcessGroup("tensorboard",
+                                     {tensorboard_binary, "--logdir", options.log_dir, "--host",
+                                      "127.0.0.1", "--port", std::to_string(port)},
+                                     /*capture_output=*/false, SIGKILL);
+    if (!started.ok()) {
+      err << "drover run: --tensorboard: " << started.status().message() << "\n";
+      ::close(signal_fd);
+      return kExitFailure;
+    }
+    tensorboard = std::move(started).value();
+    err << "drover run: tensorboard at http://127.0.0.1:" << port << "/ (log dir "
+        << options.log_dir << ")\n";
+  }
+
+  int code = Driver(options, engine, std::cout, err).Run();
+  if (tensorboard) tensorboard->Signal(SIGTERM);
+  tensorboard.reset();  // SIGKILLs and reaps whatever is left
+  ::close(signal_fd);
+  return code;
+}
+
+}  // namespace
+
+void AddRunCommand(CLI::App& app, int* exit_code) {
+  auto flags = std::make_shared<RunFlags>();
+  CLI::App* run = app.add_subcommand(
+      "run",
+      "Start a cluster on this machine and run COMMAND on every node: a rendezvous, one agent\n"
+      "per node, output tagged [job:index], per-node log files, supervision (docs/run.md).");
+  auto* nodes =
+      run->add_option("--nodes", flags->nodes, "N nodes, all workers")->check(CLI::PositiveNumber);
+  auto* workers =
+      run->add_option("--workers", flags->workers, "W worker nodes")->check(CLI::NonNegativeNumber);
+  nodes->excludes(workers);
+  run->add_option("--ps", flags->ps, "K parameter-server nodes (with --workers)")
+      ->check(CLI::NonNegativeNumber);
+  run->add_flag("--chief", flags->chief, "One chief node (with --workers)");
+  run->add_flag("--evaluator", flags->evaluator, "One evaluator node (with --workers)");
+  run->add_option("--engine", flags->engine, "Where the nodes run: local")->capture_default_str();
+  run->add_option("--log-dir", flags->log_dir,
+                  "Per-node logs <job>-<index>.log (default ./drover-logs/<cluster-id>)");
+  run->add_flag("--tee", flags->tee, "Also write every tagged line to <log-dir>/drover.log");
+  run->add_option("--max-restarts", flags->max_restarts,
+                  "Re-form the whole group up to R times after a failure")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  run->add_option("--reservation-timeout", flags->reservation_timeout,
+                  "Seconds to wait for every node to register")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  run->add_option("--shutdown-timeout", flags->shutdown_timeout,
+                  "Seconds the chief and workers may run before the run is stopped (0: no limit)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  run->add_option("--grace", flags->grace, "Seconds between SIGTERM and SIGKILL when stopping")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  run->add_option("--gpus-per-node", flags->gpus_per_node,
+                  "K GPUs per node, disjoint, from nvidia-smi (0: none)")
+      ->check(CLI::NonNegativeNumber);
+  run->add_flag("--dry-run", flags->dry_run, "Print the plan and start nothing");
+  run->add_flag("--tensorboard", flags->tensorboard,
+                "Start tensorboard on the log dir and print its URL");
+  run->add_option("command", flags->command, "The program and its arguments, after --")->required();
+  run->footer(
+      "Examples:\n"
+      "  drover run --nodes 3 -- sh -c 'echo rank=$RANK'\n"
+      "  drover run --workers 2 --ps 1 -- python3 train.py\n"
+      "Exit codes: 0 every node succeeded, 1 a node failed or the cluster did not form,\n"
+      "2 bad input, 128+signal when interrupted.");
+  run->callback([flags, exit_code] { *exit_code = Run(*flags); });
+}
+
+}  // namespace drover::cli

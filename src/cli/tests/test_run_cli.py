@@ -1,0 +1,149 @@
+"""`drover run` as a user runs it: real agents, real programs, checked for leftovers."""
+import os
+import signal
+import subprocess
+import time
+import uuid
+
+from conftest import clean_env, drover_bin
+
+
+def marker():
+    return "drover-test-" + uuid.uuid4().hex[:12]
+
+
+def leftovers(mark):
+    """Processes whose command line carries the marker (none should survive drover)."""
+    found = subprocess.run(["pgrep", "-f", mark], capture_output=True, text=True)
+    return [pid for pid in found.stdout.split() if int(pid) != os.getpid()]
+
+
+def assert_no_leftovers(mark):
+    # Orphans would stay; give the kernel a moment to reap what is dying anyway.
+    for _ in range(50):
+        if not leftovers(mark):
+            return
+        time.sleep(0.1)
+    assert leftovers(mark) == [], subprocess.run(
+        ["ps", "-o", "pid,pgid,ppid,args", "-p", ",".join(leftovers(mark))],
+        capture_output=True, text=True).stdout
+
+
+def run(drover, tmp_path, *args, env=None, timeout=120):
+    return drover("run", "--log-dir", str(tmp_path / "logs"), *args, env=env, timeout=timeout)
+
+
+def test_three_nodes_print_tagged_lines_and_write_logs(drover, tmp_path):
+    result = run(drover, tmp_path, "--nodes", "3", "--", "sh", "-c", "echo rank=$RANK")
+    assert result.returncode == 0, result.stderr
+    for rank in range(3):
+        assert f"[worker:{rank}] rank={rank}" in result.stdout.splitlines(), result.stdout
+        log = tmp_path / "logs" / f"worker-{rank}.log"
+        assert log.exists(), result.stderr
+        assert f"rank={rank}" in log.read_text()
+
+
+def test_node_killed_by_sigkill_is_named_and_nothing_is_left(drover, tmp_path):
+    mark = marker()
+    program = ('if [ "$RANK" = 1 ]; then sleep 1; echo about-to-die; kill -9 $$; '
+               'else sleep 300; fi')
+    result = run(drover, tmp_path, "--nodes", "3", "--grace", "2", "--",
+                 "sh", "-c", program, mark)
+    assert result.returncode != 0
+    assert "worker:1 (executor 1) failed" in result.stderr, result.stderr
+    assert "SIGKILL" in result.stderr, result.stderr
+    assert "about-to-die" in result.stderr, result.stderr  # its last lines
+    assert_no_leftovers(mark)
+
+
+def test_max_restarts_reforms_the_group(drover, tmp_path):
+    program = ('echo DROVER_RESTART_COUNT=$DROVER_RESTART_COUNT; '
+               '[ "$DROVER_RESTART_COUNT" = 1 ] || { [ "$RANK" = 0 ] && exit 5; sleep 300; }')
+    result = run(drover, tmp_path, "--nodes", "2", "--max-restarts", "1", "--grace", "2", "--",
+                 "sh", "-c", program)
+    assert result.returncode == 0, result.stderr
+    assert "[worker:0] DROVER_RESTART_COUNT=1" in result.stdout.splitlines(), result.stdout
+    assert "[worker:1] DROVER_RESTART_COUNT=1" in result.stdout.splitlines(), result.stdout
+    assert "restart 1 of 1" in result.stderr
+
+
+def test_missing_node_reservation_timeout_names_it(drover, tmp_path):
+    mark = marker()
+    # DROVER_TEST_SKIP_AGENT is test-only: the local engine never starts that executor.
+    result = run(drover, tmp_path, "--nodes", "3", "--reservation-timeout", "3", "--",
+                 "sh", "-c", "sleep 300", mark, env={"DROVER_TEST_SKIP_AGENT": "2"})
+    assert result.returncode == 1, result.stderr
+    assert "reservation timed out" in result.stderr, result.stderr
+    assert "worker:2" in result.stderr, result.stderr
+    assert_no_leftovers(mark)
+
+
+def test_parameter_server_is_stopped_after_the_workers(drover, tmp_path):
+    mark = marker()
+    program = 'if [ "$DROVER_JOB_NAME" = ps ]; then sleep 300; else echo trained; fi'
+    result = run(drover, tmp_path, "--workers", "2", "--ps", "1", "--grace", "3", "--",
+                 "sh", "-c", program, mark)
+    assert result.returncode == 0, result.stderr
+    assert "[worker:0] trained" in result.stdout.splitlines()
+    assert "[worker:1] trained" in result.stdout.splitlines()
+    assert "stopping ps:0" in result.stderr, result.stderr
+    assert_no_leftovers(mark)
+
+
+def test_sigint_stops_every_node(tmp_path):
+    mark = marker()
+    proc = subprocess.Popen(
+        [drover_bin(), "run", "--nodes", "2", "--grace", "3", "--log-dir", str(tmp_path / "logs"),
+         "--", "sh", "-c", "echo started; sleep 300", mark],
+        env=clean_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        # Wait until both programs run.
+        deadline = time.time() + 60
+        while time.time() < deadline and len(leftovers(mark)) < 2:
+            time.sleep(0.1)
+        assert len(leftovers(mark)) >= 2
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert "SIGINT" in err
+    assert_no_leftovers(mark)
+
+
+def test_dry_run_prints_the_plan_and_starts_nothing(drover, tmp_path):
+    mark = marker()
+    result = run(drover, tmp_path, "--workers", "2", "--ps", "1", "--chief", "--dry-run", "--",
+                 "sh", "-c", "sleep 300", mark)
+    assert result.returncode == 0, result.stderr
+    assert "ps:0  executor 0" in result.stdout, result.stdout
+    assert "chief:0  executor 1" in result.stdout, result.stdout
+    assert "worker:1  executor 3" in result.stdout, result.stdout
+    assert "RANK=0" in result.stdout
+    assert not (tmp_path / "logs").exists()
+    assert leftovers(mark) == []
+
+
+def test_failing_program_exit_code_and_last_lines(drover, tmp_path):
+    program = 'echo line-one; echo line-two >&2; [ "$RANK" = 0 ] && exit 3; sleep 300'
+    result = run(drover, tmp_path, "--nodes", "2", "--grace", "2", "--", "sh", "-c", program)
+    assert result.returncode == 1, result.stderr
+    assert "worker:0 (executor 0) failed: exit code 3" in result.stderr, result.stderr
+    assert "line-two" in result.stderr.split("failed")[1]
+
+
+def test_bad_input_is_one_line_and_exit_2(drover, tmp_path):
+    result = run(drover, tmp_path, "--nodes", "1", "--ps", "2", "--", "true")
+    assert result.returncode == 2
+    assert result.stderr.startswith("drover run:")
+
+
+def test_tensorboard_missing_is_a_clear_error(drover, tmp_path):
+    env = {"PATH": "/nonexistent"}
+    result = run(drover, tmp_path, "--nodes", "1", "--tensorboard", "--", "/bin/true", env=env)
+    assert result.returncode == 2
+    assert "tensorboard" in result.stderr
+    assert not (tmp_path / "logs").exists()

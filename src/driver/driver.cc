@@ -1,0 +1,734 @@
+#include "driver/driver.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "drover/framework_env.h"
+
+namespace drover {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr Milliseconds kPollInterval{100};
+// How long a node may look dead (connection closed, heartbeats missed) while
+// its agent is still running before it counts as failed: a node that exits
+// cleanly closes its connection a moment before the driver reaps it.
+constexpr Milliseconds kDeadConfirm{3'000};
+// How long a failure waits for the agent's exit status before being reported.
+constexpr Milliseconds kExitStatusWait{2'000};
+// How long an agent that exited before the barrier waits for the server's
+// verdict (a reservation timeout names the missing nodes better).
+constexpr Milliseconds kEarlyExitWait{1'000};
+// STOP first; SIGTERM to the agents after this if they are still there.
+constexpr Milliseconds kStopBeforeTerm{1'000};
+
+bool IsTrainingJob(const std::string& job) {
+  return job == "chief" || job == "master" || job == "worker";
+}
+
+std::string Seconds(Milliseconds ms) {
+  char buffer[32];
+  if (ms.count() % 1000 == 0) {
+    std::snprintf(buffer, sizeof(buffer), "%lld", static_cast<long long>(ms.count() / 1000));
+  } else {
+    std::snprintf(buffer, sizeof(buffer), "%.3f", static_cast<double>(ms.count()) / 1000.0);
+  }
+  return buffer;
+}
+
+std::string NewClusterId() {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", &tm);
+  std::random_device random;
+  char suffix[8];
+  std::snprintf(suffix, sizeof(suffix), "%04x", random() & 0xffff);
+  return std::string("run-") + stamp + "-" + suffix;
+}
+
+// Describes an agent's exit; the agent exits with the program's code, 128 +
+// signal when a signal killed the program.
+std::string DescribeExit(const ExitStatus& status) {
+  if (!status.signaled() && status.exit_code() > 128 && status.exit_code() < 128 + 65) {
+    return "killed by " + SignalName(status.exit_code() - 128) + " (agent exit code " +
+           std::to_string(status.exit_code()) + ")";
+  }
+  if (status.signaled()) return "its agent was " + status.ToString();
+  return status.ToString();
+}
+
+}  // namespace
+
+std::vector<std::string> SplitLines(std::string* partial, std::string_view data) {
+  std::vector<std::string> lines;
+  partial->append(data);
+  size_t start = 0;
+  for (;;) {
+    size_t newline = partial->find('\n', start);
+    if (newline == std::string::npos) break;
+    std::string line = partial->substr(start, newline - start);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    lines.push_back(std::move(line));
+    start = newline + 1;
+  }
+  partial->erase(0, start);
+  return lines;
+}
+
+std::vector<int> ParseGpuIndices(std::string_view output) {
+  std::vector<int> gpus;
+  std::istringstream in{std::string(output)};
+  std::string line;
+  while (std::getline(in, line)) {
+    size_t begin = line.find_first_not_of(" \t\r");
+    if (begin == std::string::npos) continue;
+    size_t end = line.find_last_not_of(" \t\r");
+    std::string token = line.substr(begin, end - begin + 1);
+    if (token.find_first_not_of("0123456789") != std::string::npos) continue;
+    gpus.push_back(std::stoi(token));
+  }
+  return gpus;
+}
+
+Result<std::vector<std::string>> AssignGpus(int gpus_per_node, int nodes,
+                                            const std::vector<int>& available) {
+  if (gpus_per_node < 0) {
+    return Status::InvalidArgument("--gpus-per-node must be >= 0, got " +
+                                   std::to_string(gpus_per_node));
+  }
+  std::vector<std::string> assigned;
+  if (gpus_per_node == 0) return std::vector<std::string>(static_cast<size_t>(nodes), "none");
+  size_t needed = static_cast<size_t>(gpus_per_node) * static_cast<size_t>(nodes);
+  if (available.size() < needed) {
+    return Status::InvalidArgument(
+        std::to_string(nodes) + " nodes x " + std::to_string(gpus_per_node) + " GPUs need " +
+        std::to_string(needed) + " GPUs, but this host has " + std::to_string(available.size()) +
+        (available.empty() ? " (nvidia-smi found none)" : ""));
+  }
+  for (int node = 0; node < nodes; ++node) {
+    std::string list;
+    for (int k = 0; k < gpus_per_node; ++k) {
+      if (!list.empty()) list += ",";
+      list += std::to_string(available[static_cast<size_t>(node * gpus_per_node + k)]);
+    }
+    assigned.push_back(list);
+  }
+  return assigned;
+}
+
+struct Driver::Node {
+  std::string executor_id;
+  std::unique_ptr<AgentProcess> process;
+  std::string tag;  // "executor 3" until the barrier, then "worker:1"
+  std::string job;
+  int task_index = -1;
+  std::string partial;
+  std::vector<std::string> unprinted;  // read, not yet tagged
+  std::vector<std::string> unlogged;   // printed before the log file was known
+  std::deque<std::string> ring;
+  std::ofstream log;
+  std::optional<ExitStatus> exit;
+  bool stopping = false;
+  std::optional<Clock::time_point> dead_since;
+  std::string dead_message;
+  std::string error_message;  // from REPORT_ERROR
+  std::vector<std::string> reported_lines;
+
+  bool running() const { return process && process->pid() > 0 && !exit; }
+};
+
+// The server's events, handed from its loop thread to the driver's.
+struct EventQueue {
+  std::mutex mu;
+  std::vector<NodeEvent> events;
+  int wake_fd = -1;
+  void Push(const NodeEvent& event) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      events.push_back(event);
+    }
+    uint64_t one = 1;
+    ssize_t ignored = ::write(wake_fd, &one, sizeof(one));
+    (void)ignored;
+  }
+  std::vector<NodeEvent> Take() {
+    uint64_t count;
+    ssize_t ignored = ::read(wake_fd, &count, sizeof(count));
+    (void)ignored;
+    std::lock_guard<std::mutex> lock(mu);
+    return std::exchange(events, {});
+  }
+};
+
+struct Driver::Round {
+  Driver& driver;
+  int number;
+  std::vector<std::unique_ptr<Node>> nodes;
+  std::unique_ptr<RendezvousServer> server;
+  EventQueue queue;
+  std::ofstream* tee = nullptr;
+  bool formed = false;
+
+  Node* Find(const std::string& executor_id) {
+    for (auto& node : nodes) {
+      if (node->executor_id == executor_id) return node.get();
+    }
+    return nullptr;
+  }
+
+  // Waits up to `timeout` for output, a server event or a stop signal, reads
+  // what came, reaps exited agents. Returns the stop signal, or 0.
+  int Pump(Milliseconds timeout) {
+    std::vector<pollfd> fds;
+    std::vector<Node*> owners;
+    if (driver.options_.signal_fd >= 0) fds.push_back({driver.options_.signal_fd, POLLIN, 0});
+    fds.push_back({queue.wake_fd, POLLIN, 0});
+    owners.resize(fds.size(), nullptr);
+    for (auto& node : nodes) {
+      if (node->process && node->process->output_fd() >= 0) {
+        fds.push_back({node->process->output_fd(), POLLIN, 0});
+        owners.push_back(node.get());
+      }
+    }
+    int ready = ::poll(fds.data(), fds.size(), static_cast<int>(timeout.count()));
+    int signal = 0;
+    if (ready > 0) {
+      for (size_t i = 0; i < fds.size(); ++i) {
+        if (fds[i].revents == 0) continue;
+        if (owners[i] != nullptr) {
+          ReadOutput(*owners[i]);
+        } else if (fds[i].fd == driver.options_.signal_fd) {
+          signalfd_siginfo info;
+          if (::read(fds[i].fd, &info, sizeof(info)) == sizeof(info)) {
+            signal = static_cast<int>(info.ssi_signo);
+          }
+        }
+      }
+    }
+    for (auto& node : nodes) {
+      if (node->running()) node->exit = node->process->Poll();
+    }
+    return signal;
+  }
+
+  void ReadOutput(Node& node) {
+    char buffer[65536];
+    for (;;) {
+      ssize_t n = ::read(node.process->output_fd(), buffer, sizeof(buffer));
+      if (n > 0) {
+        for (std::string& line : SplitLines(&node.partial, std::string_view(buffer, n))) {
+          node.unprinted.push_back(std::move(line));
+        }
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      // EOF (or an error): the agent and everything it started closed the pipe.
+      if (!node.partial.empty()) node.unprinted.push_back(std::exchange(node.partial, {}));
+      node.process->CloseOutput();
+      return;
+    }
+  }
+
+  // Tags and writes every line read so far.
+  void Emit() {
+    bool any = false;
+    for (auto& node : nodes) {
+      for (std::string& line : node->unprinted) {
+        std::string tagged = "[" + node->tag + "] " + line;
+        driver.out_ << tagged << "\n";
+        if (tee != nullptr) *tee << tagged << "\n";
+        if (node->log.is_open()) {
+          node->log << line << "\n";
+        } else {
+          node->unlogged.push_back(line);
+        }
+        node->ring.push_back(std::move(line));
+        if (node->ring.size() > static_cast<size_t>(driver.options_.last_lines)) {
+          node->ring.pop_front();
+        }
+        any = true;
+      }
+      node->unprinted.clear();
+      if (node->log.is_open()) node->log.flush();
+    }
+    if (any) {
+      driver.out_.flush();
+      if (tee != nullptr) tee->flush();
+    }
+  }
+
+  void OpenLog(Node& node, const std::string& name) {
+    fs::path path = fs::path(driver.options_.log_dir) / (name + ".log");
+    node.log.open(path, std::ios::app);
+    if (!node.log) {
+      driver.err_ << "drover run: cannot write " << path.string() << ": " << std::strerror(errno)
+                  << "\n";
+      return;
+    }
+    if (number > 0) node.log << "=== drover run: restart " << number << " ===\n";
+    for (const std::string& line : node.unlogged) node.log << line << "\n";
+    node.unlogged.clear();
+    node.log.flush();
+  }
+
+  void OnFormed(const FormedCluster& cluster) {
+    formed = true;
+    std::string roles;
+    for (const NodeInfo& info : cluster.nodes) {
+      Node* node = Find(info.executor_id);
+      if (node == nullptr) continue;
+      node->job = info.job_name;
+      node->task_index = info.task_index;
+      node->tag = info.job_name + ":" + std::to_string(info.task_index);
+      OpenLog(*node, info.job_name + "-" + std::to_string(info.task_index));
+      if (!roles.empty()) roles += ", ";
+      roles += node->tag + " = executor " + info.executor_id;
+    }
+    driver.err_ << "drover run: cluster " << cluster.cluster_id << " formed: " << roles << "\n"
+                << std::flush;
+  }
+
+  // Logs of nodes that never learnt their role.
+  void WriteUnformedLogs() {
+    for (auto& node : nodes) {
+      if (!node->log.is_open() && !node->unlogged.empty()) {
+        OpenLog(*node, "executor-" + node->executor_id);
+      }
+    }
+  }
+
+  // Stops `which` nodes: STOP through the server, SIGTERM to the agents'
+  // process groups after a moment, SIGKILL after the grace. Keeps relaying
+  // output meanwhile (a full pipe would block an agent). A stop signal
+  // arriving now skips straight to SIGKILL.
+  void Stop(const std::vector<Node*>& which, bool stop_all) {
+    if (stop_all) {
+      server->StopAll();
+    } else {
+      for (Node* node : which) {
+        if (node->running()) (void)server->StopNode(node->executor_id);
+      }
+    }
+    for (Node* node : which) node->stopping = true;
+    Clock::time_point start = Clock::now();
+    Clock::time_point term_at = start + std::min(kStopBeforeTerm, driver.options_.grace);
+    Clock::time_point kill_at = term_at + driver.options_.grace;
+    bool termed = false, killed = false;
+    for (;;) {
+      bool any_running = false;
+      for (Node* node : which) any_running = any_running || node->running();
+      if (!any_running) break;
+      Clock::time_point now = Clock::now();
+      if (!termed && now >= term_at) {
+        for (Node* node : which) {
+          if (node->running()) node->process->Signal(SIGTERM);
+        }
+        termed = true;
+      }
+      if (!killed && now >= kill_at) {
+        for (Node* node : which) {
+          if (node->running()) {
+            driver.err_ << "drover run: " << node->tag << " (executor " << node->executor_id
+                        << ") did not stop within the grace period; killing it\n";
+            node->process->Signal(SIGKILL);
+          }
+        }
+        killed = true;
+      }
+      int signal = Pump(Milliseconds(50));
+      if (signal != 0 && !killed) {
+        driver.err_ << "drover run: " << SignalName(signal) << " again; killing every node\n";
+        for (Node* node : which) node->process->Signal(SIGKILL);
+        killed = true;
+        if (driver.interrupt_signal_ == 0) driver.interrupt_signal_ = signal;
+      }
+      Emit();
+    }
+    // Drain what the stopped agents still had in their pipes.
+    for (int i = 0; i < 5; ++i) {
+      bool open = false;
+      for (Node* node : which) open = open || (node->process && node->process->output_fd() >= 0);
+      if (!open) break;
+      Pump(Milliseconds(20));
+    }
+    Emit();
+    for (Node* node : which) {
+      // Whatever the agent left in its process group.
+      if (node->process) node->process->Signal(SIGKILL);
+    }
+  }
+
+  std::vector<Node*> All() {
+    std::vector<Node*> all;
+    for (auto& node : nodes) all.push_back(node.get());
+    return all;
+  }
+
+  void ReportFailure(Node& node, const std::string& reason) {
+    std::string who = node.tag + " (executor " + node.executor_id + ")";
+    if (!formed) who = "executor " + node.executor_id;
+    driver.err_ << "drover run: " << who << " failed: " << reason << "\n";
+    // The agent's own report repeats the exit status; it matters when there is none.
+    if (!node.exit && !node.error_message.empty() &&
+        reason.find(node.error_message) == std::string::npos) {
+      driver.err_ << "drover run: its agent reported: " << node.error_message << "\n";
+    }
+    std::vector<std::string> lines(node.ring.begin(), node.ring.end());
+    if (lines.empty()) lines = node.reported_lines;
+    if (!lines.empty()) {
+      driver.err_ << "drover run: last " << (lines.size() == 1 ? "line" : "lines") << " of "
+                  << node.tag;
+      if (node.log.is_open()) {
+        driver.err_ << " ("
+                    << (fs::path(driver.options_.log_dir) /
+                        (node.job + "-" + std::to_string(node.task_index) + ".log"))
+                           .string()
+                    << ")";
+      }
+      driver.err_ << ":\n";
+      for (const std::string& line : lines) driver.err_ << "  | " << line << "\n";
+    }
+    driver.err_ << std::flush;
+  }
+};
+
+Driver::Driver(DriverOptions options, Engine& engine, std::ostream& out, std::ostream& err)
+    : options_(std::move(options)), engine_(engine), out_(out), err_(err) {}
+
+std::vector<std::string> Driver::AgentArgv(int index, int round, uint16_t port) const {
+  std::vector<std::string> argv = {options_.agent_binary,
+                                   "agent",
+                                   "--rendezvous",
+                                   engine_.rendezvous_host() + ":" + std::to_string(port),
+                                   "--token-file",
+                                   token_file_,
+                                   "--executor-id",
+                                   std::to_string(index),
+                                   "--host",
+                                   engine_.agent_host(index)};
+  if (!options_.gpus.empty()) {
+    argv.push_back("--gpus");
+    argv.push_back(options_.gpus[static_cast<size_t>(index)]);
+  }
+  for (std::string arg :
+       {std::string("--log-dir"), options_.log_dir, std::string("--grace"), Seconds(options_.grace),
+        std::string("--reservation-timeout"), Seconds(options_.reservation_timeout),
+        std::string("--restart-count"), std::to_string(round), std::string("--")}) {
+    argv.push_back(std::move(arg));
+  }
+  for (const std::string& arg : options_.command) argv.push_back(arg);
+  return argv;
+}
+
+Status Driver::Prepare() {
+  std::error_code ec;
+  if (options_.log_dir.empty()) {
+    options_.log_dir = (fs::current_path(ec) / "drover-logs" / NewClusterId()).string();
+  }
+  options_.log_dir = fs::absolute(options_.log_dir, ec).string();
+  fs::create_directories(options_.log_dir, ec);
+  if (ec) {
+    return Status::IoError("cannot create the log directory " + options_.log_dir + ": " +
+                           ec.message());
+  }
+  std::string pattern = (fs::temp_directory_path(ec) / "drover-run-XXXXXX").string();
+  if (::mkdtemp(pattern.data()) == nullptr) {
+    return Status::IoError("cannot create a private directory for the cluster token (" + pattern +
+                           "): " + std::strerror(errno));
+  }
+  private_dir_ = pattern;
+  token_file_ = private_dir_ + "/token";
+  DROVER_ASSIGN_OR_RETURN(ClusterToken token, ClusterToken::Generate());
+  return token.WriteFile(token_file_);
+}
+
+int Driver::Run() {
+  if (Status valid = options_.cluster.Validate(); !valid.ok()) {
+    err_ << "drover run: " << valid.message() << "\n";
+    return 2;
+  }
+  if (Status ready = Prepare(); !ready.ok()) {
+    err_ << "drover run: " << ready.message() << "\n";
+    if (!private_dir_.empty()) fs::remove_all(private_dir_);
+    return 1;
+  }
+  err_ << "drover run: " << options_.cluster.num_nodes << " nodes on the " << engine_.name()
+       << " engine; logs in " << options_.log_dir << "\n"
+       << std::flush;
+  int code = 1;
+  for (int round = 0;; ++round) {
+    Outcome outcome = RunRound(round);
+    if (outcome == Outcome::kSuccess) {
+      code = 0;
+      break;
+    }
+    if (outcome == Outcome::kInterrupted) {
+      err_ << "drover run: stopped every node after " << SignalName(interrupt_signal_) << "\n";
+      code = 128 + interrupt_signal_;
+      break;
+    }
+    if (outcome == Outcome::kFailure && round < options_.max_restarts) {
+      err_ << "drover run: re-forming the group (restart " << round + 1 << " of "
+           << options_.max_restarts << ")\n"
+           << std::flush;
+      continue;
+    }
+    if (outcome == Outcome::kFailure && options_.max_restarts > 0) {
+      err_ << "drover run: giving up after " << options_.max_restarts << " restart"
+           << (options_.max_restarts == 1 ? "" : "s") << "\n";
+    }
+    code = 1;
+    break;
+  }
+  std::error_code ec;
+  fs::remove_all(private_dir_, ec);
+  err_ << std::flush;
+  return code;
+}
+
+Driver::Outcome Driver::RunRound(int number) {
+  Round round{*this, number};
+  round.queue.wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (round.queue.wake_fd < 0) {
+    err_ << "drover run: eventfd: " << std::strerror(errno) << "\n";
+    return Outcome::kNoRestart;
+  }
+  struct CloseFd {
+    int fd;
+    ~CloseFd() { ::close(fd); }
+  } close_wake{round.queue.wake_fd};
+  std::ofstream tee;
+  if (options_.tee) {
+    tee.open(fs::path(options_.log_dir) / "drover.log", std::ios::app);
+    if (tee) round.tee = &tee;
+  }
+
+  auto token = ClusterToken::ReadFile(token_file_);
+  if (!token.ok()) {
+    err_ << "drover run: " << token.status().message() << "\n";
+    return Outcome::kNoRestart;
+  }
+  RendezvousServerOptions server_options;
+  server_options.bind_address = engine_.rendezvous_host();
+  server_options.token = std::move(token).value();
+  server_options.cluster = options_.cluster;
+  server_options.cluster_id = fs::path(options_.log_dir).filename().string();
+  if (number > 0) server_options.cluster_id += "-restart" + std::to_string(number);
+  server_options.reservation_timeout = options_.reservation_timeout;
+  EventQueue* queue = &round.queue;
+  server_options.on_event = [queue](const NodeEvent& event) { queue->Push(event); };
+  auto server = RendezvousServer::Start(std::move(server_options));
+  if (!server.ok()) {
+    err_ << "drover run: cannot start the rendezvous: " << server.status().message() << "\n";
+    return Outcome::kNoRestart;
+  }
+  round.server = std::move(server).value();
+  uint16_t port = round.server->port();
+
+  for (int i = 0; i < options_.cluster.num_nodes; ++i) {
+    auto node = std::make_unique<Node>();
+    node->executor_id = std::to_string(i);
+    node->tag = "executor " + node->executor_id;
+    auto process = engine_.Launch(AgentLaunch{node->executor_id, AgentArgv(i, number, port)});
+    if (!process.ok()) {
+      err_ << "drover run: " << process.status().message() << "\n";
+      round.nodes.push_back(std::move(node));
+      round.Stop(round.All(), true);
+      return Outcome::kNoRestart;
+    }
+    node->process = std::move(process).value();
+    round.nodes.push_back(std::move(node));
+  }
+
+  Clock::time_point formed_at{};
+  std::optional<Clock::time_point> early_exit_since;
+  Node* failed = nullptr;
+  std::string failure_reason;
+  Clock::time_point failure_deadline{};
+  for (;;) {
+    int signal = round.Pump(kPollInterval);
+    if (signal != 0) {
+      interrupt_signal_ = signal;
+      round.Emit();
+      err_ << "drover run: " << SignalName(signal) << " received; stopping every node\n"
+           << std::flush;
+      round.Stop(round.All(), true);
+      round.WriteUnformedLogs();
+      return Outcome::kInterrupted;
+    }
+    Clock::time_point now = Clock::now();
+    if (!round.formed && round.server->QueryState().phase != "reserving") {
+      auto cluster = round.server->WaitForCluster(now + Milliseconds(5'000));
+      if (!cluster.ok()) {
+        round.Emit();
+        err_ << "drover run: the cluster did not form: " << cluster.status().message() << "\n"
+             << std::flush;
+        round.Stop(round.All(), true);
+        round.WriteUnformedLogs();
+        return Outcome::kNoRestart;
+      }
+      round.OnFormed(*cluster);
+      formed_at = now;
+    }
+    round.Emit();
+
+    for (const NodeEvent& event : round.queue.Take()) {
+      Node* node = round.Find(event.node.executor_id);
+      if (node == nullptr) continue;
+      if (event.kind == NodeEvent::Kind::kError) {
+        node->error_message = event.message;
+        node->reported_lines = event.last_log_lines;
+        if (failed == nullptr && !node->stopping) {
+          failed = node;
+          failure_reason = event.message;
+          failure_deadline = now + kExitStatusWait;
+        }
+      } else if (event.kind == NodeEvent::Kind::kDead && !node->dead_since) {
+        node->dead_since = now;
+        node->dead_message = event.message;
+      }
+    }
+
+    if (failed == nullptr) {
+      for (auto& node : round.nodes) {
+        if (node->stopping) continue;
+        if (!round.formed && node->exit) {
+          if (!early_exit_since) early_exit_since = now;
+          if (now - *early_exit_since >= kEarlyExitWait) {
+            failed = node.get();
+            failure_reason =
+                "its agent exited before the cluster formed: " + DescribeExit(*node->exit);
+            failure_deadline = now;
+            break;
+          }
+        } else if (round.formed && node->exit && !node->exit->success()) {
+          failed = node.get();
+          failure_reason = DescribeExit(*node->exit);
+          failure_deadline = now;
+          break;
+        } else if (round.formed && node->running() && node->dead_since &&
+                   now - *node->dead_since >= kDeadConfirm) {
+          failed = node.get();
+          failure_reason = node->dead_message;
+          failure_deadline = now;
+          break;
+        }
+      }
+    }
+    if (failed != nullptr && (failed->exit || now >= failure_deadline)) {
+      if (failed->exit && failure_reason != DescribeExit(*failed->exit) &&
+          failed->error_message == failure_reason) {
+        failure_reason = DescribeExit(*failed->exit);
+      }
+      round.ReportFailure(*failed, failure_reason);
+      round.Stop(round.All(), true);
+      round.WriteUnformedLogs();
+      return Outcome::kFailure;
+    }
+    if (!round.formed) continue;
+
+    bool training_done = true;
+    std::vector<Node*> others;
+    for (auto& node : round.nodes) {
+      if (IsTrainingJob(node->job)) {
+        training_done = training_done && node->exit && node->exit->success();
+      } else {
+        others.push_back(node.get());
+      }
+    }
+    if (training_done) {
+      std::vector<Node*> still_up;
+      for (Node* node : others) {
+        if (node->running()) still_up.push_back(node);
+      }
+      if (!still_up.empty()) {
+        err_ << "drover run: the chief and workers are done; stopping";
+        for (Node* node : still_up) err_ << " " << node->tag;
+        err_ << "\n" << std::flush;
+        round.Stop(still_up, false);
+      }
+      round.Stop(round.All(), false);  // reaps and clears the process groups
+      err_ << "drover run: done; logs in " << options_.log_dir << "\n" << std::flush;
+      return Outcome::kSuccess;
+    }
+    if (options_.shutdown_timeout.count() > 0 && now - formed_at >= options_.shutdown_timeout) {
+      err_ << "drover run: the workers were not done " << Seconds(options_.shutdown_timeout)
+           << " s after the cluster formed (--shutdown-timeout); stopping every node\n";
+      round.Stop(round.All(), true);
+      return Outcome::kNoRestart;
+    }
+  }
+}
+
+void Driver::PrintPlan(std::ostream& out) const {
+  const ClusterTemplate& cluster = options_.cluster;
+  out << "drover run --dry-run: nothing is started.\n";
+  out << "engine: " << engine_.name() << "; rendezvous on " << engine_.rendezvous_host()
+      << ":<ephemeral port>, " << cluster.num_nodes << " node"
+      << (cluster.num_nodes == 1 ? "" : "s") << ", reservation timeout "
+      << Seconds(options_.reservation_timeout) << " s, grace " << Seconds(options_.grace)
+      << " s, max restarts " << options_.max_restarts << "\n";
+  out << "log dir: "
+      << (options_.log_dir.empty() ? std::string("./drover-logs/<cluster-id>") : options_.log_dir)
+      << "\n";
+  out << "command:";
+  for (const std::string& arg : options_.command) out << " " << arg;
+  out << "\n";
+  // Ranks depend only on the roles and hosts, so a placeholder port gives
+  // the right RANK, WORLD_SIZE, ...; port-bearing values are shown as such.
+  ClusterSpec spec;
+  std::map<std::string, std::vector<std::string>> jobs;
+  std::vector<std::pair<std::string, int>> slots;
+  for (int i = 0; i < cluster.num_nodes; ++i) {
+    auto slot = cluster.Slot(i);
+    slots.push_back(slot);
+    jobs[slot.first].push_back(engine_.agent_host(i) + ":" + std::to_string(1 + i));
+  }
+  for (auto& [job, tasks] : jobs) (void)spec.AddJob(job, tasks);
+  out << "nodes:\n";
+  for (int i = 0; i < cluster.num_nodes; ++i) {
+    const auto& [job, index] = slots[static_cast<size_t>(i)];
+    out << "  " << job << ":" << index << "  executor " << i << "  host " << engine_.agent_host(i)
+        << "  1 port to reserve (<port" << i << ">)";
+    if (!options_.gpus.empty()) out << "  gpus " << options_.gpus[static_cast<size_t>(i)];
+    out << "\n";
+    out << "    DROVER_EXECUTOR_ID=" << i << " DROVER_JOB_NAME=" << job
+        << " DROVER_TASK_INDEX=" << index << " DROVER_RESTART_COUNT=0";
+    if (!options_.gpus.empty()) {
+      std::string gpus = options_.gpus[static_cast<size_t>(i)];
+      out << " CUDA_VISIBLE_DEVICES=" << (gpus == "none" ? "" : gpus);
+    }
+    auto rank = ComputeRank(spec, job, index);
+    if (rank.ok() && rank->has_value()) {
+      const RankInfo& info = **rank;
+      out << " RANK=" << info.rank << " WORLD_SIZE=" << info.world_size
+          << " LOCAL_RANK=" << info.local_rank << " MASTER_ADDR=" << info.master_host;
+    } else {
+      out << " (no rank: not a training job)";
+    }
+    out << "\n";
+  }
+  out << "every node also gets TF_CONFIG, MASTER_PORT, DROVER_PORT, DROVER_PORTS, "
+         "DROVER_CLUSTER_SPEC, DROVER_CONTEXT_FILE once its ports are reserved "
+         "(docs/run.md)\n";
+}
+
+}  // namespace drover

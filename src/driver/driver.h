@@ -1,0 +1,99 @@
+// Driver: `drover run`'s work. Forms a cluster of N agents through an
+// in-process RendezvousServer, relays and logs their output, supervises them
+// with TensorFlowOnSpark's roles, and stops every node on every exit path
+// (docs/run.md).
+//
+// One round: write the token, start the server (ephemeral port), launch one
+// agent per slot through the Engine, wait for the barrier, then supervise:
+//  - every line an agent prints goes to `out` as "[job:index] line" (before
+//    the barrier "[executor i] line") and to <log_dir>/<job>-<index>.log;
+//  - when every chief/master/worker node has exited 0, the ps and evaluator
+//    nodes are stopped (STOP, then SIGTERM, SIGKILL after the grace) and the
+//    run succeeds;
+//  - the first node that fails (its agent exits non-zero, reports an error,
+//    or is declared dead) is reported on `err` with its last lines, the others
+//    are stopped, and the round fails; with max_restarts the whole group is
+//    re-formed (DROVER_RESTART_COUNT = round).
+// A stop signal (read from `signal_fd`, a signalfd for SIGINT/SIGTERM) stops
+// every node within the grace period and exits 128 + signal.
+//
+// Driver is used from one thread (the one that will outlive the agents: see
+// LocalEngine); the server calls back on its own thread through a queue.
+
+#ifndef DROVER_DRIVER_DRIVER_H_
+#define DROVER_DRIVER_DRIVER_H_
+
+#include <chrono>
+#include <deque>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "drover/rendezvous.h"
+#include "drover/status.h"
+#include "engine/engine.h"
+
+namespace drover {
+
+struct DriverOptions {
+  ClusterTemplate cluster;           // num_nodes, num_ps, chief, evaluator
+  std::vector<std::string> command;  // the user's program and its arguments
+  std::string agent_binary;          // the `drover` executable
+  std::string log_dir;               // "" : ./drover-logs/<cluster-id>
+  bool tee = false;                  // also write every tagged line to <log_dir>/drover.log
+  int max_restarts = 0;
+  Milliseconds reservation_timeout{300'000};
+  Milliseconds shutdown_timeout{0};  // 0: the workers may run forever
+  Milliseconds grace{5'000};         // SIGTERM -> SIGKILL
+  // Per executor index: the GPUs given to that node; empty: no --gpus flag.
+  std::vector<std::string> gpus;  // "0,1" or "none"
+  int signal_fd = -1;             // signalfd for SIGINT/SIGTERM; -1: none
+  int last_lines = 20;            // lines kept per node for failure reports
+};
+
+// Exit codes: 0 success, 1 failure, 2 bad input, 128 + signal interrupted.
+class Driver {
+ public:
+  Driver(DriverOptions options, Engine& engine, std::ostream& out, std::ostream& err);
+
+  // Runs every round; returns the process exit code.
+  int Run();
+  // Prints what Run would start, starts nothing.
+  void PrintPlan(std::ostream& out) const;
+
+ private:
+  struct Node;
+  struct Round;
+  enum class Outcome { kSuccess, kFailure, kInterrupted, kNoRestart };
+
+  Status Prepare();
+  Outcome RunRound(int round);
+  std::vector<std::string> AgentArgv(int index, int round, uint16_t port) const;
+
+  DriverOptions options_;
+  Engine& engine_;
+  std::ostream& out_;
+  std::ostream& err_;
+  std::string token_file_;
+  std::string private_dir_;  // removed at the end
+  int interrupt_signal_ = 0;
+};
+
+// Splits `data` appended to `*partial` into complete lines (without '\n');
+// the rest stays in *partial. Exposed for tests.
+std::vector<std::string> SplitLines(std::string* partial, std::string_view data);
+
+// The GPUs for each of `nodes` local nodes: K disjoint ones each from
+// `available` ("none" for every node when K = 0). kInvalidArgument when there
+// are not enough.
+Result<std::vector<std::string>> AssignGpus(int gpus_per_node, int nodes,
+                                            const std::vector<int>& available);
+
+// GPU indices from `nvidia-smi --query-gpu=index --format=csv,noheader`
+// output.
+std::vector<int> ParseGpuIndices(std::string_view nvidia_smi_output);
+
+}  // namespace drover
+
+#endif  // DROVER_DRIVER_DRIVER_H_

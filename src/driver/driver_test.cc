@@ -1,0 +1,64 @@
+#include "driver/driver.h"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "engine/local_engine.h"
+
+namespace drover {
+namespace {
+
+TEST(SplitLinesTest, KeepsThePartialLine) {
+  std::string partial;
+  EXPECT_EQ(SplitLines(&partial, "a\nb"), (std::vector<std::string>{"a"}));
+  EXPECT_EQ(partial, "b");
+  EXPECT_EQ(SplitLines(&partial, "c\r\n\n"), (std::vector<std::string>{"bc", ""}));
+  EXPECT_EQ(partial, "");
+}
+
+TEST(GpuTest, ParsesNvidiaSmi) {
+  EXPECT_EQ(ParseGpuIndices("0\n1\n 2 \n\n"), (std::vector<int>{0, 1, 2}));
+  EXPECT_TRUE(ParseGpuIndices("No devices were found\n").empty());
+}
+
+TEST(GpuTest, AssignsDisjointSets) {
+  auto gpus = AssignGpus(2, 2, {0, 1, 2, 3});
+  ASSERT_TRUE(gpus.ok());
+  EXPECT_EQ(*gpus, (std::vector<std::string>{"0,1", "2,3"}));
+  auto none = AssignGpus(0, 3, {});
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(*none, (std::vector<std::string>{"none", "none", "none"}));
+  auto short_of = AssignGpus(1, 3, {0, 1});
+  ASSERT_FALSE(short_of.ok());
+  EXPECT_NE(short_of.status().message().find("need 3 GPUs"), std::string::npos);
+}
+
+TEST(DriverTest, PlanNamesRolesAndRanks) {
+  DriverOptions options;
+  options.cluster.num_nodes = 3;
+  options.cluster.num_ps = 1;
+  options.command = {"python3", "train.py"};
+  LocalEngine engine({});
+  std::ostringstream out, err;
+  Driver(options, engine, out, err).PrintPlan(out);
+  std::string plan = out.str();
+  EXPECT_NE(plan.find("ps:0  executor 0"), std::string::npos) << plan;
+  EXPECT_NE(plan.find("worker:1  executor 2"), std::string::npos) << plan;
+  EXPECT_NE(plan.find("RANK=1 WORLD_SIZE=2"), std::string::npos) << plan;
+  EXPECT_NE(plan.find("python3 train.py"), std::string::npos) << plan;
+}
+
+TEST(DriverTest, BadTemplateIsBadInput) {
+  DriverOptions options;
+  options.cluster.num_nodes = 1;
+  options.cluster.num_ps = 2;
+  options.command = {"true"};
+  LocalEngine engine({});
+  std::ostringstream out, err;
+  EXPECT_EQ(Driver(options, engine, out, err).Run(), 2);
+  EXPECT_NE(err.str().find("cannot hold"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace drover

@@ -1,0 +1,64 @@
+// Engine: how the driver starts one `drover agent` per node. The local engine
+// runs them as child processes of this host; ssh and slurm engines come later
+// behind the same interface, so the driver never touches fork/exec itself.
+//
+// An Engine launches AgentProcess objects. An AgentProcess owns everything it
+// started (a process group, the read end of the agent's merged stdout+stderr
+// pipe); destroying it kills the group with SIGKILL and reaps it, so no exit
+// path leaves an agent behind. Neither type is thread-safe: the driver uses
+// them from its one supervision thread.
+
+#ifndef DROVER_ENGINE_ENGINE_H_
+#define DROVER_ENGINE_ENGINE_H_
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/subprocess.h"  // ExitStatus: one type for every process drover reaps
+#include "drover/status.h"
+
+namespace drover {
+
+// One agent to start.
+struct AgentLaunch {
+  std::string executor_id;
+  std::vector<std::string> argv;  // argv[0]: the agent binary
+};
+
+class AgentProcess {
+ public:
+  virtual ~AgentProcess() = default;
+
+  virtual const std::string& executor_id() const = 0;
+  // The agent's pid (0 when the engine started nothing for it).
+  virtual int pid() const = 0;
+  // A non-blocking fd with the agent's stdout and stderr, or -1 once closed
+  // (or when there is none). The driver reads it until EOF, then CloseOutput().
+  virtual int output_fd() const = 0;
+  virtual void CloseOutput() = 0;
+  // Reaps the agent without blocking; its exit status once it has ended.
+  virtual std::optional<ExitStatus> Poll() = 0;
+  // Sends `signal` to the agent's process group (nothing after it was reaped
+  // and its group is empty).
+  virtual void Signal(int signal) = 0;
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  // "local", "ssh", ...
+  virtual std::string name() const = 0;
+  // The host address agents register with and the rendezvous binds to.
+  virtual std::string rendezvous_host() const = 0;
+  // The address each agent advertises (--host).
+  virtual std::string agent_host(int executor_index) const = 0;
+  // Starts one agent. kIoError when the OS refuses.
+  virtual Result<std::unique_ptr<AgentProcess>> Launch(const AgentLaunch& launch) = 0;
+};
+
+}  // namespace drover
+
+#endif  // DROVER_ENGINE_ENGINE_H_
