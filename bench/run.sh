@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the benchmarks and prints each figure as a ratio to the baseline
+# Runs the benchmarks and prints each figure as a ratio to the baseline(s)
 # measured in the same run. Usage: bench/run.sh   (after scripts/build.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,3 +12,6 @@ build/bin/cluster_spec_bench --benchmark_format=json --benchmark_min_time=0.2 \
 echo
 echo "== rendezvous barrier (baseline: naive epoll server sending the full spec to each node) =="
 build/bin/rendezvous_bench 8 1000 4000
+echo
+echo "== start-up: from launch to every program started (ratios to torchrun and mpirun) =="
+/usr/bin/python3 bench/startup_bench.py --drover build/bin/drover --nodes 2,4,8 --reps 3

@@ -26,6 +26,7 @@ T Unwrap(Result<T> result) {
 void RegisterSpec(pybind11::module_& m);
 void RegisterResolvers(pybind11::module_& m);
 void RegisterRendezvous(pybind11::module_& m);
+void RegisterContext(pybind11::module_& m);
 
 }  // namespace drover::python
 

@@ -37,8 +37,10 @@ void ThrowStatus(const Status& status) {
 }  // namespace drover::python
 
 PYBIND11_MODULE(_drover, m) {
-  m.doc() = "drover's C++ core: ClusterSpec, cluster resolvers, framework environments.";
+  m.doc() =
+      "drover's C++ core: ClusterSpec, cluster resolvers, framework environments, node context.";
   drover::python::RegisterSpec(m);
   drover::python::RegisterResolvers(m);
   drover::python::RegisterRendezvous(m);
+  drover::python::RegisterContext(m);
 }

@@ -15,6 +15,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev openmpi-bin libopenmpi-dev
   # Python module and its tests (Debian's /usr/bin/python3)
   python3 python3-dev pybind11-dev python3-pytest python3-numpy python3-yaml
+  # the main job (examples/digits) and its integration test
+  python3-torch python3-sklearn
 )
 
 missing=()

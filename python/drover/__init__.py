@@ -11,7 +11,17 @@ import::
 Errors are the exceptions TensorFlow raises: ValueError for an unknown job or
 task or malformed input, TypeError for a wrong type, KeyError for duplicate
 tasks in a union.
+
+Inside a program started by ``drover run`` (or ``drover agent``),
+``drover.context()`` says where the program stands, as TensorFlowOnSpark's
+``ctx`` does::
+
+    ctx = drover.context()
+    ctx.job_name, ctx.task_index, ctx.is_chief, ctx.num_workers, ctx.cluster_spec
+    ctx.absolute_path("model")    # "file:///<working dir>/model"
 """
+
+import os
 
 from drover import _drover
 from drover._drover import (
@@ -20,6 +30,7 @@ from drover._drover import (
     ClusterToken,
     KubernetesClusterResolver,
     MPIClusterResolver,
+    NodeContext,
     RendezvousClient,
     RendezvousServer,
     ResourceSpecClusterResolver,
@@ -35,6 +46,24 @@ from drover._drover import (
 )
 
 __version__ = "0.1.0"
+
+
+def context():
+    """This node's NodeContext, read from the file named by DROVER_CONTEXT_FILE.
+
+    The agent writes the file and sets the variable just before starting the
+    program (docs/run.md). Raises RuntimeError outside such a program, and
+    ValueError when the file is missing or is not a context file.
+
+    ``release_port()`` is kept for TensorFlowOnSpark code and returns None: the
+    agent has already released the reserved ports when the program starts.
+    """
+    path = os.environ.get("DROVER_CONTEXT_FILE")
+    if not path:
+        raise RuntimeError(
+            "drover.context() only works inside a program started by drover run / "
+            "drover agent: DROVER_CONTEXT_FILE is not set")
+    return NodeContext.load_file(path)
 
 
 class UnionClusterResolver(_drover.UnionClusterResolver):
@@ -55,6 +84,7 @@ __all__ = [
     "ClusterToken",
     "KubernetesClusterResolver",
     "MPIClusterResolver",
+    "NodeContext",
     "RendezvousClient",
     "RendezvousServer",
     "ResourceSpecClusterResolver",
@@ -63,6 +93,7 @@ __all__ = [
     "TFConfigClusterResolver",
     "TorchEnvClusterResolver",
     "UnionClusterResolver",
+    "context",
     "expand_hostlist",
     "expand_tasks_per_node",
     "framework_environment",

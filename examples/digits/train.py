@@ -1,0 +1,149 @@
+"""Distributed data-parallel training of a small MLP on scikit-learn's digits.
+
+    build/bin/drover run --nodes 2 -- /usr/bin/python3 examples/digits/train.py
+
+Every node is a worker: PyTorch DDP over gloo (CPU), initialised from the
+variables drover sets (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE), so the same
+script runs unchanged under torchrun:
+
+    /usr/bin/python3 -m torch.distributed.run --standalone --nproc_per_node=2 \
+        examples/digits/train.py
+
+The data is load_digits() (1,797 8x8 images, bundled with scikit-learn, no
+download), split once into train and test with a fixed seed. Each worker trains
+on its shard of the training set (DistributedSampler) with its share of the
+global batch; DDP averages the gradients. The test set is evaluated in shards
+too and the counts summed, so every worker knows the accuracy; the chief prints
+it and saves the model's state_dict to --model-dir (default: the node's log
+directory, $DROVER_LOG_DIR, else the current directory).
+"""
+import argparse
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--epochs", type=int, default=40)
+    parser.add_argument("--batch-size", type=int, default=32,
+                        help="global batch, split evenly across the workers")
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--model-dir", default=None,
+                        help="where the chief saves digits_mlp.pt "
+                             "(default: the node's log dir, $DROVER_LOG_DIR, or .)")
+    return parser.parse_args()
+
+
+def node_context():
+    """drover.context() when started by drover, else None (torchrun, plain python)."""
+    if "DROVER_CONTEXT_FILE" not in os.environ:
+        return None
+    try:
+        import drover
+    except ImportError:  # drover's Python module not on PYTHONPATH: the variables suffice
+        return None
+    return drover.context()
+
+
+def load_data(seed):
+    digits = load_digits()
+    x = torch.tensor(digits.data / 16.0, dtype=torch.float32)  # pixels are 0..16
+    y = torch.tensor(digits.target, dtype=torch.long)
+    x_train, x_test, y_train, y_test = train_test_split(
+        x, y, test_size=0.25, random_state=seed, stratify=y)
+    return TensorDataset(x_train, y_train), TensorDataset(x_test, y_test)
+
+
+def make_model(hidden):
+    return nn.Sequential(
+        nn.Linear(64, hidden), nn.ReLU(),
+        nn.Linear(hidden, hidden), nn.ReLU(),
+        nn.Linear(hidden, 10))
+
+
+@torch.no_grad()
+def evaluate(model, test, rank, world_size):
+    # Each worker scores every world_size-th test example; the sums make the
+    # accuracy over the whole test set, known to every worker.
+    x, y = test.tensors
+    x, y = x[rank::world_size], y[rank::world_size]
+    model.eval()
+    counts = torch.tensor([(model(x).argmax(dim=1) == y).sum().item(), len(y)],
+                          dtype=torch.float64)
+    model.train()
+    if world_size > 1:
+        dist.all_reduce(counts)
+    return (counts[0] / counts[1]).item()
+
+
+def main():
+    args = parse_args()
+    torch.set_num_threads(1)  # one core per worker; the nodes share the machine
+    started = time.monotonic()
+
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    if world_size > 1:
+        dist.init_process_group("gloo")  # env:// : MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
+    ctx = node_context()
+    is_chief = ctx.is_chief if ctx is not None else rank == 0
+    model_dir = (args.model_dir or (ctx.log_dir if ctx is not None else None)
+                 or os.environ.get("DROVER_LOG_DIR") or ".")
+    who = f"{ctx.job_name}:{ctx.task_index}" if ctx is not None else f"rank {rank}"
+    print(f"{who}: rank {rank} of {world_size}, chief={is_chief}", flush=True)
+
+    torch.manual_seed(args.seed)  # the same initial weights everywhere (DDP also broadcasts)
+    train, test = load_data(args.seed)
+    sampler = DistributedSampler(train, num_replicas=world_size, rank=rank,
+                                 shuffle=True, seed=args.seed)
+    # A global batch split across the workers: the same steps, whatever the
+    # number of workers, so the accuracy does not depend on it.
+    loader = DataLoader(train, batch_size=max(1, args.batch_size // world_size), sampler=sampler)
+    model = make_model(args.hidden)
+    if world_size > 1:
+        model = DistributedDataParallel(model)
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    loss_fn = nn.CrossEntropyLoss()
+
+    for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)
+        total, batches = 0.0, 0
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+            total, batches = total + loss.item(), batches + 1
+        if is_chief and (epoch % 10 == 9 or epoch == args.epochs - 1):
+            print(f"epoch {epoch + 1}/{args.epochs}: train loss {total / batches:.4f} "
+                  f"({len(sampler)} examples on this worker)", flush=True)
+
+    accuracy = evaluate(model, test, rank, world_size)
+    if is_chief:
+        print(f"test accuracy: {accuracy:.3f}", flush=True)
+        os.makedirs(model_dir, exist_ok=True)
+        path = os.path.join(model_dir, "digits_mlp.pt")
+        module = model.module if isinstance(model, DistributedDataParallel) else model
+        torch.save(module.state_dict(), path)
+        print(f"saved model to {os.path.abspath(path)} "
+              f"({time.monotonic() - started:.1f} s)", flush=True)
+    if world_size > 1:
+        dist.barrier()  # nobody leaves while the chief still saves
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
