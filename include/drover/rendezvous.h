@@ -117,7 +117,8 @@ struct RendezvousServerOptions {
   Milliseconds handshake_timeout{10'000};
   Milliseconds heartbeat_interval{1'000};
   int missed_heartbeats_until_dead = 5;
-  uint32_t max_frame_bytes = 1u << 20;
+  // Fits the largest valid request (a COMPARE_SET of two 1 MiB values).
+  uint32_t max_frame_bytes = (2u << 20) + (8u << 10);
   // Called on the loop thread: keep it short, do not call back into the server.
   std::function<void(const NodeEvent&)> on_event;
   // Called on the loop thread for every connection closed for a bad frame,

@@ -57,8 +57,8 @@ constexpr Milliseconds kSendTimeout{10'000};
 // A cluster's shared part may expand to at most this multiple of the frame limit.
 constexpr uint64_t kMaxExpansion = 8;
 // Keys and values as docs/protocol.md bounds them.
-constexpr size_t kMaxKeyBytes = 4 << 10;
-constexpr size_t kMaxValueBytes = 1 << 20;
+constexpr size_t kMaxKeyBytes = wire::kMaxKvKeyBytes;
+constexpr size_t kMaxValueBytes = wire::kMaxKvValueBytes;
 // A KV WAIT asks the server to give up slightly before the caller's deadline,
 // so that the server's reply (naming the missing keys) arrives in time.
 constexpr Milliseconds kWaitReplyMargin{50};

@@ -1017,3 +1017,29 @@ TEST(RendezvousEndToEndTest, ANodeThatLeavesIsNotReportedDead) {
 
 }  // namespace
 }  // namespace drover
+
+namespace drover {
+namespace {
+
+// Regression: a value at the documented 1 MiB limit did not fit the server's
+// 1 MiB frame limit once the key and framing were added.
+TEST(RendezvousEndToEndTest, ValuesAtTheLimitFitInARequest) {
+  RendezvousServerOptions options;
+  options.cluster.num_nodes = 1;
+  auto server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  auto client = RendezvousClient::Connect(Options(ServerAddress(*server)), Soon());
+  ASSERT_OK(client);
+  std::string key(4 << 10, 'k');
+  std::string big(1 << 20, 'a');
+  std::string other(1 << 20, 'b');
+  ASSERT_OK((*client)->Set(key, big, Soon()));
+  ASSERT_OK_AND_ASSIGN(std::string stored, (*client)->CompareSet(key, big, other, Soon()));
+  EXPECT_EQ(stored, other);
+  ASSERT_OK_AND_ASSIGN(std::optional<std::string> read, (*client)->Get(key, Soon()));
+  ASSERT_TRUE(read.has_value());
+  EXPECT_EQ(*read, other);
+}
+
+}  // namespace
+}  // namespace drover

@@ -39,8 +39,8 @@ using asio::ip::tcp;
 constexpr size_t kReadChunk = 64 * 1024;
 // Reads per wake-up before the loop yields to other connections.
 constexpr int kMaxReadsPerWakeup = 16;
-constexpr size_t kMaxKvKeyBytes = 4 * 1024;
-constexpr size_t kMaxKvValueBytes = 1024 * 1024;
+using wire::kMaxKvKeyBytes;
+using wire::kMaxKvValueBytes;
 // After an ERROR frame the server stops sending and reads (discarding) until
 // the peer closes or this long passes: closing with unread bytes would make
 // the kernel send a reset, which can destroy the ERROR frame in flight.

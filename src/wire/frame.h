@@ -26,8 +26,13 @@ namespace drover::wire {
 inline constexpr std::array<char, 4> kMagic = {'D', 'R', 'V', 'R'};
 inline constexpr uint16_t kProtocolVersion = 1;
 inline constexpr size_t kHeaderBytes = 12;
-// Requests a server accepts are small; a cluster a client receives may not be.
-inline constexpr uint32_t kServerMaxFrameBytes = 1u << 20;
+// Key-value store limits (docs/protocol.md).
+inline constexpr uint32_t kMaxKvKeyBytes = 4u << 10;
+inline constexpr uint32_t kMaxKvValueBytes = 1u << 20;
+// Requests a server accepts are small, but must fit the largest valid one: a
+// COMPARE_SET with a key and two values at their limits, plus framing.
+inline constexpr uint32_t kServerMaxFrameBytes = 2 * kMaxKvValueBytes + kMaxKvKeyBytes + 4096;
+// A cluster a client receives may be large.
 inline constexpr uint32_t kClientMaxFrameBytes = 64u << 20;
 
 struct FrameHeader {
