@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "drover/cluster_spec.h"
+#include "drover/host_port.h"
 #include "drover/status.h"
 
 namespace drover {
@@ -65,10 +66,6 @@ struct RankInfo {
   std::string master_host;
   int master_port = 0;
 };
-
-// Splits "host:port" (also "[v6::addr]:port"). kInvalidArgument when the
-// port is missing or not in 1..65535.
-Result<std::pair<std::string, int>> SplitHostPort(std::string_view address);
 
 // The TF_CONFIG JSON for one task. kNotFound when the task is not in the cluster.
 Result<std::string> MakeTfConfig(const ClusterSpec& cluster, std::string_view task_type,

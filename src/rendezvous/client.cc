@@ -43,6 +43,7 @@
 #include <thread>
 #include <utility>
 
+#include "drover/host_port.h"
 #include "drover/rendezvous.h"
 #include "rendezvous/node_info_codec.h"
 #include "wire/auth.h"
@@ -109,7 +110,7 @@ int64_t MillisecondsBetween(Clock::time_point from, Clock::time_point to) {
 
 struct HostPort {
   std::string host;
-  std::string port;
+  std::string port;  // as getaddrinfo takes it
 };
 
 // "host:port", "1.2.3.4:port" or "[v6]:port".
@@ -118,31 +119,13 @@ Result<HostPort> ParseAddress(std::string_view address) {
     return Status::InvalidArgument("rendezvous server address '" + std::string(address) +
                                    "' is not HOST:PORT: " + std::string(why));
   };
-  std::string_view host;
-  std::string_view port;
-  if (address.starts_with('[')) {
-    size_t close = address.find(']');
-    if (close == std::string_view::npos) return bad("no ']' after an IPv6 address");
-    if (close + 1 >= address.size() || address[close + 1] != ':') return bad("no port");
-    host = address.substr(1, close - 1);
-    port = address.substr(close + 2);
-  } else {
-    size_t colon = address.rfind(':');
-    if (colon == std::string_view::npos) return bad("no port");
-    host = address.substr(0, colon);
-    port = address.substr(colon + 1);
-    if (host.find(':') != std::string_view::npos) {
-      return bad("write an IPv6 address in brackets, [ADDR]:PORT");
-    }
+  // "::1:80" could be host "::1" or "::1:80" without a port: refuse to guess.
+  if (!address.starts_with('[') && address.find(':') != address.rfind(':')) {
+    return bad("write an IPv6 address in brackets, [ADDR]:PORT");
   }
-  if (host.empty()) return bad("no host");
-  if (port.empty() || port.size() > 5 ||
-      !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-    return bad("the port is not a number");
-  }
-  int number = std::stoi(std::string(port));
-  if (number < 1 || number > 65535) return bad("the port is not in 1..65535");
-  return HostPort{std::string(host), std::string(port)};
+  auto split = SplitHostPort(address);
+  if (!split.ok()) return bad(split.status().message());
+  return HostPort{split->first, std::to_string(split->second)};
 }
 
 // Errors after which the server may still appear (it is starting, or the

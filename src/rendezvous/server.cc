@@ -25,6 +25,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "drover/host_port.h"
 #include "drover/rendezvous.h"
 #include "rendezvous/node_info_codec.h"
 #include "wire/auth.h"
@@ -88,16 +89,6 @@ std::string JoinLimited(const std::vector<std::string>& items) {
   return out;
 }
 
-std::string HexEncode(std::string_view bytes) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : bytes) {
-    out += kHex[c >> 4];
-    out += kHex[c & 0xf];
-  }
-  return out;
-}
-
 // An executor id that is a plain non-negative decimal integer.
 std::optional<uint64_t> ParseExecutorNumber(const std::string& id) {
   if (id.empty()) return std::nullopt;
@@ -105,11 +96,6 @@ std::optional<uint64_t> ParseExecutorNumber(const std::string& id) {
   auto [end, ec] = std::from_chars(id.data(), id.data() + id.size(), value);
   if (ec != std::errc() || end != id.data() + id.size()) return std::nullopt;
   return value;
-}
-
-std::string TaskAddress(const std::string& host, uint32_t port) {
-  bool ipv6 = host.find(':') != std::string::npos && host.front() != '[';
-  return (ipv6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
 // A registration: what the node sent, less the role, which is the server's to assign.
@@ -574,7 +560,7 @@ Status Server::Listen() {
   }
   if (options_.cluster_id.empty()) {
     DROVER_ASSIGN_OR_RETURN(std::string nonce, wire::RandomNonce());
-    cluster_id_ = HexEncode(std::string_view(nonce).substr(0, 8));
+    cluster_id_ = wire::HexEncode(std::string_view(nonce).substr(0, 8));
   } else {
     cluster_id_ = options_.cluster_id;
   }
@@ -586,7 +572,7 @@ Status Server::Listen() {
                                    "' is not an IP address: " + ec.message());
   }
   tcp::endpoint endpoint(address, options_.port);
-  std::string where = TaskAddress(options_.bind_address, options_.port);
+  std::string where = JoinHostPort(options_.bind_address, options_.port);
   acceptor_.open(endpoint.protocol(), ec);
   if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
   if (!ec) acceptor_.bind(endpoint, ec);
@@ -730,7 +716,7 @@ void Server::Accept() {
     asio::error_code endpoint_ec;
     tcp::endpoint remote = socket.remote_endpoint(endpoint_ec);
     std::string peer = endpoint_ec ? std::string("unknown peer")
-                                   : TaskAddress(remote.address().to_string(), remote.port());
+                                   : JoinHostPort(remote.address().to_string(), remote.port());
     uint64_t id = next_connection_id_++;
     auto conn = std::make_shared<Connection>(this, std::move(socket), id, std::move(peer),
                                              options_.max_frame_bytes);
@@ -1022,7 +1008,7 @@ void Server::FormCluster() {
     node.info.task_index = index;
     node.last_seen = now;
     Status status =
-        formed.spec.SetTask(job, index, TaskAddress(node.info.host, node.info.ports[0]));
+        formed.spec.SetTask(job, index, JoinHostPort(node.info.host, node.info.ports[0]));
     if (!status.ok()) Log("cluster spec: " + status.ToString());
     formed.nodes.push_back(node.info);
     *shared.add_nodes() = rendezvous_internal::NodeToWire(node.info);

@@ -1,7 +1,6 @@
 #include "drover/framework_env.h"
 
 #include <algorithm>
-#include <charconv>
 #include <nlohmann/json.hpp>
 
 namespace drover {
@@ -58,44 +57,7 @@ RankInfo DescribeRank(const std::vector<RankedTask>& ranked, size_t rank) {
   return info;
 }
 
-// Brackets IPv6 literals so "host:port" stays parseable.
-std::string JoinHostPort(const std::string& host, int port) {
-  if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
-  return host + ":" + std::to_string(port);
-}
-
 }  // namespace
-
-Result<std::pair<std::string, int>> SplitHostPort(std::string_view address) {
-  std::string_view host;
-  std::string_view port_text;
-  if (!address.empty() && address.front() == '[') {
-    size_t close = address.find(']');
-    if (close == std::string_view::npos || close + 1 >= address.size() ||
-        address[close + 1] != ':') {
-      return Status::InvalidArgument("address '" + std::string(address) +
-                                     "' is not of the form [host]:port");
-    }
-    host = address.substr(1, close - 1);
-    port_text = address.substr(close + 2);
-  } else {
-    size_t colon = address.rfind(':');
-    if (colon == std::string_view::npos) {
-      return Status::InvalidArgument("address '" + std::string(address) +
-                                     "' has no port (expected host:port)");
-    }
-    host = address.substr(0, colon);
-    port_text = address.substr(colon + 1);
-  }
-  int port = 0;
-  auto [end, error] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-  if (host.empty() || error != std::errc() || end != port_text.data() + port_text.size() ||
-      port < 1 || port > 65535) {
-    return Status::InvalidArgument("address '" + std::string(address) +
-                                   "' needs a host and a port in 1..65535");
-  }
-  return std::make_pair(std::string(host), port);
-}
 
 Result<std::string> MakeTfConfig(const ClusterSpec& cluster, std::string_view task_type,
                                  int task_index, const std::optional<std::string>& rpc_layer) {

@@ -24,21 +24,6 @@ ClusterSpec TwoHostCluster() {
   return spec;
 }
 
-TEST(SplitHostPortTest, AcceptsNamesIpv4AndBracketedIpv6) {
-  ASSERT_OK_AND_ASSIGN(auto a, SplitHostPort("worker0.example.com:2222"));
-  EXPECT_EQ(a, std::make_pair(std::string("worker0.example.com"), 2222));
-  ASSERT_OK_AND_ASSIGN(auto b, SplitHostPort("[fe80::1]:80"));
-  EXPECT_EQ(b, std::make_pair(std::string("fe80::1"), 80));
-}
-
-TEST(SplitHostPortTest, RejectsMissingOrBadPorts) {
-  for (const char* bad :
-       {"host", "host:", ":80", "host:0", "host:65536", "host:8x", "[::1]80", "[::1"}) {
-    EXPECT_THAT(SplitHostPort(bad), StatusIs(Status::Code::kInvalidArgument, HasSubstr(bad)))
-        << bad;
-  }
-}
-
 TEST(MakeTfConfigTest, HasClusterTaskAndCloudEnvironmentWithChief) {
   ASSERT_OK_AND_ASSIGN(std::string text, MakeTfConfig(TwoHostCluster(), "worker", 2, "grpc"));
   auto config = nlohmann::json::parse(text);

@@ -62,14 +62,19 @@ Result<std::string> RandomNonce() {
   return nonce;
 }
 
-std::string TokenToHex(const Token& token) {
+std::string HexEncode(std::string_view bytes) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string hex;
-  for (unsigned char byte : token) {
+  hex.reserve(2 * bytes.size());
+  for (unsigned char byte : bytes) {
     hex += kHex[byte >> 4];
     hex += kHex[byte & 0xf];
   }
   return hex;
+}
+
+std::string TokenToHex(const Token& token) {
+  return HexEncode(std::string_view(reinterpret_cast<const char*>(token.data()), token.size()));
 }
 
 Result<Token> ParseToken(std::string_view hex) {

@@ -39,6 +39,8 @@ Result<Token> ReadTokenFile(const std::string& path);
 // Parses 64 hex characters (a token given on the command line or in a variable).
 Result<Token> ParseToken(std::string_view hex);
 std::string TokenToHex(const Token& token);
+// Lower-case hex of arbitrary bytes.
+std::string HexEncode(std::string_view bytes);
 
 // The client's proof: HMAC-SHA256(token, "drover-auth-v1" | server_nonce | client_nonce).
 std::string ClientMac(const Token& token, std::string_view server_nonce,
