@@ -264,7 +264,6 @@ int Agent::Impl::Run() {
   for (const auto& [name, value] : *env) spawn.env->push_back(name + "=" + value);
   spawn.working_dir = o.working_dir.empty() ? "" : context.working_dir;
   spawn.pipe_output = true;
-  spawn.die_with_parent = true;
 
   started_ = true;
   if (int signal = interrupt_signal_.load(); signal != 0) return 128 + signal;

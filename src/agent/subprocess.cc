@@ -130,7 +130,8 @@ Result<Subprocess> Subprocess::Spawn(const SubprocessOptions& options) {
   int out_pipe[2] = {-1, -1};
   int err_pipe[2] = {-1, -1};
   if (options.pipe_output) {
-    if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) {
+    if (::pipe2(out_pipe, O_CLOEXEC) != 0 ||
+        (!options.merge_stderr && ::pipe2(err_pipe, O_CLOEXEC) != 0)) {
       int saved = errno;
       for (int fd :
            {error_pipe[0], error_pipe[1], out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) {
@@ -154,8 +155,8 @@ Result<Subprocess> Subprocess::Spawn(const SubprocessOptions& options) {
     // The child: async-signal-safe calls only.
     const int efd = error_pipe[1];
     if (::setpgid(0, 0) != 0) ChildFail(efd, 0);
-    if (options.die_with_parent) {
-      if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) ChildFail(efd, 1);
+    if (options.parent_death_signal != 0) {
+      if (::prctl(PR_SET_PDEATHSIG, options.parent_death_signal) != 0) ChildFail(efd, 1);
       // The parent may have died before prctl took effect.
       if (::getppid() != parent) ::_exit(127);
     }
@@ -171,7 +172,8 @@ Result<Subprocess> Subprocess::Spawn(const SubprocessOptions& options) {
     if (null_fd < 0) ChildFail(efd, 2);
     if (!MoveFd(null_fd, STDIN_FILENO)) ChildFail(efd, 3);
     if (out_pipe[1] >= 0) {
-      if (!MoveFd(out_pipe[1], STDOUT_FILENO) || !MoveFd(err_pipe[1], STDERR_FILENO)) {
+      int err_target = err_pipe[1] >= 0 ? err_pipe[1] : STDOUT_FILENO;
+      if (!MoveFd(out_pipe[1], STDOUT_FILENO) || !MoveFd(err_target, STDERR_FILENO)) {
         ChildFail(efd, 3);
       }
     }

@@ -4,7 +4,7 @@
 // Spawn() forks and execs with: a new process group (pgid == pid), stdin from
 // /dev/null, stdout/stderr inherited or each into a pipe the parent reads,
 // every other fd closed on exec, the signal mask and dispositions reset, and
-// PR_SET_PDEATHSIG(SIGKILL) so the child dies with its parent. It uses fork()
+// PR_SET_PDEATHSIG (SIGKILL by default) so the child dies with its parent. It uses fork()
 // rather than posix_spawn() because posix_spawn cannot set PDEATHSIG in the
 // child. HAZARD: PDEATHSIG fires when the *thread* that called Spawn() exits,
 // so call it from a thread that outlives the child (the agent's main thread).
@@ -23,6 +23,7 @@
 #ifndef DROVER_AGENT_SUBPROCESS_H_
 #define DROVER_AGENT_SUBPROCESS_H_
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -72,7 +73,10 @@ struct SubprocessOptions {
   // Pipe stdout and stderr to the parent (stdout_fd(), stderr_fd()) instead
   // of inheriting the parent's.
   bool pipe_output = false;
-  bool die_with_parent = true;  // PR_SET_PDEATHSIG(SIGKILL)
+  // With pipe_output: stderr goes into the stdout pipe (one fd, stdout_fd()).
+  bool merge_stderr = false;
+  // PR_SET_PDEATHSIG: the signal the child gets when its parent dies; 0 for none.
+  int parent_death_signal = SIGKILL;
 };
 
 class Subprocess {

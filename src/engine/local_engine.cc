@@ -1,59 +1,34 @@
 #include "engine/local_engine.h"
 
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <climits>
 #include <cstring>
 
-extern char** environ;
+#include "agent/subprocess.h"
 
 namespace drover {
 
 namespace {
 
+// An agent (or helper) started by Subprocess: its own process group, reaped
+// through a pidfd; the destructor kills whatever is left of the group.
 class ChildProcess : public AgentProcess {
  public:
-  ChildProcess(std::string id, pid_t pid, int output_fd)
-      : id_(std::move(id)), pid_(pid), output_fd_(output_fd) {}
-  ~ChildProcess() override {
-    CloseOutput();
-    // The last line of defence against orphans: whatever is left of the group dies.
-    if (pid_ > 0) ::killpg(pid_, SIGKILL);
-    if (!exit_) {
-      int status = 0;
-      while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-      }
-    }
-  }
+  ChildProcess(std::string id, Subprocess process)
+      : id_(std::move(id)), process_(std::move(process)) {}
 
   const std::string& executor_id() const override { return id_; }
-  int pid() const override { return pid_; }
-  int output_fd() const override { return output_fd_; }
-  void CloseOutput() override {
-    if (output_fd_ >= 0) ::close(output_fd_);
-    output_fd_ = -1;
-  }
-  std::optional<ExitStatus> Poll() override {
-    if (exit_) return exit_;
-    int status = 0;
-    pid_t got = ::waitpid(pid_, &status, WNOHANG);
-    if (got == pid_) exit_ = ExitStatus::FromWaitStatus(status);
-    return exit_;
-  }
-  void Signal(int signal) override {
-    if (pid_ > 0) ::killpg(pid_, signal);
-  }
+  int pid() const override { return process_.pid(); }
+  int output_fd() const override { return process_.stdout_fd(); }
+  void CloseOutput() override { process_.CloseStdout(); }
+  std::optional<ExitStatus> Poll() override { return process_.Poll(); }
+  void Signal(int signal) override { process_.SignalGroup(signal); }
 
  private:
   std::string id_;
-  pid_t pid_;
-  int output_fd_;
-  std::optional<ExitStatus> exit_;
+  Subprocess process_;
 };
 
 // TEST ONLY: stands for an agent the engine never started.
@@ -71,16 +46,15 @@ class NotStarted : public AgentProcess {
   std::string id_;
 };
 
-Status Errno(const std::string& what) {
-  return Status::IoError(what + ": " + std::strerror(errno));
-}
-
 }  // namespace
 
 Result<std::string> SelfExecutable() {
   char buffer[PATH_MAX];
   ssize_t n = ::readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
-  if (n <= 0) return Errno("cannot read /proc/self/exe to find the drover binary");
+  if (n <= 0) {
+    return Status::IoError(std::string("cannot read /proc/self/exe to find the drover binary: ") +
+                           std::strerror(errno));
+  }
   return std::string(buffer, static_cast<size_t>(n));
 }
 
@@ -88,68 +62,17 @@ Result<std::unique_ptr<AgentProcess>> SpawnProcessGroup(const std::string& id,
                                                         const std::vector<std::string>& argv,
                                                         bool capture_output, int death_signal) {
   if (argv.empty()) return Status::InvalidArgument("cannot start " + id + ": empty command");
-  // Everything the child needs is prepared before fork: after it, only
-  // async-signal-safe calls (the driver has other threads).
-  std::vector<char*> args;
-  for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
-  args.push_back(nullptr);
-  int out[2] = {-1, -1};
-  if (capture_output && ::pipe2(out, O_CLOEXEC) != 0) return Errno("pipe for " + id);
-  int report[2];
-  if (::pipe2(report, O_CLOEXEC) != 0) {
-    int saved = errno;
-    if (capture_output) ::close(out[0]), ::close(out[1]);
-    errno = saved;
-    return Errno("pipe for " + id);
-  }
-  pid_t parent = ::getpid();
-  pid_t pid = ::fork();
-  if (pid < 0) {
-    int saved = errno;
-    if (capture_output) ::close(out[0]), ::close(out[1]);
-    ::close(report[0]), ::close(report[1]);
-    errno = saved;
-    return Errno("fork for " + id);
-  }
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, death_signal);
-    if (::getppid() != parent) ::_exit(127);  // the driver died before prctl
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);  // the driver blocks SIGINT/SIGTERM
-    int null_fd = ::open("/dev/null", O_RDONLY);
-    if (null_fd >= 0) ::dup2(null_fd, STDIN_FILENO);
-    if (capture_output) {
-      ::dup2(out[1], STDOUT_FILENO);
-      ::dup2(out[1], STDERR_FILENO);
-    }
-    ::execve(args[0], args.data(), environ);
-    int error = errno;
-    ssize_t ignored = ::write(report[1], &error, sizeof(error));
-    (void)ignored;
-    ::_exit(127);
-  }
-  // Also from the parent, so the group exists before anyone signals it.
-  ::setpgid(pid, pid);
-  ::close(report[1]);
-  if (capture_output) ::close(out[1]);
-  int child_errno = 0;
-  ssize_t n;
-  do {
-    n = ::read(report[0], &child_errno, sizeof(child_errno));
-  } while (n < 0 && errno == EINTR);
-  ::close(report[0]);
-  if (n == sizeof(child_errno)) {
-    int status;
-    ::waitpid(pid, &status, 0);
-    if (capture_output) ::close(out[0]);
-    return Status::IoError("cannot start " + id + " (" + argv[0] +
-                           "): " + std::strerror(child_errno));
-  }
-  if (capture_output) ::fcntl(out[0], F_SETFL, ::fcntl(out[0], F_GETFL) | O_NONBLOCK);
+  SubprocessOptions options;
+  options.argv = argv;
+  options.pipe_output = capture_output;
+  options.merge_stderr = true;
+  options.parent_death_signal = death_signal;
+  Result<Subprocess> process = Subprocess::Spawn(options);
+  // Whatever the reason (missing binary, fork failing), the OS refused.
+  if (!process.ok())
+    return Status::IoError("cannot start " + id + ": " + process.status().message());
   return std::unique_ptr<AgentProcess>(
-      std::make_unique<ChildProcess>(id, pid, capture_output ? out[0] : -1));
+      std::make_unique<ChildProcess>(id, std::move(process).value()));
 }
 
 LocalEngine::LocalEngine(LocalEngineOptions options) : options_(std::move(options)) {}
