@@ -1,0 +1,311 @@
+#include "drover/data_feed.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+
+#include "feed/shm_channel.h"
+#include "feed/socket_fd.h"
+
+namespace drover {
+namespace {
+
+using feed::BatchInfo;
+using feed::BatchView;
+using feed::Clock;
+using feed::RunState;
+
+constexpr auto kConnectTimeout = std::chrono::seconds(10);
+
+// Records handed out in inference mode and not answered yet, per batch.
+struct Piece {
+  BatchInfo info;  // first_record/record_count: the records handed out
+  bool ends_partition = false;
+};
+
+class ShmDataFeed final : public DataFeed {
+ public:
+  ShmDataFeed(feed::JoinedFeed joined, bool train_mode, std::chrono::milliseconds timeout)
+      : socket_(joined.socket),
+        grant_(std::move(joined.grant)),
+        channel_(std::move(joined.channel)),
+        input_(channel_, /*input_ring=*/true),
+        output_(channel_, /*input_ring=*/false),
+        inference_(!train_mode),
+        timeout_(timeout) {}
+  ~ShmDataFeed() override { ::close(socket_); }
+
+  Result<RecordBatch> NextBatch(size_t max_records) override;
+  Status BatchResults(const std::vector<std::string_view>& results) override;
+  bool ShouldStop() const override;
+  void Terminate() override;
+  uint64_t records_read() const override { return records_read_; }
+  std::string format() const override { return grant_.format; }
+  uint64_t record_bytes() const override { return grant_.record_bytes; }
+
+ private:
+  std::string PartitionName(uint32_t partition) const {
+    return partition < grant_.partitions.size() ? grant_.partitions[partition]
+                                                : "#" + std::to_string(partition);
+  }
+  Status Stopped() const {
+    std::string why = channel_.error();
+    return Status::Unavailable("feeding " + grant_.task + " stopped" +
+                               (why.empty() ? "" : ": " + why));
+  }
+  // The next batch while this call already holds records. Their queue space
+  // is not free for the feeder until the next call, so once the feeder would
+  // wait for it (or half the queue is held), *held_back is set and the call
+  // returns what it has instead of waiting out its timeout.
+  Result<std::optional<BatchView>> NextWhileHolding(Clock::time_point deadline, bool* held_back);
+  // Takes up to `wanted` records of current_ into *batch.
+  void Take(size_t wanted, RecordBatch* batch);
+  Status WriteResults(const Piece& piece, const std::vector<std::string_view>& results,
+                      size_t first);
+
+  int socket_;
+  feed::FeedGrant grant_;
+  feed::ShmChannel channel_;
+  feed::RingReader input_;
+  feed::RingWriter output_;
+  bool inference_;
+  std::chrono::milliseconds timeout_;
+
+  std::optional<BatchView> current_;   // the batch being handed out
+  const char* next_record_ = nullptr;  // in current_
+  uint32_t taken_ = 0;                 // records of current_ handed out
+  uint64_t release_to_ = 0;            // end of the last batch fully handed out
+  bool ended_ = false;
+  bool terminated_ = false;
+  uint64_t records_read_ = 0;
+  std::vector<Piece> unanswered_;
+};
+
+Result<std::optional<BatchView>> ShmDataFeed::NextWhileHolding(Clock::time_point deadline,
+                                                               bool* held_back) {
+  constexpr auto kSlice = std::chrono::milliseconds(5);
+  for (;;) {
+    Result<std::optional<BatchView>> next = input_.TryNext();
+    if (!next.ok() || next->has_value()) return next;
+    if (input_.closed_and_drained() || channel_.state() != RunState::kRunning) return next;
+    if (input_.writer_waiting() || input_.held_bytes() >= channel_.ring_bytes() / 2 ||
+        Clock::now() >= deadline) {
+      *held_back = true;
+      return next;
+    }
+    next = input_.Next(std::min(deadline, Clock::now() + kSlice));
+    if (!next.ok() && next.status().code() == Status::Code::kDeadlineExceeded) continue;
+    return next;
+  }
+}
+
+void ShmDataFeed::Take(size_t wanted, RecordBatch* batch) {
+  const BatchView& view = *current_;
+  const uint32_t first = taken_;
+  while (taken_ < view.info.record_count && batch->records.size() < wanted) {
+    uint32_t length;
+    std::memcpy(&length, next_record_, sizeof(length));
+    batch->records.emplace_back(next_record_ + sizeof(length), length);
+    next_record_ += sizeof(length) + length;
+    ++taken_;
+  }
+  const bool finished = taken_ == view.info.record_count;
+  if (inference_ && taken_ > first) {
+    Piece piece{view.info, finished && (view.info.flags & feed::kEndOfPartition) != 0};
+    piece.info.first_record = view.info.first_record + first;
+    piece.info.record_count = taken_ - first;
+    unanswered_.push_back(piece);
+  }
+  if (finished) {
+    // An empty batch that ends a partition still needs its end answered.
+    if (inference_ && view.info.record_count == 0 && (view.info.flags & feed::kEndOfPartition)) {
+      Piece piece{view.info, true};
+      unanswered_.push_back(piece);
+    }
+    release_to_ = view.end;
+    current_.reset();
+  }
+}
+
+Result<RecordBatch> ShmDataFeed::NextBatch(size_t max_records) {
+  RecordBatch batch;
+  size_t records_unanswered = 0;
+  for (const Piece& piece : unanswered_) records_unanswered += piece.info.record_count;
+  if (records_unanswered > 0) {
+    return Status::InvalidArgument("next_batch: call batch_results with the " +
+                                   std::to_string(records_unanswered) +
+                                   " results of the previous batch first (partition " +
+                                   PartitionName(unanswered_.front().info.partition) + ")");
+  }
+  // Pieces of only empty end-of-partition batches are answered implicitly.
+  for (const Piece& piece : unanswered_) {
+    if (Status written = WriteResults(piece, {}, 0); !written.ok()) return written;
+  }
+  unanswered_.clear();
+  // The views handed out last time are given up now.
+  input_.Release(release_to_);
+  if (channel_.state() == RunState::kStopped) return Stopped();
+  if (terminated_ || channel_.state() != RunState::kRunning || max_records == 0) return batch;
+
+  const auto deadline = Clock::now() + timeout_;
+  bool have_epoch = false;
+  while (batch.records.size() < max_records && !ended_) {
+    if (!current_) {
+      bool held_back = false;
+      Result<std::optional<BatchView>> next =
+          batch.records.empty() ? input_.Next(deadline) : NextWhileHolding(deadline, &held_back);
+      if (held_back) break;
+      if (!next.ok()) {
+        if (!batch.records.empty()) break;  // what arrived in time
+        if (next.status().code() == Status::Code::kDeadlineExceeded) {
+          return Status::DeadlineExceeded("next_batch: no record arrived for " + grant_.task +
+                                          " in " + feed::SecondsText(timeout_));
+        }
+        return next.status();
+      }
+      if (!next->has_value()) {
+        if (channel_.state() == RunState::kStopped) {
+          if (batch.records.empty()) return Stopped();
+          break;
+        }
+        if (channel_.state() == RunState::kTerminating) break;
+        ended_ = input_.closed_and_drained();
+        break;
+      }
+      current_ = **next;
+      next_record_ = current_->records;
+      taken_ = 0;
+    }
+    if (have_epoch && static_cast<int>(current_->info.epoch) != batch.epoch) break;
+    if (!have_epoch && current_->info.record_count > 0) {
+      batch.epoch = static_cast<int>(current_->info.epoch);
+      have_epoch = true;
+    }
+    Take(max_records, &batch);
+  }
+  records_read_ += batch.records.size();
+  return batch;
+}
+
+Status ShmDataFeed::WriteResults(const Piece& piece, const std::vector<std::string_view>& results,
+                                 size_t first) {
+  const size_t limit = channel_.max_batch_bytes() - 64;
+  size_t index = 0;
+  const size_t count = piece.info.record_count;
+  do {
+    // As many results as fit one batch.
+    size_t bytes = 0, end = index;
+    while (end < count && bytes + 4 + results[first + end].size() <= limit) {
+      bytes += 4 + results[first + end].size();
+      ++end;
+    }
+    if (end == index && index < count) {
+      return Status::InvalidArgument("batch_results: a result of " +
+                                     std::to_string(results[first + index].size()) +
+                                     " bytes does not fit the queue (raise --queue-bytes)");
+    }
+    Result<char*> space = output_.Reserve(bytes, Clock::now() + timeout_);
+    if (!space.ok()) {
+      if (channel_.state() == RunState::kStopped) return Stopped();
+      return space.status().WithContext("batch_results");
+    }
+    char* out = *space;
+    for (size_t i = index; i < end; ++i) {
+      std::string_view result = results[first + i];
+      uint32_t length = static_cast<uint32_t>(result.size());
+      std::memcpy(out, &length, sizeof(length));
+      std::memcpy(out + sizeof(length), result.data(), result.size());
+      out += sizeof(length) + result.size();
+    }
+    BatchInfo info = piece.info;
+    info.first_record = piece.info.first_record + index;
+    info.record_count = static_cast<uint32_t>(end - index);
+    info.flags = (end == count && piece.ends_partition) ? feed::kEndOfPartition : 0;
+    output_.Commit(info, bytes, 0);
+    index = end;
+  } while (index < count);
+  return Status::Ok();
+}
+
+Status ShmDataFeed::BatchResults(const std::vector<std::string_view>& results) {
+  if (!inference_) {
+    return Status::InvalidArgument(
+        "batch_results is for inference (drover run --mode inference); this feed trains");
+  }
+  size_t expected = 0;
+  for (const Piece& piece : unanswered_) expected += piece.info.record_count;
+  if (results.size() != expected) {
+    std::string partitions;
+    for (const Piece& piece : unanswered_) {
+      if (piece.info.record_count == 0) continue;
+      partitions += (partitions.empty() ? "" : ", ") + PartitionName(piece.info.partition);
+    }
+    return Status::InvalidArgument("batch_results: " + std::to_string(results.size()) +
+                                   " results for the " + std::to_string(expected) +
+                                   " records of the last batch" +
+                                   (partitions.empty() ? std::string(" (none were read)")
+                                                       : " (partition " + partitions + ")"));
+  }
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (results[i].find('\n') != std::string_view::npos) {
+      return Status::InvalidArgument("batch_results: result " + std::to_string(i) +
+                                     " contains a newline; results are written one per line");
+    }
+  }
+  size_t first = 0;
+  for (const Piece& piece : unanswered_) {
+    DROVER_RETURN_IF_ERROR(WriteResults(piece, results, first));
+    first += piece.info.record_count;
+  }
+  unanswered_.clear();
+  return Status::Ok();
+}
+
+bool ShmDataFeed::ShouldStop() const {
+  if (terminated_ || ended_ || channel_.state() != RunState::kRunning) return true;
+  return !current_ && input_.closed_and_drained();
+}
+
+void ShmDataFeed::Terminate() {
+  terminated_ = true;
+  channel_.AdvanceState(RunState::kTerminating);
+  current_.reset();
+  unanswered_.clear();
+  input_.DiscardAll();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<DataFeed>> DataFeed::Connect(DataFeedOptions options) {
+  std::string path = options.socket_path;
+  if (path.empty()) {
+    const char* value = std::getenv(kFeedSocketVariable);
+    if (value == nullptr || *value == '\0') {
+      return Status::NotFound(
+          std::string(kFeedSocketVariable) +
+          " is not set: this program was not started by `drover run --input ...`, or runs on a "
+          "node that is not fed (drover feeds chief, master and worker nodes)");
+    }
+    path = value;
+  }
+  DROVER_ASSIGN_OR_RETURN(feed::JoinedFeed joined,
+                          feed::JoinFeed(path, feed::FeedRole::kReader, options.train_mode,
+                                         Clock::now() + kConnectTimeout));
+  const bool inference_run = joined.grant.mode == "inference";
+  if (inference_run == options.train_mode) {
+    ::close(joined.socket);
+    return Status::InvalidArgument(
+        inference_run ? "this run feeds for inference (drover run --mode inference): read it "
+                        "with train_mode=false and answer with batch_results"
+                      : "this run feeds for training: read it with train_mode=true");
+  }
+  std::chrono::milliseconds timeout = options.timeout.count() > 0
+                                          ? options.timeout
+                                          : std::chrono::milliseconds(joined.grant.feed_timeout_ms);
+  return std::unique_ptr<DataFeed>(new ShmDataFeed(std::move(joined), options.train_mode, timeout));
+}
+
+}  // namespace drover

@@ -1,0 +1,587 @@
+#include "drover/data_feed.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "feed/feed_test_util.h"
+#include "feed/shm_channel.h"
+#include "feed/socket_fd.h"
+#include "testing/status_matchers.h"
+
+namespace drover {
+namespace {
+
+using ::drover::feed::BatchInfo;
+using ::drover::feed::BatchView;
+using ::drover::feed::Clock;
+using ::drover::feed::Deadline;
+using ::drover::feed::FeedGrant;
+using ::drover::feed::FeedRole;
+using ::drover::feed::kEndOfPartition;
+using ::drover::feed::RingReader;
+using ::drover::feed::RingWriter;
+using ::drover::feed::RunState;
+using ::drover::feed::ShmChannel;
+using ::drover::feed::testing::PublishBatch;
+using ::drover::feed::testing::RecordsOf;
+using ::drover::feed::testing::StopAndJoin;
+using ::drover::feed::testing::TempDir;
+using ::drover::feed::testing::TestAgent;
+using ::drover::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using Code = Status::Code;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+Deadline In(Clock::duration duration) {
+  return Clock::now() + duration;
+}
+
+std::vector<std::string> Strings(const RecordBatch& batch) {
+  return {batch.records.begin(), batch.records.end()};
+}
+
+BatchInfo Info(uint32_t partition, uint32_t epoch, uint64_t first_record, uint32_t flags = 0,
+               uint32_t feed_seq = 0) {
+  BatchInfo info;
+  info.feed_seq = feed_seq;
+  info.partition = partition;
+  info.epoch = epoch;
+  info.first_record = first_record;
+  info.flags = flags;
+  return info;
+}
+
+// A node's channel served by a TestAgent, and the test as the feeder.
+class DataFeedTest : public ::testing::Test {
+ protected:
+  void Serve(const std::string& mode) {
+    Result<ShmChannel> channel = ShmChannel::Create(64 << 10);
+    ASSERT_OK(channel);
+    channel_ = std::make_unique<ShmChannel>(std::move(channel).value());
+    FeedGrant grant;
+    grant.mode = mode;
+    grant.format = "csv";
+    grant.record_bytes = 0;
+    grant.feed_timeout_ms = 10'000;
+    grant.task = "worker:0";
+    grant.partitions = {"data/a.csv", "data/b.csv", "data/c.csv"};
+    ASSERT_FALSE(dir_.path().empty());
+    agent_ = std::make_unique<TestAgent>(*channel_, grant, dir_.path());
+    ASSERT_EQ(agent_->error(), "");
+    writer_ = std::make_unique<RingWriter>(*channel_, /*input_ring=*/true);
+  }
+  void SetUp() override { Serve("train"); }
+
+  DataFeedOptions Options(bool train_mode = true) {
+    DataFeedOptions options;
+    options.socket_path = agent_->socket_path();
+    options.train_mode = train_mode;
+    options.timeout = seconds(10);
+    return options;
+  }
+  std::unique_ptr<DataFeed> Connect(bool train_mode = true) {
+    Result<std::unique_ptr<DataFeed>> feed = DataFeed::Connect(Options(train_mode));
+    EXPECT_OK(feed);
+    return feed.ok() ? std::move(feed).value() : nullptr;
+  }
+  void Publish(const BatchInfo& info, const std::vector<std::string>& records) {
+    ASSERT_OK(PublishBatch(*writer_, info, records));
+  }
+
+  TempDir dir_;
+  std::unique_ptr<ShmChannel> channel_;
+  std::unique_ptr<TestAgent> agent_;
+  std::unique_ptr<RingWriter> writer_;
+};
+
+TEST_F(DataFeedTest, NextBatchStopsAtEpochsAndTheEnd) {
+  Publish(Info(0, 0, 0), {"r0", "r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9"});
+  Publish(Info(1, 0, 0, kEndOfPartition), {"s0", "s1", "s2", "s3", "s4"});
+  Publish(Info(0, 1, 0), {"t0", "t1"});
+  Publish(Info(0, 1, 2, kEndOfPartition), {"t2", "t3"});
+  writer_->Close();
+
+  std::unique_ptr<DataFeed> feed = Connect();
+  ASSERT_NE(feed, nullptr);
+  EXPECT_EQ(feed->format(), "csv");
+  EXPECT_EQ(feed->record_bytes(), 0u);
+  EXPECT_FALSE(feed->ShouldStop());
+
+  ASSERT_OK_AND_ASSIGN(RecordBatch batch, feed->NextBatch(4));
+  EXPECT_THAT(Strings(batch), ElementsAre("r0", "r1", "r2", "r3"));
+  EXPECT_EQ(batch.epoch, 0);
+  ASSERT_OK_AND_ASSIGN(batch, feed->NextBatch(4));
+  EXPECT_THAT(Strings(batch), ElementsAre("r4", "r5", "r6", "r7"));
+  // Across batches of one epoch.
+  ASSERT_OK_AND_ASSIGN(batch, feed->NextBatch(4));
+  EXPECT_THAT(Strings(batch), ElementsAre("r8", "r9", "s0", "s1"));
+  EXPECT_EQ(batch.epoch, 0);
+  // Fewer at the end of the epoch.
+  ASSERT_OK_AND_ASSIGN(batch, feed->NextBatch(4));
+  EXPECT_THAT(Strings(batch), ElementsAre("s2", "s3", "s4"));
+  EXPECT_EQ(batch.epoch, 0);
+  EXPECT_FALSE(feed->ShouldStop());
+  // Fewer at the end of the feed.
+  ASSERT_OK_AND_ASSIGN(batch, feed->NextBatch(100));
+  EXPECT_THAT(Strings(batch), ElementsAre("t0", "t1", "t2", "t3"));
+  EXPECT_EQ(batch.epoch, 1);
+  EXPECT_EQ(feed->records_read(), 19u);
+  EXPECT_TRUE(feed->ShouldStop());
+  // None once it is over, at once.
+  ASSERT_OK_AND_ASSIGN(batch, feed->NextBatch(100));
+  EXPECT_THAT(batch.records, IsEmpty());
+  ASSERT_OK_AND_ASSIGN(batch, feed->NextBatch(100));
+  EXPECT_THAT(batch.records, IsEmpty());
+  EXPECT_TRUE(feed->ShouldStop());
+  EXPECT_EQ(feed->records_read(), 19u);
+
+  ASSERT_EQ(agent_->hellos().size(), 1u);
+  EXPECT_EQ(agent_->hellos()[0].role, FeedRole::kReader);
+  EXPECT_TRUE(agent_->hellos()[0].train_mode);
+}
+
+TEST_F(DataFeedTest, EmptyBatchesAndZeroRecordsAsked) {
+  Publish(Info(0, 0, 0, kEndOfPartition), {});  // an empty partition
+  Publish(Info(1, 0, 0, kEndOfPartition), {"b0"});
+  Publish(Info(0, 1, 0, kEndOfPartition), {});
+  Publish(Info(1, 1, 0, kEndOfPartition), {"b0'"});
+  writer_->Close();
+  std::unique_ptr<DataFeed> feed = Connect();
+  ASSERT_NE(feed, nullptr);
+  ASSERT_OK_AND_ASSIGN(RecordBatch batch, feed->NextBatch(0));
+  EXPECT_THAT(batch.records, IsEmpty());
+  ASSERT_OK_AND_ASSIGN(batch, feed->NextBatch(10));
+  EXPECT_THAT(Strings(batch), ElementsAre("b0"));
+  EXPECT_EQ(batch.epoch, 0);
+  ASSERT_OK_AND_ASSIGN(batch, feed->NextBatch(10));
+  EXPECT_THAT(Strings(batch), ElementsAre("b0'"));
+  EXPECT_EQ(batch.epoch, 1);
+  ASSERT_OK_AND_ASSIGN(batch, feed->NextBatch(10));
+  EXPECT_THAT(batch.records, IsEmpty());
+  EXPECT_TRUE(feed->ShouldStop());
+}
+
+// More records than the ring holds go through, read as they come.
+TEST_F(DataFeedTest, ReadsWhileTheFeederWrites) {
+  constexpr int kRecords = 20000;
+  std::unique_ptr<DataFeed> feed = Connect();
+  ASSERT_NE(feed, nullptr);
+  Status fed;
+  std::thread feeder([&] {
+    for (int first = 0; first < kRecords && fed.ok(); first += 100) {
+      std::vector<std::string> records;
+      for (int i = first; i < first + 100; ++i) records.push_back("record-" + std::to_string(i));
+      fed = PublishBatch(*writer_, Info(0, 0, first), records, 0, In(seconds(20)));
+    }
+    writer_->Close();
+  });
+  StopAndJoin stop_and_join(*channel_, feeder);
+  int next = 0;
+  for (;;) {
+    // Batches of 100 records fill exactly the asked-for 50 / 100.
+    Result<RecordBatch> batch = feed->NextBatch(next % 3 == 0 ? 50 : 100);
+    ASSERT_OK(batch);
+    if (batch->records.empty()) break;
+    for (std::string_view record : batch->records) {
+      ASSERT_EQ(record, "record-" + std::to_string(next));
+      ++next;
+    }
+  }
+  feeder.join();
+  EXPECT_OK(fed);
+  EXPECT_EQ(next, kRecords);
+  EXPECT_TRUE(feed->ShouldStop());
+}
+
+TEST_F(DataFeedTest, SecondReaderIsRefused) {
+  std::unique_ptr<DataFeed> first = Connect();
+  ASSERT_NE(first, nullptr);
+  EXPECT_THAT(DataFeed::Connect(Options()),
+              StatusIs(Code::kAlreadyExists, HasSubstr("already has a reader")));
+  first.reset();
+  // Once the first reader is gone, another may read.
+  EXPECT_OK(DataFeed::Connect(Options()));
+}
+
+TEST_F(DataFeedTest, TerminateStopsTheFeederAndDropsQueuedRecords) {
+  Publish(Info(0, 0, 0), {"a", "b", "c"});
+  Publish(Info(0, 0, 3), {"d", "e", "f"});
+  std::unique_ptr<DataFeed> feed = Connect();
+  ASSERT_NE(feed, nullptr);
+  ASSERT_OK_AND_ASSIGN(RecordBatch batch, feed->NextBatch(2));
+  EXPECT_THAT(Strings(batch), ElementsAre("a", "b"));
+
+  feed->Terminate();
+  EXPECT_EQ(channel_->state(), RunState::kTerminating);
+  EXPECT_TRUE(feed->ShouldStop());
+  EXPECT_THAT(writer_->Reserve(16, In(seconds(5))),
+              StatusIs(Code::kUnavailable, HasSubstr("terminating")));
+  ASSERT_OK_AND_ASSIGN(batch, feed->NextBatch(10));
+  EXPECT_THAT(batch.records, IsEmpty());
+  // The queued records were dropped: a reader finds nothing left.
+  RingReader after(*channel_, /*input_ring=*/true);
+  ASSERT_OK_AND_ASSIGN(std::optional<BatchView> left, after.TryNext());
+  EXPECT_FALSE(left.has_value());
+}
+
+TEST_F(DataFeedTest, TerminateWakesABlockedFeeder) {
+  std::unique_ptr<DataFeed> feed = Connect();
+  ASSERT_NE(feed, nullptr);
+  const std::string big(20000, 'x');
+  Status fed;
+  std::thread feeder([&] {
+    while (fed.ok()) fed = PublishBatch(*writer_, Info(0, 0, 0), {big}, 0, In(seconds(20)));
+  });
+  std::this_thread::sleep_for(milliseconds(30));
+  feed->Terminate();
+  feeder.join();
+  EXPECT_THAT(fed, StatusIs(Code::kUnavailable, HasSubstr("terminating")));
+}
+
+TEST_F(DataFeedTest, StoppedFeedReportsTheAgentsError) {
+  Publish(Info(0, 0, 0), {"a", "b"});
+  std::unique_ptr<DataFeed> feed = Connect();
+  ASSERT_NE(feed, nullptr);
+  channel_->SetError("data/b.csv: TFRecord at offset 96: bad CRC");
+  channel_->AdvanceState(RunState::kStopped);
+  EXPECT_THAT(feed->NextBatch(10),
+              StatusIs(Code::kUnavailable,
+                       AllOf(HasSubstr("feeding worker:0 stopped"), HasSubstr("bad CRC"))));
+  EXPECT_TRUE(feed->ShouldStop());
+}
+
+TEST_F(DataFeedTest, StoppedWhileWaiting) {
+  std::unique_ptr<DataFeed> feed = Connect();
+  ASSERT_NE(feed, nullptr);
+  std::thread agent([&] {
+    std::this_thread::sleep_for(milliseconds(30));
+    channel_->SetError("the feeder was killed 4 times in a row");
+    channel_->AdvanceState(RunState::kStopped);
+  });
+  Result<RecordBatch> batch = feed->NextBatch(10);
+  agent.join();
+  EXPECT_THAT(batch, StatusIs(Code::kUnavailable, HasSubstr("killed 4 times")));
+}
+
+TEST_F(DataFeedTest, NextBatchTimesOut) {
+  DataFeedOptions options = Options();
+  options.timeout = milliseconds(50);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DataFeed> feed, DataFeed::Connect(options));
+  EXPECT_THAT(feed->NextBatch(10),
+              StatusIs(Code::kDeadlineExceeded, HasSubstr("no record arrived for worker:0")));
+  // What arrived in time comes back, without an error.
+  Publish(Info(0, 0, 0), {"late"});
+  ASSERT_OK_AND_ASSIGN(RecordBatch batch, feed->NextBatch(10));
+  EXPECT_THAT(Strings(batch), ElementsAre("late"));
+}
+
+TEST_F(DataFeedTest, ConnectNeedsASocket) {
+  const char* saved = std::getenv(kFeedSocketVariable);
+  const std::string saved_value = saved ? saved : "";
+  ::unsetenv(kFeedSocketVariable);
+  EXPECT_THAT(DataFeed::Connect(DataFeedOptions{}),
+              StatusIs(Code::kNotFound, HasSubstr("DROVER_FEED_SOCKET is not set")));
+  // The variable names the socket when the options do not.
+  ::setenv(kFeedSocketVariable, agent_->socket_path().c_str(), 1);
+  Result<std::unique_ptr<DataFeed>> feed = DataFeed::Connect(DataFeedOptions{});
+  EXPECT_OK(feed);
+  if (saved) {
+    ::setenv(kFeedSocketVariable, saved_value.c_str(), 1);
+  } else {
+    ::unsetenv(kFeedSocketVariable);
+  }
+}
+
+TEST_F(DataFeedTest, TrainModeMustMatchTheRun) {
+  EXPECT_THAT(DataFeed::Connect(Options(/*train_mode=*/false)),
+              StatusIs(Code::kInvalidArgument, HasSubstr("read it with train_mode=true")));
+  ASSERT_EQ(agent_->hellos().size(), 1u);
+  EXPECT_FALSE(agent_->hellos()[0].train_mode);
+  // The refused reader's connection is closed: another may connect.
+  std::unique_ptr<DataFeed> feed = Connect();
+  ASSERT_NE(feed, nullptr);
+  EXPECT_THAT(feed->BatchResults({"x"}),
+              StatusIs(Code::kInvalidArgument, HasSubstr("batch_results is for inference")));
+}
+
+class InferenceFeedTest : public DataFeedTest {
+ protected:
+  void SetUp() override { Serve("inference"); }
+};
+
+TEST_F(InferenceFeedTest, TrainModeMustMatchTheRun) {
+  EXPECT_THAT(DataFeed::Connect(Options(/*train_mode=*/true)),
+              StatusIs(Code::kInvalidArgument, HasSubstr("train_mode=false")));
+}
+
+TEST_F(InferenceFeedTest, ResultsGoToTheOutputRingPerPartition) {
+  Publish(Info(0, 0, 0, 0, /*feed_seq=*/0), {"a0", "a1", "a2", "a3", "a4"});
+  Publish(Info(0, 0, 5, kEndOfPartition, 0), {"a5", "a6"});
+  Publish(Info(1, 0, 0, kEndOfPartition, 1), {"b0", "b1", "b2"});
+  writer_->Close();
+  std::unique_ptr<DataFeed> feed = Connect(/*train_mode=*/false);
+  ASSERT_NE(feed, nullptr);
+  RingReader results(*channel_, /*input_ring=*/false);
+
+  ASSERT_OK_AND_ASSIGN(RecordBatch batch, feed->NextBatch(3));
+  EXPECT_THAT(Strings(batch), ElementsAre("a0", "a1", "a2"));
+  EXPECT_THAT(feed->NextBatch(3),
+              StatusIs(Code::kInvalidArgument,
+                       AllOf(HasSubstr("call batch_results"), HasSubstr("data/a.csv"))));
+  EXPECT_THAT(feed->BatchResults({"x"}),
+              StatusIs(Code::kInvalidArgument,
+                       AllOf(HasSubstr("1 results for the 3 records"), HasSubstr("data/a.csv"))));
+  EXPECT_THAT(feed->BatchResults({"A0", "A1\n", "A2"}),
+              StatusIs(Code::kInvalidArgument, HasSubstr("result 1 contains a newline")));
+  // Nothing was written by the refused calls.
+  ASSERT_OK_AND_ASSIGN(std::optional<BatchView> out, results.TryNext());
+  EXPECT_FALSE(out.has_value());
+
+  ASSERT_OK(feed->BatchResults({"A0", "A1", "A2"}));
+  ASSERT_OK_AND_ASSIGN(out, results.TryNext());
+  ASSERT_TRUE(out.has_value());
+  EXPECT_THAT(RecordsOf(*out), ElementsAre("A0", "A1", "A2"));
+  EXPECT_EQ(out->info.partition, 0u);
+  EXPECT_EQ(out->info.first_record, 0u);
+  EXPECT_EQ(out->info.flags, 0u);
+  results.Release(out->end);
+
+  // One call across two partitions of the epoch.
+  ASSERT_OK_AND_ASSIGN(batch, feed->NextBatch(100));
+  EXPECT_THAT(Strings(batch), ElementsAre("a3", "a4", "a5", "a6", "b0", "b1", "b2"));
+  EXPECT_THAT(
+      feed->BatchResults({"x", "y"}),
+      StatusIs(Code::kInvalidArgument, AllOf(HasSubstr("2 results for the 7 records"),
+                                             HasSubstr("data/a.csv, data/a.csv, data/b.csv"))));
+  ASSERT_OK(feed->BatchResults({"A3", "A4", "A5", "A6", "B0", "B1", "B2"}));
+
+  struct Expected {
+    uint32_t partition;
+    uint64_t first_record;
+    uint32_t flags;
+    std::vector<std::string> records;
+  };
+  const std::vector<Expected> expected = {{0, 3, 0, {"A3", "A4"}},
+                                          {0, 5, kEndOfPartition, {"A5", "A6"}},
+                                          {1, 0, kEndOfPartition, {"B0", "B1", "B2"}}};
+  for (const Expected& want : expected) {
+    ASSERT_OK_AND_ASSIGN(out, results.TryNext());
+    ASSERT_TRUE(out.has_value());
+    EXPECT_EQ(out->info.partition, want.partition);
+    EXPECT_EQ(out->info.first_record, want.first_record);
+    EXPECT_EQ(out->info.flags, want.flags);
+    EXPECT_EQ(out->info.epoch, 0u);
+    EXPECT_EQ(RecordsOf(*out), want.records);
+  }
+  ASSERT_OK_AND_ASSIGN(out, results.TryNext());
+  EXPECT_FALSE(out.has_value());
+
+  ASSERT_OK_AND_ASSIGN(batch, feed->NextBatch(100));
+  EXPECT_THAT(batch.records, IsEmpty());
+  EXPECT_TRUE(feed->ShouldStop());
+  EXPECT_OK(feed->BatchResults({}));
+}
+
+// An empty partition still has its end answered (so the agent completes its
+// output file), without a result from the program.
+TEST_F(InferenceFeedTest, EmptyPartitionIsAnsweredImplicitly) {
+  Publish(Info(0, 0, 0, kEndOfPartition, 0), {"a0", "a1"});
+  Publish(Info(1, 0, 0, kEndOfPartition, 1), {});
+  Publish(Info(2, 0, 0, kEndOfPartition, 2), {});
+  writer_->Close();
+  std::unique_ptr<DataFeed> feed = Connect(/*train_mode=*/false);
+  ASSERT_NE(feed, nullptr);
+  RingReader results(*channel_, /*input_ring=*/false);
+
+  ASSERT_OK_AND_ASSIGN(RecordBatch batch, feed->NextBatch(10));
+  EXPECT_THAT(Strings(batch), ElementsAre("a0", "a1"));
+  ASSERT_OK(feed->BatchResults({"r0", "r1"}));
+  ASSERT_OK_AND_ASSIGN(batch, feed->NextBatch(10));
+  EXPECT_THAT(batch.records, IsEmpty());
+
+  std::vector<std::pair<uint32_t, uint32_t>> ends;  // partition, record_count
+  for (;;) {
+    ASSERT_OK_AND_ASSIGN(std::optional<BatchView> out, results.TryNext());
+    if (!out) break;
+    EXPECT_EQ(out->info.flags, kEndOfPartition);
+    ends.emplace_back(out->info.partition, out->info.record_count);
+  }
+  EXPECT_THAT(ends,
+              ElementsAre(std::pair<uint32_t, uint32_t>{0, 2}, std::pair<uint32_t, uint32_t>{1, 0},
+                          std::pair<uint32_t, uint32_t>{2, 0}));
+}
+
+// Results larger than one output batch are split, in order, the end flag on
+// the last piece.
+TEST_F(InferenceFeedTest, LargeResultsAreSplitAcrossBatches) {
+  std::vector<std::string> records;
+  for (int i = 0; i < 40; ++i) records.push_back("q" + std::to_string(i));
+  Publish(Info(2, 0, 0, kEndOfPartition, 0), records);
+  writer_->Close();
+  std::unique_ptr<DataFeed> feed = Connect(/*train_mode=*/false);
+  ASSERT_NE(feed, nullptr);
+  ASSERT_OK_AND_ASSIGN(RecordBatch batch, feed->NextBatch(100));
+  ASSERT_EQ(batch.records.size(), 40u);
+
+  std::vector<std::string> answers;
+  for (int i = 0; i < 40; ++i)
+    answers.push_back(std::string(3000, static_cast<char>('a' + i % 26)));
+  std::vector<std::string> got;
+  uint64_t next_first = 0;
+  int pieces = 0;
+  bool ended = false;
+  Status answered;
+  // The answers (120 KB) exceed the output ring (64 KiB): read concurrently.
+  std::thread program([&] { answered = feed->BatchResults({answers.begin(), answers.end()}); });
+  StopAndJoin stop_and_join(*channel_, program);
+  RingReader results(*channel_, /*input_ring=*/false);
+  const Deadline give_up = In(seconds(20));
+  while (!ended && Clock::now() < give_up) {
+    ASSERT_OK_AND_ASSIGN(std::optional<BatchView> out, results.Next(In(seconds(10))));
+    ASSERT_TRUE(out.has_value());
+    EXPECT_EQ(out->info.partition, 2u);
+    EXPECT_EQ(out->info.first_record, next_first);
+    next_first += out->info.record_count;
+    ended = (out->info.flags & kEndOfPartition) != 0;
+    for (std::string& record : RecordsOf(*out)) got.push_back(std::move(record));
+    results.Release(out->end);
+    ++pieces;
+  }
+  program.join();
+  EXPECT_OK(answered);
+  EXPECT_TRUE(ended);
+  EXPECT_GT(pieces, 1);
+  EXPECT_EQ(got, answers);
+}
+
+// The socket helpers and the handshake underneath Connect.
+TEST(FeedSocketTest, MessagesCarryADescriptor) {
+  int pair[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0);
+  ASSERT_OK_AND_ASSIGN(ShmChannel channel, ShmChannel::Create(64 << 10));
+  ASSERT_OK(feed::SendMessage(pair[0], "{\"hello\": 1}", channel.fd()));
+  std::string line;
+  int fd = -1;
+  ASSERT_OK(feed::ReceiveMessage(pair[1], In(seconds(5)), &line, &fd));
+  EXPECT_EQ(line, "{\"hello\": 1}");
+  ASSERT_GE(fd, 0);
+  EXPECT_NE(fd, channel.fd());
+  ASSERT_OK_AND_ASSIGN(ShmChannel mapped, ShmChannel::Map(fd));
+  EXPECT_EQ(mapped.ring_bytes(), channel.ring_bytes());
+
+  ASSERT_OK(feed::SendMessage(pair[0], "plain"));
+  ASSERT_OK(feed::ReceiveMessage(pair[1], In(seconds(5)), &line, &fd));
+  EXPECT_EQ(line, "plain");
+  EXPECT_EQ(fd, -1);
+
+  EXPECT_THAT(feed::ReceiveMessage(pair[1], In(milliseconds(20)), &line, &fd),
+              StatusIs(Code::kDeadlineExceeded, ::testing::_));
+  ::close(pair[0]);
+  EXPECT_THAT(feed::ReceiveMessage(pair[1], In(seconds(5)), &line, &fd),
+              StatusIs(Code::kUnavailable, HasSubstr("closed")));
+  ::close(pair[1]);
+}
+
+TEST(FeedSocketTest, PeerCredentialsAreOurs) {
+  TempDir dir;
+  ASSERT_OK_AND_ASSIGN(int listening, feed::ListenUnix(dir.File("s")));
+  ASSERT_OK_AND_ASSIGN(int client, feed::ConnectUnix(dir.File("s"), In(seconds(5))));
+  int server = ::accept(listening, nullptr, nullptr);
+  ASSERT_GE(server, 0);
+  ASSERT_OK_AND_ASSIGN(feed::PeerCredentials peer, feed::PeerOf(server));
+  EXPECT_EQ(peer.pid, ::getpid());
+  EXPECT_EQ(peer.uid, ::getuid());
+  for (int fd : {listening, client, server}) ::close(fd);
+}
+
+TEST(FeedSocketTest, ConnectGivesUpAtTheDeadline) {
+  TempDir dir;
+  EXPECT_THAT(feed::ConnectUnix(dir.File("nobody"), In(milliseconds(50))),
+              StatusIs(Code::kUnavailable, HasSubstr(dir.File("nobody"))));
+  EXPECT_THAT(feed::ConnectUnix(std::string(200, 'x'), In(milliseconds(50))),
+              StatusIs(Code::kInvalidArgument, HasSubstr("bad feed socket path")));
+  EXPECT_THAT(feed::ListenUnix(dir.File("missing/s")),
+              StatusIs(Code::kIoError, HasSubstr(dir.File("missing/s"))));
+}
+
+TEST(FeedSocketTest, DecodeHello) {
+  FeedRole role = FeedRole::kWriter;
+  bool train_mode = false;
+  ASSERT_OK(feed::DecodeHello(R"({"role": "reader", "train_mode": true})", &role, &train_mode));
+  EXPECT_EQ(role, FeedRole::kReader);
+  EXPECT_TRUE(train_mode);
+  ASSERT_OK(feed::DecodeHello(R"({"role": "writer", "train_mode": false})", &role, &train_mode));
+  EXPECT_EQ(role, FeedRole::kWriter);
+  EXPECT_FALSE(train_mode);
+  ASSERT_OK(feed::DecodeHello(R"({"role": "reader"})", &role, &train_mode));
+  EXPECT_TRUE(train_mode);
+  for (const char* bad : {"", "not json", "[]", R"({"role": 1})", R"({"train_mode": true})"}) {
+    EXPECT_THAT(feed::DecodeHello(bad, &role, &train_mode),
+                StatusIs(Code::kInvalidArgument, HasSubstr("bad feed hello")))
+        << bad;
+  }
+  EXPECT_THAT(feed::DecodeHello(R"({"role": "spy"})", &role, &train_mode),
+              StatusIs(Code::kInvalidArgument, HasSubstr("unknown role 'spy'")));
+}
+
+TEST_F(DataFeedTest, JoinFeedReturnsTheGrant) {
+  ASSERT_OK_AND_ASSIGN(
+      feed::JoinedFeed joined,
+      feed::JoinFeed(agent_->socket_path(), FeedRole::kWriter, true, In(seconds(5))));
+  EXPECT_EQ(joined.grant.mode, "train");
+  EXPECT_EQ(joined.grant.format, "csv");
+  EXPECT_EQ(joined.grant.feed_timeout_ms, 10'000);
+  EXPECT_EQ(joined.grant.task, "worker:0");
+  EXPECT_THAT(joined.grant.partitions, ElementsAre("data/a.csv", "data/b.csv", "data/c.csv"));
+  EXPECT_EQ(joined.channel.ring_bytes(), channel_->ring_bytes());
+  ::close(joined.socket);
+  // Writers are not limited by this agent; readers are.
+  ASSERT_OK_AND_ASSIGN(
+      feed::JoinedFeed reader,
+      feed::JoinFeed(agent_->socket_path(), FeedRole::kReader, true, In(seconds(5))));
+  EXPECT_THAT(feed::JoinFeed(agent_->socket_path(), FeedRole::kReader, true, In(seconds(5))),
+              StatusIs(Code::kAlreadyExists, ::testing::_));
+  ::close(reader.socket);
+}
+
+TEST(FeedSocketTest, RefusalsKeepTheirCode) {
+  TempDir dir;
+  ASSERT_OK_AND_ASSIGN(int listening, feed::ListenUnix(dir.File("s")));
+  const std::vector<Status> refusals = {
+      Status::AlreadyExists("taken"), Status::InvalidArgument("bad"), Status::NotFound("gone"),
+      Status::PermissionDenied("not yours"), Status::Internal("other")};
+  std::thread agent([&] {
+    for (const Status& refusal : refusals) {
+      int fd = ::accept(listening, nullptr, nullptr);
+      if (fd < 0) return;
+      std::string line;
+      int ignored = -1;
+      (void)feed::ReceiveMessage(fd, In(seconds(5)), &line, &ignored);
+      (void)feed::SendMessage(fd, feed::EncodeRefusal(refusal));
+      ::close(fd);
+    }
+  });
+  const std::vector<Code> codes = {Code::kAlreadyExists, Code::kInvalidArgument, Code::kNotFound,
+                                   Code::kPermissionDenied, Code::kUnavailable};
+  for (size_t i = 0; i < refusals.size(); ++i) {
+    EXPECT_THAT(feed::JoinFeed(dir.File("s"), FeedRole::kReader, true, In(seconds(5))),
+                StatusIs(codes[i], refusals[i].message()));
+  }
+  agent.join();
+  ::close(listening);
+}
+
+}  // namespace
+}  // namespace drover

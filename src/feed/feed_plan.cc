@@ -1,0 +1,304 @@
+#include "feed/feed_plan.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <span>
+#include <system_error>
+#include <utility>
+
+namespace drover::feed {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+constexpr std::string_view kPlanFields[] = {"mode",       "format",          "record_bytes",
+                                            "epochs",     "feed_timeout_ms", "queue_bytes",
+                                            "output_dir", "partitions"};
+constexpr std::string_view kPartitionFields[] = {"path", "begin", "end"};
+
+std::string TypeName(const Json& value) {
+  switch (value.type()) {
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::boolean:
+      return "a boolean";
+    case Json::value_t::string:
+      return "a string";
+    case Json::value_t::array:
+      return "an array";
+    case Json::value_t::object:
+      return "an object";
+    case Json::value_t::number_float:
+      return "a fractional number";
+    default:
+      return "an integer";
+  }
+}
+
+// Messages travel to Python as str, so bytes outside printable ASCII become \xNN.
+std::string Printable(std::string_view text) {
+  std::string out;
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte < 0x7f) {
+      out += c;
+    } else {
+      char escaped[8];
+      std::snprintf(escaped, sizeof(escaped), "\\x%02x", byte);
+      out += escaped;
+    }
+  }
+  return out;
+}
+
+Status FieldError(std::string_view field, std::string_view what) {
+  return Status::InvalidArgument("feed plan field '" + std::string(field) + "' " +
+                                 std::string(what));
+}
+
+// An integer in [min, max]. JSON parsing keeps non-negative integers
+// unsigned and negative ones signed, so both are compared without casts.
+template <typename Int>
+Status GetInteger(const Json& value, std::string_view field, Int min, Int max, Int* out) {
+  if (!value.is_number_integer()) {
+    return FieldError(field, "must be an integer, got " + TypeName(value));
+  }
+  auto check = [&](auto number) {
+    if (std::cmp_less(number, min)) {
+      return FieldError(field, (min == 0 ? std::string("must not be negative")
+                                         : "must be at least " + std::to_string(min)) +
+                                   ", got " + std::to_string(number));
+    }
+    if (std::cmp_greater(number, max)) {
+      return FieldError(
+          field, "must be at most " + std::to_string(max) + ", got " + std::to_string(number));
+    }
+    *out = static_cast<Int>(number);
+    return Status::Ok();
+  };
+  if (value.is_number_unsigned()) return check(value.get<uint64_t>());
+  return check(value.get<int64_t>());
+}
+
+Status GetString(const Json& value, std::string_view field, std::string* out) {
+  if (!value.is_string()) return FieldError(field, "must be a string, got " + TypeName(value));
+  *out = value.get<std::string>();
+  return Status::Ok();
+}
+
+Status CheckFields(const Json& object, std::string_view where,
+                   std::span<const std::string_view> known) {
+  for (const auto& [key, value] : object.items()) {
+    bool found = false;
+    for (std::string_view name : known) found = found || key == name;
+    if (!found) {
+      return Status::InvalidArgument("feed plan: unknown field '" + Printable(key) + "' in " +
+                                     std::string(where));
+    }
+  }
+  return Status::Ok();
+}
+
+// Parses without exceptions escaping and rejects a repeated key, which a
+// Python writer's dict could never produce and nlohmann would keep silently.
+Result<Json> ParseJson(std::string_view text) {
+  std::vector<std::set<std::string>> keys_in_open_objects;
+  std::string duplicate;
+  auto callback = [&](int /*depth*/, Json::parse_event_t event, Json& parsed) {
+    switch (event) {
+      case Json::parse_event_t::object_start:
+        keys_in_open_objects.emplace_back();
+        break;
+      case Json::parse_event_t::object_end:
+        keys_in_open_objects.pop_back();
+        break;
+      case Json::parse_event_t::key:
+        if (!keys_in_open_objects.back().insert(parsed.get<std::string>()).second &&
+            duplicate.empty()) {
+          duplicate = parsed.get<std::string>();
+        }
+        break;
+      default:
+        break;
+    }
+    return true;
+  };
+  Json json;
+  try {
+    json = Json::parse(text.begin(), text.end(), callback);
+  } catch (const Json::exception& error) {
+    return Status::InvalidArgument("feed plan is not valid JSON: " + Printable(error.what()));
+  }
+  if (!duplicate.empty()) {
+    return Status::InvalidArgument("feed plan: field '" + Printable(duplicate) +
+                                   "' appears twice in one object");
+  }
+  return json;
+}
+
+Status ParsePartition(const Json& json, size_t index, Partition* partition) {
+  const std::string where = "partitions[" + std::to_string(index) + "]";
+  if (!json.is_object()) {
+    return FieldError(where,
+                      "must be an object {\"path\", \"begin\", \"end\"}, got " + TypeName(json));
+  }
+  DROVER_RETURN_IF_ERROR(CheckFields(json, where, kPartitionFields));
+  for (std::string_view name : kPartitionFields) {
+    if (!json.contains(name)) return FieldError(where + "." + std::string(name), "is missing");
+  }
+  DROVER_RETURN_IF_ERROR(GetString(json["path"], where + ".path", &partition->path));
+  if (partition->path.empty() || partition->path[0] != '/') {
+    return FieldError(where + ".path",
+                      "must be an absolute path, got '" + Printable(partition->path) + "'");
+  }
+  constexpr uint64_t kMaxOffset = std::numeric_limits<int64_t>::max();  // off_t
+  DROVER_RETURN_IF_ERROR(
+      GetInteger<uint64_t>(json["begin"], where + ".begin", 0, kMaxOffset, &partition->begin));
+  DROVER_RETURN_IF_ERROR(
+      GetInteger<uint64_t>(json["end"], where + ".end", 0, kMaxOffset, &partition->end));
+  if (partition->begin > partition->end) {
+    return FieldError(where + ".begin", "must not be after end (" + std::to_string(partition->end) +
+                                            "), got " + std::to_string(partition->begin));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string FeedPlan::ToJson() const {
+  Json json;
+  json["mode"] = mode == FeedMode::kTrain ? "train" : "inference";
+  json["format"] = std::string(RecordFormatName(read.format));
+  json["record_bytes"] = read.record_bytes;
+  json["epochs"] = epochs;
+  json["feed_timeout_ms"] = feed_timeout_ms;
+  json["queue_bytes"] = queue_bytes;
+  json["output_dir"] = output_dir;
+  Json list = Json::array();
+  for (const Partition& partition : partitions) {
+    Json entry;
+    entry["path"] = partition.path;
+    entry["begin"] = partition.begin;
+    entry["end"] = partition.end;
+    list.push_back(std::move(entry));
+  }
+  json["partitions"] = std::move(list);
+  // replace: a path that is not UTF-8 must not throw here; FromJson rejects it.
+  return json.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+Result<FeedPlan> FeedPlan::FromJson(std::string_view text) {
+  DROVER_ASSIGN_OR_RETURN(Json json, ParseJson(text));
+  if (!json.is_object()) {
+    return Status::InvalidArgument("feed plan must be a JSON object, got " + TypeName(json));
+  }
+  DROVER_RETURN_IF_ERROR(CheckFields(json, "the plan", kPlanFields));
+  for (std::string_view required : {"mode", "format", "partitions"}) {
+    if (!json.contains(required)) return FieldError(required, "is missing");
+  }
+
+  FeedPlan plan;
+  std::string text_value;
+  DROVER_RETURN_IF_ERROR(GetString(json["mode"], "mode", &text_value));
+  if (text_value == "train") {
+    plan.mode = FeedMode::kTrain;
+  } else if (text_value == "inference") {
+    plan.mode = FeedMode::kInference;
+  } else {
+    return FieldError("mode",
+                      "must be \"train\" or \"inference\", got '" + Printable(text_value) + "'");
+  }
+  DROVER_RETURN_IF_ERROR(GetString(json["format"], "format", &text_value));
+  Result<RecordFormat> format = ParseRecordFormat(text_value);
+  if (!format.ok()) {
+    return FieldError("format",
+                      "must be csv, jsonl, tfrecord or raw, got '" + Printable(text_value) + "'");
+  }
+  plan.read.format = *format;
+  if (json.contains("record_bytes")) {
+    DROVER_RETURN_IF_ERROR(GetInteger<uint64_t>(json["record_bytes"], "record_bytes", 0,
+                                                kMaxRecordBytes, &plan.read.record_bytes));
+  }
+  if (json.contains("epochs")) {
+    DROVER_RETURN_IF_ERROR(GetInteger<int>(json["epochs"], "epochs", 1,
+                                           std::numeric_limits<int>::max(), &plan.epochs));
+  }
+  if (json.contains("feed_timeout_ms")) {
+    DROVER_RETURN_IF_ERROR(GetInteger<int64_t>(json["feed_timeout_ms"], "feed_timeout_ms", 0,
+                                               std::numeric_limits<int64_t>::max(),
+                                               &plan.feed_timeout_ms));
+  }
+  if (json.contains("queue_bytes")) {
+    DROVER_RETURN_IF_ERROR(GetInteger<uint64_t>(json["queue_bytes"], "queue_bytes", 1,
+                                                std::numeric_limits<uint64_t>::max(),
+                                                &plan.queue_bytes));
+  }
+  if (json.contains("output_dir")) {
+    DROVER_RETURN_IF_ERROR(GetString(json["output_dir"], "output_dir", &plan.output_dir));
+    if (!plan.output_dir.empty() && plan.output_dir[0] != '/') {
+      return FieldError("output_dir",
+                        "must be an absolute path, got '" + Printable(plan.output_dir) + "'");
+    }
+  }
+  const Json& partitions = json["partitions"];
+  if (!partitions.is_array()) {
+    return FieldError("partitions", "must be an array, got " + TypeName(partitions));
+  }
+  plan.partitions.resize(partitions.size());
+  for (size_t i = 0; i < partitions.size(); ++i) {
+    DROVER_RETURN_IF_ERROR(ParsePartition(partitions[i], i, &plan.partitions[i]));
+  }
+  return plan;
+}
+
+Result<FeedPlan> FeedPlan::ReadFile(const std::string& path) {
+  int fd;
+  do {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) {
+    const int error = errno;
+    std::string message = "cannot open feed plan " + path + ": " +
+                          std::error_code(error, std::generic_category()).message();
+    if (error == ENOENT) return Status::NotFound(std::move(message));
+    return Status::IoError(std::move(message));
+  }
+  std::string text;
+  char chunk[64 << 10];
+  for (;;) {
+    const ssize_t got = ::read(fd, chunk, sizeof(chunk));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      const int error = errno;
+      ::close(fd);
+      return Status::IoError("cannot read feed plan " + path + ": " +
+                             std::error_code(error, std::generic_category()).message());
+    }
+    if (got == 0) break;
+    text.append(chunk, static_cast<size_t>(got));
+  }
+  ::close(fd);
+  Result<FeedPlan> plan = FromJson(text);
+  if (!plan.ok()) return plan.status().WithContext(path);
+  return plan;
+}
+
+std::vector<FeedUnit> FeedsOfShare(const FeedPlan& plan, int share, int shares) {
+  std::vector<FeedUnit> feeds;
+  if (shares <= 0 || share < 0 || share >= shares) return feeds;
+  const size_t partitions = plan.partitions.size();
+  for (int epoch = 0; epoch < plan.epochs; ++epoch) {
+    for (size_t p = static_cast<size_t>(share); p < partitions; p += static_cast<size_t>(shares)) {
+      feeds.push_back(FeedUnit{epoch, static_cast<int>(p)});
+    }
+  }
+  return feeds;
+}
+
+}  // namespace drover::feed

@@ -1,0 +1,59 @@
+// FeedPlan: what `drover run --input ...` decided, handed to every agent and
+// feeder as a JSON file (docs/feed.md). It names the partitions, how many
+// epochs to feed, and which share of the partitions each fed node gets.
+//
+// JSON: {"mode": "train"|"inference", "format": "csv"|..., "record_bytes": N,
+//        "epochs": E, "feed_timeout_ms": T, "queue_bytes": Q, "output_dir": str,
+//        "partitions": [{"path": str, "begin": N, "end": N}, ...]}
+
+#ifndef DROVER_FEED_FEED_PLAN_H_
+#define DROVER_FEED_FEED_PLAN_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "drover/status.h"
+#include "feed/record_io.h"
+
+namespace drover::feed {
+
+enum class FeedMode { kTrain, kInference };
+
+struct FeedPlan {
+  FeedMode mode = FeedMode::kTrain;
+  PlanOptions read;  // format, record_bytes (split_bytes is not stored)
+  int epochs = 1;
+  int64_t feed_timeout_ms = 600'000;
+  uint64_t queue_bytes = 64ull << 20;  // per direction
+  std::string output_dir;              // inference only; absolute
+  std::vector<Partition> partitions;
+
+  friend bool operator==(const FeedPlan&, const FeedPlan&) = default;
+
+  std::string ToJson() const;
+  // kInvalidArgument naming the field for anything malformed (fuzzed): a
+  // wrong type, a negative or out-of-range number, an unknown mode, format or
+  // field, a repeated key, a relative path, a partition with begin > end.
+  // "mode", "format" and "partitions" are required; the rest default as above.
+  static Result<FeedPlan> FromJson(std::string_view json);
+  static Result<FeedPlan> ReadFile(const std::string& path);
+};
+
+// One unit of feeding: a partition in an epoch. A node's feeds are numbered
+// 0, 1, ... in the order they are fed (its `feed_seq`).
+struct FeedUnit {
+  int epoch = 0;      // 0-based
+  int partition = 0;  // index into FeedPlan::partitions
+  friend bool operator==(const FeedUnit&, const FeedUnit&) = default;
+};
+
+// The feeds of share `share` of `shares` (the fed nodes, in cluster order):
+// epoch by epoch, partitions p with p % shares == share, in plan order.
+// Empty unless 0 <= share < shares.
+std::vector<FeedUnit> FeedsOfShare(const FeedPlan& plan, int share, int shares);
+
+}  // namespace drover::feed
+
+#endif  // DROVER_FEED_FEED_PLAN_H_

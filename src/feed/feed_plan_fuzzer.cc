@@ -1,0 +1,59 @@
+// Fuzzes FeedPlan::FromJson. Errors must be kInvalidArgument; whatever parses
+// must survive the JSON round trip unchanged, and its shares must split the
+// feeds exactly. Aborts on any violation.
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "feed/feed_plan.h"
+
+namespace {
+
+void Check(bool condition, const char* what, const std::string& json) {
+  if (condition) return;
+  std::fprintf(stderr, "invariant broken: %s\nplan: %s\n", what, json.c_str());
+  std::abort();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using drover::feed::FeedPlan;
+  std::string_view input(reinterpret_cast<const char*>(data), size);
+  auto parsed = FeedPlan::FromJson(input);
+  if (!parsed.ok()) {
+    if (parsed.status().code() != drover::Status::Code::kInvalidArgument) std::abort();
+    return 0;
+  }
+  const FeedPlan& plan = *parsed;
+  const std::string json = plan.ToJson();
+  Check(plan.epochs >= 1, "epochs below 1 parsed", json);
+  for (const auto& partition : plan.partitions) {
+    Check(partition.begin <= partition.end, "begin > end parsed", json);
+    Check(!partition.path.empty() && partition.path[0] == '/', "a relative path parsed", json);
+  }
+  auto again = FeedPlan::FromJson(json);
+  Check(again.ok(), "ToJson output does not parse", json);
+  Check(*again == plan, "the JSON round trip changed the plan", json);
+  Check(again->ToJson() == json, "ToJson is not stable", json);
+
+  // FeedsOfShare allocates epochs x partitions units; keep that small.
+  const uint64_t units = static_cast<uint64_t>(plan.epochs) * plan.partitions.size();
+  if (units > 10'000) return 0;
+  for (int shares = 1; shares <= 3; ++shares) {
+    std::set<std::pair<int, int>> seen;
+    for (int share = 0; share < shares; ++share) {
+      for (const auto& unit : drover::feed::FeedsOfShare(plan, share, shares)) {
+        Check(unit.partition % shares == share, "a unit went to the wrong share", json);
+        Check(seen.emplace(unit.epoch, unit.partition).second, "a unit was fed twice", json);
+      }
+    }
+    Check(seen.size() == units, "shares do not cover every unit", json);
+  }
+  return 0;
+}

@@ -1,0 +1,265 @@
+#include "feed/feed_plan.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "testing/status_matchers.h"
+
+namespace drover::feed {
+namespace {
+
+using ::drover::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using Code = Status::Code;
+
+FeedPlan SamplePlan() {
+  FeedPlan plan;
+  plan.mode = FeedMode::kInference;
+  plan.read.format = RecordFormat::kRaw;
+  plan.read.record_bytes = 784;
+  plan.epochs = 3;
+  plan.feed_timeout_ms = 12'345;
+  plan.queue_bytes = 1ull << 33;
+  plan.output_dir = "/out/predictions";
+  plan.partitions = {
+      {"/data/a.bin", 0, 7840}, {"/data/b.bin", 0, 1568}, {"/data/b.bin", 1568, 3136}};
+  return plan;
+}
+
+TEST(FeedPlanTest, JsonRoundTrip) {
+  const FeedPlan plan = SamplePlan();
+  const std::string json = plan.ToJson();
+  ASSERT_OK_AND_ASSIGN(FeedPlan parsed, FeedPlan::FromJson(json));
+  EXPECT_EQ(parsed, plan);
+  EXPECT_EQ(parsed.ToJson(), json);
+  // Spelled as the header documents.
+  const nlohmann::json value = nlohmann::json::parse(json);
+  EXPECT_EQ(value["mode"], "inference");
+  EXPECT_EQ(value["format"], "raw");
+  EXPECT_EQ(value["record_bytes"], 784);
+  EXPECT_EQ(value["queue_bytes"], 1ull << 33);
+  EXPECT_EQ(value["partitions"][2]["begin"], 1568);
+}
+
+TEST(FeedPlanTest, EveryFormatAndModeRoundTrips) {
+  for (RecordFormat format :
+       {RecordFormat::kCsv, RecordFormat::kJsonl, RecordFormat::kTfRecord, RecordFormat::kRaw}) {
+    for (FeedMode mode : {FeedMode::kTrain, FeedMode::kInference}) {
+      FeedPlan plan;
+      plan.mode = mode;
+      plan.read.format = format;
+      ASSERT_OK_AND_ASSIGN(FeedPlan parsed, FeedPlan::FromJson(plan.ToJson()));
+      EXPECT_EQ(parsed, plan);
+    }
+  }
+}
+
+TEST(FeedPlanTest, OptionalFieldsDefault) {
+  ASSERT_OK_AND_ASSIGN(FeedPlan plan, FeedPlan::FromJson(R"({"mode": "train", "format": "csv",
+                            "partitions": [{"path": "/d/a.csv", "begin": 0, "end": 10}]})"));
+  const FeedPlan defaults;
+  EXPECT_EQ(plan.mode, FeedMode::kTrain);
+  EXPECT_EQ(plan.read.format, RecordFormat::kCsv);
+  EXPECT_EQ(plan.read.record_bytes, 0u);
+  EXPECT_EQ(plan.epochs, defaults.epochs);
+  EXPECT_EQ(plan.feed_timeout_ms, defaults.feed_timeout_ms);
+  EXPECT_EQ(plan.queue_bytes, defaults.queue_bytes);
+  EXPECT_EQ(plan.output_dir, "");
+  EXPECT_THAT(plan.partitions, ElementsAre(Partition{"/d/a.csv", 0, 10}));
+}
+
+TEST(FeedPlanTest, EmptyPartitionListIsAPlan) {
+  ASSERT_OK_AND_ASSIGN(FeedPlan plan,
+                       FeedPlan::FromJson(R"({"mode":"train","format":"jsonl","partitions":[]})"));
+  EXPECT_THAT(plan.partitions, IsEmpty());
+}
+
+struct MalformedCase {
+  std::string json;
+  std::string names;  // what the message must mention
+};
+
+TEST(FeedPlanTest, MalformedPlansNameTheField) {
+  const std::string valid_partition = R"({"path": "/d/a", "begin": 0, "end": 5})";
+  auto plan_with = [&](const std::string& fields) {
+    return R"({"mode": "train", "format": "csv", )" + fields + "}";
+  };
+  auto partitions_with = [&](const std::string& partition) {
+    return plan_with(R"("partitions": [)" + valid_partition + ", " + partition + "]");
+  };
+  const std::string partitions = R"("partitions": [])";
+  const std::vector<MalformedCase> cases = {
+      {"", "JSON"},
+      {"{", "JSON"},
+      {R"({"mode": "train"} trailing)", "JSON"},
+      {"[]", "object"},
+      {"null", "object"},
+      {R"({"format": "csv", "partitions": []})", "mode"},
+      {R"({"mode": "train", "partitions": []})", "format"},
+      {R"({"mode": "train", "format": "csv"})", "partitions"},
+      {R"({"mode": "eval", "format": "csv", "partitions": []})", "mode"},
+      {R"({"mode": 1, "format": "csv", "partitions": []})", "mode"},
+      {R"({"mode": "train", "format": "parquet", "partitions": []})", "format"},
+      {R"({"mode": "train", "format": ["csv"], "partitions": []})", "format"},
+      {plan_with(R"("record_bytes": -1, )" + partitions), "record_bytes"},
+      {plan_with(R"("record_bytes": "8", )" + partitions), "record_bytes"},
+      {plan_with(R"("record_bytes": 1.5, )" + partitions), "record_bytes"},
+      {plan_with(R"("record_bytes": 2147483648, )" + partitions), "record_bytes"},
+      {plan_with(R"("epochs": 0, )" + partitions), "epochs"},
+      {plan_with(R"("epochs": -2, )" + partitions), "epochs"},
+      {plan_with(R"("epochs": 4294967296, )" + partitions), "epochs"},
+      {plan_with(R"("epochs": true, )" + partitions), "epochs"},
+      {plan_with(R"("epochs": null, )" + partitions), "epochs"},
+      {plan_with(R"("epochs": 1e3, )" + partitions), "epochs"},
+      {plan_with(R"("feed_timeout_ms": -5, )" + partitions), "feed_timeout_ms"},
+      {plan_with(R"("feed_timeout_ms": 18446744073709551615, )" + partitions), "feed_timeout_ms"},
+      {plan_with(R"("queue_bytes": 0, )" + partitions), "queue_bytes"},
+      {plan_with(R"("queue_bytes": -4096, )" + partitions), "queue_bytes"},
+      {plan_with(R"("queue_bytes": 18446744073709551616, )" + partitions), "queue_bytes"},
+      {plan_with(R"("output_dir": "relative/out", )" + partitions), "output_dir"},
+      {plan_with(R"("output_dir": 7, )" + partitions), "output_dir"},
+      {plan_with(R"("partitions": {})"), "partitions"},
+      {plan_with(R"("partitions": "/d/a")"), "partitions"},
+      {partitions_with("\"/d/b\""), "partitions[1]"},
+      {partitions_with(R"({"begin": 0, "end": 5})"), "partitions[1].path"},
+      {partitions_with(R"({"path": "/d/b", "end": 5})"), "partitions[1].begin"},
+      {partitions_with(R"({"path": "/d/b", "begin": 0})"), "partitions[1].end"},
+      {partitions_with(R"({"path": "d/b", "begin": 0, "end": 5})"), "partitions[1].path"},
+      {partitions_with(R"({"path": "", "begin": 0, "end": 5})"), "partitions[1].path"},
+      {partitions_with(R"({"path": 3, "begin": 0, "end": 5})"), "partitions[1].path"},
+      {partitions_with(R"({"path": "/d/b", "begin": 6, "end": 5})"), "partitions[1].begin"},
+      {partitions_with(R"({"path": "/d/b", "begin": -1, "end": 5})"), "partitions[1].begin"},
+      {partitions_with(R"({"path": "/d/b", "begin": 0, "end": "5"})"), "partitions[1].end"},
+      {partitions_with(R"({"path": "/d/b", "begin": 0, "end": 5.0})"), "partitions[1].end"},
+      {partitions_with(R"({"path": "/d/b", "begin": 0, "end": 5, "size": 5})"), "size"},
+      {plan_with(R"("split_bytes": 5, )" + partitions), "split_bytes"},
+      {plan_with(R"("epochs": 1, "epochs": 2, )" + partitions), "epochs"},
+      {partitions_with(R"({"path": "/d/b", "path": "/d/c", "begin": 0, "end": 5})"), "path"},
+  };
+  for (const MalformedCase& c : cases) {
+    EXPECT_THAT(FeedPlan::FromJson(c.json), StatusIs(Code::kInvalidArgument, HasSubstr(c.names)))
+        << c.json;
+  }
+}
+
+TEST(FeedPlanTest, ErrorMessagesAreAsciiForBrokenUtf8) {
+  const Result<FeedPlan> plan = FeedPlan::FromJson("{\"mode\": \"\xff\xfe\"}");
+  ASSERT_THAT(plan, StatusIs(Code::kInvalidArgument, HasSubstr("JSON")));
+  for (char c : plan.status().message()) EXPECT_LT(static_cast<unsigned char>(c), 0x80);
+}
+
+class FeedPlanFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (std::filesystem::temp_directory_path() / "drover-feed-plan-XXXXXX");
+    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
+  std::string Write(const std::string& name, const std::string& text) {
+    std::string path = dir_ + "/" + name;
+    std::ofstream(path, std::ios::trunc) << text;
+    return path;
+  }
+  std::string dir_;
+};
+
+TEST_F(FeedPlanFileTest, ReadFileParsesWhatToJsonWrote) {
+  const FeedPlan plan = SamplePlan();
+  ASSERT_OK_AND_ASSIGN(FeedPlan read, FeedPlan::ReadFile(Write("plan.json", plan.ToJson())));
+  EXPECT_EQ(read, plan);
+}
+
+TEST_F(FeedPlanFileTest, ReadFileErrorsNameTheFile) {
+  const std::string missing = dir_ + "/missing.json";
+  EXPECT_THAT(FeedPlan::ReadFile(missing), StatusIs(Code::kNotFound, HasSubstr(missing)));
+  const std::string bad = Write("bad.json", R"({"mode": "train", "format": "csv", "epochs": 0,
+                                                "partitions": []})");
+  EXPECT_THAT(FeedPlan::ReadFile(bad),
+              StatusIs(Code::kInvalidArgument, AllOf(HasSubstr(bad), HasSubstr("epochs"))));
+}
+
+TEST_F(FeedPlanFileTest, PlannedPartitionsRoundTrip) {
+  std::string content;
+  for (int i = 0; i < 100; ++i) content += "line " + std::to_string(i) + "\n";
+  const std::string path = Write("data.csv", content);
+  PlanOptions options;
+  options.split_bytes = 100;
+  ASSERT_OK_AND_ASSIGN(std::vector<Partition> partitions, PlanPartitions({path}, options));
+  ASSERT_GT(partitions.size(), 1u);
+  FeedPlan plan;
+  plan.partitions = partitions;
+  ASSERT_OK_AND_ASSIGN(FeedPlan parsed, FeedPlan::FromJson(plan.ToJson()));
+  EXPECT_EQ(parsed.partitions, partitions);
+}
+
+// ---- FeedsOfShare ----
+
+FeedPlan PlanOf(int partitions, int epochs) {
+  FeedPlan plan;
+  plan.epochs = epochs;
+  for (int i = 0; i < partitions; ++i) {
+    plan.partitions.push_back({"/d/" + std::to_string(i), 0, 1});
+  }
+  return plan;
+}
+
+TEST(FeedsOfShareTest, EpochByEpochThePartitionsOfTheShare) {
+  const FeedPlan plan = PlanOf(5, 2);
+  EXPECT_THAT(FeedsOfShare(plan, 0, 2),
+              ElementsAre(FeedUnit{0, 0}, FeedUnit{0, 2}, FeedUnit{0, 4}, FeedUnit{1, 0},
+                          FeedUnit{1, 2}, FeedUnit{1, 4}));
+  EXPECT_THAT(FeedsOfShare(plan, 1, 2),
+              ElementsAre(FeedUnit{0, 1}, FeedUnit{0, 3}, FeedUnit{1, 1}, FeedUnit{1, 3}));
+  EXPECT_THAT(
+      FeedsOfShare(plan, 0, 1),
+      ElementsAre(FeedUnit{0, 0}, FeedUnit{0, 1}, FeedUnit{0, 2}, FeedUnit{0, 3}, FeedUnit{0, 4},
+                  FeedUnit{1, 0}, FeedUnit{1, 1}, FeedUnit{1, 2}, FeedUnit{1, 3}, FeedUnit{1, 4}));
+}
+
+TEST(FeedsOfShareTest, SharesCoverEveryFeedExactlyOnce) {
+  for (int partitions : {0, 1, 7, 16}) {
+    for (int shares : {1, 3, 16, 20}) {
+      const FeedPlan plan = PlanOf(partitions, 3);
+      std::set<std::pair<int, int>> seen;
+      for (int share = 0; share < shares; ++share) {
+        for (const FeedUnit& unit : FeedsOfShare(plan, share, shares)) {
+          EXPECT_EQ(unit.partition % shares, share);
+          EXPECT_TRUE(seen.emplace(unit.epoch, unit.partition).second);
+        }
+      }
+      EXPECT_EQ(seen.size(), static_cast<size_t>(partitions * 3));
+    }
+  }
+}
+
+TEST(FeedsOfShareTest, MoreSharesThanPartitionsLeavesSomeIdle) {
+  const FeedPlan plan = PlanOf(2, 1);
+  EXPECT_THAT(FeedsOfShare(plan, 1, 4), ElementsAre(FeedUnit{0, 1}));
+  EXPECT_THAT(FeedsOfShare(plan, 3, 4), IsEmpty());
+}
+
+TEST(FeedsOfShareTest, ShareOutOfRangeIsEmpty) {
+  const FeedPlan plan = PlanOf(4, 1);
+  EXPECT_THAT(FeedsOfShare(plan, 2, 2), IsEmpty());
+  EXPECT_THAT(FeedsOfShare(plan, -1, 2), IsEmpty());
+  EXPECT_THAT(FeedsOfShare(plan, 0, 0), IsEmpty());
+}
+
+}  // namespace
+}  // namespace drover::feed

@@ -1,0 +1,283 @@
+// Helpers shared by the feed tests (feed_test): a temporary directory, a
+// stand-in for the agent's side of the feed socket, forked children with a
+// bounded wait, and publishing a batch of records by hand.
+//
+// TestAgent serves one ShmChannel on a Unix socket the way the real agent
+// (src/agent/feed_service.cc) does: it reads the hello, refuses a second
+// reader while the first one's connection is open, and answers everybody
+// else with the grant and the channel's descriptor. One thread; it keeps the
+// connections it granted until it is destroyed.
+
+#ifndef DROVER_FEED_FEED_TEST_UTIL_H_
+#define DROVER_FEED_FEED_TEST_UTIL_H_
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "drover/status.h"
+#include "feed/shm_channel.h"
+#include "feed/socket_fd.h"
+
+namespace drover::feed::testing {
+
+// A fresh 0700 directory, removed with its contents on destruction.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "drover-feed-XXXXXX");
+    if (::mkdtemp(pattern.data()) != nullptr) path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+inline void WriteFile(const std::string& path, std::string_view bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Publishes `records` as one batch (info.record_count is set here).
+inline Status PublishBatch(RingWriter& writer, BatchInfo info,
+                           const std::vector<std::string>& records, uint64_t source_offset = 0,
+                           Deadline deadline = Clock::now() + std::chrono::seconds(10)) {
+  size_t bytes = 0;
+  for (const std::string& record : records) bytes += sizeof(uint32_t) + record.size();
+  Result<char*> space = writer.Reserve(bytes, deadline);
+  if (!space.ok()) return space.status();
+  char* out = *space;
+  for (const std::string& record : records) {
+    uint32_t length = static_cast<uint32_t>(record.size());
+    std::memcpy(out, &length, sizeof(length));
+    std::memcpy(out + sizeof(length), record.data(), record.size());
+    out += sizeof(length) + record.size();
+  }
+  info.record_count = static_cast<uint32_t>(records.size());
+  writer.Commit(info, bytes, source_offset);
+  return Status::Ok();
+}
+
+inline std::vector<std::string> RecordsOf(const BatchView& batch) {
+  std::vector<std::string> records;
+  ForEachRecord(batch, [&](std::string_view record) { records.emplace_back(record); });
+  return records;
+}
+
+// A forked child running `body` (its return value is the exit code). The
+// child never returns into the test framework. Killed and reaped on
+// destruction if still running.
+class Child {
+ public:
+  template <typename Body>
+  explicit Child(Body&& body) {
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      int code = 125;
+      try {
+        code = body();
+      } catch (...) {
+        code = 126;
+      }
+      ::_exit(code);
+    }
+  }
+  ~Child() {
+    if (pid_ > 0 && !reaped_) {
+      ::kill(pid_, SIGKILL);
+      Wait(std::chrono::seconds(10));
+    }
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+
+  pid_t pid() const { return pid_; }
+  bool started() const { return pid_ > 0; }
+  void Kill() {
+    if (pid_ > 0 && !reaped_) ::kill(pid_, SIGKILL);
+  }
+  // The wait(2) status once the child is gone; nullopt if it still runs after
+  // `timeout` (it is left running).
+  std::optional<int> Wait(std::chrono::milliseconds timeout) {
+    if (reaped_) return status_;
+    const auto deadline = Clock::now() + timeout;
+    for (;;) {
+      int status = 0;
+      pid_t got = ::waitpid(pid_, &status, WNOHANG);
+      if (got == pid_ || (got < 0 && errno != EINTR)) {
+        reaped_ = true;
+        status_ = got == pid_ ? status : -1;
+        return status_;
+      }
+      if (Clock::now() >= deadline) return std::nullopt;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+
+ private:
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+  int status_ = 0;
+};
+
+inline bool ExitedWith(std::optional<int> status, int code) {
+  return status && WIFEXITED(*status) && WEXITSTATUS(*status) == code;
+}
+
+// Joins `thread` when the test leaves its scope early (a failed ASSERT),
+// stopping `channel` first so that whatever the thread waits for in it
+// returns at once. A thread joined normally is left alone.
+class StopAndJoin {
+ public:
+  StopAndJoin(ShmChannel& channel, std::thread& thread) : channel_(channel), thread_(thread) {}
+  ~StopAndJoin() {
+    if (thread_.joinable()) {
+      channel_.AdvanceState(RunState::kStopped);
+      thread_.join();
+    }
+  }
+  StopAndJoin(const StopAndJoin&) = delete;
+  StopAndJoin& operator=(const StopAndJoin&) = delete;
+
+ private:
+  ShmChannel& channel_;
+  std::thread& thread_;
+};
+
+class TestAgent {
+ public:
+  struct Hello {
+    FeedRole role;
+    bool train_mode;
+  };
+
+  // Serves `channel` (borrowed; it must outlive the agent) at <dir>/feed.sock.
+  TestAgent(const ShmChannel& channel, FeedGrant grant, const std::string& dir)
+      : channel_fd_(channel.fd()), grant_(std::move(grant)), path_(dir + "/feed.sock") {
+    Result<int> listening = ListenUnix(path_);
+    if (!listening.ok()) {
+      error_ = listening.status().ToString();
+      return;
+    }
+    listen_fd_ = *listening;
+    if (::pipe2(stop_pipe_, O_CLOEXEC) != 0) {
+      error_ = "pipe2 failed";
+      return;
+    }
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~TestAgent() {
+    if (thread_.joinable()) {
+      char byte = 'x';
+      (void)!::write(stop_pipe_[1], &byte, 1);
+      thread_.join();
+    }
+    for (int fd : {listen_fd_, stop_pipe_[0], stop_pipe_[1], reader_fd_}) {
+      if (fd >= 0) ::close(fd);
+    }
+    for (int fd : others_) ::close(fd);
+  }
+  TestAgent(const TestAgent&) = delete;
+  TestAgent& operator=(const TestAgent&) = delete;
+
+  // Empty when the agent is serving.
+  const std::string& error() const { return error_; }
+  const std::string& socket_path() const { return path_; }
+  std::vector<Hello> hellos() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return hellos_;
+  }
+
+ private:
+  void Loop() {
+    for (;;) {
+      pollfd fds[2] = {{stop_pipe_[0], POLLIN, 0}, {listen_fd_, POLLIN, 0}};
+      if (::poll(fds, 2, 100) < 0 && errno != EINTR) return;
+      if (fds[0].revents != 0) return;
+      if (fds[1].revents & POLLIN) Accept();
+    }
+  }
+
+  void Accept() {
+    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) return;
+    auto refuse = [fd](const Status& status) {
+      (void)SendMessage(fd, EncodeRefusal(status));
+      ::close(fd);
+    };
+    std::string line;
+    int ignored_fd = -1;
+    Status got = ReceiveMessage(fd, Clock::now() + std::chrono::seconds(5), &line, &ignored_fd);
+    if (ignored_fd >= 0) ::close(ignored_fd);
+    FeedRole role = FeedRole::kReader;
+    bool train_mode = true;
+    if (got.ok()) got = DecodeHello(line, &role, &train_mode);
+    if (!got.ok()) return refuse(got);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      hellos_.push_back({role, train_mode});
+    }
+    if (role == FeedRole::kReader && reader_fd_ >= 0) {
+      // A reader says nothing after its hello: readable means it is gone.
+      pollfd p{reader_fd_, POLLIN, 0};
+      if (::poll(&p, 1, 0) > 0 && p.revents != 0) {
+        ::close(reader_fd_);
+        reader_fd_ = -1;
+      } else {
+        return refuse(
+            Status::AlreadyExists("the feed of " + grant_.task + " already has a reader"));
+      }
+    }
+    if (!SendMessage(fd, EncodeGrant(grant_), channel_fd_).ok()) {
+      ::close(fd);
+      return;
+    }
+    if (role == FeedRole::kReader) {
+      reader_fd_ = fd;
+    } else {
+      others_.push_back(fd);
+    }
+  }
+
+  const int channel_fd_;
+  const FeedGrant grant_;
+  const std::string path_;
+  std::string error_;
+  int listen_fd_ = -1;
+  int stop_pipe_[2] = {-1, -1};
+  std::thread thread_;
+  // Only the loop thread touches these.
+  int reader_fd_ = -1;
+  std::vector<int> others_;
+  mutable std::mutex mutex_;
+  std::vector<Hello> hellos_;  // GUARDED_BY(mutex_)
+};
+
+}  // namespace drover::feed::testing
+
+#endif  // DROVER_FEED_FEED_TEST_UTIL_H_

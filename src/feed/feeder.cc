@@ -1,0 +1,181 @@
+#include "feed/feeder.h"
+
+#include <unistd.h>
+
+#include <cstring>
+
+#include "feed/shm_channel.h"
+#include "feed/socket_fd.h"
+
+namespace drover::feed {
+namespace {
+
+constexpr auto kJoinTimeout = std::chrono::seconds(30);
+
+// Where to start: the first feed and, in it, the first record and offset.
+struct StartPoint {
+  size_t feed = 0;
+  uint64_t record = 0;
+  std::optional<uint64_t> offset;  // nullopt: the partition's begin
+};
+
+Result<StartPoint> StartAfter(const std::optional<CommitPoint>& commit, size_t feeds) {
+  StartPoint start;
+  if (!commit) return start;
+  if (commit->feed_seq >= feeds) {
+    return Status::Internal("the feed queue's commit point names feed " +
+                            std::to_string(commit->feed_seq) + " of " + std::to_string(feeds));
+  }
+  if (commit->flags & kEndOfPartition) {
+    start.feed = commit->feed_seq + 1;
+  } else {
+    start.feed = commit->feed_seq;
+    start.record = commit->records_through;
+    start.offset = commit->source_offset;
+  }
+  return start;
+}
+
+class BatchWriter {
+ public:
+  BatchWriter(ShmChannel& channel, size_t batch_bytes, std::chrono::milliseconds timeout)
+      : channel_(channel),
+        ring_(channel, /*input_ring=*/true),
+        batch_bytes_(std::min<size_t>(batch_bytes, channel.max_batch_bytes() / 4)),
+        timeout_(timeout) {}
+
+  Status Begin(const BatchInfo& info) {
+    info_ = info;
+    info_.record_count = 0;
+    used_ = 0;
+    return Reserve(batch_bytes_);
+  }
+  // Appends a record, publishing the batch first when it is full.
+  Status Append(std::string_view record, uint64_t offset_before) {
+    const size_t need = sizeof(uint32_t) + record.size();
+    if (used_ + need > reserved_) {
+      if (info_.record_count > 0) {
+        Publish(0, offset_before);
+        info_.first_record += info_.record_count;
+        info_.record_count = 0;
+      }
+      DROVER_RETURN_IF_ERROR(Reserve(std::max(batch_bytes_, need)));
+    }
+    uint32_t length = static_cast<uint32_t>(record.size());
+    std::memcpy(space_ + used_, &length, sizeof(length));
+    std::memcpy(space_ + used_ + sizeof(length), record.data(), record.size());
+    used_ += need;
+    ++info_.record_count;
+    return Status::Ok();
+  }
+  void Publish(uint32_t flags, uint64_t source_offset) {
+    BatchInfo info = info_;
+    info.flags = flags;
+    ring_.Commit(info, used_, source_offset);
+    bytes_ += used_;
+    used_ = 0;
+    reserved_ = 0;
+  }
+  void Close() { ring_.Close(); }
+  uint64_t bytes() const { return bytes_; }
+  const BatchInfo& info() const { return info_; }
+
+ private:
+  Status Reserve(size_t bytes) {
+    Result<char*> space = ring_.Reserve(bytes, Clock::now() + timeout_);
+    if (!space.ok()) return space.status();
+    space_ = *space;
+    reserved_ = bytes;
+    used_ = 0;
+    return Status::Ok();
+  }
+
+  ShmChannel& channel_;
+  RingWriter ring_;
+  size_t batch_bytes_;
+  std::chrono::milliseconds timeout_;
+  BatchInfo info_;
+  char* space_ = nullptr;
+  size_t reserved_ = 0;
+  size_t used_ = 0;
+  uint64_t bytes_ = 0;
+};
+
+}  // namespace
+
+namespace {
+
+Result<FeederReport> FeedShare(const FeederOptions& options, ShmChannel& channel) {
+  const FeedPlan& plan = options.plan;
+  const std::vector<FeedUnit> feeds = FeedsOfShare(plan, options.share, options.shares);
+  RingWriter probe(channel, /*input_ring=*/true);
+  DROVER_ASSIGN_OR_RETURN(std::optional<CommitPoint> commit, probe.LastCommit());
+  DROVER_ASSIGN_OR_RETURN(StartPoint start, StartAfter(commit, feeds.size()));
+
+  FeederReport report;
+  report.resumed = commit.has_value();
+  const std::chrono::milliseconds timeout(plan.feed_timeout_ms);
+  BatchWriter writer(channel, options.batch_bytes, timeout);
+  // A failed Reserve: the program terminated the feed, took nothing for the
+  // feed timeout (waiting inside a partition or before the next one), or the
+  // channel stopped.
+  auto stopped = [&](const Status& status, const Partition& partition) -> Result<FeederReport> {
+    if (channel.state() == RunState::kTerminating) {
+      report.terminated = true;
+      return report;
+    }
+    if (status.code() == Status::Code::kDeadlineExceeded) {
+      return Status::DeadlineExceeded("feed timeout: " + options.task + " took no record for " +
+                                      SecondsText(timeout) + " while " + partition.Name() +
+                                      " was being fed");
+    }
+    return status.WithContext(partition.Name());
+  };
+
+  for (size_t seq = start.feed; seq < feeds.size(); ++seq) {
+    const FeedUnit& unit = feeds[seq];
+    const Partition& partition = plan.partitions[static_cast<size_t>(unit.partition)];
+    const bool resuming = seq == start.feed && start.offset.has_value();
+    uint64_t offset = resuming ? *start.offset : partition.begin;
+    DROVER_ASSIGN_OR_RETURN(std::unique_ptr<RecordReader> reader,
+                            RecordReader::Open(partition, plan.read, offset));
+    BatchInfo info;
+    info.feed_seq = static_cast<uint32_t>(seq);
+    info.partition = static_cast<uint32_t>(unit.partition);
+    info.epoch = static_cast<uint32_t>(unit.epoch);
+    info.first_record = resuming ? start.record : 0;
+    Status begun = writer.Begin(info);
+    if (!begun.ok()) return stopped(begun, partition);
+    for (;;) {
+      std::string_view record;
+      const uint64_t before = reader->next_offset();
+      Result<bool> more = reader->Next(&record);
+      if (!more.ok()) return more.status();
+      if (!*more) break;
+      Status appended = writer.Append(record, before);
+      if (!appended.ok()) return stopped(appended, partition);
+      ++report.records;
+    }
+    writer.Publish(kEndOfPartition, reader->next_offset());
+  }
+  writer.Close();
+  report.bytes = writer.bytes();
+  report.finished = true;
+  return report;
+}
+
+}  // namespace
+
+Result<FeederReport> RunFeeder(const FeederOptions& options) {
+  DROVER_ASSIGN_OR_RETURN(JoinedFeed joined, JoinFeed(options.socket_path, FeedRole::kWriter, true,
+                                                      Clock::now() + kJoinTimeout));
+  Result<FeederReport> report = FeedShare(options, joined.channel);
+  // A feeding error is the reader's error too; a stop already has its reason.
+  if (!report.ok() && joined.channel.state() == RunState::kRunning) {
+    joined.channel.SetError(report.status().message());
+  }
+  ::close(joined.socket);
+  return report;
+}
+
+}  // namespace drover::feed

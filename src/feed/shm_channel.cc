@@ -1,0 +1,531 @@
+#include "feed/shm_channel.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+namespace drover::feed {
+
+// The layout is docs/shm_queue_format.md; the structs below are it, and are
+// only ever reached through these offsets.
+namespace {
+
+constexpr char kMagic[8] = {'D', 'R', 'V', 'F', 'E', 'E', 'D', '1'};
+constexpr uint32_t kVersion = 1;
+constexpr uint64_t kPage = 4096;
+constexpr uint64_t kHeaderBytes = kPage;      // ChannelHeader page
+constexpr uint64_t kRingHeaderBytes = kPage;  // one page per RingHeader
+constexpr uint64_t kMinRingBytes = 64 * 1024;
+constexpr uint64_t kMaxRingBytes = 16ull << 30;
+constexpr size_t kErrorCapacity = 2048;
+constexpr uint32_t kBatchMarker = 0x48544142;  // "BATH"
+constexpr uint32_t kPadMarker = 0x44444150;    // "PADD": skip to the next lap
+constexpr int kSpins = 2000;
+// A sleeping side wakes at least this often to re-check deadline and state.
+constexpr auto kMaxSleep = std::chrono::milliseconds(100);
+
+uint64_t AlignUp(uint64_t value, uint64_t to) {
+  return (value + to - 1) / to * to;
+}
+
+void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+void FutexWait(uint32_t* word, uint32_t expected, std::chrono::nanoseconds timeout) {
+  timespec ts{};
+  ts.tv_sec = static_cast<time_t>(timeout.count() / 1'000'000'000);
+  ts.tv_nsec = static_cast<long>(timeout.count() % 1'000'000'000);
+  ::syscall(SYS_futex, word, FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void FutexWakeAll(uint32_t* word) {
+  ::syscall(SYS_futex, word, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+template <typename T>
+std::atomic_ref<T> Atomic(T& value) {
+  return std::atomic_ref<T>(value);
+}
+
+}  // namespace
+
+struct CommitSlot {
+  uint64_t seq;  // 0: being written
+  uint64_t write_pos;
+  uint32_t feed_seq;
+  uint32_t flags;
+  uint64_t records_through;
+  uint64_t source_offset;
+};
+
+struct RingHeader {
+  // Written by the writer.
+  alignas(64) uint64_t write_pos;
+  uint32_t data_seq;         // futex: bumped on every publish and state change
+  uint32_t readers_waiting;  // a reader sleeps on data_seq
+  uint32_t closed;
+  uint32_t pad0;
+  uint64_t commit_count;
+  CommitSlot slots[2];
+  // Written by the reader.
+  alignas(64) uint64_t read_pos;
+  uint32_t space_seq;        // futex: bumped on every release and state change
+  uint32_t writers_waiting;  // a writer sleeps on space_seq
+};
+static_assert(sizeof(RingHeader) <= kRingHeaderBytes);
+
+struct ChannelHeader {
+  char magic[8];
+  uint32_t version;
+  uint32_t header_bytes;
+  uint64_t ring_bytes;
+  uint64_t input_offset;  // RingHeader; its data follows one page later
+  uint64_t output_offset;
+  alignas(64) uint32_t state;
+  uint32_t error_length;
+  char error[kErrorCapacity];
+};
+static_assert(sizeof(ChannelHeader) <= kHeaderBytes);
+
+struct BatchHeader {
+  uint32_t marker;
+  uint32_t bytes;  // header included, a multiple of 8
+  uint32_t feed_seq;
+  uint32_t partition;
+  uint32_t epoch;
+  uint32_t flags;
+  uint32_t record_count;
+  uint32_t reserved;
+  uint64_t first_record;
+};
+static_assert(sizeof(BatchHeader) == 40);
+
+std::string_view RunStateName(RunState state) {
+  switch (state) {
+    case RunState::kRunning:
+      return "running";
+    case RunState::kTerminating:
+      return "terminating";
+    case RunState::kStopped:
+      return "stopped";
+  }
+  return "unknown";
+}
+
+std::string SecondsText(std::chrono::milliseconds duration) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g s", static_cast<double>(duration.count()) / 1000.0);
+  return text;
+}
+
+namespace {
+
+uint64_t TotalBytes(uint64_t ring_bytes) {
+  return kHeaderBytes + 2 * (kRingHeaderBytes + ring_bytes);
+}
+
+}  // namespace
+
+Result<ShmChannel> ShmChannel::Create(uint64_t ring_bytes) {
+  ring_bytes = std::clamp(AlignUp(ring_bytes, kPage), kMinRingBytes, kMaxRingBytes);
+  int fd = ::memfd_create("drover-feed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return Status::IoError(std::string("memfd_create: ") + std::strerror(errno));
+  const uint64_t total = TotalBytes(ring_bytes);
+  if (::ftruncate(fd, static_cast<off_t>(total)) != 0 ||
+      ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    int saved = errno;
+    ::close(fd);
+    return Status::IoError(std::string("cannot size the feed channel: ") + std::strerror(saved));
+  }
+  void* base = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    int saved = errno;
+    ::close(fd);
+    return Status::IoError(std::string("cannot map the feed channel: ") + std::strerror(saved));
+  }
+  auto* header = new (base) ChannelHeader{};
+  std::memcpy(header->magic, kMagic, sizeof(kMagic));
+  header->version = kVersion;
+  header->header_bytes = kHeaderBytes;
+  header->ring_bytes = ring_bytes;
+  header->input_offset = kHeaderBytes;
+  header->output_offset = kHeaderBytes + kRingHeaderBytes + ring_bytes;
+  new (static_cast<char*>(base) + header->input_offset) RingHeader{};
+  new (static_cast<char*>(base) + header->output_offset) RingHeader{};
+  return ShmChannel(fd, base, total);
+}
+
+Result<ShmChannel> ShmChannel::Map(int fd) {
+  auto fail = [fd](std::string message) {
+    ::close(fd);
+    return Status::InvalidArgument("not a drover feed channel: " + message);
+  };
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return fail(std::strerror(errno));
+  int seals = ::fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) return fail("the memfd is not sealed");
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size < kHeaderBytes) return fail("too small");
+  void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) return fail(std::string("mmap: ") + std::strerror(errno));
+  const auto* header = static_cast<const ChannelHeader*>(base);
+  std::string problem;
+  if (std::memcmp(header->magic, kMagic, sizeof(kMagic)) != 0) {
+    problem = "bad magic";
+  } else if (header->version != kVersion) {
+    problem =
+        "version " + std::to_string(header->version) + ", expected " + std::to_string(kVersion);
+  } else if (header->ring_bytes < kMinRingBytes || header->ring_bytes > kMaxRingBytes ||
+             header->ring_bytes % kPage != 0 || TotalBytes(header->ring_bytes) != size ||
+             header->input_offset != kHeaderBytes ||
+             header->output_offset != kHeaderBytes + kRingHeaderBytes + header->ring_bytes) {
+    problem = "inconsistent sizes";
+  }
+  if (!problem.empty()) {
+    ::munmap(base, size);
+    return fail(problem);
+  }
+  return ShmChannel(fd, base, size);
+}
+
+ShmChannel::ShmChannel(ShmChannel&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)),
+      base_(std::exchange(other.base_, nullptr)),
+      size_(std::exchange(other.size_, 0)) {}
+
+ShmChannel& ShmChannel::operator=(ShmChannel&& other) noexcept {
+  if (this != &other) {
+    this->~ShmChannel();
+    fd_ = std::exchange(other.fd_, -1);
+    base_ = std::exchange(other.base_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+ShmChannel::~ShmChannel() {
+  if (base_ != nullptr) ::munmap(base_, size_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+ChannelHeader* ShmChannel::header() const {
+  return static_cast<ChannelHeader*>(base_);
+}
+uint64_t ShmChannel::ring_bytes() const {
+  return header()->ring_bytes;
+}
+RingHeader* ShmChannel::input() const {
+  return reinterpret_cast<RingHeader*>(static_cast<char*>(base_) + header()->input_offset);
+}
+RingHeader* ShmChannel::output() const {
+  return reinterpret_cast<RingHeader*>(static_cast<char*>(base_) + header()->output_offset);
+}
+char* ShmChannel::input_data() const {
+  return static_cast<char*>(base_) + header()->input_offset + kRingHeaderBytes;
+}
+char* ShmChannel::output_data() const {
+  return static_cast<char*>(base_) + header()->output_offset + kRingHeaderBytes;
+}
+
+RunState ShmChannel::state() const {
+  uint32_t value = Atomic(header()->state).load(std::memory_order_acquire);
+  return value <= 2 ? static_cast<RunState>(value) : RunState::kStopped;
+}
+
+RunState ShmChannel::AdvanceState(RunState to) {
+  auto state = Atomic(header()->state);
+  uint32_t current = state.load(std::memory_order_acquire);
+  while (
+      current < static_cast<uint32_t>(to) &&
+      !state.compare_exchange_weak(current, static_cast<uint32_t>(to), std::memory_order_acq_rel)) {
+  }
+  for (RingHeader* ring : {input(), output()}) {
+    Atomic(ring->data_seq).fetch_add(1, std::memory_order_acq_rel);
+    Atomic(ring->space_seq).fetch_add(1, std::memory_order_acq_rel);
+    FutexWakeAll(&ring->data_seq);
+    FutexWakeAll(&ring->space_seq);
+  }
+  return this->state();
+}
+
+void ShmChannel::SetError(std::string_view message) {
+  if (message.empty()) message = "stopped";
+  ChannelHeader* h = header();
+  if (Atomic(h->error_length).load(std::memory_order_acquire) != 0) return;
+  size_t length = std::min(message.size(), kErrorCapacity);
+  std::memcpy(h->error, message.data(), length);
+  Atomic(h->error_length)
+      .store(static_cast<uint32_t>(std::max<size_t>(length, 1)), std::memory_order_release);
+}
+
+std::string ShmChannel::error() const {
+  const ChannelHeader* h = header();
+  uint32_t length = Atomic(const_cast<uint32_t&>(h->error_length)).load(std::memory_order_acquire);
+  return std::string(h->error, std::min<size_t>(length, kErrorCapacity));
+}
+
+namespace {
+
+// Spins, then sleeps on `seq` until ready() or the deadline; false on timeout
+// or when the channel left the running state.
+template <typename Ready>
+bool WaitFor(const ShmChannel& channel, uint32_t& seq, uint32_t& waiting, Deadline deadline,
+             Ready ready) {
+  for (int i = 0; i < kSpins; ++i) {
+    if (ready()) return true;
+    CpuRelax();
+  }
+  for (;;) {
+    uint32_t observed = Atomic(seq).load(std::memory_order_acquire);
+    if (ready()) return true;
+    if (channel.state() != RunState::kRunning) return false;
+    auto now = Clock::now();
+    if (now >= deadline) return false;
+    Atomic(waiting).store(1, std::memory_order_seq_cst);
+    if (ready()) {
+      Atomic(waiting).store(0, std::memory_order_relaxed);
+      return true;
+    }
+    auto sleep = std::min<Clock::duration>(deadline - now, kMaxSleep);
+    FutexWait(&seq, observed, std::chrono::duration_cast<std::chrono::nanoseconds>(sleep));
+    Atomic(waiting).store(0, std::memory_order_relaxed);
+  }
+}
+
+void Publish(uint32_t& seq, uint32_t& waiting) {
+  Atomic(seq).fetch_add(1, std::memory_order_seq_cst);
+  if (Atomic(waiting).load(std::memory_order_seq_cst) != 0) FutexWakeAll(&seq);
+}
+
+}  // namespace
+
+RingWriter::RingWriter(ShmChannel& channel, bool input_ring)
+    : channel_(&channel),
+      ring_(input_ring ? channel.input() : channel.output()),
+      data_(input_ring ? channel.input_data() : channel.output_data()),
+      capacity_(channel.ring_bytes()) {}
+
+Result<char*> RingWriter::Reserve(size_t payload_bytes, Deadline deadline) {
+  const uint64_t need = AlignUp(sizeof(BatchHeader) + payload_bytes, 8);
+  if (need > channel_->max_batch_bytes()) {
+    return Status::InvalidArgument("a batch of " + std::to_string(need) +
+                                   " bytes does not fit the queue, which takes batches of up to " +
+                                   std::to_string(channel_->max_batch_bytes()) +
+                                   " bytes (raise --queue-bytes)");
+  }
+  if (channel_->state() != RunState::kRunning) {
+    return Status::Unavailable(std::string("the feed is ") +
+                               std::string(RunStateName(channel_->state())));
+  }
+  const uint64_t write_pos = Atomic(ring_->write_pos).load(std::memory_order_relaxed);
+  const uint64_t offset = write_pos % capacity_;
+  wrap_ = capacity_ - offset < need;
+  // A batch never straddles the end: it starts the next lap instead.
+  const uint64_t span = (wrap_ ? capacity_ - offset : 0) + need;
+  auto has_room = [&] {
+    uint64_t read_pos = Atomic(ring_->read_pos).load(std::memory_order_acquire);
+    return capacity_ - (write_pos - read_pos) >= span;
+  };
+  if (!WaitFor(*channel_, ring_->space_seq, ring_->writers_waiting, deadline, has_room)) {
+    if (channel_->state() != RunState::kRunning) {
+      return Status::Unavailable(std::string("the feed is ") +
+                                 std::string(RunStateName(channel_->state())));
+    }
+    return Status::DeadlineExceeded("the queue stayed full: the reader took nothing");
+  }
+  batch_start_ = wrap_ ? write_pos + (capacity_ - offset) : write_pos;
+  reserved_ = payload_bytes;
+  return data_ + batch_start_ % capacity_ + sizeof(BatchHeader);
+}
+
+void RingWriter::Commit(const BatchInfo& info, size_t payload_bytes, uint64_t source_offset) {
+  payload_bytes = std::min(payload_bytes, reserved_);
+  const uint64_t write_pos = Atomic(ring_->write_pos).load(std::memory_order_relaxed);
+  if (wrap_) {
+    uint32_t pad = kPadMarker;
+    std::memcpy(data_ + write_pos % capacity_, &pad, sizeof(pad));
+  }
+  BatchHeader header{};
+  header.marker = kBatchMarker;
+  header.bytes = static_cast<uint32_t>(AlignUp(sizeof(BatchHeader) + payload_bytes, 8));
+  header.feed_seq = info.feed_seq;
+  header.partition = info.partition;
+  header.epoch = info.epoch;
+  header.flags = info.flags;
+  header.record_count = info.record_count;
+  header.first_record = info.first_record;
+  std::memcpy(data_ + batch_start_ % capacity_, &header, sizeof(header));
+  const uint64_t new_pos = batch_start_ + header.bytes;
+
+  // The commit point goes into the older slot, marked invalid while written,
+  // before the position that makes it current is published. The count comes
+  // from the slot that describes the published position, not from
+  // commit_count: a writer killed between storing commit_count and
+  // write_pos leaves commit_count one ahead, and (commit_count + 1) % 2 is
+  // then the one slot a resuming writer needs; a second writer killed while
+  // overwriting it would leave no valid commit point.
+  uint64_t current = 0;
+  for (const CommitSlot& other : ring_->slots) {
+    const uint64_t seq = Atomic(const_cast<uint64_t&>(other.seq)).load(std::memory_order_relaxed);
+    if (seq != 0 && other.write_pos == write_pos) current = std::max(current, seq);
+  }
+  const uint64_t count = current + 1;
+  CommitSlot& slot = ring_->slots[count % 2];
+  Atomic(slot.seq).store(0, std::memory_order_release);
+  slot.write_pos = new_pos;
+  slot.feed_seq = info.feed_seq;
+  slot.flags = info.flags;
+  slot.records_through = info.first_record + info.record_count;
+  slot.source_offset = source_offset;
+  Atomic(slot.seq).store(count, std::memory_order_release);
+  ring_->commit_count = count;
+  Atomic(ring_->write_pos).store(new_pos, std::memory_order_release);
+  Publish(ring_->data_seq, ring_->readers_waiting);
+  reserved_ = 0;
+  wrap_ = false;
+}
+
+void RingWriter::Close() {
+  Atomic(ring_->closed).store(1, std::memory_order_release);
+  Publish(ring_->data_seq, ring_->readers_waiting);
+}
+
+uint64_t RingWriter::unread_bytes() const {
+  return Atomic(ring_->write_pos).load(std::memory_order_acquire) -
+         Atomic(ring_->read_pos).load(std::memory_order_acquire);
+}
+
+Result<std::optional<CommitPoint>> RingWriter::LastCommit() const {
+  const uint64_t write_pos = Atomic(ring_->write_pos).load(std::memory_order_acquire);
+  const CommitSlot* best = nullptr;
+  for (const CommitSlot& slot : ring_->slots) {
+    uint64_t seq = Atomic(const_cast<uint64_t&>(slot.seq)).load(std::memory_order_acquire);
+    if (seq == 0 || slot.write_pos != write_pos) continue;
+    if (best == nullptr || seq > best->seq) best = &slot;
+  }
+  if (best == nullptr) {
+    if (write_pos == 0) return std::optional<CommitPoint>();
+    return Status::Internal("the feed queue's commit record does not match its position " +
+                            std::to_string(write_pos));
+  }
+  CommitPoint point;
+  point.feed_seq = best->feed_seq;
+  point.flags = best->flags;
+  point.records_through = best->records_through;
+  point.source_offset = best->source_offset;
+  return std::optional<CommitPoint>(point);
+}
+
+RingReader::RingReader(ShmChannel& channel, bool input_ring)
+    : channel_(&channel),
+      ring_(input_ring ? channel.input() : channel.output()),
+      data_(input_ring ? channel.input_data() : channel.output_data()),
+      capacity_(channel.ring_bytes()),
+      cursor_(Atomic(ring_->read_pos).load(std::memory_order_acquire)) {}
+
+Result<std::optional<BatchView>> RingReader::Read() {
+  for (;;) {
+    const uint64_t write_pos = Atomic(ring_->write_pos).load(std::memory_order_acquire);
+    if (cursor_ >= write_pos) return std::optional<BatchView>();
+    const uint64_t offset = cursor_ % capacity_;
+    uint32_t marker;
+    std::memcpy(&marker, data_ + offset, sizeof(marker));
+    if (marker == kPadMarker) {
+      cursor_ += capacity_ - offset;
+      continue;
+    }
+    BatchHeader header;
+    if (capacity_ - offset < sizeof(header)) {
+      return Status::Internal("corrupt feed queue: a batch header crosses the end at " +
+                              std::to_string(cursor_));
+    }
+    std::memcpy(&header, data_ + offset, sizeof(header));
+    if (header.marker != kBatchMarker || header.bytes < sizeof(header) || header.bytes % 8 != 0 ||
+        header.bytes > capacity_ - offset || cursor_ + header.bytes > write_pos) {
+      return Status::Internal("corrupt feed queue: bad batch header at " + std::to_string(cursor_));
+    }
+    BatchView view;
+    view.info.feed_seq = header.feed_seq;
+    view.info.partition = header.partition;
+    view.info.epoch = header.epoch;
+    view.info.flags = header.flags;
+    view.info.first_record = header.first_record;
+    view.info.record_count = header.record_count;
+    view.records = data_ + offset + sizeof(header);
+    // Check the record lengths once, so ForEachRecord can trust them.
+    const char* p = view.records;
+    const char* limit = data_ + offset + header.bytes;
+    for (uint32_t i = 0; i < header.record_count; ++i) {
+      uint32_t length;
+      if (limit - p < static_cast<ptrdiff_t>(sizeof(length))) {
+        return Status::Internal("corrupt feed queue: records overrun their batch");
+      }
+      std::memcpy(&length, p, sizeof(length));
+      if (static_cast<uint64_t>(limit - p) - sizeof(length) < length) {
+        return Status::Internal("corrupt feed queue: records overrun their batch");
+      }
+      p += sizeof(length) + length;
+    }
+    view.bytes = static_cast<size_t>(p - view.records);
+    cursor_ += header.bytes;
+    view.end = cursor_;
+    return std::optional<BatchView>(view);
+  }
+}
+
+Result<std::optional<BatchView>> RingReader::TryNext() {
+  return Read();
+}
+
+Result<std::optional<BatchView>> RingReader::Next(Deadline deadline) {
+  auto ready = [&] {
+    return Atomic(ring_->write_pos).load(std::memory_order_acquire) > cursor_ ||
+           Atomic(ring_->closed).load(std::memory_order_acquire) != 0;
+  };
+  if (!WaitFor(*channel_, ring_->data_seq, ring_->readers_waiting, deadline, ready)) {
+    if (channel_->state() != RunState::kRunning) return std::optional<BatchView>();
+    return Status::DeadlineExceeded("no batch arrived");
+  }
+  return Read();
+}
+
+void RingReader::Release(uint64_t end) {
+  end = std::min(end, cursor_);
+  auto read_pos = Atomic(ring_->read_pos);
+  if (end <= read_pos.load(std::memory_order_relaxed)) return;
+  read_pos.store(end, std::memory_order_release);
+  Publish(ring_->space_seq, ring_->writers_waiting);
+}
+
+void RingReader::DiscardAll() {
+  cursor_ = std::max(cursor_, Atomic(ring_->write_pos).load(std::memory_order_acquire));
+  Release(cursor_);
+}
+
+uint64_t RingReader::held_bytes() const {
+  return cursor_ - Atomic(ring_->read_pos).load(std::memory_order_acquire);
+}
+
+bool RingReader::writer_waiting() const {
+  return Atomic(ring_->writers_waiting).load(std::memory_order_acquire) != 0;
+}
+
+bool RingReader::closed_and_drained() const {
+  return Atomic(ring_->closed).load(std::memory_order_acquire) != 0 &&
+         cursor_ >= Atomic(ring_->write_pos).load(std::memory_order_acquire);
+}
+
+}  // namespace drover::feed

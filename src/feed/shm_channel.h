@@ -1,0 +1,196 @@
+// ShmChannel: one fed node's shared-memory channel (docs/shm_queue_format.md):
+// a header with the run state and an error text, an input ring (feeder ->
+// program) and an output ring (program -> agent, inference results). The
+// agent creates it in a sealed memfd, so nothing lands in /dev/shm to leak,
+// and hands the descriptor to the feeder and the program over its Unix
+// socket (socket_fd.h).
+//
+// Each ring has one writer and one reader (different processes). Records are
+// length-prefixed and travel in batches; positions are published once per
+// batch. A waiting side spins briefly, then sleeps on a futex in the shared
+// page; every wait is bounded and re-checks the run state.
+//
+// The writer also records, with every batch, which feed the batch belongs to
+// and how far into it the batch goes (a commit point in two alternating
+// slots), so a writer that dies mid-batch is resumed exactly after the last
+// batch it published: what was published stays in the ring, what was not
+// is invisible.
+
+#ifndef DROVER_FEED_SHM_CHANNEL_H_
+#define DROVER_FEED_SHM_CHANNEL_H_
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "drover/status.h"
+
+namespace drover::feed {
+
+using Clock = std::chrono::steady_clock;
+using Deadline = Clock::time_point;
+
+enum class RunState : uint32_t { kRunning = 0, kTerminating = 1, kStopped = 2 };
+std::string_view RunStateName(RunState state);
+// "0.5 s", "600 s": a wait's length for messages.
+std::string SecondsText(std::chrono::milliseconds duration);
+
+// BatchInfo::flags
+inline constexpr uint32_t kEndOfPartition = 1;
+
+struct BatchInfo {
+  uint32_t feed_seq = 0;   // the writer's feed number (FeedsOfShare order)
+  uint32_t partition = 0;  // index in the plan
+  uint32_t epoch = 0;
+  uint32_t flags = 0;
+  uint64_t first_record = 0;  // index in the partition of the first record
+  uint32_t record_count = 0;
+};
+
+// A published batch, read in place.
+struct BatchView {
+  BatchInfo info;
+  const char* records = nullptr;  // record_count x [uint32 length][bytes]
+  size_t bytes = 0;
+  uint64_t end = 0;  // the ring position after this batch (for Release)
+};
+
+// Calls fn(std::string_view record) for each record of `batch`. The records
+// were checked when the batch was read.
+template <typename Fn>
+void ForEachRecord(const BatchView& batch, Fn&& fn) {
+  const char* p = batch.records;
+  for (uint32_t i = 0; i < batch.info.record_count; ++i) {
+    uint32_t length;
+    __builtin_memcpy(&length, p, sizeof(length));
+    fn(std::string_view(p + sizeof(length), length));
+    p += sizeof(length) + length;
+  }
+}
+
+// What the writer last published: where a new writer resumes.
+struct CommitPoint {
+  uint32_t feed_seq = 0;
+  uint32_t flags = 0;            // the last batch's flags (kEndOfPartition: feed done)
+  uint64_t records_through = 0;  // records of feed_seq published so far
+  uint64_t source_offset = 0;    // the input offset after them
+};
+
+struct RingHeader;
+struct ChannelHeader;
+
+class ShmChannel {
+ public:
+  // A new channel with two rings of `ring_bytes` each (rounded up to a
+  // multiple of 4 KiB, at least 64 KiB).
+  static Result<ShmChannel> Create(uint64_t ring_bytes);
+  // Maps a channel received from the agent; takes `fd`. kInvalidArgument
+  // when it is not a channel (bad magic, version, size or seals).
+  static Result<ShmChannel> Map(int fd);
+
+  ShmChannel(ShmChannel&& other) noexcept;
+  ShmChannel& operator=(ShmChannel&& other) noexcept;
+  ~ShmChannel();
+
+  int fd() const { return fd_; }
+  uint64_t ring_bytes() const;
+  // The largest batch a ring takes (header included): half the ring.
+  uint64_t max_batch_bytes() const { return ring_bytes() / 2; }
+
+  RunState state() const;
+  // Moves the state forward (running -> terminating -> stopped; never back)
+  // and wakes every waiter on both rings. Returns the state now.
+  RunState AdvanceState(RunState to);
+  // Why the channel was stopped, for the reader's error. The first error set
+  // wins; call before AdvanceState(kStopped).
+  void SetError(std::string_view message);
+  std::string error() const;
+
+  RingHeader* input() const;
+  RingHeader* output() const;
+  char* input_data() const;
+  char* output_data() const;
+
+ private:
+  ShmChannel(int fd, void* base, size_t size) : fd_(fd), base_(base), size_(size) {}
+  ChannelHeader* header() const;
+
+  int fd_ = -1;
+  void* base_ = nullptr;
+  size_t size_ = 0;
+};
+
+// The writing side of one ring. Not thread-safe; one writer per ring at a
+// time (a new one only after the old one's process is gone).
+class RingWriter {
+ public:
+  RingWriter(ShmChannel& channel, bool input_ring);
+
+  // Space for a batch of up to `payload_bytes` of records, contiguous in the
+  // ring. Waits for the reader to free space: kDeadlineExceeded at
+  // `deadline`; kUnavailable once the channel is no longer running;
+  // kInvalidArgument when the batch can never fit (more than
+  // max_batch_bytes()).
+  Result<char*> Reserve(size_t payload_bytes, Deadline deadline);
+  // Publishes the records written at the reserved place (`payload_bytes`
+  // <= the reserved size) and the commit point after them.
+  void Commit(const BatchInfo& info, size_t payload_bytes, uint64_t source_offset);
+  // No more batches: the reader sees the end once it has read everything.
+  void Close();
+
+  // Bytes published and not yet released by the reader.
+  uint64_t unread_bytes() const;
+
+  // The last commit point; nullopt when nothing was ever published.
+  // kInternal when the ring's header is inconsistent.
+  Result<std::optional<CommitPoint>> LastCommit() const;
+
+ private:
+  ShmChannel* channel_;
+  RingHeader* ring_;
+  char* data_;
+  uint64_t capacity_;
+  uint64_t batch_start_ = 0;  // where the reserved batch's header goes
+  size_t reserved_ = 0;
+  bool wrap_ = false;  // the reserved batch starts at the next lap
+};
+
+// The reading side of one ring. Not thread-safe; one reader per ring.
+class RingReader {
+ public:
+  RingReader(ShmChannel& channel, bool input_ring);
+
+  // The next published batch, valid until released. nullopt when the writer
+  // closed the ring and every batch was read, or when the channel is no
+  // longer running (check state()). kDeadlineExceeded at `deadline`;
+  // kInternal for a corrupt batch header.
+  Result<std::optional<BatchView>> Next(Deadline deadline);
+  // Like Next but never waits: nullopt when nothing is published yet.
+  Result<std::optional<BatchView>> TryNext();
+  // Frees every batch before ring position `end` for the writer.
+  void Release(uint64_t end);
+  // Frees everything read so far.
+  void ReleaseAll() { Release(cursor_); }
+  // Drops every published batch, read or not (a terminated feed).
+  void DiscardAll();
+  bool closed_and_drained() const;
+  // Bytes read (handed out) and not yet released.
+  uint64_t held_bytes() const;
+  // Whether the writer sleeps waiting for space.
+  bool writer_waiting() const;
+
+ private:
+  Result<std::optional<BatchView>> Read();
+
+  ShmChannel* channel_;
+  RingHeader* ring_;
+  const char* data_;
+  uint64_t capacity_;
+  uint64_t cursor_;  // the next batch's position
+};
+
+}  // namespace drover::feed
+
+#endif  // DROVER_FEED_SHM_CHANNEL_H_

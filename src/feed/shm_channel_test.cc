@@ -1,0 +1,720 @@
+#include "feed/shm_channel.h"
+
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "feed/feed_test_util.h"
+#include "testing/status_matchers.h"
+
+namespace drover::feed {
+namespace {
+
+using ::drover::feed::testing::Child;
+using ::drover::feed::testing::ExitedWith;
+using ::drover::feed::testing::PublishBatch;
+using ::drover::feed::testing::RecordsOf;
+using ::drover::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using Code = Status::Code;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+constexpr uint64_t kBatchHeaderBytes = 40;  // docs/shm_queue_format.md
+
+uint64_t AlignUp(uint64_t value, uint64_t to) {
+  return (value + to - 1) / to * to;
+}
+
+Deadline In(Clock::duration duration) {
+  return Clock::now() + duration;
+}
+
+// Record number n: its 8-byte number, then filler that depends on n, so a
+// record read back can be checked byte by byte.
+std::string NumberedRecord(uint64_t n) {
+  std::string record(sizeof(n) + (n * 7919) % 61, '\0');
+  std::memcpy(record.data(), &n, sizeof(n));
+  for (size_t i = sizeof(n); i < record.size(); ++i) {
+    record[i] = static_cast<char>((n + i) & 0xff);
+  }
+  return record;
+}
+
+// The record's number, or UINT64_MAX when its bytes are not NumberedRecord's.
+uint64_t NumberOf(std::string_view record) {
+  uint64_t n;
+  if (record.size() < sizeof(n)) return UINT64_MAX;
+  std::memcpy(&n, record.data(), sizeof(n));
+  if (record != NumberedRecord(n)) return UINT64_MAX;
+  return n;
+}
+
+TEST(ShmChannelTest, CreateRoundsTheRingSize) {
+  ASSERT_OK_AND_ASSIGN(ShmChannel small, ShmChannel::Create(1));
+  EXPECT_EQ(small.ring_bytes(), 64u * 1024);
+  EXPECT_EQ(small.max_batch_bytes(), 32u * 1024);
+  ASSERT_OK_AND_ASSIGN(ShmChannel odd, ShmChannel::Create(70000));
+  EXPECT_EQ(odd.ring_bytes(), 73728u);
+  EXPECT_EQ(odd.state(), RunState::kRunning);
+  EXPECT_EQ(odd.error(), "");
+}
+
+TEST(ShmChannelTest, RoundTrip) {
+  ASSERT_OK_AND_ASSIGN(ShmChannel channel, ShmChannel::Create(64 << 10));
+  RingWriter writer(channel, /*input_ring=*/true);
+  RingReader reader(channel, /*input_ring=*/true);
+  ASSERT_OK_AND_ASSIGN(std::optional<BatchView> none, reader.TryNext());
+  EXPECT_FALSE(none.has_value());
+
+  const std::vector<std::string> records = {"alpha", "", std::string("\0\n\xff", 3), "z"};
+  BatchInfo info;
+  info.feed_seq = 3;
+  info.partition = 7;
+  info.epoch = 2;
+  info.flags = kEndOfPartition;
+  info.first_record = 1000;
+  ASSERT_OK(PublishBatch(writer, info, records, /*source_offset=*/4242));
+
+  ASSERT_OK_AND_ASSIGN(std::optional<BatchView> batch, reader.Next(In(seconds(5))));
+  ASSERT_TRUE(batch.has_value());
+  EXPECT_EQ(batch->info.feed_seq, 3u);
+  EXPECT_EQ(batch->info.partition, 7u);
+  EXPECT_EQ(batch->info.epoch, 2u);
+  EXPECT_EQ(batch->info.flags, kEndOfPartition);
+  EXPECT_EQ(batch->info.first_record, 1000u);
+  EXPECT_EQ(batch->info.record_count, 4u);
+  EXPECT_EQ(batch->bytes, 4 * sizeof(uint32_t) + 5 + 0 + 3 + 1);
+  EXPECT_EQ(batch->end, AlignUp(kBatchHeaderBytes + batch->bytes, 8));
+  EXPECT_EQ(RecordsOf(*batch), records);
+  reader.Release(batch->end);
+
+  ASSERT_OK_AND_ASSIGN(std::optional<CommitPoint> commit, writer.LastCommit());
+  ASSERT_TRUE(commit.has_value());
+  EXPECT_EQ(commit->feed_seq, 3u);
+  EXPECT_EQ(commit->flags, kEndOfPartition);
+  EXPECT_EQ(commit->records_through, 1004u);
+  EXPECT_EQ(commit->source_offset, 4242u);
+
+  ASSERT_OK_AND_ASSIGN(none, reader.TryNext());
+  EXPECT_FALSE(none.has_value());
+  EXPECT_FALSE(reader.closed_and_drained());
+}
+
+TEST(ShmChannelTest, EmptyBatchIsPublished) {
+  ASSERT_OK_AND_ASSIGN(ShmChannel channel, ShmChannel::Create(64 << 10));
+  RingWriter writer(channel, true);
+  RingReader reader(channel, true);
+  BatchInfo info;
+  info.partition = 4;
+  info.flags = kEndOfPartition;
+  ASSERT_OK(PublishBatch(writer, info, {}));
+  ASSERT_OK_AND_ASSIGN(std::optional<BatchView> batch, reader.TryNext());
+  ASSERT_TRUE(batch.has_value());
+  EXPECT_EQ(batch->info.record_count, 0u);
+  EXPECT_EQ(batch->info.partition, 4u);
+  EXPECT_EQ(batch->bytes, 0u);
+  EXPECT_EQ(batch->end, kBatchHeaderBytes);
+}
+
+TEST(ShmChannelTest, LastCommitFollowsEveryBatch) {
+  ASSERT_OK_AND_ASSIGN(ShmChannel channel, ShmChannel::Create(64 << 10));
+  RingWriter writer(channel, true);
+  RingReader reader(channel, true);
+  ASSERT_OK_AND_ASSIGN(std::optional<CommitPoint> commit, writer.LastCommit());
+  EXPECT_FALSE(commit.has_value());
+  for (uint32_t i = 0; i < 7; ++i) {
+    BatchInfo info;
+    info.feed_seq = i / 2;
+    info.first_record = 10 * i;
+    info.flags = i % 2 == 1 ? kEndOfPartition : 0;
+    ASSERT_OK(PublishBatch(writer, info, {"a", "b", "c"}, /*source_offset=*/100 + i));
+    // A new writer (as after a restart) sees the same commit point.
+    RingWriter probe(channel, true);
+    ASSERT_OK_AND_ASSIGN(commit, probe.LastCommit());
+    ASSERT_TRUE(commit.has_value());
+    EXPECT_EQ(commit->feed_seq, i / 2);
+    EXPECT_EQ(commit->records_through, 10 * i + 3);
+    EXPECT_EQ(commit->source_offset, 100 + i);
+    EXPECT_EQ(commit->flags, info.flags);
+  }
+}
+
+// Returns the ring's write_pos to `position` (ring header offset 0,
+// docs/shm_queue_format.md): the state a writer killed after writing its
+// commit slot and commit_count, but before publishing write_pos, leaves.
+void UnpublishTo(const ShmChannel& channel, uint64_t position) {
+  auto* write_pos = reinterpret_cast<uint64_t*>(channel.input());
+  std::atomic_ref<uint64_t>(*write_pos).store(position, std::memory_order_release);
+}
+
+uint64_t WritePos(const ShmChannel& channel) {
+  return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(channel.input())).load();
+}
+
+// Two writers in a row killed while publishing (each after its commit slot
+// and commit_count were written, before write_pos): the commit point of the
+// last published batch must survive both.
+TEST(ShmChannelTest, CommitPointSurvivesTwoWritersKilledWhilePublishing) {
+  ASSERT_OK_AND_ASSIGN(ShmChannel channel, ShmChannel::Create(64 << 10));
+  {
+    RingWriter first(channel, true);
+    ASSERT_OK(PublishBatch(first, BatchInfo{}, {"a", "b", "c"}, /*source_offset=*/30));
+  }
+  const uint64_t published = WritePos(channel);
+  BatchInfo next;
+  next.first_record = 3;
+  for (int killed = 0; killed < 3; ++killed) {
+    RingWriter writer(channel, true);
+    ASSERT_OK_AND_ASSIGN(std::optional<CommitPoint> commit, writer.LastCommit());
+    ASSERT_TRUE(commit.has_value()) << "after " << killed << " killed writers";
+    EXPECT_EQ(commit->records_through, 3u);
+    EXPECT_EQ(commit->source_offset, 30u);
+    ASSERT_OK(PublishBatch(writer, next, {"lost " + std::to_string(killed)}, 40));
+    UnpublishTo(channel, published);
+  }
+  // The next writer resumes after "c"; the reader never sees the lost batches.
+  RingWriter writer(channel, true);
+  ASSERT_OK_AND_ASSIGN(std::optional<CommitPoint> commit, writer.LastCommit());
+  ASSERT_TRUE(commit.has_value());
+  EXPECT_EQ(commit->records_through, 3u);
+  ASSERT_OK(PublishBatch(writer, next, {"d"}, 40));
+  RingReader reader(channel, true);
+  ASSERT_OK_AND_ASSIGN(std::optional<BatchView> batch, reader.TryNext());
+  ASSERT_TRUE(batch.has_value());
+  EXPECT_THAT(RecordsOf(*batch), ElementsAre("a", "b", "c"));
+  ASSERT_OK_AND_ASSIGN(batch, reader.TryNext());
+  ASSERT_TRUE(batch.has_value());
+  EXPECT_THAT(RecordsOf(*batch), ElementsAre("d"));
+  EXPECT_EQ(batch->info.first_record, 3u);
+}
+
+TEST(ShmChannelTest, ReserveRefusesABatchLargerThanHalfTheRing) {
+  ASSERT_OK_AND_ASSIGN(ShmChannel channel, ShmChannel::Create(64 << 10));
+  RingWriter writer(channel, true);
+  const size_t largest = channel.max_batch_bytes() - kBatchHeaderBytes;
+  EXPECT_THAT(writer.Reserve(largest + 1, In(seconds(5))),
+              StatusIs(Code::kInvalidArgument, HasSubstr("does not fit the queue")));
+  EXPECT_THAT(writer.Reserve(channel.ring_bytes(), In(seconds(5))),
+              StatusIs(Code::kInvalidArgument, HasSubstr("raise --queue-bytes")));
+  // The largest batch that fits is taken, twice (the whole ring).
+  BatchInfo info;
+  ASSERT_OK(writer.Reserve(largest, In(seconds(5))));
+  writer.Commit(info, largest, 0);
+  ASSERT_OK(writer.Reserve(largest, In(seconds(5))));
+  writer.Commit(info, largest, 0);
+  EXPECT_THAT(writer.Reserve(0, In(milliseconds(20))),
+              StatusIs(Code::kDeadlineExceeded, ::testing::_));
+}
+
+TEST(ShmChannelTest, ReserveTimesOutWhenTheReaderTakesNothing) {
+  ASSERT_OK_AND_ASSIGN(ShmChannel channel, ShmChannel::Create(64 << 10));
+  RingWriter writer(channel, true);
+  RingReader reader(channel, true);
+  const std::string record(1000, 'x');
+  int published = 0;
+  for (;;) {
+    Status status = PublishBatch(writer, BatchInfo{}, {record}, 0, In(milliseconds(50)));
+    if (!status.ok()) {
+      EXPECT_THAT(status, StatusIs(Code::kDeadlineExceeded, HasSubstr("the reader took nothing")));
+      break;
+    }
+    ASSERT_LT(++published, 1000) << "the ring never filled";
+  }
+  EXPECT_EQ(published, 65536 / 1048);  // batches of 1048 bytes (40 + 4 + 1000, aligned)
+
+  // Reading without releasing frees nothing; releasing one batch frees it.
+  ASSERT_OK_AND_ASSIGN(std::optional<BatchView> batch, reader.TryNext());
+  ASSERT_TRUE(batch.has_value());
+  EXPECT_THAT(writer.Reserve(record.size() + 4, In(milliseconds(20))),
+              StatusIs(Code::kDeadlineExceeded, ::testing::_));
+  reader.Release(batch->end);
+  EXPECT_OK(PublishBatch(writer, BatchInfo{}, {record}, 0, In(seconds(5))));
+}
+
+// Writes batches of random sizes while there is room, reads a random number
+// of them, many times round the ring: every record comes back in order, and a
+// batch that does not fit before the end starts the next lap after a pad.
+TEST(ShmChannelTest, WrapsAroundTheRingManyTimes) {
+  ASSERT_OK_AND_ASSIGN(ShmChannel channel, ShmChannel::Create(64 << 10));
+  const uint64_t capacity = channel.ring_bytes();
+  RingWriter writer(channel, true);
+  RingReader reader(channel, true);
+  std::mt19937 rng(12345);
+
+  struct Sent {
+    uint64_t first;
+    uint32_t count;
+    size_t payload;
+  };
+  std::deque<Sent> in_flight;
+  uint64_t next_number = 0, next_expected = 0, last_end = 0;
+  int pads = 0, max_batches = 0;
+  std::optional<Sent> pending;  // generated, not yet published
+
+  while (last_end < 8 * capacity) {
+    // Write while there is room.
+    for (;;) {
+      if (!pending) {
+        Sent sent{next_number, 0, 0};
+        const bool largest = rng() % 10 == 0;
+        const uint32_t count = largest ? 500 : 1 + rng() % 40;
+        for (uint32_t i = 0; i < count; ++i) {
+          size_t size = sizeof(uint32_t) + NumberedRecord(sent.first + i).size();
+          if (kBatchHeaderBytes + sent.payload + size > channel.max_batch_bytes()) break;
+          sent.payload += size;
+          ++sent.count;
+        }
+        pending = sent;
+      }
+      Result<char*> space = writer.Reserve(pending->payload, Clock::now());
+      if (!space.ok()) {
+        ASSERT_THAT(space, StatusIs(Code::kDeadlineExceeded, ::testing::_));
+        break;
+      }
+      char* out = *space;
+      for (uint32_t i = 0; i < pending->count; ++i) {
+        const std::string record = NumberedRecord(pending->first + i);
+        uint32_t length = static_cast<uint32_t>(record.size());
+        std::memcpy(out, &length, sizeof(length));
+        std::memcpy(out + sizeof(length), record.data(), record.size());
+        out += sizeof(length) + record.size();
+      }
+      BatchInfo info;
+      info.first_record = pending->first;
+      info.record_count = pending->count;
+      writer.Commit(info, pending->payload, 0);
+      next_number += pending->count;
+      in_flight.push_back(*pending);
+      pending.reset();
+    }
+    max_batches = std::max(max_batches, static_cast<int>(in_flight.size()));
+    ASSERT_FALSE(in_flight.empty()) << "the writer found no room in an empty ring";
+
+    // Read some, release them together.
+    const size_t to_read = 1 + rng() % in_flight.size();
+    for (size_t b = 0; b < to_read; ++b) {
+      ASSERT_OK_AND_ASSIGN(std::optional<BatchView> batch, reader.TryNext());
+      ASSERT_TRUE(batch.has_value());
+      const Sent sent = in_flight.front();
+      in_flight.pop_front();
+      ASSERT_EQ(batch->info.first_record, sent.first);
+      ASSERT_EQ(batch->info.record_count, sent.count);
+      ASSERT_EQ(batch->bytes, sent.payload);
+      const uint64_t batch_bytes = AlignUp(kBatchHeaderBytes + sent.payload, 8);
+      const uint64_t start = batch->end - batch_bytes;
+      if (start != last_end) {
+        // A pad: the batch did not fit before the end of the ring.
+        ++pads;
+        ASSERT_EQ(start % capacity, 0u) << "a batch after a pad starts a lap";
+        ASSERT_EQ(start - last_end, capacity - last_end % capacity);
+        ASSERT_LT(capacity - last_end % capacity, batch_bytes) << "a pad where the batch fit";
+      } else {
+        ASSERT_LE(start % capacity + batch_bytes, capacity) << "a batch straddles the end";
+      }
+      last_end = batch->end;
+      ForEachRecord(*batch, [&](std::string_view record) {
+        ASSERT_EQ(NumberOf(record), next_expected);
+        ++next_expected;
+      });
+    }
+    reader.Release(last_end);
+  }
+  // Drain.
+  for (;;) {
+    ASSERT_OK_AND_ASSIGN(std::optional<BatchView> batch, reader.TryNext());
+    if (!batch) break;
+    ForEachRecord(*batch, [&](std::string_view record) {
+      ASSERT_EQ(NumberOf(record), next_expected);
+      ++next_expected;
+    });
+    reader.Release(batch->end);
+  }
+  EXPECT_EQ(next_expected, next_number);
+  EXPECT_GT(pads, 3);
+  EXPECT_GT(max_batches, 2);
+}
+
+TEST(ShmChannelTest, CloseEndsTheRingOnceDrained) {
+  ASSERT_OK_AND_ASSIGN(ShmChannel channel, ShmChannel::Create(64 << 10));
+  RingWriter writer(channel, true);
+  RingReader reader(channel, true);
+  ASSERT_OK(PublishBatch(writer, BatchInfo{}, {"one"}));
+  ASSERT_OK(PublishBatch(writer, BatchInfo{}, {"two", "three"}));
+  writer.Close();
+  EXPECT_FALSE(reader.closed_and_drained());
+
+  ASSERT_OK_AND_ASSIGN(std::optional<BatchView> batch, reader.Next(In(seconds(5))));
+  ASSERT_TRUE(batch.has_value());
+  EXPECT_THAT(RecordsOf(*batch), ElementsAre("one"));
+  EXPECT_FALSE(reader.closed_and_drained());
+  ASSERT_OK_AND_ASSIGN(batch, reader.Next(In(seconds(5))));
+  ASSERT_TRUE(batch.has_value());
+  EXPECT_THAT(RecordsOf(*batch), ElementsAre("two", "three"));
+  EXPECT_TRUE(reader.closed_and_drained());
+  reader.ReleaseAll();
+
+  // Returns at once (not at the deadline) with nothing.
+  ASSERT_OK_AND_ASSIGN(batch, reader.Next(In(seconds(30))));
+  EXPECT_FALSE(batch.has_value());
+  EXPECT_TRUE(reader.closed_and_drained());
+  EXPECT_EQ(channel.state(), RunState::kRunning);
+}
+
+TEST(ShmChannelTest, CloseWakesABlockedReader) {
+  ASSERT_OK_AND_ASSIGN(ShmChannel channel, ShmChannel::Create(64 << 10));
+  RingReader reader(channel, true);
+  Result<std::optional<BatchView>> got = Status::Internal("not run");
+  std::thread thread([&] { got = reader.Next(In(seconds(20))); });
+  std::this_thread::sleep_for(milliseconds(30));
+  RingWriter(channel, true).Close();
+  thread.join();
+  ASSERT_OK(got);
+  EXPECT_FALSE(got->has_value());
+  EXPECT_TRUE(reader.closed_and_drained());
+}
+
+TEST(ShmChannelTest, NextTimesOutWhenNothingArrives) {
+  ASSERT_OK_AND_ASSIGN(ShmChannel channel, ShmChannel::Create(64 << 10));
+  RingReader reader(channel, true);
+  EXPECT_THAT(reader.Next(In(milliseconds(30))),
+              StatusIs(Code::kDeadlineExceeded, HasSubstr("no batch arrived")));
+}
+
+TEST(ShmChannelTest, DiscardAllDropsReadAndUnreadBatches) {
+  ASSERT_OK_AND_ASSIGN(ShmChannel channel, ShmChannel::Create(64 << 10));
+  RingWriter writer(channel, true);
+  RingReader reader(channel, true);
+  const std::string big(10000, 'b');
+  for (int i = 0; i < 6; ++i) ASSERT_OK(PublishBatch(writer, BatchInfo{}, {big}));
+  ASSERT_OK_AND_ASSIGN(std::optional<BatchView> batch, reader.TryNext());
+  ASSERT_TRUE(batch.has_value());
+  EXPECT_THAT(writer.Reserve(big.size() + 4, In(milliseconds(20))),
+              StatusIs(Code::kDeadlineExceeded, ::testing::_));
+
+  reader.DiscardAll();
+  ASSERT_OK_AND_ASSIGN(batch, reader.TryNext());
+  EXPECT_FALSE(batch.has_value());
+  // The whole ring is free again.
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_OK(
+        PublishBatch(writer, BatchInfo{}, {big + std::to_string(i)}, 0, In(milliseconds(50))));
+  }
+  ASSERT_OK_AND_ASSIGN(batch, reader.TryNext());
+  ASSERT_TRUE(batch.has_value());
+  EXPECT_THAT(RecordsOf(*batch), ElementsAre(big + "0"));
+  // A new reader starts at the last release: it reads that batch again.
+  RingReader again(channel, true);
+  ASSERT_OK_AND_ASSIGN(batch, again.TryNext());
+  ASSERT_TRUE(batch.has_value());
+  EXPECT_THAT(RecordsOf(*batch), ElementsAre(big + "0"));
+}
+
+class AdvanceStateTest : public ::testing::TestWithParam<RunState> {};
+
+TEST_P(AdvanceStateTest, WakesABlockedWriterAndReader) {
+  const RunState to = GetParam();
+  ASSERT_OK_AND_ASSIGN(ShmChannel channel, ShmChannel::Create(64 << 10));
+  RingWriter writer(channel, true);
+  const size_t largest = channel.max_batch_bytes() - kBatchHeaderBytes;
+  ASSERT_OK(writer.Reserve(largest, In(seconds(5))));
+  writer.Commit(BatchInfo{}, largest, 0);
+  ASSERT_OK(writer.Reserve(largest, In(seconds(5))));
+  writer.Commit(BatchInfo{}, largest, 0);
+
+  RingReader output_reader(channel, /*input_ring=*/false);
+  Result<char*> reserved = Status::Internal("not run");
+  Result<std::optional<BatchView>> read = Status::Internal("not run");
+  std::thread blocked_writer([&] { reserved = writer.Reserve(100, In(seconds(20))); });
+  std::thread blocked_reader([&] { read = output_reader.Next(In(seconds(20))); });
+  std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_EQ(channel.AdvanceState(to), to);
+  blocked_writer.join();
+  blocked_reader.join();
+
+  EXPECT_THAT(reserved, StatusIs(Code::kUnavailable, HasSubstr(std::string(RunStateName(to)))));
+  ASSERT_OK(read);
+  EXPECT_FALSE(read->has_value());
+  EXPECT_EQ(channel.state(), to);
+  EXPECT_THAT(writer.Reserve(8, In(seconds(5))),
+              StatusIs(Code::kUnavailable, HasSubstr("feed is")));
+  RingWriter output_writer(channel, /*input_ring=*/false);
+  EXPECT_THAT(output_writer.Reserve(8, In(seconds(5))), StatusIs(Code::kUnavailable, ::testing::_));
+
+  // Never back.
+  EXPECT_EQ(channel.AdvanceState(RunState::kRunning), to);
+  EXPECT_EQ(channel.AdvanceState(RunState::kStopped), RunState::kStopped);
+  EXPECT_EQ(channel.AdvanceState(RunState::kTerminating), RunState::kStopped);
+}
+
+INSTANTIATE_TEST_SUITE_P(States, AdvanceStateTest,
+                         ::testing::Values(RunState::kTerminating, RunState::kStopped),
+                         [](const auto& info) { return std::string(RunStateName(info.param)); });
+
+TEST(ShmChannelTest, FirstErrorWins) {
+  ASSERT_OK_AND_ASSIGN(ShmChannel channel, ShmChannel::Create(64 << 10));
+  channel.SetError("bad record in a.csv");
+  channel.SetError("second");
+  EXPECT_EQ(channel.error(), "bad record in a.csv");
+  channel.AdvanceState(RunState::kStopped);
+  // Another mapping sees it.
+  ASSERT_OK_AND_ASSIGN(ShmChannel mapped, ShmChannel::Map(::dup(channel.fd())));
+  EXPECT_EQ(mapped.error(), "bad record in a.csv");
+  EXPECT_EQ(mapped.state(), RunState::kStopped);
+  // A long error is cut, not overrun.
+  ASSERT_OK_AND_ASSIGN(ShmChannel other, ShmChannel::Create(64 << 10));
+  other.SetError(std::string(100000, 'e'));
+  EXPECT_EQ(other.error().size(), 2048u);
+}
+
+TEST(ShmChannelTest, MapSharesTheChannel) {
+  ASSERT_OK_AND_ASSIGN(ShmChannel channel, ShmChannel::Create(128 << 10));
+  ASSERT_OK_AND_ASSIGN(ShmChannel mapped, ShmChannel::Map(::dup(channel.fd())));
+  EXPECT_EQ(mapped.ring_bytes(), channel.ring_bytes());
+  RingWriter writer(mapped, /*input_ring=*/false);
+  RingReader reader(channel, /*input_ring=*/false);
+  ASSERT_OK(PublishBatch(writer, BatchInfo{}, {"through", "another", "mapping"}));
+  ASSERT_OK_AND_ASSIGN(std::optional<BatchView> batch, reader.Next(In(seconds(5))));
+  ASSERT_TRUE(batch.has_value());
+  EXPECT_THAT(RecordsOf(*batch), ElementsAre("through", "another", "mapping"));
+  // The input ring is separate.
+  RingReader input(mapped, /*input_ring=*/true);
+  ASSERT_OK_AND_ASSIGN(batch, input.TryNext());
+  EXPECT_FALSE(batch.has_value());
+  // Moving keeps the mapping.
+  ShmChannel moved = std::move(mapped);
+  EXPECT_EQ(moved.ring_bytes(), channel.ring_bytes());
+}
+
+// A memfd holding `bytes`, sealed against shrinking when `seal`.
+int MakeMemfd(const std::string& bytes, bool seal) {
+  int fd = ::memfd_create("drover-feed-test", MFD_CLOEXEC | (seal ? MFD_ALLOW_SEALING : 0));
+  if (fd < 0) return -1;
+  if (::ftruncate(fd, static_cast<off_t>(bytes.size())) != 0 ||
+      ::pwrite(fd, bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size()) ||
+      (seal && ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0)) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// The bytes of a real channel's whole memfd.
+std::string ChannelBytes(const ShmChannel& channel) {
+  std::string bytes(4096 + 2 * (4096 + channel.ring_bytes()), '\0');
+  if (::pread(channel.fd(), bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size())) {
+    return "";
+  }
+  return bytes;
+}
+
+TEST(ShmChannelTest, MapRefusesWhatIsNotAChannel) {
+  ASSERT_OK_AND_ASSIGN(ShmChannel channel, ShmChannel::Create(64 << 10));
+  const std::string good = ChannelBytes(channel);
+  ASSERT_FALSE(good.empty());
+  {  // The bytes of a channel, sealed: accepted (the checks below are the only differences).
+    int fd = MakeMemfd(good, /*seal=*/true);
+    ASSERT_GE(fd, 0);
+    EXPECT_OK(ShmChannel::Map(fd));
+  }
+  {  // Not sealed: the creator could shrink it under the reader.
+    int fd = MakeMemfd(good, /*seal=*/false);
+    ASSERT_GE(fd, 0);
+    EXPECT_THAT(ShmChannel::Map(fd),
+                StatusIs(Code::kInvalidArgument, HasSubstr("the memfd is not sealed")));
+    EXPECT_EQ(::fcntl(fd, F_GETFD), -1) << "Map takes the descriptor, also on failure";
+  }
+  {  // Wrong magic.
+    std::string bytes = good;
+    bytes[0] = 'X';
+    int fd = MakeMemfd(bytes, true);
+    ASSERT_GE(fd, 0);
+    EXPECT_THAT(ShmChannel::Map(fd), StatusIs(Code::kInvalidArgument, HasSubstr("bad magic")));
+  }
+  {  // Wrong version.
+    std::string bytes = good;
+    const uint32_t version = 2;
+    std::memcpy(bytes.data() + 8, &version, sizeof(version));
+    int fd = MakeMemfd(bytes, true);
+    ASSERT_GE(fd, 0);
+    EXPECT_THAT(ShmChannel::Map(fd),
+                StatusIs(Code::kInvalidArgument, HasSubstr("version 2, expected 1")));
+  }
+  {  // Too small for a header.
+    int fd = MakeMemfd(good.substr(0, 100), true);
+    ASSERT_GE(fd, 0);
+    EXPECT_THAT(ShmChannel::Map(fd), StatusIs(Code::kInvalidArgument, HasSubstr("too small")));
+  }
+  {  // A header whose rings are not there.
+    int fd = MakeMemfd(good.substr(0, 4096), true);
+    ASSERT_GE(fd, 0);
+    EXPECT_THAT(ShmChannel::Map(fd),
+                StatusIs(Code::kInvalidArgument, HasSubstr("inconsistent sizes")));
+  }
+  {  // Not a memfd at all.
+    testing::TempDir dir;
+    testing::WriteFile(dir.File("plain"), good);
+    int fd = ::open(dir.File("plain").c_str(), O_RDWR | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    EXPECT_THAT(ShmChannel::Map(fd), StatusIs(Code::kInvalidArgument, HasSubstr("not sealed")));
+  }
+}
+
+// Writes records first..last-1 (NumberedRecord) as feeds of kPerFeed records
+// in batches of random sizes, resuming after the ring's last commit point:
+// the body of a writer child. Returns an exit code.
+constexpr uint64_t kPerFeed = 5000;
+
+int WriteNumberedRecords(ShmChannel& channel, uint64_t total, uint32_t seed, bool sleepy) {
+  RingWriter writer(channel, /*input_ring=*/true);
+  Result<std::optional<CommitPoint>> commit = writer.LastCommit();
+  if (!commit.ok()) return 3;
+  uint64_t next = 0;  // the next record number
+  if (*commit) {
+    const CommitPoint& point = **commit;
+    if (point.source_offset != point.feed_seq * kPerFeed + point.records_through) return 4;
+    next = point.feed_seq * kPerFeed +
+           ((point.flags & kEndOfPartition) ? kPerFeed : point.records_through);
+  }
+  std::mt19937 rng(seed);
+  while (next < total) {
+    const uint64_t feed = next / kPerFeed;
+    const uint64_t feed_end = std::min(total, (feed + 1) * kPerFeed);
+    const uint64_t count = std::min<uint64_t>(1 + rng() % 60, feed_end - next);
+    std::vector<std::string> records;
+    for (uint64_t i = 0; i < count; ++i) records.push_back(NumberedRecord(next + i));
+    BatchInfo info;
+    info.feed_seq = static_cast<uint32_t>(feed);
+    info.first_record = next - feed * kPerFeed;
+    info.flags = next + count == feed_end ? kEndOfPartition : 0;
+    // source_offset: the next record's number, to check it comes back.
+    if (!PublishBatch(writer, info, records, next + count, In(seconds(30))).ok()) return 5;
+    next += count;
+    if (sleepy && rng() % 3 == 0) ::usleep(rng() % 300);
+  }
+  writer.Close();
+  return 0;
+}
+
+// Checks one batch of the numbered stream; advances *expected.
+void CheckNumberedBatch(const BatchView& batch, uint64_t* expected) {
+  ASSERT_EQ(batch.info.feed_seq, *expected / kPerFeed) << "at record " << *expected;
+  ASSERT_EQ(batch.info.first_record, *expected % kPerFeed) << "at record " << *expected;
+  uint64_t number = *expected;
+  ForEachRecord(batch, [&](std::string_view record) {
+    ASSERT_EQ(NumberOf(record), number) << "a gap, a duplicate or a damaged record";
+    ++number;
+  });
+  ASSERT_EQ(number - *expected, batch.info.record_count);
+  const bool ends_feed = number % kPerFeed == 0;
+  ASSERT_EQ((batch.info.flags & kEndOfPartition) != 0, ends_feed) << "at record " << number;
+  *expected = number;
+}
+
+TEST(ShmChannelTest, CrossProcessWriterAndReader) {
+  constexpr uint64_t kTotal = 30000;
+  ASSERT_OK_AND_ASSIGN(ShmChannel channel, ShmChannel::Create(64 << 10));
+  RingReader reader(channel, true);
+  const int fd = channel.fd();
+  Child child([fd] {
+    // The child maps the descriptor it inherited.
+    Result<ShmChannel> mapped = ShmChannel::Map(::dup(fd));
+    if (!mapped.ok()) return 2;
+    return WriteNumberedRecords(*mapped, kTotal, 7, /*sleepy=*/false);
+  });
+  ASSERT_TRUE(child.started());
+  uint64_t expected = 0;
+  const Deadline give_up = In(seconds(60));
+  for (;;) {
+    ASSERT_LT(Clock::now(), give_up);
+    ASSERT_OK_AND_ASSIGN(std::optional<BatchView> batch, reader.Next(In(seconds(20))));
+    if (!batch) break;
+    ASSERT_NO_FATAL_FAILURE(CheckNumberedBatch(*batch, &expected));
+    reader.Release(batch->end);
+  }
+  EXPECT_EQ(expected, kTotal);
+  EXPECT_TRUE(reader.closed_and_drained());
+  EXPECT_TRUE(ExitedWith(child.Wait(seconds(20)), 0));
+}
+
+// The writer is SIGKILLed at random points, again and again, while the
+// reader reads; each new writer resumes from the last commit point. The
+// reader must see every record exactly once, in order.
+TEST(ShmChannelTest, KilledWriterResumesAfterItsLastPublishedBatch) {
+  constexpr uint64_t kTotal = 60000;
+  constexpr int kKills = 12;
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+
+  ASSERT_OK_AND_ASSIGN(ShmChannel channel, ShmChannel::Create(64 << 10));
+  RingReader reader(channel, true);
+  uint64_t expected = 0;
+  int killed_mid_stream = 0;
+  bool ended = false;
+  const Deadline give_up = In(seconds(60));
+
+  for (int round = 0; round <= kKills && !ended; ++round) {
+    const bool last = round == kKills;
+    const uint32_t child_seed = static_cast<uint32_t>(rng());
+    Child child([&channel, child_seed] {
+      return WriteNumberedRecords(channel, kTotal, child_seed, /*sleepy=*/true);
+    });
+    ASSERT_TRUE(child.started());
+    // Kill a random time after this writer's first batch arrives.
+    const uint64_t started_at = expected;
+    std::optional<Deadline> kill_at;
+    const auto delay = std::chrono::microseconds(rng() % 3000);
+    for (;;) {
+      ASSERT_LT(Clock::now(), give_up) << "no progress";
+      if (!last && kill_at && Clock::now() >= *kill_at) break;
+      Deadline wait = In(seconds(20));
+      if (!last && kill_at) wait = std::min(wait, *kill_at);
+      Result<std::optional<BatchView>> batch = reader.Next(wait);
+      if (!batch.ok()) {
+        ASSERT_THAT(batch, StatusIs(Code::kDeadlineExceeded, ::testing::_));
+        ASSERT_TRUE(kill_at.has_value()) << "the writer published nothing for 20 s";
+        continue;
+      }
+      if (!batch->has_value()) {
+        ended = true;  // closed and drained
+        break;
+      }
+      ASSERT_NO_FATAL_FAILURE(CheckNumberedBatch(**batch, &expected));
+      reader.Release((*batch)->end);
+      if (!kill_at && expected > started_at) kill_at = Clock::now() + delay;
+    }
+    if (!last && !ended) {
+      child.Kill();
+      std::optional<int> status = child.Wait(seconds(20));
+      ASSERT_TRUE(status.has_value());
+      if (WIFSIGNALED(*status)) {
+        ++killed_mid_stream;
+      } else {
+        ASSERT_TRUE(ExitedWith(status, 0));  // it finished first
+      }
+    } else {
+      EXPECT_TRUE(ExitedWith(child.Wait(seconds(20)), 0));
+    }
+  }
+  EXPECT_TRUE(ended);
+  EXPECT_EQ(expected, kTotal);
+  EXPECT_TRUE(reader.closed_and_drained());
+  EXPECT_GT(killed_mid_stream, 0);
+  RecordProperty("killed_mid_stream", killed_mid_stream);
+}
+
+}  // namespace
+}  // namespace drover::feed

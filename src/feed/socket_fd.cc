@@ -1,0 +1,257 @@
+#include "feed/socket_fd.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+namespace drover::feed {
+namespace {
+
+constexpr size_t kMaxMessage = 1 << 20;
+
+Result<sockaddr_un> AddressOf(const std::string& path) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof(address.sun_path)) {
+    return Status::InvalidArgument("bad feed socket path '" + path + "' (empty or longer than " +
+                                   std::to_string(sizeof(address.sun_path) - 1) + " bytes)");
+  }
+  std::memcpy(address.sun_path, path.data(), path.size());
+  return address;
+}
+
+int MillisecondsLeft(Deadline deadline) {
+  auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return static_cast<int>(std::clamp<int64_t>(left, 0, 1'000'000));
+}
+
+}  // namespace
+
+Result<int> ListenUnix(const std::string& path) {
+  DROVER_ASSIGN_OR_RETURN(sockaddr_un address, AddressOf(path));
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Status::IoError(std::string("socket: ") + std::strerror(errno));
+  ::unlink(path.c_str());
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+      ::listen(fd, 16) != 0) {
+    int saved = errno;
+    ::close(fd);
+    return Status::IoError("cannot listen on the feed socket " + path + ": " +
+                           std::strerror(saved));
+  }
+  return fd;
+}
+
+Result<int> ConnectUnix(const std::string& path, Deadline deadline) {
+  DROVER_ASSIGN_OR_RETURN(sockaddr_un address, AddressOf(path));
+  for (;;) {
+    int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return Status::IoError(std::string("socket: ") + std::strerror(errno));
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0) return fd;
+    int saved = errno;
+    ::close(fd);
+    bool retry = saved == ENOENT || saved == ECONNREFUSED || saved == EAGAIN;
+    if (!retry || Clock::now() >= deadline) {
+      return Status::Unavailable("cannot reach the drover agent's feed socket " + path + ": " +
+                                 std::strerror(saved));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+Status SendMessage(int socket, const std::string& line, int fd) {
+  std::string data = line + "\n";
+  iovec iov{data.data(), data.size()};
+  msghdr message{};
+  message.msg_iov = &iov;
+  message.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  if (fd >= 0) {
+    message.msg_control = control;
+    message.msg_controllen = sizeof(control);
+    cmsghdr* header = CMSG_FIRSTHDR(&message);
+    header->cmsg_level = SOL_SOCKET;
+    header->cmsg_type = SCM_RIGHTS;
+    header->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(header), &fd, sizeof(int));
+  }
+  ssize_t sent;
+  do {
+    sent = ::sendmsg(socket, &message, MSG_NOSIGNAL);
+  } while (sent < 0 && errno == EINTR);
+  if (sent < 0) return Status::Unavailable(std::string("feed socket: ") + std::strerror(errno));
+  size_t done = static_cast<size_t>(sent);
+  while (done < data.size()) {  // the descriptor went with the first part
+    ssize_t n = ::send(socket, data.data() + done, data.size() - done, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return Status::Unavailable(std::string("feed socket: ") + std::strerror(errno));
+    done += static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+Status ReceiveMessage(int socket, Deadline deadline, std::string* line, int* fd) {
+  line->clear();
+  *fd = -1;
+  for (;;) {
+    pollfd p{socket, POLLIN, 0};
+    int ready = ::poll(&p, 1, MillisecondsLeft(deadline));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) return Status::DeadlineExceeded("no answer on the feed socket");
+    char buffer[4096];
+    iovec iov{buffer, sizeof(buffer)};
+    msghdr message{};
+    message.msg_iov = &iov;
+    message.msg_iovlen = 1;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    message.msg_control = control;
+    message.msg_controllen = sizeof(control);
+    // Byte by byte up to the newline would be slow; messages are small and
+    // the peer sends nothing after its one line until we answer.
+    ssize_t n = ::recvmsg(socket, &message, MSG_CMSG_CLOEXEC);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (*fd >= 0) ::close(*fd);
+      *fd = -1;
+      return Status::Unavailable("the feed socket closed");
+    }
+    for (cmsghdr* header = CMSG_FIRSTHDR(&message); header != nullptr;
+         header = CMSG_NXTHDR(&message, header)) {
+      if (header->cmsg_level == SOL_SOCKET && header->cmsg_type == SCM_RIGHTS) {
+        int received;
+        std::memcpy(&received, CMSG_DATA(header), sizeof(int));
+        if (*fd >= 0) ::close(*fd);
+        *fd = received;
+      }
+    }
+    line->append(buffer, static_cast<size_t>(n));
+    size_t newline = line->find('\n');
+    if (newline != std::string::npos) {
+      line->resize(newline);
+      return Status::Ok();
+    }
+    if (line->size() > kMaxMessage) {
+      if (*fd >= 0) ::close(*fd);
+      *fd = -1;
+      return Status::InvalidArgument("feed socket message over 1 MiB");
+    }
+  }
+}
+
+Result<PeerCredentials> PeerOf(int socket) {
+  ucred credentials{};
+  socklen_t length = sizeof(credentials);
+  if (::getsockopt(socket, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) {
+    return Status::IoError(std::string("SO_PEERCRED: ") + std::strerror(errno));
+  }
+  return PeerCredentials{credentials.pid, credentials.uid};
+}
+
+namespace {
+
+const char* RefusalCode(Status::Code code) {
+  switch (code) {
+    case Status::Code::kAlreadyExists:
+      return "already_exists";
+    case Status::Code::kInvalidArgument:
+      return "invalid_argument";
+    case Status::Code::kNotFound:
+      return "not_found";
+    case Status::Code::kPermissionDenied:
+      return "permission_denied";
+    default:
+      return "unavailable";
+  }
+}
+
+Status StatusFromCode(const std::string& code, std::string message) {
+  if (code == "already_exists") return Status::AlreadyExists(std::move(message));
+  if (code == "invalid_argument") return Status::InvalidArgument(std::move(message));
+  if (code == "not_found") return Status::NotFound(std::move(message));
+  if (code == "permission_denied") return Status::PermissionDenied(std::move(message));
+  return Status::Unavailable(std::move(message));
+}
+
+}  // namespace
+
+std::string EncodeGrant(const FeedGrant& grant) {
+  nlohmann::json json = {{"ok", true},
+                         {"mode", grant.mode},
+                         {"format", grant.format},
+                         {"record_bytes", grant.record_bytes},
+                         {"feed_timeout_ms", grant.feed_timeout_ms},
+                         {"task", grant.task},
+                         {"partitions", grant.partitions}};
+  return json.dump();
+}
+
+std::string EncodeRefusal(const Status& status) {
+  nlohmann::json json = {
+      {"ok", false}, {"code", RefusalCode(status.code())}, {"error", status.message()}};
+  return json.dump();
+}
+
+Status DecodeHello(const std::string& line, FeedRole* role, bool* train_mode) {
+  nlohmann::json json = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object() || !json.contains("role") || !json["role"].is_string()) {
+    return Status::InvalidArgument("bad feed hello: expected {\"role\": \"reader\"|\"writer\"}");
+  }
+  std::string name = json["role"].get<std::string>();
+  if (name != "reader" && name != "writer") {
+    return Status::InvalidArgument("bad feed hello: unknown role '" + name + "'");
+  }
+  *role = name == "reader" ? FeedRole::kReader : FeedRole::kWriter;
+  *train_mode = !json.contains("train_mode") || json["train_mode"] == true;
+  return Status::Ok();
+}
+
+Result<JoinedFeed> JoinFeed(const std::string& path, FeedRole role, bool train_mode,
+                            Deadline deadline) {
+  DROVER_ASSIGN_OR_RETURN(int socket, ConnectUnix(path, deadline));
+  auto fail = [socket](Status status) {
+    ::close(socket);
+    return status;
+  };
+  nlohmann::json hello = {{"role", role == FeedRole::kReader ? "reader" : "writer"},
+                          {"train_mode", train_mode}};
+  if (Status sent = SendMessage(socket, hello.dump()); !sent.ok()) return fail(sent);
+  std::string line;
+  int fd = -1;
+  if (Status got = ReceiveMessage(socket, deadline, &line, &fd); !got.ok()) {
+    return fail(got.WithContext("joining the feed at " + path));
+  }
+  nlohmann::json reply = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!reply.is_object() || !reply.contains("ok")) {
+    if (fd >= 0) ::close(fd);
+    return fail(Status::Unavailable("bad answer from the feed socket " + path));
+  }
+  if (reply["ok"] != true) {
+    if (fd >= 0) ::close(fd);
+    return fail(StatusFromCode(reply.value("code", ""), reply.value("error", "refused")));
+  }
+  if (fd < 0) return fail(Status::Unavailable("the agent sent no feed channel"));
+  Result<ShmChannel> channel = ShmChannel::Map(fd);
+  if (!channel.ok()) return fail(channel.status());
+  JoinedFeed joined{socket, {}, std::move(channel).value()};
+  FeedGrant& grant = joined.grant;
+  grant.mode = reply.value("mode", "train");
+  grant.format = reply.value("format", "csv");
+  grant.record_bytes = reply.value("record_bytes", uint64_t{0});
+  grant.feed_timeout_ms = reply.value("feed_timeout_ms", int64_t{600'000});
+  grant.task = reply.value("task", "");
+  if (reply.contains("partitions") && reply["partitions"].is_array()) {
+    for (const auto& name : reply["partitions"]) {
+      grant.partitions.push_back(name.is_string() ? name.get<std::string>() : "?");
+    }
+  }
+  return joined;
+}
+
+}  // namespace drover::feed

@@ -1,0 +1,71 @@
+// The feed socket: how the agent hands its channel's memfd to the feeder and
+// to the program (docs/feed.md). A Unix stream socket in a 0700 directory;
+// each side sends one JSON line, the agent's reply carries the descriptor
+// (SCM_RIGHTS). The client keeps the connection open: the agent learns that
+// a reader or feeder is gone when it closes.
+
+#ifndef DROVER_FEED_SOCKET_FD_H_
+#define DROVER_FEED_SOCKET_FD_H_
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "drover/status.h"
+#include "feed/shm_channel.h"
+
+namespace drover::feed {
+
+// A listening socket at `path` (unlinked first). kIoError naming the path.
+Result<int> ListenUnix(const std::string& path);
+// A connected socket, retried until `deadline` while the path does not exist
+// yet. kUnavailable naming the path when nobody listens.
+Result<int> ConnectUnix(const std::string& path, Deadline deadline);
+
+// One '\n'-terminated message, with `fd` attached when >= 0.
+Status SendMessage(int socket, const std::string& line, int fd = -1);
+// Reads one '\n'-terminated message (at most 1 MiB) and the descriptor that
+// came with it (-1 if none). kDeadlineExceeded / kUnavailable (closed).
+Status ReceiveMessage(int socket, Deadline deadline, std::string* line, int* fd);
+
+// The connecting process's pid and uid (SO_PEERCRED).
+struct PeerCredentials {
+  pid_t pid = 0;
+  uid_t uid = 0;
+};
+Result<PeerCredentials> PeerOf(int socket);
+
+// The handshake. The client says who it is: {"role": "reader"|"writer",
+// "train_mode": bool}; the agent answers with a grant and the descriptor, or
+// {"ok": false, "code": "...", "error": "..."}.
+enum class FeedRole { kReader, kWriter };
+
+struct FeedGrant {
+  std::string mode;    // "train" | "inference"
+  std::string format;  // RecordFormatName()
+  uint64_t record_bytes = 0;
+  int64_t feed_timeout_ms = 0;
+  std::string task;                     // "worker:0"
+  std::vector<std::string> partitions;  // Partition::Name() per plan index
+};
+std::string EncodeGrant(const FeedGrant& grant);
+std::string EncodeRefusal(const Status& status);
+// Parses a client's hello line.
+Status DecodeHello(const std::string& line, FeedRole* role, bool* train_mode);
+
+// A joined feed: the connection (kept open: closing it tells the agent this
+// side is gone), the grant and the mapped channel.
+struct JoinedFeed {
+  int socket = -1;
+  FeedGrant grant;
+  ShmChannel channel;
+};
+// Connects to the agent at `path` and joins as `role`. The agent's refusal
+// comes back with its code (kAlreadyExists for a second reader).
+Result<JoinedFeed> JoinFeed(const std::string& path, FeedRole role, bool train_mode,
+                            Deadline deadline);
+
+}  // namespace drover::feed
+
+#endif  // DROVER_FEED_SOCKET_FD_H_
