@@ -41,6 +41,11 @@ struct AgentOptions {
   Milliseconds reservation_timeout{600'000};
   int restart_count = 0;
   std::vector<std::string> command;  // argv; argv[0] looked up in PATH
+  // The feed plan file of `drover run --input` (docs/feed.md); "" : no
+  // feeding. Chief, master and worker nodes get a share of it.
+  std::string feed_plan;
+  // The `drover` executable that runs `drover feeder`; "" : this process's.
+  std::string drover_binary;
   // Where the program's output and the agent's own lines go.
   int stdout_fd = 1;
   int stderr_fd = 2;

@@ -17,9 +17,11 @@
 #include <mutex>
 #include <thread>
 
+#include "agent/feed_service.h"
 #include "agent/output_tail.h"
 #include "agent/port_reservation.h"
 #include "agent/subprocess.h"
+#include "drover/data_feed.h"
 #include "drover/framework_env.h"
 #include "drover/node_context.h"
 
@@ -137,7 +139,7 @@ class Agent::Impl {
   }
 
  private:
-  enum class Reason { kNone, kExited, kStopped, kInterrupted, kLost };
+  enum class Reason { kNone, kExited, kStopped, kInterrupted, kLost, kFeedFailed };
 
   void Notify() {
     uint64_t one = 1;
@@ -170,6 +172,10 @@ class Agent::Impl {
               const std::vector<std::string>& last_lines);
   // LEAVE (the program finished; not a death), flushed the same way.
   void LeaveCluster(RendezvousClient& client);
+  // Starts feeding this node when the run has a feed plan and the node gets a
+  // share of it; sets DROVER_FEED_SOCKET in *env.
+  Status StartFeeding(const FormedCluster& cluster, const std::string& task,
+                      std::map<std::string, std::string>* env);
 
   AgentOptions options_;
   int event_fd_ = -1;
@@ -178,8 +184,11 @@ class Agent::Impl {
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> connection_lost_{false};
   std::atomic<bool> quit_watcher_{false};
+  std::atomic<bool> feed_failed_{false};
   std::mutex mu_;
   std::string lost_reason_;  // guarded by mu_
+  std::string feed_error_;   // guarded by mu_
+  std::unique_ptr<FeedService> feed_;
 };
 
 int Agent::Impl::Run() {
@@ -258,6 +267,11 @@ int Agent::Impl::Run() {
 
   Result<std::map<std::string, std::string>> env = BuildEnvironment(cluster, context, context_path);
   if (!env.ok()) return Fail(env.status().WithContext(task));
+  if (Status feeding = StartFeeding(cluster, task, &*env); !feeding.ok()) {
+    std::string message = task + " could not start feeding: " + feeding.message();
+    Report(*client, message, {});
+    return Fail(Status::InvalidArgument(message));
+  }
   SubprocessOptions spawn;
   spawn.argv = o.command;
   spawn.env.emplace();
@@ -285,7 +299,13 @@ int Agent::Impl::Run() {
   watcher.join();
   if (temporary_context) std::remove(context_path.c_str());
 
+  if (feed_ && !(reason == Reason::kExited && status.success())) feed_->Stop(task + " stopped");
   switch (reason) {
+    case Reason::kFeedFailed: {
+      std::lock_guard<std::mutex> lock(mu_);
+      Report(*client, feed_error_, tail.Lines());
+      return 1;
+    }
     case Reason::kInterrupted:
       return 128 + interrupt_signal_.load();
     case Reason::kStopped:
@@ -301,6 +321,12 @@ int Agent::Impl::Run() {
     case Reason::kNone:
       break;
   }
+  if (status.success() && feed_) {
+    if (Status finished = feed_->Finish(); !finished.ok()) {
+      Report(*client, finished.message(), tail.Lines());
+      return 1;
+    }
+  }
   if (status.success()) {
     LeaveCluster(*client);
     return 0;
@@ -308,6 +334,39 @@ int Agent::Impl::Run() {
   std::string message = task + (status.signaled() ? " " : " exited with ") + status.ToString();
   Report(*client, message, tail.Lines());
   return status.ShellCode();
+}
+
+Status Agent::Impl::StartFeeding(const FormedCluster& cluster, const std::string& task,
+                                 std::map<std::string, std::string>* env) {
+  env->erase(kFeedSocketVariable);
+  if (options_.feed_plan.empty()) return Status::Ok();
+  std::optional<FeedShare> share = FeedShareOf(cluster.spec, cluster.job_name, cluster.task_index);
+  if (!share) return Status::Ok();  // ps and evaluator nodes are not fed
+  DROVER_ASSIGN_OR_RETURN(feed::FeedPlan plan, feed::FeedPlan::ReadFile(options_.feed_plan));
+  FeedServiceOptions feed;
+  feed.plan = std::move(plan);
+  feed.plan_path = options_.feed_plan;
+  feed.share = share->share;
+  feed.shares = share->shares;
+  feed.task = task;
+  feed.drover_binary = options_.drover_binary;
+  if (feed.drover_binary.empty()) {
+    std::error_code error;
+    feed.drover_binary = fs::read_symlink("/proc/self/exe", error).string();
+    if (error) return Status::IoError("cannot find the drover executable: " + error.message());
+  }
+  feed.stderr_fd = options_.stderr_fd;
+  feed.on_failure = [this](const Status& failure) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      feed_error_ = failure.message();
+    }
+    feed_failed_ = true;
+    Notify();
+  };
+  DROVER_ASSIGN_OR_RETURN(feed_, FeedService::Start(std::move(feed)));
+  (*env)[kFeedSocketVariable] = feed_->socket_path();
+  return Status::Ok();
 }
 
 Result<std::map<std::string, std::string>> Agent::Impl::BuildEnvironment(
@@ -453,6 +512,8 @@ Agent::Impl::Reason Agent::Impl::Supervise(Subprocess& child, OutputTail& tail,
         reason = Reason::kStopped;
       } else if (connection_lost_) {
         reason = Reason::kLost;
+      } else if (feed_failed_) {
+        reason = Reason::kFeedFailed;
       } else if (exited) {
         reason = Reason::kExited;
       }

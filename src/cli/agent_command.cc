@@ -28,6 +28,7 @@ struct AgentFlags {
   double grace = 10;
   double reservation_timeout = 600;
   int restart_count = 0;
+  std::string feed_plan;
   std::vector<std::string> command;
 };
 
@@ -94,6 +95,7 @@ int RunAgent(const AgentFlags& flags) {
   options.grace = Seconds(flags.grace);
   options.reservation_timeout = Seconds(flags.reservation_timeout);
   options.restart_count = flags.restart_count;
+  options.feed_plan = flags.feed_plan;
   options.command = flags.command;
 
   // A driver or terminal that goes away must not kill the agent mid-write;
@@ -148,6 +150,8 @@ void AddAgentCommand(CLI::App& app, int* exit_code) {
                    "How many times the group was re-formed (DROVER_RESTART_COUNT)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  agent->add_option("--feed-plan", flags->feed_plan,
+                    "The feed plan of drover run --input (chief/master/worker nodes are fed)");
   agent->add_option("command", flags->command, "The program and its arguments, after --")
       ->required();
   agent->footer(

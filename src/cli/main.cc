@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "cli/agent_command.h"
+#include "cli/feeder_command.h"
 #include "cli/rendezvous_command.h"
 #include "cli/resolve_command.h"
 #include "cli/run_command.h"
@@ -115,6 +116,7 @@ int main(int argc, char** argv) {
   AddRendezvousCommand(app, rendezvous_flags, exit_code);
   drover::cli::AddRunCommand(app, &exit_code);
   drover::cli::AddAgentCommand(app, &exit_code);
+  drover::cli::AddFeederCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -428,6 +428,10 @@ std::vector<std::string> Driver::AgentArgv(int index, int round, uint16_t port) 
     argv.push_back("--gpus");
     argv.push_back(options_.gpus[static_cast<size_t>(index)]);
   }
+  if (!feed_plan_file_.empty()) {
+    argv.push_back("--feed-plan");
+    argv.push_back(feed_plan_file_);
+  }
   for (std::string arg :
        {std::string("--log-dir"), options_.log_dir, std::string("--grace"), Seconds(options_.grace),
         std::string("--reservation-timeout"), Seconds(options_.reservation_timeout),
@@ -457,7 +461,14 @@ Status Driver::Prepare() {
   private_dir_ = pattern;
   token_file_ = private_dir_ + "/token";
   DROVER_ASSIGN_OR_RETURN(ClusterToken token, ClusterToken::Generate());
-  return token.WriteFile(token_file_);
+  DROVER_RETURN_IF_ERROR(token.WriteFile(token_file_));
+  if (options_.feed) {
+    feed_plan_file_ = private_dir_ + "/feed-plan.json";
+    std::ofstream plan(feed_plan_file_, std::ios::trunc);
+    plan << options_.feed->ToJson() << "\n";
+    if (!plan.flush()) return Status::IoError("cannot write the feed plan " + feed_plan_file_);
+  }
+  return Status::Ok();
 }
 
 int Driver::Run() {
@@ -692,6 +703,19 @@ void Driver::PrintPlan(std::ostream& out) const {
   out << "command:";
   for (const std::string& arg : options_.command) out << " " << arg;
   out << "\n";
+  if (options_.feed) {
+    const feed::FeedPlan& plan = *options_.feed;
+    out << "feed: " << plan.partitions.size() << " partition"
+        << (plan.partitions.size() == 1 ? "" : "s") << " ("
+        << feed::RecordFormatName(plan.read.format) << "), " << plan.epochs << " epoch"
+        << (plan.epochs == 1 ? "" : "s") << ", "
+        << (plan.mode == feed::FeedMode::kInference ? "inference into " + plan.output_dir
+                                                    : std::string("training"))
+        << ", to the chief, master and worker nodes (partition i to fed node i mod n)\n";
+    for (const feed::Partition& partition : plan.partitions) {
+      out << "  " << partition.Name() << "\n";
+    }
+  }
   // Ranks depend only on the roles and hosts, so a placeholder port gives
   // the right RANK, WORLD_SIZE, ...; port-bearing values are shown as such.
   ClusterSpec spec;

@@ -33,6 +33,7 @@
 #include "drover/rendezvous.h"
 #include "drover/status.h"
 #include "engine/engine.h"
+#include "feed/feed_plan.h"
 
 namespace drover {
 
@@ -50,6 +51,9 @@ struct DriverOptions {
   std::vector<std::string> gpus;  // "0,1" or "none"
   int signal_fd = -1;             // signalfd for SIGINT/SIGTERM; -1: none
   int last_lines = 20;            // lines kept per node for failure reports
+  // `--input`: what every fed node (chief, master, worker) gets a share of;
+  // written to the private directory and handed to each agent.
+  std::optional<feed::FeedPlan> feed;
 };
 
 // Exit codes: 0 success, 1 failure, 2 bad input, 128 + signal interrupted.
@@ -76,6 +80,7 @@ class Driver {
   std::ostream& out_;
   std::ostream& err_;
   std::string token_file_;
+  std::string feed_plan_file_;
   std::string private_dir_;  // removed at the end
   int interrupt_signal_ = 0;
 };

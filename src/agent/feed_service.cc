@@ -1,0 +1,486 @@
+#include "agent/feed_service.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "agent/subprocess.h"
+#include "drover/cluster_spec.h"
+#include "feed/shm_channel.h"
+#include "feed/socket_fd.h"
+
+namespace drover {
+namespace {
+
+namespace fs = std::filesystem;
+using feed::Clock;
+using feed::RunState;
+
+constexpr auto kHelloTimeout = std::chrono::seconds(5);
+constexpr auto kPollInterval = std::chrono::milliseconds(100);
+
+void WriteLine(int fd, const std::string& line) {
+  std::string text = line + "\n";
+  ssize_t ignored = ::write(fd, text.data(), text.size());
+  (void)ignored;
+}
+
+std::string PartName(uint32_t partition) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "part-%05u", partition);
+  return name;
+}
+
+// One partition's results file, written while its results arrive.
+struct ResultFile {
+  int fd = -1;
+  uint64_t results = 0;
+  bool complete = false;
+};
+
+}  // namespace
+
+class FeedService::Impl {
+ public:
+  explicit Impl(FeedServiceOptions options) : options_(std::move(options)) {}
+  ~Impl() { Shutdown(); }
+
+  Status Start();
+  const std::string& socket_path() const { return socket_path_; }
+  Status Finish();
+  void Stop(const std::string& reason);
+
+ private:
+  void Wake() {
+    uint64_t one = 1;
+    ssize_t ignored = ::write(event_fd_, &one, sizeof(one));
+    (void)ignored;
+  }
+  void Say(const std::string& message) {
+    WriteLine(options_.stderr_fd, "drover agent " + options_.task + ": " + message);
+  }
+  void Fail(const Status& status);
+  void Shutdown();
+  Status SpawnFeeder();
+  void Loop();
+  void Accept();
+  void OnFeederExit(const ExitStatus& status);
+  std::optional<feed::CommitPoint> Progress();
+  std::string DescribeCommit(const std::optional<feed::CommitPoint>& commit) const;
+
+  void WriteResults();
+  Status WriteBatch(const feed::BatchView& batch);
+  Status CheckResults();
+
+  FeedServiceOptions options_;
+  std::optional<feed::ShmChannel> channel_;
+  std::vector<feed::FeedUnit> feeds_;
+  std::string dir_;
+  std::string socket_path_;
+  int listen_fd_ = -1;
+  int event_fd_ = -1;
+  std::thread loop_;
+  std::thread results_;
+  std::atomic<bool> quit_{false};
+  std::atomic<bool> finishing_{false};
+  std::atomic<bool> failed_{false};
+  bool shut_down_ = false;
+
+  // Loop thread only.
+  int reader_fd_ = -1;
+  pid_t reader_pid_ = 0;
+  int writer_fd_ = -1;
+  std::optional<Subprocess> feeder_;
+  bool feeder_done_ = false;
+  int stalled_restarts_ = 0;
+  std::optional<feed::CommitPoint> progress_at_start_;
+
+  // Results thread only (and Finish, after joining it).
+  std::map<uint32_t, ResultFile> result_files_;
+  Status results_status_;
+};
+
+Status FeedService::Impl::Start() {
+  const feed::FeedPlan& plan = options_.plan;
+  feeds_ = feed::FeedsOfShare(plan, options_.share, options_.shares);
+  char dir[] = "/tmp/drover-feed-XXXXXX";
+  if (::mkdtemp(dir) == nullptr) {
+    return Status::IoError(std::string("cannot make the feed socket directory: ") +
+                           std::strerror(errno));
+  }
+  dir_ = dir;
+  socket_path_ = dir_ + "/feed.sock";
+  DROVER_ASSIGN_OR_RETURN(feed::ShmChannel channel, feed::ShmChannel::Create(plan.queue_bytes));
+  channel_.emplace(std::move(channel));
+  DROVER_ASSIGN_OR_RETURN(listen_fd_, feed::ListenUnix(socket_path_));
+  event_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (event_fd_ < 0) return Status::IoError(std::string("eventfd: ") + std::strerror(errno));
+  if (plan.mode == feed::FeedMode::kInference) {
+    std::error_code error;
+    fs::create_directories(plan.output_dir, error);
+    if (error) {
+      return Status::IoError("cannot create the output directory " + plan.output_dir + ": " +
+                             error.message());
+    }
+    results_ = std::thread([this] { WriteResults(); });
+  }
+  // The feeder is started by the loop thread: a child's parent-death signal
+  // follows the thread that started it.
+  loop_ = std::thread([this] { Loop(); });
+  return Status::Ok();
+}
+
+void FeedService::Impl::Fail(const Status& status) {
+  channel_->SetError(status.message());
+  channel_->AdvanceState(RunState::kStopped);
+  if (!failed_.exchange(true) && options_.on_failure) options_.on_failure(status);
+}
+
+Status FeedService::Impl::SpawnFeeder() {
+  SubprocessOptions spawn;
+  spawn.argv = {options_.drover_binary,
+                "feeder",
+                "--socket",
+                socket_path_,
+                "--plan",
+                options_.plan_path,
+                "--share",
+                std::to_string(options_.share),
+                "--shares",
+                std::to_string(options_.shares),
+                "--task",
+                options_.task};
+  DROVER_ASSIGN_OR_RETURN(Subprocess feeder, Subprocess::Spawn(spawn));
+  feeder_.emplace(std::move(feeder));
+  progress_at_start_ = Progress();
+  return Status::Ok();
+}
+
+std::optional<feed::CommitPoint> FeedService::Impl::Progress() {
+  feed::RingWriter probe(*channel_, /*input_ring=*/true);
+  Result<std::optional<feed::CommitPoint>> commit = probe.LastCommit();
+  return commit.ok() ? *commit : std::nullopt;
+}
+
+std::string FeedService::Impl::DescribeCommit(
+    const std::optional<feed::CommitPoint>& commit) const {
+  if (!commit || commit->feed_seq >= feeds_.size()) return "from the start";
+  const feed::FeedUnit& unit = feeds_[commit->feed_seq];
+  std::string partition = options_.plan.partitions[static_cast<size_t>(unit.partition)].Name();
+  if (commit->flags & feed::kEndOfPartition) {
+    return "after the end of " + partition + " (epoch " + std::to_string(unit.epoch + 1) + " of " +
+           std::to_string(options_.plan.epochs) + ")";
+  }
+  return "at record " + std::to_string(commit->records_through) + " of " + partition + " (epoch " +
+         std::to_string(unit.epoch + 1) + " of " + std::to_string(options_.plan.epochs) + ")";
+}
+
+void FeedService::Impl::OnFeederExit(const ExitStatus& status) {
+  feeder_.reset();
+  if (quit_ || channel_->state() == RunState::kStopped) return;
+  if (status.success()) {
+    feeder_done_ = true;
+    return;
+  }
+  if (!status.signaled()) {
+    std::string why = channel_->error();
+    Fail(Status::Unavailable("feeding " + options_.task + " failed: " +
+                             (why.empty() ? "the feeder " + status.ToString() : why)));
+    return;
+  }
+  std::optional<feed::CommitPoint> now = Progress();
+  bool moved = now.has_value() != progress_at_start_.has_value() ||
+               (now && (now->feed_seq != progress_at_start_->feed_seq ||
+                        now->records_through != progress_at_start_->records_through ||
+                        now->flags != progress_at_start_->flags));
+  // A feeder waiting on a full queue makes no progress either; only one
+  // that could have fed and did not counts towards giving up.
+  feed::RingWriter probe(*channel_, /*input_ring=*/true);
+  const bool queue_full = probe.unread_bytes() > channel_->max_batch_bytes();
+  stalled_restarts_ = moved || queue_full ? 0 : stalled_restarts_ + 1;
+  if (stalled_restarts_ > options_.max_stalled_restarts) {
+    Fail(Status::Unavailable("the feeder of " + options_.task + " was " + status.ToString() + " " +
+                             std::to_string(stalled_restarts_) +
+                             " times in a row without feeding a batch"));
+    return;
+  }
+  Say("the feeder was " + status.ToString() + "; resuming " + DescribeCommit(now));
+  if (Status spawned = SpawnFeeder(); !spawned.ok()) {
+    Fail(spawned.WithContext("restarting the feeder of " + options_.task));
+  }
+}
+
+void FeedService::Impl::Accept() {
+  int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+  if (fd < 0) return;
+  auto refuse = [&](const Status& status) {
+    (void)feed::SendMessage(fd, feed::EncodeRefusal(status));
+    ::close(fd);
+  };
+  Result<feed::PeerCredentials> peer = feed::PeerOf(fd);
+  if (!peer.ok() || peer->uid != ::getuid()) {
+    return refuse(Status::PermissionDenied("the feed of " + options_.task +
+                                           " is served to its own user only"));
+  }
+  std::string line;
+  int ignored_fd = -1;
+  Status got = feed::ReceiveMessage(fd, Clock::now() + kHelloTimeout, &line, &ignored_fd);
+  if (ignored_fd >= 0) ::close(ignored_fd);
+  feed::FeedRole role;
+  bool train_mode = true;
+  if (got.ok()) got = feed::DecodeHello(line, &role, &train_mode);
+  if (!got.ok()) return refuse(got);
+  int& slot = role == feed::FeedRole::kReader ? reader_fd_ : writer_fd_;
+  if (slot >= 0) {
+    return refuse(Status::AlreadyExists(
+        role == feed::FeedRole::kReader
+            ? "the feed of " + options_.task + " already has a reader (pid " +
+                  std::to_string(reader_pid_) + "): one process reads a node's feed"
+            : "the feed of " + options_.task + " already has a feeder"));
+  }
+  feed::FeedGrant grant;
+  const feed::FeedPlan& plan = options_.plan;
+  grant.mode = plan.mode == feed::FeedMode::kInference ? "inference" : "train";
+  grant.format = std::string(feed::RecordFormatName(plan.read.format));
+  grant.record_bytes = plan.read.record_bytes;
+  grant.feed_timeout_ms = plan.feed_timeout_ms;
+  grant.task = options_.task;
+  for (const feed::Partition& partition : plan.partitions) {
+    grant.partitions.push_back(partition.Name());
+  }
+  if (!feed::SendMessage(fd, feed::EncodeGrant(grant), channel_->fd()).ok()) {
+    ::close(fd);
+    return;
+  }
+  slot = fd;
+  if (role == feed::FeedRole::kReader) reader_pid_ = peer->pid;
+}
+
+void FeedService::Impl::Loop() {
+  if (Status spawned = SpawnFeeder(); !spawned.ok()) {
+    Fail(spawned.WithContext("starting the feeder of " + options_.task));
+  }
+  while (!quit_) {
+    pollfd fds[5];
+    int count = 0;
+    fds[count++] = {event_fd_, POLLIN, 0};
+    fds[count++] = {listen_fd_, POLLIN, 0};
+    const int reader_slot = reader_fd_ >= 0 ? count : -1;
+    if (reader_fd_ >= 0) fds[count++] = {reader_fd_, POLLIN, 0};
+    const int writer_slot = writer_fd_ >= 0 ? count : -1;
+    if (writer_fd_ >= 0) fds[count++] = {writer_fd_, POLLIN, 0};
+    if (feeder_ && feeder_->exit_fd() >= 0) fds[count++] = {feeder_->exit_fd(), POLLIN, 0};
+    ::poll(fds, static_cast<nfds_t>(count), static_cast<int>(kPollInterval.count()));
+    uint64_t events;
+    while (::read(event_fd_, &events, sizeof(events)) > 0) {
+    }
+    if (quit_) break;
+    if (fds[1].revents & POLLIN) Accept();
+    // A client says nothing after its hello: readable means it is gone.
+    for (auto [slot, fd] : {std::pair{reader_slot, &reader_fd_}, {writer_slot, &writer_fd_}}) {
+      if (slot >= 0 && fds[slot].revents != 0) {
+        ::close(*fd);
+        *fd = -1;
+      }
+    }
+    if (feeder_) {
+      if (std::optional<ExitStatus> exited = feeder_->Poll()) OnFeederExit(*exited);
+    }
+  }
+  if (feeder_) {
+    feeder_->SignalGroup(SIGKILL);
+    feeder_->Wait();
+    feeder_.reset();
+  }
+  for (int* fd : {&reader_fd_, &writer_fd_}) {
+    if (*fd >= 0) ::close(*fd);
+    *fd = -1;
+  }
+}
+
+void FeedService::Impl::WriteResults() {
+  feed::RingReader reader(*channel_, /*input_ring=*/false);
+  for (;;) {
+    Result<std::optional<feed::BatchView>> next = channel_->state() == RunState::kRunning
+                                                      ? reader.Next(Clock::now() + kPollInterval)
+                                                      : reader.TryNext();
+    if (!next.ok() && next.status().code() != Status::Code::kDeadlineExceeded) {
+      results_status_ = next.status();
+      Fail(next.status().WithContext("reading the results of " + options_.task));
+      return;
+    }
+    if (next.ok() && next->has_value()) {
+      Status written = WriteBatch(**next);
+      reader.Release((*next)->end);
+      if (!written.ok()) {
+        results_status_ = written;
+        Fail(written);
+        return;
+      }
+      continue;
+    }
+    // Nothing queued: done once the program is finished or feeding stopped.
+    if (finishing_ || quit_ || channel_->state() == RunState::kStopped) return;
+    if (channel_->state() != RunState::kRunning) {
+      std::this_thread::sleep_for(kPollInterval);
+    }
+  }
+}
+
+Status FeedService::Impl::WriteBatch(const feed::BatchView& batch) {
+  const feed::FeedPlan& plan = options_.plan;
+  const uint32_t partition = batch.info.partition;
+  if (partition >= plan.partitions.size()) {
+    return Status::Internal("a result names partition " + std::to_string(partition));
+  }
+  ResultFile& file = result_files_[partition];
+  const std::string name = plan.partitions[partition].Name();
+  if (file.complete || batch.info.first_record != file.results) {
+    return Status::Internal("results of " + name + " arrived out of order");
+  }
+  const std::string temp = plan.output_dir + "/." + PartName(partition) + ".tmp";
+  if (file.fd < 0) {
+    file.fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (file.fd < 0) return Status::IoError("cannot write " + temp + ": " + std::strerror(errno));
+  }
+  std::string text;
+  text.reserve(batch.bytes + batch.info.record_count);
+  feed::ForEachRecord(batch, [&](std::string_view result) {
+    text.append(result);
+    text.push_back('\n');
+  });
+  for (size_t done = 0; done < text.size();) {
+    ssize_t n = ::write(file.fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return Status::IoError("cannot write " + temp + ": " + std::strerror(errno));
+    done += static_cast<size_t>(n);
+  }
+  file.results += batch.info.record_count;
+  if (batch.info.flags & feed::kEndOfPartition) {
+    ::close(file.fd);
+    file.fd = -1;
+    const std::string final_path = plan.output_dir + "/" + PartName(partition);
+    if (std::rename(temp.c_str(), final_path.c_str()) != 0) {
+      return Status::IoError("cannot rename " + temp + ": " + std::strerror(errno));
+    }
+    file.complete = true;
+  }
+  return Status::Ok();
+}
+
+Status FeedService::Impl::CheckResults() {
+  if (!results_status_.ok()) return results_status_;
+  std::set<int> partitions;
+  for (const feed::FeedUnit& unit : feeds_) partitions.insert(unit.partition);
+  int unanswered = 0;
+  std::string first;
+  for (int partition : partitions) {
+    auto found = result_files_.find(static_cast<uint32_t>(partition));
+    if (found != result_files_.end() && found->second.complete) continue;
+    ++unanswered;
+    if (first.empty()) {
+      const std::string name = options_.plan.partitions[static_cast<size_t>(partition)].Name();
+      uint64_t results = found == result_files_.end() ? 0 : found->second.results;
+      first = results == 0 ? "partition " + name + " got no results"
+                           : "partition " + name + " got results for its first " +
+                                 std::to_string(results) + " records only";
+    }
+  }
+  if (unanswered == 0) return Status::Ok();
+  if (channel_->state() == RunState::kTerminating) {
+    Say("the program terminated the feed; " + std::to_string(unanswered) +
+        " partition(s) of its share have no complete results");
+    return Status::Ok();
+  }
+  return Status::InvalidArgument(
+      "inference: " + options_.task + " exited 0 but " + first +
+      (unanswered > 1 ? " (" + std::to_string(unanswered) + " partitions incomplete)" : ""));
+}
+
+Status FeedService::Impl::Finish() {
+  finishing_ = true;
+  if (results_.joinable()) results_.join();
+  Status checked =
+      options_.plan.mode == feed::FeedMode::kInference && !failed_ ? CheckResults() : Status::Ok();
+  Shutdown();
+  return checked;
+}
+
+void FeedService::Impl::Stop(const std::string& reason) {
+  if (channel_) {
+    channel_->SetError(reason);
+    channel_->AdvanceState(RunState::kStopped);
+  }
+  Shutdown();
+}
+
+void FeedService::Impl::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  quit_ = true;
+  finishing_ = true;
+  if (channel_) channel_->AdvanceState(RunState::kStopped);
+  if (event_fd_ >= 0) Wake();
+  if (loop_.joinable()) loop_.join();
+  if (results_.joinable()) results_.join();
+  for (auto& [partition, file] : result_files_) {
+    if (file.fd >= 0) ::close(file.fd);
+    file.fd = -1;
+  }
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  if (event_fd_ >= 0) ::close(event_fd_);
+  listen_fd_ = event_fd_ = -1;
+  if (!dir_.empty()) {
+    std::error_code ignored;
+    fs::remove_all(dir_, ignored);
+  }
+}
+
+FeedService::FeedService(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+FeedService::~FeedService() = default;
+
+Result<std::unique_ptr<FeedService>> FeedService::Start(FeedServiceOptions options) {
+  auto impl = std::make_unique<Impl>(std::move(options));
+  DROVER_RETURN_IF_ERROR(impl->Start());
+  return std::unique_ptr<FeedService>(new FeedService(std::move(impl)));
+}
+
+const std::string& FeedService::socket_path() const {
+  return impl_->socket_path();
+}
+Status FeedService::Finish() {
+  return impl_->Finish();
+}
+void FeedService::Stop(const std::string& reason) {
+  impl_->Stop(reason);
+}
+
+std::optional<FeedShare> FeedShareOf(const ClusterSpec& cluster, const std::string& job,
+                                     int task_index) {
+  int shares = 0;
+  std::optional<int> share;
+  for (const char* fed : {"chief", "master", "worker"}) {
+    Result<std::vector<int>> indices = cluster.task_indices(fed);
+    if (!indices.ok()) continue;
+    for (int index : *indices) {
+      if (job == fed && index == task_index) share = shares;
+      ++shares;
+    }
+  }
+  if (!share) return std::nullopt;
+  return FeedShare{*share, shares};
+}
+
+}  // namespace drover

@@ -1,0 +1,75 @@
+// FeedService: the agent's side of feeding one node (docs/feed.md). It owns
+// the node's shared-memory channel, serves it on a Unix socket in a private
+// 0700 directory (DROVER_FEED_SOCKET), runs `drover feeder` for the node's
+// share of the plan and starts it again, from the last published batch, when
+// it is killed; in inference it writes the program's results, one line per
+// record, to <output>/part-NNNNN, renamed into place once the partition is
+// complete.
+//
+// Threads: one loop thread (socket, feeder exit) and, in inference, one
+// result-writer thread; on_failure is called once, from one of them.
+
+#ifndef DROVER_AGENT_FEED_SERVICE_H_
+#define DROVER_AGENT_FEED_SERVICE_H_
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "drover/cluster_spec.h"
+#include "drover/status.h"
+#include "feed/feed_plan.h"
+
+namespace drover {
+
+struct FeedServiceOptions {
+  feed::FeedPlan plan;
+  std::string plan_path;  // handed to the feeder
+  int share = 0;
+  int shares = 1;
+  std::string task;           // "worker:0"
+  std::string drover_binary;  // runs `<drover_binary> feeder ...`
+  int stderr_fd = 2;          // the feeder's output and the service's lines
+  // Restarts of a killed feeder that made no progress in between.
+  int max_stalled_restarts = 3;
+  // Feeding failed for good (a bad record, the feed timeout, a feeder that
+  // keeps dying): the program should be stopped and this reported.
+  std::function<void(const Status&)> on_failure;
+};
+
+class FeedService {
+ public:
+  static Result<std::unique_ptr<FeedService>> Start(FeedServiceOptions options);
+  ~FeedService();
+  FeedService(const FeedService&) = delete;
+  FeedService& operator=(const FeedService&) = delete;
+
+  const std::string& socket_path() const;
+
+  // The program exited 0. Training: stops the feeder. Inference: writes the
+  // results still queued and checks that every partition of the share was
+  // answered in full; kInvalidArgument naming the first one that was not.
+  Status Finish();
+  // Stops feeding now (the program failed or the node is stopping).
+  void Stop(const std::string& reason);
+
+ private:
+  class Impl;
+  explicit FeedService(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Which share of the plan a node gets: fed nodes are the chief/master tasks
+// then the workers, in index order. nullopt for any other job (ps,
+// evaluator).
+struct FeedShare {
+  int share = 0;
+  int shares = 0;
+};
+std::optional<FeedShare> FeedShareOf(const ClusterSpec& cluster, const std::string& job,
+                                     int task_index);
+
+}  // namespace drover
+
+#endif  // DROVER_AGENT_FEED_SERVICE_H_

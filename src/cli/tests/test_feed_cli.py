@@ -1,0 +1,292 @@
+"""`drover run --input`: feeding end to end, with real agents, feeders and readers.
+
+The reader is testing/feed_reader (a C++ DataFeed program) so these tests run
+in every build, sanitizers included; it writes "<epoch>\\t<record>" per record
+to <out>.<executor id>.
+"""
+import collections
+import os
+import random
+import signal
+import struct
+import subprocess
+import threading
+import time
+import zlib
+
+import pytest
+
+from conftest import clean_env, drover_bin
+from test_run_cli import assert_no_leftovers, marker
+
+FEED_READER = os.environ.get("DROVER_FEED_READER") or os.path.join(
+    os.path.dirname(__file__), "..", "..", "..", "build", "bin", "feed_reader")
+
+
+def write_csv(path, first, count):
+    with open(path, "w") as f:
+        for i in range(first, first + count):
+            f.write(f"{i},payload-{i}\n")
+
+
+def read_seen(prefix):
+    """{executor: [(epoch, record), ...]} from the reader's files."""
+    seen = {}
+    directory, stem = os.path.split(str(prefix))
+    for name in os.listdir(directory):
+        if name.startswith(stem + "."):
+            with open(os.path.join(directory, name)) as f:
+                seen[name.rsplit(".", 1)[1]] = [
+                    (int(line.split("\t", 1)[0]), line.rstrip("\n").split("\t", 1)[1])
+                    for line in f]
+    return seen
+
+
+def ids_by_epoch(seen):
+    by_epoch = collections.defaultdict(collections.Counter)
+    for records in seen.values():
+        for epoch, record in records:
+            by_epoch[epoch][int(record.split(",", 1)[0])] += 1
+    return by_epoch
+
+
+def run_feed(tmp_path, *args, timeout=120):
+    return subprocess.run([drover_bin(), "run", "--log-dir", str(tmp_path / "logs"), *args],
+                          env=clean_env(), stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=timeout, cwd=tmp_path)
+
+
+def test_every_record_once_per_epoch_across_nodes(tmp_path):
+    write_csv(tmp_path / "a.csv", 0, 3000)
+    write_csv(tmp_path / "b.csv", 3000, 2000)
+    out = tmp_path / "seen"
+    result = run_feed(tmp_path, "--nodes", "2", "--input", str(tmp_path / "*.csv"),
+                      "--split-bytes", "20000", "--epochs", "3", "--",
+                      FEED_READER, "--out", str(out), "--batch", "100")
+    assert result.returncode == 0, result.stderr
+    seen = read_seen(out)
+    assert sorted(seen) == ["0", "1"]
+    assert all(seen.values()), "both workers are fed"
+    by_epoch = ids_by_epoch(seen)
+    assert sorted(by_epoch) == [0, 1, 2]
+    for epoch, counts in by_epoch.items():
+        assert counts == collections.Counter(range(5000)), f"epoch {epoch}"
+    # Records of one node arrive epoch by epoch.
+    for records in seen.values():
+        epochs = [epoch for epoch, _ in records]
+        assert epochs == sorted(epochs)
+
+
+def test_killed_feeders_lose_nothing_and_repeat_nothing(tmp_path):
+    """SIGKILLs feeders at random points; every record is still seen once per epoch."""
+    total = 30000
+    write_csv(tmp_path / "data.csv", 0, total)
+    out = tmp_path / "seen"
+    mark = marker()
+    # A small queue keeps each feeder mid-partition (blocked on a full queue
+    # or between batches) while the slow readers catch up.
+    proc = subprocess.Popen(
+        [drover_bin(), "run", "--log-dir", str(tmp_path / "logs"), "--nodes", "2",
+         "--input", str(tmp_path / "data.csv"), "--split-bytes", "60000", "--epochs", "2",
+         "--queue-bytes", "65536", "--", "sh", "-c", 'exec "$0" "$@"', FEED_READER,
+         "--out", str(out), "--batch", "50", "--sleep-us", "1500", "--tag", mark],
+        env=clean_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    rng = random.Random(1234)
+    killed = set()
+    seen_feeders = set()
+
+    def feeders():
+        agents = subprocess.run(["pgrep", "-f", f"agent .*{mark}"], capture_output=True,
+                                text=True).stdout.split()
+        pids = []
+        for agent in agents:
+            children = subprocess.run(["pgrep", "-P", agent, "-f", " feeder "],
+                                      capture_output=True, text=True).stdout.split()
+            pids.extend(int(pid) for pid in children)
+        return pids
+
+    def killer():
+        while proc.poll() is None:
+            time.sleep(rng.uniform(0.05, 0.3))
+            pids = feeders()
+            seen_feeders.update(pids)
+            if pids:
+                pid = rng.choice(pids)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.add(pid)
+                except ProcessLookupError:
+                    pass
+
+    thread = threading.Thread(target=killer)
+    thread.start()
+    try:
+        stdout, stderr = proc.communicate(timeout=240)
+    finally:
+        proc.kill()
+        thread.join()
+    assert proc.returncode == 0, stderr
+    assert len(killed) >= 3, f"only {len(killed)} feeders were killed; the run was too short"
+    assert "resuming" in stdout + stderr, stderr
+    by_epoch = ids_by_epoch(read_seen(out))
+    assert sorted(by_epoch) == [0, 1]
+    for epoch, counts in by_epoch.items():
+        missing = set(range(total)) - set(counts)
+        twice = [i for i, n in counts.items() if n != 1]
+        assert not missing and not twice, (epoch, sorted(missing)[:10], twice[:10])
+    # Every feeder is gone with the run.
+    for pid in seen_feeders:
+        assert not os.path.exists(f"/proc/{pid}") or \
+            open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+    assert_no_leftovers(mark)
+
+
+def test_trainer_that_dies_is_reported_at_once(tmp_path):
+    write_csv(tmp_path / "data.csv", 0, 20000)
+    mark = marker()
+    started = time.monotonic()
+    result = run_feed(tmp_path, "--nodes", "2", "--input", str(tmp_path / "data.csv"),
+                      "--split-bytes", "50000", "--feed-timeout", "600", "--queue-bytes", "65536",
+                      "--grace", "2", "--",
+                      "sh", "-c",
+                      f'if [ "$RANK" = 1 ]; then exec {FEED_READER} --out seen --die-after 300; '
+                      f'else exec {FEED_READER} --out seen --sleep-us 2000; fi', mark,
+                      timeout=60)
+    assert result.returncode == 1, result.stderr
+    assert "worker:1" in result.stderr and "SIGKILL" in result.stderr, result.stderr
+    assert time.monotonic() - started < 60  # the 600 s feed timeout played no part
+    assert_no_leftovers(mark)
+
+
+def test_terminate_stops_the_epochs_early(tmp_path):
+    write_csv(tmp_path / "data.csv", 0, 5000)
+    out = tmp_path / "seen"
+    result = run_feed(tmp_path, "--nodes", "1", "--input", str(tmp_path / "data.csv"),
+                      "--epochs", "50", "--", FEED_READER, "--out", str(out),
+                      "--terminate-after", "1000")
+    assert result.returncode == 0, result.stderr
+    seen = read_seen(out)["0"]
+    assert 1000 <= len(seen) < 5000 * 50
+    assert [record for _, record in seen[:1000]] == [f"{i},payload-{i}" for i in range(1000)]
+
+
+def test_inference_writes_one_result_per_record_per_partition_in_order(tmp_path):
+    write_csv(tmp_path / "a.csv", 0, 700)
+    write_csv(tmp_path / "b.csv", 700, 500)
+    output = tmp_path / "results"
+    result = run_feed(tmp_path, "--nodes", "2", "--input", str(tmp_path / "a.csv"),
+                      "--input", str(tmp_path / "b.csv"), "--split-bytes", "8000",
+                      "--mode", "inference", "--output", str(output), "--",
+                      FEED_READER, "--out", "seen", "--inference", "--batch", "33")
+    assert result.returncode == 0, result.stderr
+    parts = sorted(p for p in os.listdir(output) if p.startswith("part-"))
+    assert len(parts) >= 3
+    lines = []
+    for part in parts:
+        lines += (output / part).read_text().splitlines()
+    assert lines == [f"r:{i},payload-{i}" for i in range(1200)]
+    assert not [p for p in os.listdir(output) if p.endswith(".tmp")]
+
+
+def test_inference_with_the_wrong_number_of_results_names_the_partition(tmp_path):
+    write_csv(tmp_path / "data.csv", 0, 100)
+    result = run_feed(tmp_path, "--nodes", "1", "--input", str(tmp_path / "data.csv"),
+                      "--mode", "inference", "--output", str(tmp_path / "out"), "--",
+                      FEED_READER, "--out", "seen", "--inference", "--short-results")
+    assert result.returncode == 1, result.stderr
+    assert "batch_results: 63 results for the 64 records" in result.stderr, result.stderr
+    assert "data.csv" in result.stderr
+
+
+def test_tfrecord_and_raw_inputs(tmp_path):
+    def masked_crc(data):
+        # CRC-32C, bit by bit (small inputs only).
+        crc = 0xFFFFFFFF
+        for byte in data:
+            crc ^= byte
+            for _ in range(8):
+                crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+        crc ^= 0xFFFFFFFF
+        return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+    with open(tmp_path / "data.tfrecord", "wb") as f:
+        for i in range(200):
+            data = f"{i},tf".encode()
+            length = struct.pack("<Q", len(data))
+            f.write(length + struct.pack("<I", masked_crc(length)) + data +
+                    struct.pack("<I", masked_crc(data)))
+    result = run_feed(tmp_path, "--nodes", "1", "--input", str(tmp_path / "data.tfrecord"),
+                      "--", FEED_READER, "--out", "tf")
+    assert result.returncode == 0, result.stderr
+    assert [r for _, r in read_seen(tmp_path / "tf")["0"]] == [f"{i},tf" for i in range(200)]
+
+    with open(tmp_path / "data.bin", "wb") as f:
+        for i in range(300):
+            f.write(f"{i:05d},raw".encode())  # 9 bytes each
+    result = run_feed(tmp_path, "--nodes", "1", "--input", str(tmp_path / "data.bin"),
+                      "--format", "raw", "--record-bytes", "9", "--",
+                      FEED_READER, "--out", "raw")
+    assert result.returncode == 0, result.stderr
+    assert [r for _, r in read_seen(tmp_path / "raw")["0"]] == \
+        [f"{i:05d},raw" for i in range(300)]
+
+
+def test_corrupt_tfrecord_fails_the_run_naming_the_file(tmp_path):
+    data = b"hello"
+    length = struct.pack("<Q", len(data))
+    (tmp_path / "bad.tfrecord").write_bytes(length + b"\0\0\0\0" + data + b"\0\0\0\0")
+    result = run_feed(tmp_path, "--nodes", "1", "--input", str(tmp_path / "bad.tfrecord"),
+                      "--", FEED_READER, "--out", "seen", timeout=60)
+    assert result.returncode == 1, result.stderr
+    assert "bad.tfrecord" in result.stderr and "CRC" in result.stderr.upper(), result.stderr
+
+
+def test_parameter_servers_are_not_fed(tmp_path):
+    write_csv(tmp_path / "data.csv", 0, 10)
+    result = run_feed(tmp_path, "--workers", "1", "--ps", "1", "--input",
+                      str(tmp_path / "data.csv"), "--", "sh", "-c",
+                      'echo "$DROVER_JOB_NAME feed=${DROVER_FEED_SOCKET:+yes}"; '
+                      f'[ "$DROVER_JOB_NAME" = ps ] && exec sleep 60; exec {FEED_READER} '
+                      '--out seen')
+    assert result.returncode == 0, result.stderr
+    assert "[worker:0] worker feed=yes" in result.stdout, result.stdout
+    assert "[ps:0] ps feed=" in result.stdout and "[ps:0] ps feed=yes" not in result.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--input", "nothing-here-*.csv"], "nothing-here-*.csv"),
+    (["--input", "data.csv", "--mode", "inference"], "--output"),
+    (["--input", "data.csv", "--record-bytes", "4"], "--record-bytes goes with --format raw"),
+    (["--input", "data.csv", "--mode", "bogus"], "train or inference"),
+    (["--input", "data.unknown"], "--format"),
+    (["--epochs", "2"], "go with --input"),
+    (["--input", "data.csv", "--mode", "inference", "--output", "out", "--epochs", "2"],
+     "one epoch"),
+])
+def test_bad_feed_flags_are_one_clear_line_and_exit_2(tmp_path, args, message):
+    write_csv(tmp_path / "data.csv", 0, 10)
+    (tmp_path / "data.unknown").write_text("x\n")
+    result = run_feed(tmp_path, "--nodes", "1", *args, "--", "true", timeout=30)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr, result.stderr
+
+
+def test_inference_refuses_an_output_dir_holding_results(tmp_path):
+    write_csv(tmp_path / "data.csv", 0, 10)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "part-00000").write_text("old\n")
+    result = run_feed(tmp_path, "--nodes", "1", "--input", "data.csv", "--mode", "inference",
+                      "--output", "out", "--", "true", timeout=30)
+    assert result.returncode == 2
+    assert "already holds results" in result.stderr
+    assert (tmp_path / "out" / "part-00000").read_text() == "old\n"
+
+
+def test_dry_run_lists_the_partitions(tmp_path):
+    write_csv(tmp_path / "data.csv", 0, 1000)
+    result = run_feed(tmp_path, "--nodes", "2", "--dry-run", "--input", "data.csv",
+                      "--split-bytes", "5000", "--epochs", "2", "--", "true", timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert "feed: " in result.stdout and "2 epochs" in result.stdout, result.stdout
+    assert "data.csv[0:" in result.stdout

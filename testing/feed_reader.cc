@@ -1,0 +1,116 @@
+// feed_reader: a program for `drover run --input` tests. It reads its node's
+// feed through DataFeed and writes what it saw to a file, one
+// "<epoch>\t<record>" line per record, so a test can check exactly what each
+// node was fed. Options shape its behaviour:
+//   --out PREFIX          writes PREFIX.<DROVER_EXECUTOR_ID> (required)
+//   --batch N             records per NextBatch (default 64)
+//   --inference           answers each batch with "r:<record>" results
+//   --short-results       inference: answers with one result too few
+//   --terminate-after N   calls Terminate() once N records were read
+//   --die-after N         SIGKILLs itself once N records were read
+//   --sleep-us U          sleeps U microseconds per batch (a slow trainer)
+//   --tag T               ignored: lets a test find the processes by T
+// Exit: 0 after the feed ends, 3 on a DataFeed error (printed).
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "drover/data_feed.h"
+
+namespace {
+
+struct Options {
+  std::string out;
+  size_t batch = 64;
+  bool inference = false;
+  bool short_results = false;
+  long terminate_after = -1;
+  long die_after = -1;
+  long sleep_us = 0;
+};
+
+bool Parse(int argc, char** argv, Options* options) {
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : ""; };
+    if (flag == "--out") {
+      options->out = value();
+    } else if (flag == "--batch") {
+      options->batch = std::strtoul(value(), nullptr, 10);
+    } else if (flag == "--inference") {
+      options->inference = true;
+    } else if (flag == "--short-results") {
+      options->short_results = true;
+    } else if (flag == "--terminate-after") {
+      options->terminate_after = std::strtol(value(), nullptr, 10);
+    } else if (flag == "--die-after") {
+      options->die_after = std::strtol(value(), nullptr, 10);
+    } else if (flag == "--tag") {
+      value();
+    } else if (flag == "--sleep-us") {
+      options->sleep_us = std::strtol(value(), nullptr, 10);
+    } else {
+      std::fprintf(stderr, "feed_reader: unknown flag %s\n", flag.c_str());
+      return false;
+    }
+  }
+  return !options->out.empty() && options->batch > 0;
+}
+
+int Fail(const drover::Status& status) {
+  std::fprintf(stderr, "feed_reader: %s\n", status.ToString().c_str());
+  return 3;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options options;
+  if (!Parse(argc, argv, &options)) {
+    std::fprintf(stderr, "usage: feed_reader --out PREFIX [options]\n");
+    return 2;
+  }
+  const char* executor = std::getenv("DROVER_EXECUTOR_ID");
+  std::string path = options.out + "." + (executor != nullptr ? executor : "0");
+  FILE* out = std::fopen(path.c_str(), "w");
+  if (out == nullptr) {
+    std::perror(path.c_str());
+    return 2;
+  }
+  drover::DataFeedOptions feed_options;
+  feed_options.train_mode = !options.inference;
+  auto connected = drover::DataFeed::Connect(feed_options);
+  if (!connected.ok()) return Fail(connected.status());
+  std::unique_ptr<drover::DataFeed> feed = std::move(connected).value();
+
+  long seen = 0;
+  while (!feed->ShouldStop()) {
+    auto batch = feed->NextBatch(options.batch);
+    if (!batch.ok()) return Fail(batch.status());
+    if (batch->records.empty()) break;
+    std::vector<std::string> results;
+    for (std::string_view record : batch->records) {
+      std::fprintf(out, "%d\t%.*s\n", batch->epoch, static_cast<int>(record.size()), record.data());
+      if (options.inference) results.push_back("r:" + std::string(record));
+    }
+    std::fflush(out);  // what was read is on disk even if we die next
+    seen += static_cast<long>(batch->records.size());
+    if (options.inference) {
+      if (options.short_results) results.pop_back();
+      std::vector<std::string_view> views(results.begin(), results.end());
+      if (auto answered = feed->BatchResults(views); !answered.ok()) return Fail(answered);
+    }
+    if (options.die_after >= 0 && seen >= options.die_after) ::kill(::getpid(), SIGKILL);
+    if (options.terminate_after >= 0 && seen >= options.terminate_after) feed->Terminate();
+    if (options.sleep_us > 0) ::usleep(static_cast<useconds_t>(options.sleep_us));
+  }
+  std::fclose(out);
+  std::printf("feed_reader: read %ld records\n", seen);
+  return 0;
+}
