@@ -27,6 +27,7 @@ void RegisterSpec(pybind11::module_& m);
 void RegisterResolvers(pybind11::module_& m);
 void RegisterRendezvous(pybind11::module_& m);
 void RegisterContext(pybind11::module_& m);
+void RegisterFeed(pybind11::module_& m);
 
 }  // namespace drover::python
 

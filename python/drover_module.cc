@@ -43,4 +43,5 @@ PYBIND11_MODULE(_drover, m) {
   drover::python::RegisterResolvers(m);
   drover::python::RegisterRendezvous(m);
   drover::python::RegisterContext(m);
+  drover::python::RegisterFeed(m);
 }

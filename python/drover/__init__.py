@@ -19,6 +19,29 @@ Inside a program started by ``drover run`` (or ``drover agent``),
     ctx = drover.context()
     ctx.job_name, ctx.task_index, ctx.is_chief, ctx.num_workers, ctx.cluster_spec
     ctx.absolute_path("model")    # "file:///<working dir>/model"
+
+A program started by ``drover run --input ...`` reads its records with
+``drover.DataFeed`` (TensorFlowOnSpark's TFNode.DataFeed; docs/feed.md)::
+
+    feed = drover.DataFeed(train_mode=True, input_mapping=None, schema=None,
+                           timeout=None)      # seconds; None: run's --feed-timeout
+    feed = ctx.get_data_feed(train_mode=True) # the same; qname_in/qname_out ignored
+    while not feed.should_stop():
+        batch = feed.next_batch(100)          # list of bytes, one per record
+        if not batch:
+            break
+        feed.batch_results(predict(batch))    # inference (train_mode=False) only
+
+``next_batch`` returns bytes (CSV/JSONL: one line without its newline), or,
+with ``schema=[("image", "float32", 784), ("label", "int32")]`` (or a dict
+``{name: dtype or (dtype, width)}``), a dict of NumPy arrays of shape (n,) or
+(n, width), decoded in C++. ``input_mapping={source: name}`` selects and
+renames schema fields, or without a schema reads JSONL keys / CSV column
+indices as float64. A batch holds records of one epoch (``feed.epoch``); it is
+empty once the feed is over. ``feed.records_read``, ``feed.format`` and
+``feed.terminate()`` complete the API. Outside ``drover run --input`` the
+constructor raises RuntimeError; TimeoutError when no records came in time;
+ValueError for a bad schema or a record that does not match it.
 """
 
 import os
@@ -28,6 +51,7 @@ from drover._drover import (
     ClusterResolver,
     ClusterSpec,
     ClusterToken,
+    DataFeed,
     KubernetesClusterResolver,
     MPIClusterResolver,
     NodeContext,
@@ -66,6 +90,21 @@ def context():
     return NodeContext.load_file(path)
 
 
+def _get_data_feed(self, train_mode=True, qname_in="input", qname_out="output",
+                   input_mapping=None, schema=None, timeout=None):
+    """This node's DataFeed (TensorFlowOnSpark's ctx.get_data_feed).
+
+    qname_in and qname_out are accepted for TensorFlowOnSpark code and ignored:
+    drover has one input and one output queue per node.
+    """
+    del qname_in, qname_out
+    return DataFeed(train_mode=train_mode, input_mapping=input_mapping, schema=schema,
+                    timeout=timeout)
+
+
+NodeContext.get_data_feed = _get_data_feed
+
+
 class UnionClusterResolver(_drover.UnionClusterResolver):
     """Merges the clusters of several resolvers (TensorFlow's UnionClusterResolver).
 
@@ -82,6 +121,7 @@ __all__ = [
     "ClusterResolver",
     "ClusterSpec",
     "ClusterToken",
+    "DataFeed",
     "KubernetesClusterResolver",
     "MPIClusterResolver",
     "NodeContext",
