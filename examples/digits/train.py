@@ -1,5 +1,14 @@
 """Distributed data-parallel training of a small MLP on scikit-learn's digits.
 
+Fed by drover (the examples/digits/README.md command): the training rows come
+as CSV through drover's data feed, epoch by epoch, a share to each worker:
+
+    /usr/bin/python3 examples/digits/make_csv.py digits-data
+    build/bin/drover run --nodes 2 --input 'digits-data/train-*.csv' --epochs 40 -- \
+        /usr/bin/python3 examples/digits/train.py --test digits-data/test.csv
+
+Or loading the bundled data set itself, on every worker:
+
     build/bin/drover run --nodes 2 -- /usr/bin/python3 examples/digits/train.py
 
 Every node is a worker: PyTorch DDP over gloo (CPU), initialised from the
@@ -18,9 +27,12 @@ it and saves the model's state_dict to --model-dir (default: the node's log
 directory, $DROVER_LOG_DIR, else the current directory).
 """
 import argparse
+import contextlib
 import os
 import sys
 import time
+
+import numpy as np
 
 import torch
 import torch.distributed as dist
@@ -40,6 +52,9 @@ def parse_args():
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--test", default=None,
+                        help="the test set as CSV (make_csv.py); default: split the bundled "
+                             "data set")
     parser.add_argument("--model-dir", default=None,
                         help="where the chief saves digits_mlp.pt "
                              "(default: the node's log dir, $DROVER_LOG_DIR, or .)")
@@ -64,6 +79,27 @@ def load_data(seed):
     x_train, x_test, y_train, y_test = train_test_split(
         x, y, test_size=0.25, random_state=seed, stratify=y)
     return TensorDataset(x_train, y_train), TensorDataset(x_test, y_test)
+
+
+def load_test_csv(path):
+    rows = np.loadtxt(path, delimiter=",", dtype=np.float32, ndmin=2)
+    return TensorDataset(torch.from_numpy(rows[:, :64] / 16.0),
+                         torch.from_numpy(rows[:, 64].astype(np.int64)))
+
+
+# One CSV line of make_csv.py: 64 pixels, then the label; decoded in C++ into
+# NumPy arrays by DataFeed.next_batch.
+DIGITS_SCHEMA = [("pixels", "float32", 64), ("label", "int64")]
+
+
+def fed_batches(feed, batch_size):
+    """(epoch, x, y) for every batch drover feeds this worker, until the feed ends."""
+    while not feed.should_stop():
+        batch = feed.next_batch(batch_size)
+        if len(batch["label"]) == 0:
+            return
+        yield (feed.epoch, torch.from_numpy(batch["pixels"] / 16.0),
+               torch.from_numpy(batch["label"]))
 
 
 def make_model(hidden):
@@ -105,30 +141,26 @@ def main():
     print(f"{who}: rank {rank} of {world_size}, chief={is_chief}", flush=True)
 
     torch.manual_seed(args.seed)  # the same initial weights everywhere (DDP also broadcasts)
-    train, test = load_data(args.seed)
-    sampler = DistributedSampler(train, num_replicas=world_size, rank=rank,
-                                 shuffle=True, seed=args.seed)
-    # A global batch split across the workers: the same steps, whatever the
-    # number of workers, so the accuracy does not depend on it.
-    loader = DataLoader(train, batch_size=max(1, args.batch_size // world_size), sampler=sampler)
     model = make_model(args.hidden)
     if world_size > 1:
         model = DistributedDataParallel(model)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     loss_fn = nn.CrossEntropyLoss()
+    # A global batch split across the workers: the same steps, whatever the
+    # number of workers, so the accuracy does not depend on it.
+    local_batch = max(1, args.batch_size // world_size)
 
-    for epoch in range(args.epochs):
-        sampler.set_epoch(epoch)
-        total, batches = 0.0, 0
-        for x, y in loader:
-            optimizer.zero_grad()
-            loss = loss_fn(model(x), y)
-            loss.backward()
-            optimizer.step()
-            total, batches = total + loss.item(), batches + 1
-        if is_chief and (epoch % 10 == 9 or epoch == args.epochs - 1):
-            print(f"epoch {epoch + 1}/{args.epochs}: train loss {total / batches:.4f} "
-                  f"({len(sampler)} examples on this worker)", flush=True)
+    if "DROVER_FEED_SOCKET" in os.environ:  # started by `drover run --input ...`
+        if ctx is None:
+            sys.exit("drover feeds this node, but its Python module is not importable: "
+                     "set PYTHONPATH=build/python")
+        test = load_test_csv(args.test) if args.test else load_data(args.seed)[1]
+        feed = ctx.get_data_feed(train_mode=True, schema=DIGITS_SCHEMA)
+        train_fed(model, feed, local_batch, optimizer, loss_fn, is_chief, world_size)
+    else:
+        train, test = load_data(args.seed)
+        train_local(model, train, local_batch, optimizer, loss_fn, is_chief, rank, world_size,
+                    args.epochs, args.seed)
 
     accuracy = evaluate(model, test, rank, world_size)
     if is_chief:
@@ -143,6 +175,48 @@ def main():
         dist.barrier()  # nobody leaves while the chief still saves
         dist.destroy_process_group()
     return 0
+
+
+def step(model, optimizer, loss_fn, x, y):
+    optimizer.zero_grad()
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+def train_fed(model, feed, local_batch, optimizer, loss_fn, is_chief, world_size):
+    # Workers get different numbers of rows from the feed; DDP's join() lets
+    # the ones that finish first shadow the others' gradient all-reduces.
+    joined = model.join() if world_size > 1 else contextlib.nullcontext()
+    epoch, total, batches, rows = 0, 0.0, 0, 0
+    with joined:
+        for batch_epoch, x, y in fed_batches(feed, local_batch):
+            if batch_epoch != epoch:
+                if is_chief and epoch % 10 == 9:
+                    print(f"epoch {epoch + 1}: train loss {total / max(batches, 1):.4f} "
+                          f"({rows} rows fed to this worker)", flush=True)
+                epoch, total, batches, rows = batch_epoch, 0.0, 0, 0
+            total += step(model, optimizer, loss_fn, x, y)
+            batches, rows = batches + 1, rows + len(y)
+    if is_chief:
+        print(f"epoch {epoch + 1}: train loss {total / max(batches, 1):.4f} "
+              f"({rows} rows fed to this worker; {feed.records_read} in all)", flush=True)
+
+
+def train_local(model, train, local_batch, optimizer, loss_fn, is_chief, rank, world_size,
+                epochs, seed):
+    sampler = DistributedSampler(train, num_replicas=world_size, rank=rank,
+                                 shuffle=True, seed=seed)
+    loader = DataLoader(train, batch_size=local_batch, sampler=sampler)
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        total, batches = 0.0, 0
+        for x, y in loader:
+            total, batches = total + step(model, optimizer, loss_fn, x, y), batches + 1
+        if is_chief and (epoch % 10 == 9 or epoch == epochs - 1):
+            print(f"epoch {epoch + 1}/{epochs}: train loss {total / batches:.4f} "
+                  f"({len(sampler)} examples on this worker)", flush=True)
 
 
 if __name__ == "__main__":
