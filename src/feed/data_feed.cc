@@ -105,6 +105,14 @@ Result<std::optional<BatchView>> ShmDataFeed::NextWhileHolding(Clock::time_point
 void ShmDataFeed::Take(size_t wanted, RecordBatch* batch) {
   const BatchView& view = *current_;
   const uint32_t first = taken_;
+  if (view.info.flags & feed::kFixedSizeRecords) {
+    const size_t size = view.info.record_bytes;
+    while (taken_ < view.info.record_count && batch->records.size() < wanted) {
+      batch->records.emplace_back(next_record_, size);
+      next_record_ += size;
+      ++taken_;
+    }
+  }
   while (taken_ < view.info.record_count && batch->records.size() < wanted) {
     uint32_t length;
     std::memcpy(&length, next_record_, sizeof(length));

@@ -38,21 +38,30 @@ Result<StartPoint> StartAfter(const std::optional<CommitPoint>& commit, size_t f
 
 class BatchWriter {
  public:
-  BatchWriter(ShmChannel& channel, size_t batch_bytes, std::chrono::milliseconds timeout)
+  // record_bytes > 0: every record has that size (raw fixed-length input)
+  // and goes without a length prefix.
+  BatchWriter(ShmChannel& channel, size_t batch_bytes, std::chrono::milliseconds timeout,
+              uint32_t record_bytes)
       : channel_(channel),
         ring_(channel, /*input_ring=*/true),
         batch_bytes_(std::min<size_t>(batch_bytes, channel.max_batch_bytes() / 4)),
-        timeout_(timeout) {}
+        timeout_(timeout),
+        prefix_bytes_(record_bytes > 0 ? 0 : sizeof(uint32_t)),
+        fixed_flags_(record_bytes > 0 ? kFixedSizeRecords : 0) {
+    info_.record_bytes = record_bytes;
+  }
 
   Status Begin(const BatchInfo& info) {
+    const uint32_t record_bytes = info_.record_bytes;
     info_ = info;
+    info_.record_bytes = record_bytes;
     info_.record_count = 0;
     used_ = 0;
     return Reserve(batch_bytes_);
   }
   // Appends a record, publishing the batch first when it is full.
   Status Append(std::string_view record, uint64_t offset_before) {
-    const size_t need = sizeof(uint32_t) + record.size();
+    const size_t need = prefix_bytes_ + record.size();
     if (used_ + need > reserved_) {
       if (info_.record_count > 0) {
         Publish(0, offset_before);
@@ -61,16 +70,37 @@ class BatchWriter {
       }
       DROVER_RETURN_IF_ERROR(Reserve(std::max(batch_bytes_, need)));
     }
-    uint32_t length = static_cast<uint32_t>(record.size());
-    std::memcpy(space_ + used_, &length, sizeof(length));
-    std::memcpy(space_ + used_ + sizeof(length), record.data(), record.size());
+    if (prefix_bytes_ > 0) {
+      uint32_t length = static_cast<uint32_t>(record.size());
+      std::memcpy(space_ + used_, &length, sizeof(length));
+    }
+    std::memcpy(space_ + used_ + prefix_bytes_, record.data(), record.size());
     used_ += need;
     ++info_.record_count;
     return Status::Ok();
   }
+  // Fixed-size records: how many more fit the reserved batch.
+  size_t free_records() const {
+    return info_.record_bytes == 0 ? 0 : (reserved_ - used_) / info_.record_bytes;
+  }
+  // Publishes the batch so far (if any) and reserves the next.
+  Status NextBatch(uint64_t offset_before, size_t at_least) {
+    if (info_.record_count > 0) {
+      Publish(0, offset_before);
+      info_.first_record += info_.record_count;
+      info_.record_count = 0;
+    }
+    return Reserve(std::max(batch_bytes_, at_least));
+  }
+  // Appends `count` fixed-size records that fit (count <= free_records()).
+  void AppendRun(std::string_view run, size_t count) {
+    std::memcpy(space_ + used_, run.data(), run.size());
+    used_ += run.size();
+    info_.record_count += static_cast<uint32_t>(count);
+  }
   void Publish(uint32_t flags, uint64_t source_offset) {
     BatchInfo info = info_;
-    info.flags = flags;
+    info.flags = flags | fixed_flags_;
     ring_.Commit(info, used_, source_offset);
     bytes_ += used_;
     used_ = 0;
@@ -94,6 +124,8 @@ class BatchWriter {
   RingWriter ring_;
   size_t batch_bytes_;
   std::chrono::milliseconds timeout_;
+  const size_t prefix_bytes_;
+  const uint32_t fixed_flags_;
   BatchInfo info_;
   char* space_ = nullptr;
   size_t reserved_ = 0;
@@ -115,7 +147,10 @@ Result<FeederReport> FeedShare(const FeederOptions& options, ShmChannel& channel
   FeederReport report;
   report.resumed = commit.has_value();
   const std::chrono::milliseconds timeout(plan.feed_timeout_ms);
-  BatchWriter writer(channel, options.batch_bytes, timeout);
+  const bool fixed_size = plan.read.format == RecordFormat::kRaw && plan.read.record_bytes > 0 &&
+                          plan.read.record_bytes <= UINT32_MAX;
+  BatchWriter writer(channel, options.batch_bytes, timeout,
+                     fixed_size ? static_cast<uint32_t>(plan.read.record_bytes) : 0);
   // A failed Reserve: the program terminated the feed, took nothing for the
   // feed timeout (waiting inside a partition or before the next one), or the
   // channel stopped.
@@ -146,7 +181,20 @@ Result<FeederReport> FeedShare(const FeederOptions& options, ShmChannel& channel
     info.first_record = resuming ? start.record : 0;
     Status begun = writer.Begin(info);
     if (!begun.ok()) return stopped(begun, partition);
-    for (;;) {
+    while (fixed_size) {
+      const uint64_t before = reader->next_offset();
+      if (writer.free_records() == 0) {
+        Status next = writer.NextBatch(before, plan.read.record_bytes);
+        if (!next.ok()) return stopped(next, partition);
+        continue;
+      }
+      std::string_view run;
+      DROVER_ASSIGN_OR_RETURN(size_t count, reader->NextRun(writer.free_records(), &run));
+      if (count == 0) break;
+      writer.AppendRun(run, count);
+      report.records += count;
+    }
+    while (!fixed_size) {
       std::string_view record;
       const uint64_t before = reader->next_offset();
       Result<bool> more = reader->Next(&record);

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <glob.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -28,7 +29,7 @@ constexpr uint64_t kTfRecordFooterBytes = 4;   // uint32 masked CRC of the data
 constexpr uint64_t kTfRecordOverheadBytes = kTfRecordHeaderBytes + kTfRecordFooterBytes;
 // Reads this big keep syscalls off the profile while staying in L2/L3-sized
 // pieces; a record that does not fit grows the buffer up to kMaxRecordBytes.
-constexpr size_t kReadChunkBytes = 4 << 20;
+constexpr size_t kReadChunkBytes = 32 << 20;  // a mapped window
 // The planner's newline search and TFRecord header walk read this much at once.
 constexpr size_t kScanChunkBytes = 64 << 10;
 
@@ -244,70 +245,80 @@ Result<size_t> ReadFully(int fd, char* out, size_t size, uint64_t offset, const 
   return done;
 }
 
-// The bytes [pos, len) of `buffer` mirror the file from file_offset() up;
-// refills read as much of [read_offset, end) as fits, so reads stay big.
+// A window of the file mapped read-only over [start, end): records are read
+// in place from the page cache, so the feeder copies each byte once (into the
+// queue) instead of twice (pread into a buffer, then into the queue).
+// data() is the file at file_offset(); available() bytes of it are mapped.
 class RangeBuffer {
  public:
-  RangeBuffer(ScopedFd fd, std::string path, uint64_t start, uint64_t end, size_t capacity)
+  RangeBuffer(ScopedFd fd, std::string path, uint64_t start, uint64_t end, size_t window)
       : fd_(std::move(fd)),
         path_(std::move(path)),
-        read_offset_(start),
+        offset_(start),
         end_(end),
-        buffer_(new char[capacity]),
-        capacity_(capacity) {}
+        window_(std::max<size_t>(window, kMinWindowBytes)) {}
+  ~RangeBuffer() { Unmap(); }
+  RangeBuffer(const RangeBuffer&) = delete;
+  RangeBuffer& operator=(const RangeBuffer&) = delete;
 
-  const char* data() const { return buffer_.get() + pos_; }
-  size_t available() const { return len_ - pos_; }
-  void Consume(size_t bytes) { pos_ += bytes; }
-  uint64_t file_offset() const { return read_offset_ - available(); }
-  // Bytes from data() to the end of the range, buffered or not.
-  uint64_t remaining() const { return end_ - file_offset(); }
-  bool read_all() const { return read_offset_ == end_; }
+  const char* data() const { return map_ + (offset_ - map_offset_); }
+  size_t available() const { return static_cast<size_t>(mapped_end_ - offset_); }
+  void Consume(size_t bytes) { offset_ += bytes; }
+  uint64_t file_offset() const { return offset_; }
+  // Bytes from data() to the end of the range, mapped or not.
+  uint64_t remaining() const { return end_ - offset_; }
+  bool read_all() const { return mapped_end_ == end_; }
 
   // Makes at least `want` bytes available, or all of remaining() if less.
-  // REQUIRES: want <= kMaxRecordBytes + kTfRecordOverheadBytes.
   Status Fill(size_t want) {
     want = static_cast<size_t>(std::min<uint64_t>(want, remaining()));
     if (available() >= want) return Status::Ok();
-    if (pos_ > 0) {
-      // Only the part of one record is left here, so the move is short.
-      std::memmove(buffer_.get(), buffer_.get() + pos_, available());
-      len_ -= pos_;
-      pos_ = 0;
+    static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    const uint64_t page_start = offset_ / page * page;
+    uint64_t length = std::max<uint64_t>(window_, offset_ - page_start + want);
+    // A record longer than the window: grow geometrically, not byte by byte.
+    if (map_ != nullptr && page_start == map_offset_) length = std::max(length, 2 * map_size_);
+    length = std::min(length, end_ - page_start);
+    struct stat info {};
+    if (::fstat(fd_.get(), &info) != 0) return ErrnoStatus(errno, "cannot stat " + path_);
+    if (static_cast<uint64_t>(info.st_size) < page_start + length) {
+      return Status::InvalidArgument(path_ + " ends at offset " + std::to_string(info.st_size) +
+                                     ", before the partition end " + std::to_string(end_) +
+                                     " (was it truncated after planning?)");
     }
-    if (want > capacity_) {
-      size_t grown =
-          std::max<size_t>(want, std::min<uint64_t>(capacity_ * uint64_t{2}, remaining()));
-      std::unique_ptr<char[]> bigger(new char[grown]);
-      std::memcpy(bigger.get(), buffer_.get(), len_);
-      buffer_ = std::move(bigger);
-      capacity_ = grown;
+    Unmap();
+    void* map = ::mmap(nullptr, length, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd_.get(),
+                       static_cast<off_t>(page_start));
+    if (map == MAP_FAILED) {
+      return ErrnoStatus(errno, "cannot map " + path_ + " at offset " + std::to_string(page_start));
     }
-    while (len_ < want && !read_all()) {
-      const size_t room =
-          static_cast<size_t>(std::min<uint64_t>(capacity_ - len_, end_ - read_offset_));
-      DROVER_ASSIGN_OR_RETURN(
-          size_t got, ReadFully(fd_.get(), buffer_.get() + len_, room, read_offset_, path_));
-      if (got == 0) {
-        return Status::InvalidArgument(path_ + " ends at offset " + std::to_string(read_offset_) +
-                                       ", before the partition end " + std::to_string(end_) +
-                                       " (was it truncated after planning?)");
-      }
-      len_ += got;
-      read_offset_ += got;
-    }
+    ::madvise(map, length, MADV_SEQUENTIAL);
+    map_ = static_cast<const char*>(map);
+    map_offset_ = page_start;
+    map_size_ = length;
+    mapped_end_ = page_start + length;
     return Status::Ok();
   }
 
  private:
+  static constexpr size_t kMinWindowBytes = 1 << 20;
+
+  void Unmap() {
+    if (map_ != nullptr) ::munmap(const_cast<char*>(map_), map_size_);
+    map_ = nullptr;
+    map_size_ = 0;
+    map_offset_ = mapped_end_ = offset_;
+  }
+
   ScopedFd fd_;
   std::string path_;
-  uint64_t read_offset_;  // the file offset of buffer_[len_]
+  uint64_t offset_;  // the file offset of data()
   uint64_t end_;
-  std::unique_ptr<char[]> buffer_;  // uninitialized on purpose: it is read into
-  size_t capacity_;
-  size_t pos_ = 0;
-  size_t len_ = 0;
+  size_t window_;
+  const char* map_ = nullptr;
+  uint64_t map_offset_ = offset_;  // the file offset of map_[0], page-aligned
+  uint64_t map_size_ = 0;
+  uint64_t mapped_end_ = offset_;
 };
 
 // The shared half of the readers. Format::ReadRecord(record) returns true
@@ -360,8 +371,6 @@ class BufferedRecordReader : public RecordReader {
   const uint64_t start_;
   RangeBuffer buffer_;
   uint64_t next_offset_;
-
- private:
   uint64_t records_ = 0;  // returned so far
   Status error_;
 };
@@ -474,6 +483,19 @@ class FixedSizeReader : public BufferedRecordReader<FixedSizeReader> {
     buffer_.Consume(record_bytes_);
     next_offset_ += record_bytes_;
     return true;
+  }
+
+  Result<size_t> NextRun(size_t max_records, std::string_view* run) override {
+    if (!error_.ok()) return error_;
+    if (max_records == 0 || buffer_.remaining() == 0) return size_t{0};
+    if (!Ensure(record_bytes_)) return error_;
+    const size_t records = std::min(max_records, buffer_.available() / record_bytes_);
+    const size_t bytes = records * record_bytes_;
+    *run = std::string_view(buffer_.data(), bytes);
+    buffer_.Consume(bytes);
+    next_offset_ += bytes;
+    records_ += records;
+    return records;
   }
 
  private:
@@ -823,6 +845,12 @@ Result<std::unique_ptr<RecordReader>> RecordReader::Open(const Partition& partit
       break;
   }
   return reader;
+}
+
+Result<size_t> RecordReader::NextRun(size_t max_records, std::string_view* run) {
+  if (max_records == 0) return size_t{0};
+  DROVER_ASSIGN_OR_RETURN(bool more, Next(run));
+  return more ? size_t{1} : size_t{0};
 }
 
 uint32_t Crc32c(const void* data, size_t size, uint32_t crc) {

@@ -95,6 +95,12 @@ class RecordReader {
   // before the first; empty lines skipped count as read): where a reader
   // resumes.
   virtual uint64_t next_offset() const = 0;
+
+  // Fixed-length raw records only: up to `max_records` consecutive records as
+  // one run of bytes (valid until the next call), so a feeder copies them at
+  // once. Returns how many (0 at the end of the partition). Other formats
+  // return one record at a time.
+  virtual Result<size_t> NextRun(size_t max_records, std::string_view* run);
 };
 
 // CRC-32C (Castagnoli), hardware-accelerated where the CPU has SSE4.2.

@@ -39,6 +39,9 @@ std::string SecondsText(std::chrono::milliseconds duration);
 
 // BatchInfo::flags
 inline constexpr uint32_t kEndOfPartition = 1;
+// The records all have record_bytes bytes and carry no length prefix (raw
+// fixed-length input): one copy per batch instead of one per record.
+inline constexpr uint32_t kFixedSizeRecords = 2;
 
 struct BatchInfo {
   uint32_t feed_seq = 0;   // the writer's feed number (FeedsOfShare order)
@@ -47,12 +50,15 @@ struct BatchInfo {
   uint32_t flags = 0;
   uint64_t first_record = 0;  // index in the partition of the first record
   uint32_t record_count = 0;
+  uint32_t record_bytes = 0;  // with kFixedSizeRecords
 };
 
 // A published batch, read in place.
 struct BatchView {
   BatchInfo info;
-  const char* records = nullptr;  // record_count x [uint32 length][bytes]
+  // record_count x [uint32 length][bytes], or with kFixedSizeRecords
+  // record_count x [record_bytes bytes].
+  const char* records = nullptr;
   size_t bytes = 0;
   uint64_t end = 0;  // the ring position after this batch (for Release)
 };
@@ -62,6 +68,12 @@ struct BatchView {
 template <typename Fn>
 void ForEachRecord(const BatchView& batch, Fn&& fn) {
   const char* p = batch.records;
+  if (batch.info.flags & kFixedSizeRecords) {
+    for (uint32_t i = 0; i < batch.info.record_count; ++i, p += batch.info.record_bytes) {
+      fn(std::string_view(p, batch.info.record_bytes));
+    }
+    return;
+  }
   for (uint32_t i = 0; i < batch.info.record_count; ++i) {
     uint32_t length;
     __builtin_memcpy(&length, p, sizeof(length));
