@@ -290,3 +290,23 @@ def test_dry_run_lists_the_partitions(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "feed: " in result.stdout and "2 epochs" in result.stdout, result.stdout
     assert "data.csv[0:" in result.stdout
+
+
+def test_a_program_that_reads_nothing_fails_at_the_feed_timeout_naming_the_node(tmp_path):
+    write_csv(tmp_path / "data.csv", 0, 50000)
+    mark = marker()
+    result = run_feed(tmp_path, "--nodes", "1", "--input", str(tmp_path / "data.csv"),
+                      "--queue-bytes", "65536", "--feed-timeout", "1", "--grace", "1", "--",
+                      "sh", "-c", "sleep 60", mark, timeout=60)
+    assert result.returncode == 1, result.stderr
+    assert "feed timeout: worker:0 took no record for 1 s" in result.stderr, result.stderr
+    assert_no_leftovers(mark)
+
+
+def test_a_second_reader_of_a_nodes_feed_is_refused(tmp_path):
+    write_csv(tmp_path / "data.csv", 0, 100)
+    result = run_feed(tmp_path, "--nodes", "1", "--input", str(tmp_path / "data.csv"), "--",
+                      "sh", "-c", f"{FEED_READER} --out first --sleep-us 300000 & sleep 0.2; "
+                      f"{FEED_READER} --out second; echo second=$?; wait", timeout=60)
+    assert "already has a reader" in result.stdout + result.stderr, result.stdout + result.stderr
+    assert "second=3" in result.stdout, result.stdout
