@@ -15,3 +15,6 @@ build/bin/rendezvous_bench 8 1000 4000
 echo
 echo "== start-up: from launch to every program started (ratios to torchrun and mpirun) =="
 /usr/bin/python3 bench/startup_bench.py --drover build/bin/drover --nodes 2,4,8 --reps 3
+echo
+echo "== feeding: records/s from file to consumer (ratios to memcpy and to TensorFlowOnSpark's queues) =="
+/usr/bin/python3 bench/feed_bench.py --build build

@@ -42,8 +42,7 @@ class BatchWriter {
   // and goes without a length prefix.
   BatchWriter(ShmChannel& channel, size_t batch_bytes, std::chrono::milliseconds timeout,
               uint32_t record_bytes)
-      : channel_(channel),
-        ring_(channel, /*input_ring=*/true),
+      : ring_(channel, /*input_ring=*/true),
         batch_bytes_(std::min<size_t>(batch_bytes, channel.max_batch_bytes() / 4)),
         timeout_(timeout),
         prefix_bytes_(record_bytes > 0 ? 0 : sizeof(uint32_t)),
@@ -120,7 +119,6 @@ class BatchWriter {
     return Status::Ok();
   }
 
-  ShmChannel& channel_;
   RingWriter ring_;
   size_t batch_bytes_;
   std::chrono::milliseconds timeout_;

@@ -1,0 +1,233 @@
+// The C++ programs of the feeding benchmark (bench/feed_bench.py).
+//
+//   feed_consumer [--batch K] [--out FILE]
+//     Run by `drover run --input ...`: reads every record with
+//     drover::DataFeed::NextBatch(K) and copies each record into a reused
+//     batch buffer, as a consumer assembling a contiguous batch does.
+//
+//   feed_consumer --memcpy FILE --record-bytes N [--batch K] [--passes P] [--out FILE]
+//     The limit: FILE's bytes held in one buffer (make it larger than the
+//     caches), copied batch by batch into the same kind of reused batch buffer
+//     by the same code, record by record. P passes; the median pass counts.
+//
+// Both print one JSON line {"records":..,"bytes":..,"seconds":..} to stdout
+// and, with --out, to FILE. The feed is timed from the first record received
+// (the return of the first non-empty NextBatch) to the end of the feed (the
+// empty NextBatch), so start-up is not counted.
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "drover/data_feed.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A reused destination for one batch: records are appended back to back.
+class BatchBuffer {
+ public:
+  explicit BatchBuffer(size_t capacity) { Reserve(std::max<size_t>(capacity, 4096)); }
+
+  void Clear() { size_ = 0; }
+  void Append(std::string_view record) {
+    if (size_ + record.size() > capacity_) Reserve(std::max(2 * capacity_, size_ + record.size()));
+    std::memcpy(data_.get() + size_, record.data(), record.size());
+    size_ += record.size();
+  }
+  // Stands for the consumer using the batch: the copies must happen.
+  void Consume() const { asm volatile("" : : "r"(data_.get()) : "memory"); }
+  size_t size() const { return size_; }
+
+ private:
+  void Reserve(size_t capacity) {
+    auto bigger = std::make_unique<char[]>(capacity);  // zeroed: pages touched
+    if (size_ > 0) std::memcpy(bigger.get(), data_.get(), size_);
+    data_ = std::move(bigger);
+    capacity_ = capacity;
+  }
+
+  std::unique_ptr<char[]> data_;
+  size_t capacity_ = 0;
+  size_t size_ = 0;
+};
+
+struct Args {
+  size_t batch = 100;
+  std::string out;
+  std::string memcpy_file;
+  size_t record_bytes = 0;
+  int passes = 3;
+};
+
+[[noreturn]] void Usage(const char* program, const std::string& problem) {
+  std::fprintf(stderr,
+               "%s: %s\nusage: %s [--batch K] [--out FILE]\n"
+               "       %s --memcpy FILE --record-bytes N [--batch K] [--passes P] [--out FILE]\n",
+               program, problem.c_str(), program, program);
+  std::exit(2);
+}
+
+size_t ParseCount(const char* program, const std::string& flag, const char* text) {
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long value = std::strtoull(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || value == 0) {
+    Usage(program, flag + " wants a positive integer, got '" + text + "'");
+  }
+  return static_cast<size_t>(value);
+}
+
+Args ParseArgs(int argc, char** argv) {
+  Args args;
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    if (i + 1 >= argc) Usage(argv[0], "missing value after " + flag);
+    const char* value = argv[++i];
+    if (flag == "--batch") {
+      args.batch = ParseCount(argv[0], flag, value);
+    } else if (flag == "--out") {
+      args.out = value;
+    } else if (flag == "--memcpy") {
+      args.memcpy_file = value;
+    } else if (flag == "--record-bytes") {
+      args.record_bytes = ParseCount(argv[0], flag, value);
+    } else if (flag == "--passes") {
+      args.passes = static_cast<int>(ParseCount(argv[0], flag, value));
+    } else {
+      Usage(argv[0], "unknown flag " + flag);
+    }
+  }
+  return args;
+}
+
+int Report(const Args& args, uint64_t records, uint64_t bytes, double seconds) {
+  char line[256];
+  std::snprintf(line, sizeof line, "{\"records\": %llu, \"bytes\": %llu, \"seconds\": %.9f}\n",
+                static_cast<unsigned long long>(records), static_cast<unsigned long long>(bytes),
+                seconds);
+  std::fputs(line, stdout);
+  std::fflush(stdout);
+  if (!args.out.empty()) {
+    FILE* out = std::fopen(args.out.c_str(), "w");
+    if (out == nullptr || std::fputs(line, out) < 0 || std::fclose(out) != 0) {
+      std::fprintf(stderr, "cannot write %s: %s\n", args.out.c_str(), std::strerror(errno));
+      return 1;
+    }
+  }
+  return 0;
+}
+
+// Reads the whole file into one buffer.
+std::unique_ptr<char[]> ReadFile(const std::string& path, size_t* size) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat st {};
+  if (fd < 0 || ::fstat(fd, &st) != 0) {
+    std::fprintf(stderr, "cannot open %s: %s\n", path.c_str(), std::strerror(errno));
+    std::exit(1);
+  }
+  *size = static_cast<size_t>(st.st_size);
+  auto data = std::make_unique<char[]>(*size);
+  size_t done = 0;
+  while (done < *size) {
+    ssize_t n = ::read(fd, data.get() + done, *size - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      std::fprintf(stderr, "cannot read %s: %s\n", path.c_str(),
+                   n == 0 ? "file shrank" : std::strerror(errno));
+      std::exit(1);
+    }
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return data;
+}
+
+int RunMemcpy(const Args& args) {
+  if (args.record_bytes == 0) Usage("feed_consumer", "--memcpy needs --record-bytes");
+  size_t size = 0;
+  std::unique_ptr<char[]> file = ReadFile(args.memcpy_file, &size);
+  if (size % args.record_bytes != 0) {
+    std::fprintf(stderr, "%s: %zu bytes is not a multiple of %zu\n", args.memcpy_file.c_str(), size,
+                 args.record_bytes);
+    return 1;
+  }
+  long l3 = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (l3 > 0 && size < 2 * static_cast<size_t>(l3)) {
+    std::fprintf(stderr, "feed_consumer: warning: %zu bytes is less than twice the L3 (%ld)\n",
+                 size, l3);
+  }
+  const uint64_t records = size / args.record_bytes;
+  BatchBuffer batch(args.batch * args.record_bytes);
+  std::vector<double> seconds;
+  for (int pass = 0; pass < args.passes; ++pass) {
+    const char* next = file.get();
+    const char* end = next + size;
+    Clock::time_point start = Clock::now();
+    while (next < end) {
+      batch.Clear();
+      for (size_t i = 0; i < args.batch && next < end; ++i, next += args.record_bytes) {
+        batch.Append(std::string_view(next, args.record_bytes));
+      }
+      batch.Consume();
+    }
+    seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  std::sort(seconds.begin(), seconds.end());
+  return Report(args, records, size, seconds[seconds.size() / 2]);
+}
+
+int RunFeed(const Args& args) {
+  drover::Result<std::unique_ptr<drover::DataFeed>> connected = drover::DataFeed::Connect();
+  if (!connected.ok()) {
+    std::fprintf(stderr, "feed_consumer: %s\n", connected.status().ToString().c_str());
+    return 1;
+  }
+  drover::DataFeed& feed = **connected;
+  BatchBuffer batch(args.batch * std::max<uint64_t>(feed.record_bytes(), 1));
+  uint64_t records = 0;
+  uint64_t bytes = 0;
+  Clock::time_point first;
+  for (;;) {
+    drover::Result<drover::RecordBatch> next = feed.NextBatch(args.batch);
+    if (!next.ok()) {
+      std::fprintf(stderr, "feed_consumer: after %llu records: %s\n",
+                   static_cast<unsigned long long>(records), next.status().ToString().c_str());
+      return 1;
+    }
+    if (next->records.empty()) break;
+    if (records == 0) first = Clock::now();
+    batch.Clear();
+    for (std::string_view record : next->records) batch.Append(record);
+    batch.Consume();
+    records += next->records.size();
+    bytes += batch.size();
+  }
+  Clock::time_point end = Clock::now();
+  if (records == 0) {
+    std::fprintf(stderr, "feed_consumer: the feed ended without a record\n");
+    return 1;
+  }
+  return Report(args, records, bytes, std::chrono::duration<double>(end - first).count());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args = ParseArgs(argc, argv);
+  if (!args.memcpy_file.empty()) return RunMemcpy(args);
+  return RunFeed(args);
+}
