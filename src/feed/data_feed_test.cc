@@ -30,6 +30,7 @@ using ::drover::feed::RingReader;
 using ::drover::feed::RingWriter;
 using ::drover::feed::RunState;
 using ::drover::feed::ShmChannel;
+using ::drover::feed::testing::In;
 using ::drover::feed::testing::PublishBatch;
 using ::drover::feed::testing::RecordsOf;
 using ::drover::feed::testing::StopAndJoin;
@@ -43,10 +44,6 @@ using ::testing::IsEmpty;
 using Code = Status::Code;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-
-Deadline In(Clock::duration duration) {
-  return Clock::now() + duration;
-}
 
 std::vector<std::string> Strings(const RecordBatch& batch) {
   return {batch.records.begin(), batch.records.end()};

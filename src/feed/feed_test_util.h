@@ -37,6 +37,11 @@
 
 namespace drover::feed::testing {
 
+// A deadline `duration` from now.
+inline Deadline In(Clock::duration duration) {
+  return Clock::now() + duration;
+}
+
 // A fresh 0700 directory, removed with its contents on destruction.
 class TempDir {
  public:

@@ -25,6 +25,7 @@ namespace {
 
 using ::drover::feed::testing::Child;
 using ::drover::feed::testing::ExitedWith;
+using ::drover::feed::testing::In;
 using ::drover::feed::testing::PublishBatch;
 using ::drover::feed::testing::StopAndJoin;
 using ::drover::feed::testing::TempDir;
@@ -37,10 +38,6 @@ using ::testing::IsEmpty;
 using Code = Status::Code;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-
-Deadline In(Clock::duration duration) {
-  return Clock::now() + duration;
-}
 
 // CSV lines "<id>,<filler>" with ids first..first+count-1 and lengths that
 // vary with the id.

@@ -23,6 +23,7 @@ namespace {
 
 using ::drover::feed::testing::Child;
 using ::drover::feed::testing::ExitedWith;
+using ::drover::feed::testing::In;
 using ::drover::feed::testing::PublishBatch;
 using ::drover::feed::testing::RecordsOf;
 using ::drover::testing::StatusIs;
@@ -36,10 +37,6 @@ constexpr uint64_t kBatchHeaderBytes = 40;  // docs/shm_queue_format.md
 
 uint64_t AlignUp(uint64_t value, uint64_t to) {
   return (value + to - 1) / to * to;
-}
-
-Deadline In(Clock::duration duration) {
-  return Clock::now() + duration;
 }
 
 // Record number n: its 8-byte number, then filler that depends on n, so a
