@@ -355,7 +355,7 @@ Status Agent::Impl::StartFeeding(const FormedCluster& cluster, const std::string
     feed.drover_binary = fs::read_symlink("/proc/self/exe", error).string();
     if (error) return Status::IoError("cannot find the drover executable: " + error.message());
   }
-  feed.stderr_fd = options_.stderr_fd;
+  feed.say = [this, task](const std::string& message) { Say(task + ": " + message); };
   feed.on_failure = [this](const Status& failure) {
     {
       std::lock_guard<std::mutex> lock(mu_);

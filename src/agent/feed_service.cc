@@ -31,12 +31,6 @@ using feed::RunState;
 constexpr auto kHelloTimeout = std::chrono::seconds(5);
 constexpr auto kPollInterval = std::chrono::milliseconds(100);
 
-void WriteLine(int fd, const std::string& line) {
-  std::string text = line + "\n";
-  ssize_t ignored = ::write(fd, text.data(), text.size());
-  (void)ignored;
-}
-
 std::string PartName(uint32_t partition) {
   char name[32];
   std::snprintf(name, sizeof(name), "part-%05u", partition);
@@ -69,7 +63,7 @@ class FeedService::Impl {
     (void)ignored;
   }
   void Say(const std::string& message) {
-    WriteLine(options_.stderr_fd, "drover agent " + options_.task + ": " + message);
+    if (options_.say) options_.say(message);
   }
   void Fail(const Status& status);
   void Shutdown();

@@ -30,7 +30,8 @@ struct FeedServiceOptions {
   int shares = 1;
   std::string task;           // "worker:0"
   std::string drover_binary;  // runs `<drover_binary> feeder ...`
-  int stderr_fd = 2;          // the feeder's output and the service's lines
+  // Prints one line of the service's own ("the feeder was killed ...").
+  std::function<void(const std::string&)> say;
   // Restarts of a killed feeder that made no progress in between.
   int max_stalled_restarts = 3;
   // Feeding failed for good (a bad record, the feed timeout, a feeder that

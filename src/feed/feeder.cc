@@ -61,14 +61,7 @@ class BatchWriter {
   // Appends a record, publishing the batch first when it is full.
   Status Append(std::string_view record, uint64_t offset_before) {
     const size_t need = prefix_bytes_ + record.size();
-    if (used_ + need > reserved_) {
-      if (info_.record_count > 0) {
-        Publish(0, offset_before);
-        info_.first_record += info_.record_count;
-        info_.record_count = 0;
-      }
-      DROVER_RETURN_IF_ERROR(Reserve(std::max(batch_bytes_, need)));
-    }
+    if (used_ + need > reserved_) DROVER_RETURN_IF_ERROR(NextBatch(offset_before, need));
     if (prefix_bytes_ > 0) {
       uint32_t length = static_cast<uint32_t>(record.size());
       std::memcpy(space_ + used_, &length, sizeof(length));

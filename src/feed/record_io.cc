@@ -328,10 +328,10 @@ class RangeBuffer {
 template <typename Format>
 class BufferedRecordReader : public RecordReader {
  public:
-  BufferedRecordReader(ScopedFd fd, std::string path, uint64_t start, uint64_t end, size_t capacity)
+  BufferedRecordReader(ScopedFd fd, std::string path, uint64_t start, uint64_t end, size_t window)
       : path_(path),
         start_(start),
-        buffer_(std::move(fd), std::move(path), start, end, capacity),
+        buffer_(std::move(fd), std::move(path), start, end, window),
         next_offset_(start) {}
 
   uint64_t next_offset() const final { return next_offset_; }
@@ -470,9 +470,9 @@ class TfRecordReader : public BufferedRecordReader<TfRecordReader> {
 
 class FixedSizeReader : public BufferedRecordReader<FixedSizeReader> {
  public:
-  FixedSizeReader(ScopedFd fd, std::string path, uint64_t start, uint64_t end, size_t capacity,
+  FixedSizeReader(ScopedFd fd, std::string path, uint64_t start, uint64_t end, size_t window,
                   size_t record_bytes)
-      : BufferedRecordReader(std::move(fd), std::move(path), start, end, capacity),
+      : BufferedRecordReader(std::move(fd), std::move(path), start, end, window),
         record_bytes_(record_bytes) {}
 
   bool ReadRecord(std::string_view* record) {
@@ -822,26 +822,22 @@ Result<std::unique_ptr<RecordReader>> RecordReader::Open(const Partition& partit
                     POSIX_FADV_SEQUENTIAL);
   }
 
-  size_t capacity = static_cast<size_t>(std::min<uint64_t>(kReadChunkBytes, range));
+  // The mapped window; a record crossing its end is mapped again whole.
+  const size_t window = static_cast<size_t>(std::min<uint64_t>(kReadChunkBytes, range));
   std::unique_ptr<RecordReader> reader;
   switch (options.format) {
     case RecordFormat::kCsv:
     case RecordFormat::kJsonl:
       reader =
-          std::make_unique<LineReader>(std::move(fd), path, start_offset, partition.end, capacity);
+          std::make_unique<LineReader>(std::move(fd), path, start_offset, partition.end, window);
       break;
     case RecordFormat::kTfRecord:
       reader = std::make_unique<TfRecordReader>(std::move(fd), path, start_offset, partition.end,
-                                                capacity);
+                                                window);
       break;
     case RecordFormat::kRaw:
-      if (record_bytes > 0) {
-        // A whole number of records per refill: no record straddles the buffer end.
-        capacity = static_cast<size_t>(std::min<uint64_t>(
-            range, std::max<uint64_t>(1, kReadChunkBytes / record_bytes) * record_bytes));
-      }
       reader = std::make_unique<FixedSizeReader>(std::move(fd), path, start_offset, partition.end,
-                                                 capacity, static_cast<size_t>(record_bytes));
+                                                 window, static_cast<size_t>(record_bytes));
       break;
   }
   return reader;
