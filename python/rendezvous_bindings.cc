@@ -31,6 +31,7 @@ py::dict NodeDict(const NodeInfo& node) {
   out["pid"] = node.pid;
   out["gpus"] = node.gpus;
   out["agent_address"] = node.agent_address;
+  out["feed_socket"] = node.feed_socket;
   out["job_name"] = node.job_name;
   out["task_index"] = node.task_index;
   return out;

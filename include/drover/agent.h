@@ -44,6 +44,17 @@ struct AgentOptions {
   // The feed plan file of `drover run --input` (docs/feed.md); "" : no
   // feeding. Chief, master and worker nodes get a share of it.
   std::string feed_plan;
+  // The plan inline (FeedPlan JSON), instead of feed_plan: the Python
+  // driver's external plans (drover.Cluster.train), so no shared filesystem
+  // is needed. With an external plan the agent makes its feed socket's
+  // directory before registering and publishes the socket in
+  // NodeInfo::feed_socket (every node; only chief/master/worker serve it).
+  std::string feed_plan_json;
+  // Non-zero: the pid of the process that started the agent (a Dask
+  // worker). The agent exits at once when that process is already gone, and
+  // takes its death as a SIGTERM (PR_SET_PDEATHSIG; it follows the thread
+  // that started the agent, so start it from a long-lived one).
+  int exit_with_parent = 0;
   // The `drover` executable that runs `drover feeder`; "" : this process's.
   std::string drover_binary;
   // Where the program's output and the agent's own lines go.
@@ -65,7 +76,8 @@ class Agent {
   //   - 0 when the driver's STOP ended the program (no error reported);
   //   - 128 + signal after Interrupt(signal);
   //   - 1 when the node cannot start (bad options, the rendezvous refused or
-  //     timed out, the program cannot be run), after one line on stderr:
+  //     timed out, the program cannot be run, the exit_with_parent process is
+  //     gone), after one line on stderr:
   //     "drover agent <executor-id>: <message>".
   int Run();
 

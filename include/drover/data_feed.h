@@ -21,6 +21,12 @@
 // answered by BatchResults with one result per record, in order, before the
 // next NextBatch; the results are written per partition in input order.
 //
+// A node fed from outside (drover.Cluster.train / inference: an external
+// feed, docs/feed.md) works the same, but the program picks train_mode, a
+// NextBatch call does not wait for records past the end of a partition, and
+// results go back to the writer through the queue, so they may hold any
+// bytes.
+//
 // Not thread-safe: one thread reads a feed (as with TensorFlowOnSpark).
 
 #ifndef DROVER_DATA_FEED_H_
@@ -43,7 +49,8 @@ struct DataFeedOptions {
   // "" : the value of DROVER_FEED_SOCKET.
   std::string socket_path;
   // TensorFlowOnSpark's train_mode: false for inference (results expected).
-  // Must match `drover run --mode`; a mismatch is kInvalidArgument.
+  // Must match `drover run --mode`; a mismatch is kInvalidArgument. An
+  // external feed takes either.
   bool train_mode = true;
   // How long NextBatch waits for records before kDeadlineExceeded; 0: the
   // run's --feed-timeout.
@@ -74,7 +81,8 @@ class DataFeed {
 
   // Inference: one result per record of the last NextBatch, in order.
   // kInvalidArgument naming the partition when the count is wrong; a result
-  // may not contain '\n' (results are written one per line).
+  // may not contain '\n' (results are written one per line), except in an
+  // external feed.
   virtual Status BatchResults(const std::vector<std::string_view>& results) = 0;
 
   // True once the feed is over (every epoch read), terminated, or stopped.
@@ -87,7 +95,8 @@ class DataFeed {
 
   // Records returned by NextBatch so far.
   virtual uint64_t records_read() const = 0;
-  // The run's --format: "csv", "jsonl", "tfrecord" or "raw".
+  // The run's --format: "csv", "jsonl", "tfrecord" or "raw"; "pickle" for an
+  // external feed.
   virtual std::string format() const = 0;
   // The run's --record-bytes (raw fixed-length records; 0 otherwise).
   virtual uint64_t record_bytes() const = 0;

@@ -66,6 +66,7 @@ struct NodeInfo {
   int32_t pid = 0;
   std::vector<int32_t> gpus;
   std::string agent_address;
+  std::string feed_socket;  // the node's external feed socket; "" : none
   // Filled by the server when the barrier completes.
   std::string job_name;
   int32_t task_index = -1;

@@ -26,15 +26,17 @@ class Status {
  public:
   enum class Code {
     kOk = 0,
-    kInvalidArgument,   // malformed input; Python ValueError
-    kNotFound,          // unknown job, task, key, file; Python ValueError
-    kWrongType,         // a value of the wrong type; Python TypeError
-    kDeadlineExceeded,  // a wait ran out; Python TimeoutError
-    kUnavailable,       // a peer is unreachable or died; Python RuntimeError
-    kAlreadyExists,     // a duplicate key or task; Python KeyError
-    kPermissionDenied,  // auth failed; Python PermissionError
-    kIoError,           // the OS refused (open, read, bind); Python OSError
-    kInternal,          // a broken invariant; Python RuntimeError
+    kInvalidArgument,     // malformed input; Python ValueError
+    kNotFound,            // unknown job, task, key, file; Python ValueError
+    kWrongType,           // a value of the wrong type; Python TypeError
+    kDeadlineExceeded,    // a wait ran out; Python TimeoutError
+    kUnavailable,         // a peer is unreachable or died; Python RuntimeError
+    kAlreadyExists,       // a duplicate key or task; Python KeyError
+    kPermissionDenied,    // auth failed; Python PermissionError
+    kIoError,             // the OS refused (open, read, bind); Python OSError
+    kInternal,            // a broken invariant; Python RuntimeError
+    kFailedPrecondition,  // not allowed in this state (a feed that ended); Python RuntimeError
+    kCancelled,           // the other side gave up (a terminated feed); Python RuntimeError
   };
 
   Status() = default;
@@ -65,6 +67,12 @@ class Status {
   static Status IoError(std::string message) { return Status(Code::kIoError, std::move(message)); }
   static Status Internal(std::string message) {
     return Status(Code::kInternal, std::move(message));
+  }
+  static Status FailedPrecondition(std::string message) {
+    return Status(Code::kFailedPrecondition, std::move(message));
+  }
+  static Status Cancelled(std::string message) {
+    return Status(Code::kCancelled, std::move(message));
   }
 
   bool ok() const { return code_ == Code::kOk; }

@@ -126,6 +126,11 @@ class Agent::Impl {
     event_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   }
   ~Impl() {
+    feed_.reset();
+    if (!feed_dir_.empty()) {
+      std::error_code ignored;
+      fs::remove_all(feed_dir_, ignored);
+    }
     if (event_fd_ >= 0) ::close(event_fd_);
   }
 
@@ -135,7 +140,14 @@ class Agent::Impl {
     int expected = 0;
     interrupt_signal_.compare_exchange_strong(expected, signal);
     Notify();
-    return started_.load();
+    const bool started = started_.load();
+    if (!started && feed_dir_ready_.load()) {
+      // The caller (a signal handler) exits now: leave no socket directory
+      // behind. unlink and rmdir are async-signal-safe.
+      ::unlink(feed_socket_c_);
+      ::rmdir(feed_dir_c_);
+    }
+    return started;
   }
 
  private:
@@ -176,6 +188,9 @@ class Agent::Impl {
   // share of it; sets DROVER_FEED_SOCKET in *env.
   Status StartFeeding(const FormedCluster& cluster, const std::string& task,
                       std::map<std::string, std::string>* env);
+  // Reads the plan (inline or from its file) and, for an external plan,
+  // makes the feed socket's directory; sets node->feed_socket.
+  Status PrepareFeeding(NodeInfo* node);
 
   AgentOptions options_;
   int event_fd_ = -1;
@@ -189,6 +204,15 @@ class Agent::Impl {
   std::string lost_reason_;  // guarded by mu_
   std::string feed_error_;   // guarded by mu_
   std::unique_ptr<FeedService> feed_;
+  // The feed plan, read before registering; its error is reported once the
+  // node has registered, as any failure to start feeding.
+  std::optional<Result<feed::FeedPlan>> plan_;
+  // An external plan's socket directory (0700, made before registering;
+  // removed with the agent) and copies of its paths for Interrupt().
+  std::string feed_dir_;
+  char feed_dir_c_[64] = {};
+  char feed_socket_c_[80] = {};
+  std::atomic<bool> feed_dir_ready_{false};
 };
 
 int Agent::Impl::Run() {
@@ -196,6 +220,20 @@ int Agent::Impl::Run() {
   if (o.executor_id.empty()) return Fail(Status::InvalidArgument("no executor id given"));
   if (o.command.empty()) return Fail(Status::InvalidArgument("no command to run after `--`"));
   if (event_fd_ < 0) return Fail(Status::IoError(std::string("eventfd: ") + std::strerror(errno)));
+  if (o.exit_with_parent > 0) {
+    // SIGTERM when the parent dies: the agent stops its program as for any
+    // SIGTERM. A parent that died before this line is not watched, so check.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != o.exit_with_parent) {
+      ::prctl(PR_SET_PDEATHSIG, 0);
+      return Fail(Status::Unavailable("the process that started this agent (--exit-with-parent " +
+                                      std::to_string(o.exit_with_parent) +
+                                      ") is gone; parent now " + std::to_string(::getppid())));
+    }
+  }
+  if (!o.feed_plan.empty() && !o.feed_plan_json.empty()) {
+    return Fail(Status::InvalidArgument("give the feed plan as a file or inline, not both"));
+  }
 
   // The program's orphans become ours, so its process group empties as soon
   // as they die (Subprocess reaps them) rather than when init gets to them.
@@ -221,6 +259,7 @@ int Agent::Impl::Run() {
   for (int port : ports.ports()) node.ports.push_back(static_cast<uint32_t>(port));
   node.pid = static_cast<int32_t>(::getpid());
   if (o.gpus) node.gpus.assign(o.gpus->begin(), o.gpus->end());
+  if (Status prepared = PrepareFeeding(&node); !prepared.ok()) return Fail(prepared);
   Result<FormedCluster> formed = client->Register(node, deadline);
   if (!formed.ok()) return Fail(formed.status());
   const FormedCluster& cluster = *formed;
@@ -336,16 +375,63 @@ int Agent::Impl::Run() {
   return status.ShellCode();
 }
 
+Status Agent::Impl::PrepareFeeding(NodeInfo* node) {
+  if (!options_.feed_plan_json.empty()) {
+    Result<feed::FeedPlan> plan = feed::FeedPlan::FromJson(options_.feed_plan_json);
+    plan_ = plan.ok() ? std::move(plan) : plan.status().WithContext("--feed-plan-json");
+  } else if (!options_.feed_plan.empty()) {
+    plan_ = feed::FeedPlan::ReadFile(options_.feed_plan);
+  }
+  if (!plan_ || !plan_->ok() || !(*plan_)->external) return Status::Ok();
+  // Writers find an external feed through the cluster (NodeInfo), so its
+  // socket's place is known before the node registers.
+  char dir[] = "/tmp/drover-feed-XXXXXX";
+  if (::mkdtemp(dir) == nullptr) {
+    return Status::IoError(std::string("cannot make the feed socket directory: ") +
+                           std::strerror(errno));
+  }
+  feed_dir_ = dir;
+  node->feed_socket = feed_dir_ + "/feed.sock";
+  static_assert(sizeof(dir) <= sizeof(feed_dir_c_));
+  std::memcpy(feed_dir_c_, feed_dir_.c_str(), feed_dir_.size() + 1);
+  std::memcpy(feed_socket_c_, node->feed_socket.c_str(), node->feed_socket.size() + 1);
+  feed_dir_ready_ = true;
+  return Status::Ok();
+}
+
 Status Agent::Impl::StartFeeding(const FormedCluster& cluster, const std::string& task,
                                  std::map<std::string, std::string>* env) {
   env->erase(kFeedSocketVariable);
-  if (options_.feed_plan.empty()) return Status::Ok();
+  if (!plan_) return Status::Ok();
   std::optional<FeedShare> share = FeedShareOf(cluster.spec, cluster.job_name, cluster.task_index);
-  if (!share) return Status::Ok();  // ps and evaluator nodes are not fed
-  DROVER_ASSIGN_OR_RETURN(feed::FeedPlan plan, feed::FeedPlan::ReadFile(options_.feed_plan));
+  if (!share) {  // ps and evaluator nodes are not fed
+    feed_dir_ready_ = false;
+    if (!feed_dir_.empty()) {
+      std::error_code ignored;
+      fs::remove_all(feed_dir_, ignored);
+      feed_dir_.clear();
+    }
+    return Status::Ok();
+  }
+  if (!plan_->ok()) return plan_->status();
   FeedServiceOptions feed;
-  feed.plan = std::move(plan);
+  feed.plan = **plan_;
   feed.plan_path = options_.feed_plan;
+  feed.socket_dir = feed_dir_;  // "" : the service makes its own
+  if (feed.plan_path.empty() && !feed.plan.external) {
+    // An inline plan from files: the feeder reads it from the socket's
+    // directory, which goes with the service.
+    char dir[] = "/tmp/drover-feed-XXXXXX";
+    if (::mkdtemp(dir) == nullptr) {
+      return Status::IoError(std::string("cannot make the feed socket directory: ") +
+                             std::strerror(errno));
+    }
+    feed_dir_ = feed.socket_dir = dir;
+    feed.plan_path = feed_dir_ + "/plan.json";
+    std::ofstream out(feed.plan_path, std::ios::trunc);
+    out << feed.plan.ToJson() << "\n";
+    if (!out.flush()) return Status::IoError("cannot write the feed plan " + feed.plan_path);
+  }
   feed.share = share->share;
   feed.shares = share->shares;
   feed.task = task;

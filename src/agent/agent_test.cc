@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <set>
@@ -25,10 +26,12 @@ namespace {
 
 using ::drover::testing::ReadFile;
 using ::drover::testing::TempDir;
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 using namespace std::chrono_literals;
+namespace fs = std::filesystem;
 
 std::map<std::string, std::string> ParseEnv(const std::string& text) {
   std::map<std::string, std::string> env;
@@ -62,12 +65,13 @@ bool EventuallyGroupGone(pid_t pgid) {
 // A rendezvous server with N slots, and agents run on threads against it.
 class AgentTest : public ::testing::Test {
  protected:
-  void StartServer(int nodes, Milliseconds reservation_timeout = 60s) {
+  void StartServer(int nodes, Milliseconds reservation_timeout = 60s, int num_ps = 0) {
     ASSERT_OK_AND_ASSIGN(token_, ClusterToken::Generate());
     RendezvousServerOptions options;
     options.bind_address = "127.0.0.1";
     options.token = token_;
     options.cluster.num_nodes = nodes;
+    options.cluster.num_ps = num_ps;
     options.reservation_timeout = reservation_timeout;
     options.heartbeat_interval = 100ms;
     options.on_event = [this](const NodeEvent& event) {
@@ -308,6 +312,74 @@ TEST_F(AgentTest, MissingProgramIsReported) {
   NodeEvent reported = ReportedError("exec-0");
   const NodeEvent* node = &reported;
   EXPECT_THAT(node->message, HasSubstr("worker:0 could not start"));
+}
+
+TEST_F(AgentTest, ExternalFeedPlanPublishesTheFeedSocketOfEveryNode) {
+  StartServer(2, 60s, /*num_ps=*/1);
+  // The program holds on until the test has seen the cluster.
+  const std::string go = dir_.File("go");
+  const std::string script =
+      "printf '%s\\n' \"${DROVER_FEED_SOCKET-unset}\" > " + dir_.path() +
+      "/socket-$DROVER_EXECUTOR_ID; [ -S \"$DROVER_FEED_SOCKET\" ] && echo " + "served >> " +
+      dir_.path() + "/socket-$DROVER_EXECUTOR_ID; " + "while [ ! -e " + go +
+      " ]; do sleep 0.02; done";
+  AgentOptions a = Options("exec-a", script);
+  AgentOptions b = Options("exec-b", script);
+  const std::string plan = R"({"mode": "train", "format": "pickle", "external": true})";
+  a.feed_plan_json = b.feed_plan_json = plan;
+  int code_a = -1, code_b = -1;
+  std::thread thread_a([&] { code_a = Agent(a).Run(); });
+  std::thread thread_b([&] { code_b = Agent(b).Run(); });
+  Result<FormedCluster> formed = server_->WaitForCluster(Clock::now() + 60s);
+  std::map<std::string, NodeInfo> nodes;
+  if (formed.ok()) {
+    for (const NodeInfo& node : formed->nodes) nodes[node.job_name] = node;
+  }
+  // Both programs have started once both files are there.
+  std::string worker_saw, ps_saw;
+  if (nodes.count("worker") && nodes.count("ps")) {
+    worker_saw = AwaitFile(dir_.File("socket-" + nodes["worker"].executor_id));
+    ps_saw = AwaitFile(dir_.File("socket-" + nodes["ps"].executor_id));
+  }
+  ::drover::testing::WriteFile(go, "");
+  thread_a.join();
+  thread_b.join();
+  ASSERT_OK(formed);
+  ASSERT_EQ(code_a, 0) << ReadFile(dir_.File("exec-a.err"));
+  ASSERT_EQ(code_b, 0) << ReadFile(dir_.File("exec-b.err"));
+  ASSERT_EQ(nodes.size(), 2u);
+  const std::string& socket = nodes["worker"].feed_socket;
+  EXPECT_THAT(socket, StartsWith("/tmp/drover-feed-"));
+  EXPECT_THAT(socket, ::testing::EndsWith("/feed.sock"));
+  // The worker serves it, as its DROVER_FEED_SOCKET; the ps is not fed.
+  EXPECT_EQ(worker_saw, socket + "\nserved\n");
+  EXPECT_EQ(ps_saw, "unset\n");
+  EXPECT_FALSE(nodes["ps"].feed_socket.empty());
+  // Nothing is left behind.
+  for (const auto& [job, node] : nodes) {
+    EXPECT_FALSE(fs::exists(fs::path(node.feed_socket).parent_path())) << job;
+  }
+}
+
+TEST_F(AgentTest, BadInlineFeedPlanIsReportedNamingTheFlag) {
+  StartServer(1);
+  AgentOptions options = Options("exec-0", "echo never");
+  options.feed_plan_json = R"({"mode": "train", "format": "pickle", "partitions": []})";
+  EXPECT_EQ(Agent(options).Run(), 1);
+  NodeEvent reported = ReportedError("exec-0");
+  EXPECT_THAT(reported.message, HasSubstr("--feed-plan-json"));
+  EXPECT_THAT(reported.message, HasSubstr("format"));
+  EXPECT_EQ(ReadFile(dir_.File("exec-0.out")), "");
+}
+
+TEST_F(AgentTest, ExitWithParentThatIsAlreadyGoneExitsAtOnce) {
+  StartServer(1);
+  AgentOptions options = Options("exec-0", "echo never");
+  options.exit_with_parent = ::getppid() == 1 ? 2 : 1;  // not our parent
+  EXPECT_EQ(Agent(options).Run(), 1);
+  EXPECT_THAT(ReadFile(dir_.File("exec-0.err")),
+              AllOf(StartsWith("drover agent exec-0: "), HasSubstr("--exit-with-parent")));
+  EXPECT_EQ(ReadFile(dir_.File("exec-0.out")), "");
 }
 
 TEST_F(AgentTest, WrongTokenFailsWithOneLine) {

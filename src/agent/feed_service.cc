@@ -72,6 +72,8 @@ class FeedService::Impl {
   void Accept();
   void OnFeederExit(const ExitStatus& status);
   std::optional<feed::CommitPoint> Progress();
+  // Whether a writer closed the input ring (an external feed that ended).
+  bool InputEnded();
   std::string DescribeCommit(const std::optional<feed::CommitPoint>& commit) const;
 
   void WriteResults();
@@ -98,6 +100,7 @@ class FeedService::Impl {
   int writer_fd_ = -1;
   std::optional<Subprocess> feeder_;
   bool feeder_done_ = false;
+  bool input_ended_ = false;
   int stalled_restarts_ = 0;
   std::optional<feed::CommitPoint> progress_at_start_;
 
@@ -109,19 +112,23 @@ class FeedService::Impl {
 Status FeedService::Impl::Start() {
   const feed::FeedPlan& plan = options_.plan;
   feeds_ = feed::FeedsOfShare(plan, options_.share, options_.shares);
-  char dir[] = "/tmp/drover-feed-XXXXXX";
-  if (::mkdtemp(dir) == nullptr) {
-    return Status::IoError(std::string("cannot make the feed socket directory: ") +
-                           std::strerror(errno));
+  if (!options_.socket_dir.empty()) {
+    dir_ = options_.socket_dir;
+  } else {
+    char dir[] = "/tmp/drover-feed-XXXXXX";
+    if (::mkdtemp(dir) == nullptr) {
+      return Status::IoError(std::string("cannot make the feed socket directory: ") +
+                             std::strerror(errno));
+    }
+    dir_ = dir;
   }
-  dir_ = dir;
   socket_path_ = dir_ + "/feed.sock";
   DROVER_ASSIGN_OR_RETURN(feed::ShmChannel channel, feed::ShmChannel::Create(plan.queue_bytes));
   channel_.emplace(std::move(channel));
   DROVER_ASSIGN_OR_RETURN(listen_fd_, feed::ListenUnix(socket_path_));
   event_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (event_fd_ < 0) return Status::IoError(std::string("eventfd: ") + std::strerror(errno));
-  if (plan.mode == feed::FeedMode::kInference) {
+  if (plan.mode == feed::FeedMode::kInference && !plan.external) {
     std::error_code error;
     fs::create_directories(plan.output_dir, error);
     if (error) {
@@ -166,6 +173,20 @@ std::optional<feed::CommitPoint> FeedService::Impl::Progress() {
   feed::RingWriter probe(*channel_, /*input_ring=*/true);
   Result<std::optional<feed::CommitPoint>> commit = probe.LastCommit();
   return commit.ok() ? *commit : std::nullopt;
+}
+
+bool FeedService::Impl::InputEnded() {
+  if (input_ended_) return true;
+  // The ring's closed flag counts once everything before it is read, so a
+  // probe reads (never releases) up to the published end; only the program
+  // releases, and no writer is joined while this runs.
+  feed::RingReader probe(*channel_, /*input_ring=*/true);
+  for (;;) {
+    Result<std::optional<feed::BatchView>> next = probe.TryNext();
+    if (!next.ok() || !next->has_value()) break;
+  }
+  input_ended_ = probe.closed_and_drained();
+  return input_ended_;
 }
 
 std::string FeedService::Impl::DescribeCommit(
@@ -234,19 +255,41 @@ void FeedService::Impl::Accept() {
   if (ignored_fd >= 0) ::close(ignored_fd);
   feed::FeedRole role;
   bool train_mode = true;
-  if (got.ok()) got = feed::DecodeHello(line, &role, &train_mode);
+  bool external_writer = false;
+  if (got.ok()) got = feed::DecodeHello(line, &role, &train_mode, &external_writer);
   if (!got.ok()) return refuse(got);
-  int& slot = role == feed::FeedRole::kReader ? reader_fd_ : writer_fd_;
+  const feed::FeedPlan& plan = options_.plan;
+  const bool writer = role == feed::FeedRole::kWriter;
+  if (writer && external_writer != plan.external) {
+    return refuse(Status::FailedPrecondition(
+        plan.external ? "the feed of " + options_.task +
+                            " is fed from outside (drover.Cluster.train), not by a feeder"
+                      : "the feed of " + options_.task +
+                            " is fed from its plan (drover run --input), not from outside"));
+  }
+  int& slot = writer ? writer_fd_ : reader_fd_;
+  if (slot >= 0 && writer && plan.external) {
+    // A writer that just left may not have been noticed yet.
+    pollfd p{slot, POLLIN, 0};
+    if (::poll(&p, 1, 0) > 0 && p.revents != 0) {
+      ::close(slot);
+      slot = -1;
+    }
+  }
   if (slot >= 0) {
     return refuse(Status::AlreadyExists(
-        role == feed::FeedRole::kReader
-            ? "the feed of " + options_.task + " already has a reader (pid " +
-                  std::to_string(reader_pid_) + "): one process reads a node's feed"
-            : "the feed of " + options_.task + " already has a feeder"));
+        !writer ? "the feed of " + options_.task + " already has a reader (pid " +
+                      std::to_string(reader_pid_) + "): one process reads a node's feed"
+        : plan.external ? "the feed of " + options_.task + " already has a writer"
+                        : "the feed of " + options_.task + " already has a feeder"));
+  }
+  if (writer && plan.external && InputEnded()) {
+    return refuse(Status::FailedPrecondition("the feed of " + options_.task + " has ended"));
   }
   feed::FeedGrant grant;
-  const feed::FeedPlan& plan = options_.plan;
-  grant.mode = plan.mode == feed::FeedMode::kInference ? "inference" : "train";
+  grant.mode = plan.external                             ? "external"
+               : plan.mode == feed::FeedMode::kInference ? "inference"
+                                                         : "train";
   grant.format = std::string(feed::RecordFormatName(plan.read.format));
   grant.record_bytes = plan.read.record_bytes;
   grant.feed_timeout_ms = plan.feed_timeout_ms;
@@ -263,7 +306,9 @@ void FeedService::Impl::Accept() {
 }
 
 void FeedService::Impl::Loop() {
-  if (Status spawned = SpawnFeeder(); !spawned.ok()) {
+  if (options_.plan.external) {
+    // Writers come from outside.
+  } else if (Status spawned = SpawnFeeder(); !spawned.ok()) {
     Fail(spawned.WithContext("starting the feeder of " + options_.task));
   }
   while (!quit_) {
@@ -406,8 +451,10 @@ Status FeedService::Impl::CheckResults() {
 Status FeedService::Impl::Finish() {
   finishing_ = true;
   if (results_.joinable()) results_.join();
-  Status checked =
-      options_.plan.mode == feed::FeedMode::kInference && !failed_ ? CheckResults() : Status::Ok();
+  const feed::FeedPlan& plan = options_.plan;
+  Status checked = plan.mode == feed::FeedMode::kInference && !plan.external && !failed_
+                       ? CheckResults()
+                       : Status::Ok();
   Shutdown();
   return checked;
 }

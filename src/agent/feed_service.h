@@ -6,8 +6,18 @@
 // record, to <output>/part-NNNNN, renamed into place once the partition is
 // complete.
 //
-// Threads: one loop thread (socket, feeder exit) and, in inference, one
-// result-writer thread; on_failure is called once, from one of them.
+// With an external plan (FeedPlan::external: drover.Cluster.train and
+// inference) it runs no feeder and writes no results: writers from outside
+// (feed/partition_writer.h) join the socket one at a time, push records into
+// the input ring and read the results back from the output ring themselves.
+// A second concurrent writer is refused (kAlreadyExists); once a writer has
+// ended the feed (closed the input ring) later ones are refused
+// (kFailedPrecondition). An external writer joining a plan feed, or the
+// feeder joining an external one, is refused too (kFailedPrecondition).
+//
+// Threads: one loop thread (socket, feeder exit) and, in inference from a
+// plan, one result-writer thread; on_failure is called once, from one of
+// them.
 
 #ifndef DROVER_AGENT_FEED_SERVICE_H_
 #define DROVER_AGENT_FEED_SERVICE_H_
@@ -28,7 +38,11 @@ struct FeedServiceOptions {
   std::string plan_path;  // handed to the feeder
   int share = 0;
   int shares = 1;
-  std::string task;           // "worker:0"
+  std::string task;  // "worker:0"
+  // An existing private (0700) directory to serve the socket in, as
+  // <socket_dir>/feed.sock; "" : a new one under /tmp. Either way the
+  // directory is removed at shutdown.
+  std::string socket_dir;
   std::string drover_binary;  // runs `<drover_binary> feeder ...`
   // Prints one line of the service's own ("the feeder was killed ...").
   std::function<void(const std::string&)> say;
@@ -51,6 +65,7 @@ class FeedService {
   // The program exited 0. Training: stops the feeder. Inference: writes the
   // results still queued and checks that every partition of the share was
   // answered in full; kInvalidArgument naming the first one that was not.
+  // External: stops serving (nothing to check).
   Status Finish();
   // Stops feeding now (the program failed or the node is stopping).
   void Stop(const std::string& reason);

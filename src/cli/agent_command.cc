@@ -29,6 +29,8 @@ struct AgentFlags {
   double reservation_timeout = 600;
   int restart_count = 0;
   std::string feed_plan;
+  std::string feed_plan_json;
+  int exit_with_parent = 0;
   std::vector<std::string> command;
 };
 
@@ -95,7 +97,14 @@ int RunAgent(const AgentFlags& flags) {
   options.grace = Seconds(flags.grace);
   options.reservation_timeout = Seconds(flags.reservation_timeout);
   options.restart_count = flags.restart_count;
+  if (!flags.feed_plan.empty() && !flags.feed_plan_json.empty()) {
+    return fail(Status::InvalidArgument(
+                    "--feed-plan and --feed-plan-json are two ways to give the plan: give one"),
+                kExitBadInput);
+  }
   options.feed_plan = flags.feed_plan;
+  options.feed_plan_json = flags.feed_plan_json;
+  options.exit_with_parent = flags.exit_with_parent;
   options.command = flags.command;
 
   // A driver or terminal that goes away must not kill the agent mid-write;
@@ -152,6 +161,15 @@ void AddAgentCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   agent->add_option("--feed-plan", flags->feed_plan,
                     "The feed plan of drover run --input (chief/master/worker nodes are fed)");
+  agent
+      ->add_option("--feed-plan-json", flags->feed_plan_json,
+                   "The feed plan inline, as JSON (drover.Cluster.train's external feeding)")
+      ->type_name("JSON");
+  agent
+      ->add_option("--exit-with-parent", flags->exit_with_parent,
+                   "Stop the program and exit when process PID (the agent's parent) dies")
+      ->type_name("PID")
+      ->check(CLI::PositiveNumber);
   agent->add_option("command", flags->command, "The program and its arguments, after --")
       ->required();
   agent->footer(

@@ -38,7 +38,8 @@ Json NodeJson(const NodeInfo& node) {
               {"ports", node.ports},
               {"pid", node.pid},
               {"gpus", node.gpus},
-              {"agent_address", node.agent_address}};
+              {"agent_address", node.agent_address},
+              {"feed_socket", node.feed_socket}};
 }
 
 Json ClusterJson(const FormedCluster& cluster) {

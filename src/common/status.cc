@@ -36,6 +36,10 @@ std::string_view CodeName(Status::Code code) {
       return "IoError";
     case Status::Code::kInternal:
       return "Internal";
+    case Status::Code::kFailedPrecondition:
+      return "FailedPrecondition";
+    case Status::Code::kCancelled:
+      return "Cancelled";
   }
   return "Unknown";
 }

@@ -443,6 +443,9 @@ Status DecodeColumns(RecordFormat format, const std::vector<Field>& fields,
     case RecordFormat::kRaw:
     case RecordFormat::kTfRecord:
       return DecodeBinary(fields, records, columns);
+    case RecordFormat::kPickle:
+      return Status::InvalidArgument(
+          "pickled records are Python objects, decoded by drover.DataFeed, not into columns");
   }
   return Status::InvalidArgument("unknown record format");
 }

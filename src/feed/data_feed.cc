@@ -35,6 +35,7 @@ class ShmDataFeed final : public DataFeed {
         input_(channel_, /*input_ring=*/true),
         output_(channel_, /*input_ring=*/false),
         inference_(!train_mode),
+        external_(grant_.mode == "external"),
         timeout_(timeout) {}
   ~ShmDataFeed() override { ::close(socket_); }
 
@@ -72,6 +73,10 @@ class ShmDataFeed final : public DataFeed {
   feed::RingReader input_;
   feed::RingWriter output_;
   bool inference_;
+  // Fed from outside (drover.Cluster.train): a writer sends one partition
+  // and, in inference, waits for its results before it sends more, so a
+  // call never waits for records past the end of a partition.
+  bool external_;
   std::chrono::milliseconds timeout_;
 
   std::optional<BatchView> current_;   // the batch being handed out
@@ -160,12 +165,19 @@ Result<RecordBatch> ShmDataFeed::NextBatch(size_t max_records) {
 
   const auto deadline = Clock::now() + timeout_;
   bool have_epoch = false;
+  bool partition_ended = false;  // external: take only what is queued from here
   while (batch.records.size() < max_records && !ended_) {
     if (!current_) {
       bool held_back = false;
-      Result<std::optional<BatchView>> next =
-          batch.records.empty() ? input_.Next(deadline) : NextWhileHolding(deadline, &held_back);
+      Result<std::optional<BatchView>> next = batch.records.empty() ? input_.Next(deadline)
+                                              : partition_ended
+                                                  ? input_.TryNext()
+                                                  : NextWhileHolding(deadline, &held_back);
       if (held_back) break;
+      if (partition_ended && next.ok() && !next->has_value() &&
+          channel_.state() == RunState::kRunning && !input_.closed_and_drained()) {
+        break;
+      }
       if (!next.ok()) {
         if (!batch.records.empty()) break;  // what arrived in time
         if (next.status().code() == Status::Code::kDeadlineExceeded) {
@@ -192,7 +204,20 @@ Result<RecordBatch> ShmDataFeed::NextBatch(size_t max_records) {
       batch.epoch = static_cast<int>(current_->info.epoch);
       have_epoch = true;
     }
+    const bool ends_partition = (current_->info.flags & feed::kEndOfPartition) != 0;
     Take(max_records, &batch);
+    if (external_ && ends_partition && !current_) {
+      if (!batch.records.empty()) {
+        partition_ended = true;
+      } else if (inference_) {
+        // An empty partition: its writer waits for its end now, not after
+        // the next records (which it will only send once answered).
+        for (const Piece& piece : unanswered_) {
+          if (Status written = WriteResults(piece, {}, 0); !written.ok()) return written;
+        }
+        unanswered_.clear();
+      }
+    }
   }
   records_read_ += batch.records.size();
   return batch;
@@ -257,7 +282,9 @@ Status ShmDataFeed::BatchResults(const std::vector<std::string_view>& results) {
                                    (partitions.empty() ? std::string(" (none were read)")
                                                        : " (partition " + partitions + ")"));
   }
-  for (size_t i = 0; i < results.size(); ++i) {
+  // External feeds return results through the queue only; file output is
+  // one result per line.
+  for (size_t i = 0; i < results.size() && !external_; ++i) {
     if (results[i].find('\n') != std::string_view::npos) {
       return Status::InvalidArgument("batch_results: result " + std::to_string(i) +
                                      " contains a newline; results are written one per line");
@@ -302,8 +329,10 @@ Result<std::unique_ptr<DataFeed>> DataFeed::Connect(DataFeedOptions options) {
   DROVER_ASSIGN_OR_RETURN(feed::JoinedFeed joined,
                           feed::JoinFeed(path, feed::FeedRole::kReader, options.train_mode,
                                          Clock::now() + kConnectTimeout));
+  // An external feed (drover.Cluster.train / inference) leaves the mode to
+  // the program.
   const bool inference_run = joined.grant.mode == "inference";
-  if (inference_run == options.train_mode) {
+  if (joined.grant.mode != "external" && inference_run == options.train_mode) {
     ::close(joined.socket);
     return Status::InvalidArgument(
         inference_run ? "this run feeds for inference (drover run --mode inference): read it "

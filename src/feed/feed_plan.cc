@@ -19,7 +19,7 @@ using Json = nlohmann::ordered_json;
 
 constexpr std::string_view kPlanFields[] = {"mode",       "format",          "record_bytes",
                                             "epochs",     "feed_timeout_ms", "queue_bytes",
-                                            "output_dir", "partitions"};
+                                            "output_dir", "external",        "partitions"};
 constexpr std::string_view kPartitionFields[] = {"path", "begin", "end"};
 
 std::string TypeName(const Json& value) {
@@ -180,6 +180,7 @@ std::string FeedPlan::ToJson() const {
   json["feed_timeout_ms"] = feed_timeout_ms;
   json["queue_bytes"] = queue_bytes;
   json["output_dir"] = output_dir;
+  if (external) json["external"] = true;
   Json list = Json::array();
   for (const Partition& partition : partitions) {
     Json entry;
@@ -199,11 +200,18 @@ Result<FeedPlan> FeedPlan::FromJson(std::string_view text) {
     return Status::InvalidArgument("feed plan must be a JSON object, got " + TypeName(json));
   }
   DROVER_RETURN_IF_ERROR(CheckFields(json, "the plan", kPlanFields));
+  FeedPlan plan;
+  if (json.contains("external")) {
+    if (!json["external"].is_boolean()) {
+      return FieldError("external", "must be a boolean, got " + TypeName(json["external"]));
+    }
+    plan.external = json["external"].get<bool>();
+  }
   for (std::string_view required : {"mode", "format", "partitions"}) {
+    if (required == "partitions" && plan.external) continue;
     if (!json.contains(required)) return FieldError(required, "is missing");
   }
 
-  FeedPlan plan;
   std::string text_value;
   DROVER_RETURN_IF_ERROR(GetString(json["mode"], "mode", &text_value));
   if (text_value == "train") {
@@ -217,10 +225,14 @@ Result<FeedPlan> FeedPlan::FromJson(std::string_view text) {
   DROVER_RETURN_IF_ERROR(GetString(json["format"], "format", &text_value));
   Result<RecordFormat> format = ParseRecordFormat(text_value);
   if (!format.ok()) {
-    return FieldError("format",
-                      "must be csv, jsonl, tfrecord or raw, got '" + Printable(text_value) + "'");
+    return FieldError("format", "must be csv, jsonl, tfrecord, raw or pickle, got '" +
+                                    Printable(text_value) + "'");
   }
   plan.read.format = *format;
+  if (plan.read.format == RecordFormat::kPickle && !plan.external) {
+    return FieldError("format",
+                      "is pickle in a plan that is not external: " + std::string(kPickleFromFiles));
+  }
   if (json.contains("record_bytes")) {
     DROVER_RETURN_IF_ERROR(GetInteger<uint64_t>(json["record_bytes"], "record_bytes", 0,
                                                 kMaxRecordBytes, &plan.read.record_bytes));
@@ -246,6 +258,7 @@ Result<FeedPlan> FeedPlan::FromJson(std::string_view text) {
                         "must be an absolute path, got '" + Printable(plan.output_dir) + "'");
     }
   }
+  if (!json.contains("partitions")) return plan;  // external
   const Json& partitions = json["partitions"];
   if (!partitions.is_array()) {
     return FieldError("partitions", "must be an array, got " + TypeName(partitions));
@@ -291,7 +304,7 @@ Result<FeedPlan> FeedPlan::ReadFile(const std::string& path) {
 
 std::vector<FeedUnit> FeedsOfShare(const FeedPlan& plan, int share, int shares) {
   std::vector<FeedUnit> feeds;
-  if (shares <= 0 || share < 0 || share >= shares) return feeds;
+  if (plan.external || shares <= 0 || share < 0 || share >= shares) return feeds;
   const size_t partitions = plan.partitions.size();
   for (int epoch = 0; epoch < plan.epochs; ++epoch) {
     for (size_t p = static_cast<size_t>(share); p < partitions; p += static_cast<size_t>(shares)) {

@@ -2,9 +2,16 @@
 // feeder as a JSON file (docs/feed.md). It names the partitions, how many
 // epochs to feed, and which share of the partitions each fed node gets.
 //
+// An external plan (drover.Cluster.train / inference) names no files: the
+// agent serves its node's queue to writers from outside (PartitionWriter,
+// feed/partition_writer.h) and runs no feeder; only the format, the feed
+// timeout and the queue size matter. It goes to the agents inline
+// (`drover agent --feed-plan-json`).
+//
 // JSON: {"mode": "train"|"inference", "format": "csv"|..., "record_bytes": N,
 //        "epochs": E, "feed_timeout_ms": T, "queue_bytes": Q, "output_dir": str,
-//        "partitions": [{"path": str, "begin": N, "end": N}, ...]}
+//        "external": bool, "partitions": [{"path": str, "begin": N, "end": N}, ...]}
+// ("external" is written only when true.)
 
 #ifndef DROVER_FEED_FEED_PLAN_H_
 #define DROVER_FEED_FEED_PLAN_H_
@@ -28,6 +35,9 @@ struct FeedPlan {
   int64_t feed_timeout_ms = 600'000;
   uint64_t queue_bytes = 64ull << 20;  // per direction
   std::string output_dir;              // inference only; absolute
+  // Fed from outside the agent (external feeding); `partitions` may be empty
+  // and mode does not matter (the program picks train or inference).
+  bool external = false;
   std::vector<Partition> partitions;
 
   friend bool operator==(const FeedPlan&, const FeedPlan&) = default;
@@ -35,8 +45,10 @@ struct FeedPlan {
   std::string ToJson() const;
   // kInvalidArgument naming the field for anything malformed (fuzzed): a
   // wrong type, a negative or out-of-range number, an unknown mode, format or
-  // field, a repeated key, a relative path, a partition with begin > end.
-  // "mode", "format" and "partitions" are required; the rest default as above.
+  // field, a repeated key, a relative path, a partition with begin > end, the
+  // pickle format in a plan that is not external.
+  // "mode", "format" and "partitions" are required ("partitions" not in an
+  // external plan); the rest default as above.
   static Result<FeedPlan> FromJson(std::string_view json);
   static Result<FeedPlan> ReadFile(const std::string& path);
 };
@@ -51,7 +63,7 @@ struct FeedUnit {
 
 // The feeds of share `share` of `shares` (the fed nodes, in cluster order):
 // epoch by epoch, partitions p with p % shares == share, in plan order.
-// Empty unless 0 <= share < shares.
+// Empty unless 0 <= share < shares, and for an external plan.
 std::vector<FeedUnit> FeedsOfShare(const FeedPlan& plan, int share, int shares);
 
 }  // namespace drover::feed

@@ -86,6 +86,45 @@ TEST(FeedPlanTest, EmptyPartitionListIsAPlan) {
   EXPECT_THAT(plan.partitions, IsEmpty());
 }
 
+TEST(FeedPlanTest, ExternalPlanRoundTripsWithoutPartitions) {
+  FeedPlan plan;
+  plan.external = true;
+  plan.read.format = RecordFormat::kPickle;
+  plan.feed_timeout_ms = 300;
+  plan.queue_bytes = 1 << 20;
+  const std::string json = plan.ToJson();
+  EXPECT_EQ(nlohmann::json::parse(json)["external"], true);
+  EXPECT_EQ(nlohmann::json::parse(json)["format"], "pickle");
+  ASSERT_OK_AND_ASSIGN(FeedPlan parsed, FeedPlan::FromJson(json));
+  EXPECT_EQ(parsed, plan);
+
+  ASSERT_OK_AND_ASSIGN(
+      parsed, FeedPlan::FromJson(R"({"mode": "train", "format": "pickle", "external": true})"));
+  EXPECT_TRUE(parsed.external);
+  EXPECT_THAT(parsed.partitions, IsEmpty());
+  // A plan from files says nothing about "external".
+  EXPECT_EQ(nlohmann::json::parse(SamplePlan().ToJson()).count("external"), 0u);
+  ASSERT_OK_AND_ASSIGN(parsed, FeedPlan::FromJson(
+                                   R"({"mode": "train", "format": "csv", "external": false,
+                                       "partitions": []})"));
+  EXPECT_FALSE(parsed.external);
+}
+
+TEST(FeedPlanTest, PickleIsNotReadFromFiles) {
+  ASSERT_OK_AND_ASSIGN(RecordFormat format, ParseRecordFormat("pickle"));
+  EXPECT_EQ(format, RecordFormat::kPickle);
+  EXPECT_EQ(RecordFormatName(RecordFormat::kPickle), "pickle");
+  PlanOptions options;
+  options.format = RecordFormat::kPickle;
+  EXPECT_THAT(PlanPartitions({"/etc/hostname"}, options),
+              StatusIs(Code::kInvalidArgument, HasSubstr("drover.Cluster.train")));
+  EXPECT_THAT(RecordReader::Open(Partition{"/etc/hostname", 0, 0}, options, 0),
+              StatusIs(Code::kInvalidArgument, HasSubstr("not read from files")));
+  EXPECT_THAT(
+      FeedPlan::FromJson(R"({"mode": "train", "format": "pickle", "partitions": []})"),
+      StatusIs(Code::kInvalidArgument, AllOf(HasSubstr("format"), HasSubstr("not external"))));
+}
+
 struct MalformedCase {
   std::string json;
   std::string names;  // what the message must mention
@@ -109,6 +148,11 @@ TEST(FeedPlanTest, MalformedPlansNameTheField) {
       {R"({"format": "csv", "partitions": []})", "mode"},
       {R"({"mode": "train", "partitions": []})", "format"},
       {R"({"mode": "train", "format": "csv"})", "partitions"},
+      {R"({"mode": "train", "format": "csv", "external": false})", "partitions"},
+      {R"({"mode": "train", "format": "pickle", "external": 1})", "external"},
+      {R"({"mode": "train", "format": "pickle", "external": "true"})", "external"},
+      {R"({"format": "pickle", "external": true})", "mode"},
+      {R"({"mode": "train", "format": "pickle", "external": true, "partitions": 3})", "partitions"},
       {R"({"mode": "eval", "format": "csv", "partitions": []})", "mode"},
       {R"({"mode": 1, "format": "csv", "partitions": []})", "mode"},
       {R"({"mode": "train", "format": "parquet", "partitions": []})", "format"},
@@ -252,6 +296,13 @@ TEST(FeedsOfShareTest, MoreSharesThanPartitionsLeavesSomeIdle) {
   const FeedPlan plan = PlanOf(2, 1);
   EXPECT_THAT(FeedsOfShare(plan, 1, 4), ElementsAre(FeedUnit{0, 1}));
   EXPECT_THAT(FeedsOfShare(plan, 3, 4), IsEmpty());
+}
+
+TEST(FeedsOfShareTest, ExternalPlanHasNoFeeds) {
+  FeedPlan plan = PlanOf(4, 2);
+  plan.external = true;
+  EXPECT_THAT(FeedsOfShare(plan, 0, 1), IsEmpty());
+  EXPECT_THAT(FeedsOfShare(plan, 1, 2), IsEmpty());
 }
 
 TEST(FeedsOfShareTest, ShareOutOfRangeIsEmpty) {

@@ -721,8 +721,9 @@ Result<RecordFormat> ParseRecordFormat(std::string_view name) {
   if (name == "jsonl") return RecordFormat::kJsonl;
   if (name == "tfrecord") return RecordFormat::kTfRecord;
   if (name == "raw") return RecordFormat::kRaw;
+  if (name == "pickle") return RecordFormat::kPickle;
   return Status::InvalidArgument("unknown record format '" + std::string(name) +
-                                 "': expected csv, jsonl, tfrecord or raw");
+                                 "': expected csv, jsonl, tfrecord, raw or pickle");
 }
 
 std::string_view RecordFormatName(RecordFormat format) {
@@ -735,6 +736,8 @@ std::string_view RecordFormatName(RecordFormat format) {
       return "tfrecord";
     case RecordFormat::kRaw:
       return "raw";
+    case RecordFormat::kPickle:
+      return "pickle";
   }
   return "unknown";
 }
@@ -757,6 +760,7 @@ std::string Partition::Name() const {
 
 Result<std::vector<Partition>> PlanPartitions(const std::vector<std::string>& patterns,
                                               const PlanOptions& options) {
+  if (options.format == RecordFormat::kPickle) return Status::InvalidArgument(kPickleFromFiles);
   if (options.format == RecordFormat::kRaw && options.record_bytes > kMaxRecordBytes) {
     return Status::InvalidArgument("record_bytes " + std::to_string(options.record_bytes) +
                                    " is over the limit of " + std::to_string(kMaxRecordBytes));
@@ -778,6 +782,7 @@ Result<std::vector<Partition>> PlanPartitions(const std::vector<std::string>& pa
 Result<std::unique_ptr<RecordReader>> RecordReader::Open(const Partition& partition,
                                                          const PlanOptions& options,
                                                          uint64_t start_offset) {
+  if (options.format == RecordFormat::kPickle) return Status::InvalidArgument(kPickleFromFiles);
   const std::string& path = partition.path;
   if (partition.begin > partition.end || start_offset < partition.begin ||
       start_offset > partition.end) {
@@ -839,6 +844,8 @@ Result<std::unique_ptr<RecordReader>> RecordReader::Open(const Partition& partit
       reader = std::make_unique<FixedSizeReader>(std::move(fd), path, start_offset, partition.end,
                                                  window, static_cast<size_t>(record_bytes));
       break;
+    case RecordFormat::kPickle:
+      return Status::InvalidArgument(kPickleFromFiles);
   }
   return reader;
 }

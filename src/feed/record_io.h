@@ -13,6 +13,9 @@
 //  - kRaw: fixed-length records of `record_bytes` each (Spark's
 //    binaryRecords); with record_bytes == 0, each file is one record (Spark's
 //    binaryFiles). A file whose size is not a multiple is kInvalidArgument.
+//  - kPickle: opaque records (pickled Python objects) that drover.Cluster.train
+//    and inference push into a node's queue (external feeding, docs/feed.md).
+//    They never come from files: planning or reading them is kInvalidArgument.
 //
 // A partition is a byte range [begin, end) of one file that starts and ends on
 // record boundaries, so readers never look outside their range. The planner
@@ -37,16 +40,20 @@
 
 namespace drover::feed {
 
-enum class RecordFormat { kCsv, kJsonl, kTfRecord, kRaw };
+enum class RecordFormat { kCsv, kJsonl, kTfRecord, kRaw, kPickle };
 
 // The largest record a reader returns (and so the most it buffers): a longer
 // line, TFRecord length or raw record size is kInvalidArgument, never an
 // allocation, so a corrupt length cannot exhaust memory.
 inline constexpr uint64_t kMaxRecordBytes = 1ull << 30;
 
-// "csv", "jsonl", "tfrecord", "raw"; kInvalidArgument listing the four.
+// "csv", "jsonl", "tfrecord", "raw", "pickle"; kInvalidArgument listing them.
 Result<RecordFormat> ParseRecordFormat(std::string_view name);
 std::string_view RecordFormatName(RecordFormat format);
+
+// The error for the pickle format where files would be read.
+inline constexpr char kPickleFromFiles[] =
+    "the pickle format is fed by drover.Cluster.train, not read from files";
 
 struct Partition {
   std::string path;  // absolute
@@ -70,14 +77,16 @@ struct PlanOptions {
 // absolute, and splits every file into partitions of about split_bytes on
 // record boundaries. Files keep the order of the patterns, then of glob's
 // sorted output; a file matched twice is fed once. kNotFound naming the
-// pattern when one matches nothing; kInvalidArgument for a bad raw size or an
-// unreadable TFRecord header walk; empty files give no partition.
+// pattern when one matches nothing; kInvalidArgument for a bad raw size, an
+// unreadable TFRecord header walk or the pickle format (kPickleFromFiles);
+// empty files give no partition.
 Result<std::vector<Partition>> PlanPartitions(const std::vector<std::string>& patterns,
                                               const PlanOptions& options);
 
 // Reads the records of one partition in order, from `start_offset` (a record
 // boundary inside the partition: the partition's begin, or an offset a
-// previous reader returned from next_offset()).
+// previous reader returned from next_offset()). The pickle format is
+// kInvalidArgument (kPickleFromFiles).
 class RecordReader {
  public:
   static Result<std::unique_ptr<RecordReader>> Open(const Partition& partition,

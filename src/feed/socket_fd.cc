@@ -166,6 +166,8 @@ const char* RefusalCode(Status::Code code) {
       return "not_found";
     case Status::Code::kPermissionDenied:
       return "permission_denied";
+    case Status::Code::kFailedPrecondition:
+      return "failed_precondition";
     default:
       return "unavailable";
   }
@@ -176,6 +178,7 @@ Status StatusFromCode(const std::string& code, std::string message) {
   if (code == "invalid_argument") return Status::InvalidArgument(std::move(message));
   if (code == "not_found") return Status::NotFound(std::move(message));
   if (code == "permission_denied") return Status::PermissionDenied(std::move(message));
+  if (code == "failed_precondition") return Status::FailedPrecondition(std::move(message));
   return Status::Unavailable(std::move(message));
 }
 
@@ -198,7 +201,7 @@ std::string EncodeRefusal(const Status& status) {
   return json.dump();
 }
 
-Status DecodeHello(const std::string& line, FeedRole* role, bool* train_mode) {
+Status DecodeHello(const std::string& line, FeedRole* role, bool* train_mode, bool* external) {
   nlohmann::json json = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (!json.is_object() || !json.contains("role") || !json["role"].is_string()) {
     return Status::InvalidArgument("bad feed hello: expected {\"role\": \"reader\"|\"writer\"}");
@@ -209,11 +212,12 @@ Status DecodeHello(const std::string& line, FeedRole* role, bool* train_mode) {
   }
   *role = name == "reader" ? FeedRole::kReader : FeedRole::kWriter;
   *train_mode = !json.contains("train_mode") || json["train_mode"] == true;
+  if (external != nullptr) *external = json.contains("external") && json["external"] == true;
   return Status::Ok();
 }
 
 Result<JoinedFeed> JoinFeed(const std::string& path, FeedRole role, bool train_mode,
-                            Deadline deadline) {
+                            Deadline deadline, bool external) {
   DROVER_ASSIGN_OR_RETURN(int socket, ConnectUnix(path, deadline));
   auto fail = [socket](Status status) {
     ::close(socket);
@@ -221,6 +225,7 @@ Result<JoinedFeed> JoinFeed(const std::string& path, FeedRole role, bool train_m
   };
   nlohmann::json hello = {{"role", role == FeedRole::kReader ? "reader" : "writer"},
                           {"train_mode", train_mode}};
+  if (external) hello["external"] = true;
   if (Status sent = SendMessage(socket, hello.dump()); !sent.ok()) return fail(sent);
   std::string line;
   int fd = -1;

@@ -37,12 +37,15 @@ struct PeerCredentials {
 Result<PeerCredentials> PeerOf(int socket);
 
 // The handshake. The client says who it is: {"role": "reader"|"writer",
-// "train_mode": bool}; the agent answers with a grant and the descriptor, or
-// {"ok": false, "code": "...", "error": "..."}.
+// "train_mode": bool, "external": bool}; the agent answers with a grant and
+// the descriptor, or {"ok": false, "code": "...", "error": "..."}.
+// "external" (absent: false) marks a writer from outside the agent
+// (PartitionWriter); the agent's own `drover feeder` leaves it out. A plan
+// feed refuses an external writer, an external feed a feeder.
 enum class FeedRole { kReader, kWriter };
 
 struct FeedGrant {
-  std::string mode;    // "train" | "inference"
+  std::string mode;    // "train" | "inference" | "external" (the program picks)
   std::string format;  // RecordFormatName()
   uint64_t record_bytes = 0;
   int64_t feed_timeout_ms = 0;
@@ -51,8 +54,10 @@ struct FeedGrant {
 };
 std::string EncodeGrant(const FeedGrant& grant);
 std::string EncodeRefusal(const Status& status);
-// Parses a client's hello line.
-Status DecodeHello(const std::string& line, FeedRole* role, bool* train_mode);
+// Parses a client's hello line; *external (when given) gets the writer's
+// "external" flag.
+Status DecodeHello(const std::string& line, FeedRole* role, bool* train_mode,
+                   bool* external = nullptr);
 
 // A joined feed: the connection (kept open: closing it tells the agent this
 // side is gone), the grant and the mapped channel.
@@ -61,10 +66,11 @@ struct JoinedFeed {
   FeedGrant grant;
   ShmChannel channel;
 };
-// Connects to the agent at `path` and joins as `role`. The agent's refusal
-// comes back with its code (kAlreadyExists for a second reader).
+// Connects to the agent at `path` and joins as `role` (`external`: a writer
+// from outside the agent). The agent's refusal comes back with its code
+// (kAlreadyExists for a second reader or external writer).
 Result<JoinedFeed> JoinFeed(const std::string& path, FeedRole role, bool train_mode,
-                            Deadline deadline);
+                            Deadline deadline, bool external = false);
 
 }  // namespace drover::feed
 

@@ -10,6 +10,7 @@ wire::NodeInfo NodeToWire(const NodeInfo& node) {
   out.set_pid(node.pid);
   for (int32_t gpu : node.gpus) out.add_gpus(gpu);
   out.set_agent_address(node.agent_address);
+  out.set_feed_socket(node.feed_socket);
   out.set_job_name(node.job_name);
   out.set_task_index(node.task_index);
   return out;
@@ -23,6 +24,7 @@ NodeInfo NodeFromWire(const wire::NodeInfo& node) {
   out.pid = node.pid();
   out.gpus.assign(node.gpus().begin(), node.gpus().end());
   out.agent_address = node.agent_address();
+  out.feed_socket = node.feed_socket();
   out.job_name = node.job_name();
   out.task_index = node.task_index();
   return out;

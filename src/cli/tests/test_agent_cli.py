@@ -1,0 +1,99 @@
+"""`drover agent` as a black box: started by hand against `drover rendezvous`."""
+import json
+import os
+import signal
+import subprocess
+import time
+
+from conftest import clean_env, drover_bin
+
+# A stand-in for a Dask worker: starts the agent, says its pid, then waits.
+PARENT = """
+import os, subprocess, sys, time
+drover, address, token_file, pid_file = sys.argv[1:5]
+agent = subprocess.Popen([drover, "agent", "--rendezvous", address, "--token-file", token_file,
+                          "--executor-id", "0", "--host", "127.0.0.1", "--grace", "2",
+                          "--exit-with-parent", str(os.getpid()), "--",
+                          "/bin/sh", "-c", "echo $$ > " + pid_file + "; exec sleep 120"],
+                         stdin=subprocess.DEVNULL)
+print(agent.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def start_server(tmp_path, *args):
+    token_file = tmp_path / "token"
+    proc = subprocess.Popen([drover_bin(), "rendezvous", "--port", "0", "--bind", "127.0.0.1",
+                             "--token-file", str(token_file), *args],
+                            env=clean_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    line = proc.stderr.readline()
+    while "listening on" not in line:
+        assert line, "server exited before listening"
+        line = proc.stderr.readline()
+    port = int(line.split("listening on ")[1].split(",")[0].rsplit(":", 1)[1])
+    return proc, token_file, "127.0.0.1:%d" % port
+
+
+def gone(pid):
+    """True once `pid` has exited (a zombie nobody reaped yet counts)."""
+    try:
+        with open("/proc/%d/stat" % pid) as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def eventually(condition, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return condition()
+
+
+def test_agent_stops_its_program_when_its_parent_is_killed(tmp_path):
+    server, token_file, address = start_server(tmp_path, "--nodes", "1", "--timeout", "60")
+    pid_file = tmp_path / "program.pid"
+    parent = subprocess.Popen(["/usr/bin/python3", "-c", PARENT, drover_bin(), address,
+                               str(token_file), str(pid_file)],
+                              env=clean_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        agent_pid = int(parent.stdout.readline())
+        assert eventually(lambda: pid_file.exists() and pid_file.read_text().endswith("\n"))
+        program_pid = int(pid_file.read_text())
+        assert not gone(agent_pid) and not gone(program_pid)
+        parent.kill()
+        parent.wait(timeout=30)
+        assert eventually(lambda: gone(agent_pid)), "the agent outlived its parent"
+        assert eventually(lambda: gone(program_pid)), "the program outlived its agent"
+    finally:
+        parent.kill()
+        parent.wait(timeout=30)
+        os.killpg(server.pid, signal.SIGKILL)
+        server.communicate(timeout=30)
+
+
+def test_agent_whose_parent_is_already_gone_exits_at_once(tmp_path, drover):
+    token_file = tmp_path / "token"
+    token_file.write_text("ab" * 32)
+    token_file.chmod(0o600)
+    # pid 1 is never the parent of a process started here.
+    result = drover("agent", "--rendezvous", "127.0.0.1:1", "--token-file", str(token_file),
+                    "--executor-id", "0", "--exit-with-parent", "1", "--", "/bin/true")
+    assert result.returncode == 1
+    assert "--exit-with-parent 1" in result.stderr and "is gone" in result.stderr
+
+
+def test_feed_plan_file_and_inline_are_exclusive(tmp_path, drover):
+    token_file = tmp_path / "token"
+    token_file.write_text("ab" * 32)
+    token_file.chmod(0o600)
+    plan = json.dumps({"mode": "train", "format": "pickle", "external": True})
+    result = drover("agent", "--rendezvous", "127.0.0.1:1", "--token-file", str(token_file),
+                    "--executor-id", "0", "--feed-plan", str(tmp_path / "plan.json"),
+                    "--feed-plan-json", plan, "--", "/bin/true")
+    assert result.returncode == 2
+    assert "--feed-plan and --feed-plan-json" in result.stderr
