@@ -28,6 +28,8 @@ void RegisterResolvers(pybind11::module_& m);
 void RegisterRendezvous(pybind11::module_& m);
 void RegisterContext(pybind11::module_& m);
 void RegisterFeed(pybind11::module_& m);
+void RegisterDriver(pybind11::module_& m);
+void RegisterPartitionWriter(pybind11::module_& m);
 
 }  // namespace drover::python
 

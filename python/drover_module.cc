@@ -44,4 +44,6 @@ PYBIND11_MODULE(_drover, m) {
   drover::python::RegisterRendezvous(m);
   drover::python::RegisterContext(m);
   drover::python::RegisterFeed(m);
+  drover::python::RegisterDriver(m);
+  drover::python::RegisterPartitionWriter(m);
 }

@@ -379,9 +379,21 @@ class PyDataFeed {
     if (!connected.ok()) RaiseConnectError(connected.status());
     feed_ = std::move(connected).value();
     format_name_ = feed_->format();
+    train_mode_ = train_mode;
+    if (format_name_ == kPickleFormat) {
+      // Python objects fed by drover.Cluster.train: unpickled, optionally
+      // mapped to columns (TensorFlowOnSpark's input_mapping over rows).
+      if (!schema.is_none()) {
+        throw py::value_error(
+            "schema= decodes CSV, JSONL, TFRecord or raw records; this feed carries Python "
+            "objects (drover.Cluster.train): use input_mapping= or read the objects");
+      }
+      pickle_ = py::module_::import("pickle");
+      if (!input_mapping.is_none()) mapping_ = py::dict(input_mapping);
+      return;
+    }
     format_ = Unwrap(feed::ParseRecordFormat(format_name_));
     layout_ = LayoutFor(format_, request, feed_->record_bytes());
-    train_mode_ = train_mode;
   }
 
   py::object NextBatch(py::ssize_t max_records) {
@@ -400,6 +412,7 @@ class PyDataFeed {
     if (!batch->ok()) ThrowStatus(batch->status());
     epoch_ = (*batch)->epoch;
     // The records are views into the queue: decode them before unlocking.
+    if (pickle_) return Unpickle((*batch)->records);
     if (layout_) return DecodeBatch(format_, *layout_, (*batch)->records);
     return BytesList((*batch)->records);
   }
@@ -419,6 +432,7 @@ class PyDataFeed {
     std::vector<std::string_view> views;
     for (py::handle item : results) {
       py::object object = py::reinterpret_borrow<py::object>(item);
+      if (pickle_) object = pickle_->attr("dumps")(object, kPickleProtocol);
       if (!PyBytes_Check(object.ptr()) && !PyUnicode_Check(object.ptr())) {
         object = py::str(object);
       }
@@ -457,6 +471,8 @@ class PyDataFeed {
 
   uint64_t records_read() const { return records_read_; }
   int epoch() const { return epoch_; }
+  static constexpr char kPickleFormat[] = "pickle";
+  static constexpr int kPickleProtocol = 5;
   const std::string& format() const { return format_name_; }
   bool train_mode() const { return train_mode_; }
 
@@ -486,6 +502,40 @@ class PyDataFeed {
   std::string format_name_;
   std::optional<BatchLayout> layout_;  // unset: next_batch returns bytes
   bool train_mode_ = true;
+  std::optional<py::module_> pickle_;  // set: the records are pickled objects
+  std::optional<py::dict> mapping_;    // input_mapping over pickled rows
+
+  // The batch's objects, or with input_mapping {name: array of column}.
+  py::object Unpickle(const std::vector<std::string_view>& records) {
+    py::object loads = pickle_->attr("loads");
+    py::list objects(records.size());
+    for (size_t i = 0; i < records.size(); ++i) {
+      objects[i] = loads(py::memoryview::from_memory(records[i].data(),
+                                                     static_cast<py::ssize_t>(records[i].size())));
+    }
+    if (!mapping_) return std::move(objects);
+    py::object asarray = py::module_::import("numpy").attr("asarray");
+    py::dict columns;
+    for (auto [source, name] : *mapping_) {
+      py::list column(records.size());
+      for (size_t i = 0; i < records.size(); ++i) {
+        py::object row = objects[i];
+        try {
+          column[i] = row[source];
+        } catch (py::error_already_set& error) {
+          if (!error.matches(PyExc_KeyError) && !error.matches(PyExc_IndexError) &&
+              !error.matches(PyExc_TypeError)) {
+            throw;
+          }
+          throw py::value_error("input_mapping: record " + std::to_string(i) + " has no field " +
+                                py::repr(source).cast<std::string>() + " (records are " +
+                                std::string(Py_TYPE(row.ptr())->tp_name) + ")");
+        }
+      }
+      columns[name] = asarray(column);
+    }
+    return std::move(columns);
+  }
   // Read by the properties under the GIL alone, so they never wait on mutex_.
   uint64_t records_read_ = 0;
   int epoch_ = 0;
@@ -525,8 +575,10 @@ void RegisterFeed(py::module_& m) {
       .def_property_readonly("records_read", &PyDataFeed::records_read)
       .def_property_readonly("epoch", &PyDataFeed::epoch,
                              "The (0-based) epoch of the last batch next_batch returned.")
-      .def_property_readonly("format", &PyDataFeed::format,
-                             "The run's --format: 'csv', 'jsonl', 'tfrecord' or 'raw'.")
+      .def_property_readonly(
+          "format", &PyDataFeed::format,
+          "The run's --format: 'csv', 'jsonl', 'tfrecord' or 'raw'; 'pickle' for\n"
+          "Python objects fed by drover.Cluster.train / inference.")
       .def_property_readonly("train_mode", &PyDataFeed::train_mode)
       .def("__repr__", [](const PyDataFeed& feed) {
         return "DataFeed(format='" + feed.format() +

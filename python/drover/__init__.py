@@ -42,11 +42,20 @@ empty once the feed is over. ``feed.records_read``, ``feed.format`` and
 ``feed.terminate()`` complete the API. Outside ``drover run --input`` the
 constructor raises RuntimeError; TimeoutError when no records came in time;
 ValueError for a bad schema or a record that does not match it.
+
+From a Python driver program, ``drover.Cluster`` is TensorFlowOnSpark's
+TFCluster (docs/python_api.md)::
+
+    cluster = drover.Cluster.run(drover.engines.Dask(client), main_fun, args,
+                                 num_executors=2, input_mode=drover.InputMode.FEED)
+    cluster.train(bag, num_epochs=10)     # records reach main_fun's feed as objects
+    results = cluster.inference(bag)      # a dask.bag, one result per record, in order
+    cluster.shutdown()                    # a failed node raises drover.NodeError
 """
 
 import os
 
-from drover import _drover
+from drover import _drover, engines
 from drover._drover import (
     ClusterResolver,
     ClusterSpec,
@@ -103,6 +112,10 @@ def _get_data_feed(self, train_mode=True, qname_in="input", qname_out="output",
 
 
 NodeContext.get_data_feed = _get_data_feed
+# TensorFlowOnSpark's ctx.worker_num: the executor's number.
+NodeContext.worker_num = property(lambda self: int(self.executor_id))
+
+from drover.cluster import Cluster, InputMode, NodeError  # noqa: E402 - needs the above
 
 
 class UnionClusterResolver(_drover.UnionClusterResolver):
@@ -118,13 +131,16 @@ class UnionClusterResolver(_drover.UnionClusterResolver):
 
 
 __all__ = [
+    "Cluster",
     "ClusterResolver",
     "ClusterSpec",
     "ClusterToken",
     "DataFeed",
+    "InputMode",
     "KubernetesClusterResolver",
     "MPIClusterResolver",
     "NodeContext",
+    "NodeError",
     "RendezvousClient",
     "RendezvousServer",
     "ResourceSpecClusterResolver",
@@ -134,6 +150,7 @@ __all__ = [
     "TorchEnvClusterResolver",
     "UnionClusterResolver",
     "context",
+    "engines",
     "expand_hostlist",
     "expand_tasks_per_node",
     "framework_environment",

@@ -151,7 +151,8 @@ struct Driver::Node {
   std::string error_message;  // from REPORT_ERROR
   std::vector<std::string> reported_lines;
 
-  bool running() const { return process && process->pid() > 0 && !exit; }
+  // Remote engines may not know the pid yet (-1): only 0 means not started.
+  bool running() const { return process && process->pid() != 0 && !exit; }
 };
 
 // The server's events, handed from its loop thread to the driver's.
@@ -199,6 +200,7 @@ struct Driver::Round {
     std::vector<pollfd> fds;
     std::vector<Node*> owners;
     if (driver.options_.signal_fd >= 0) fds.push_back({driver.options_.signal_fd, POLLIN, 0});
+    if (driver.options_.stop_fd >= 0) fds.push_back({driver.options_.stop_fd, POLLIN, 0});
     fds.push_back({queue.wake_fd, POLLIN, 0});
     owners.resize(fds.size(), nullptr);
     for (auto& node : nodes) {
@@ -219,6 +221,12 @@ struct Driver::Round {
           if (::read(fds[i].fd, &info, sizeof(info)) == sizeof(info)) {
             signal = static_cast<int>(info.ssi_signo);
           }
+        } else if (fds[i].fd == driver.options_.stop_fd) {
+          uint64_t count;
+          ssize_t ignored = ::read(fds[i].fd, &count, sizeof(count));
+          (void)ignored;
+          driver.stop_requested_ = true;
+          signal = SIGTERM;
         }
       }
     }
@@ -304,6 +312,7 @@ struct Driver::Round {
     }
     driver.err_ << "drover run: cluster " << cluster.cluster_id << " formed: " << roles << "\n"
                 << std::flush;
+    if (driver.options_.on_formed) driver.options_.on_formed(cluster);
   }
 
   // Logs of nodes that never learnt their role.
@@ -393,6 +402,11 @@ struct Driver::Round {
     }
     std::vector<std::string> lines(node.ring.begin(), node.ring.end());
     if (lines.empty()) lines = node.reported_lines;
+    if (driver.options_.on_failure) {
+      driver.options_.on_failure(NodeFailure{node.executor_id, formed ? node.tag : "",
+                                             driver.engine_.agent_host(std::stoi(node.executor_id)),
+                                             reason, lines});
+    }
     if (!lines.empty()) {
       driver.err_ << "drover run: last " << (lines.size() == 1 ? "line" : "lines") << " of "
                   << node.tag;
@@ -411,7 +425,11 @@ struct Driver::Round {
 };
 
 Driver::Driver(DriverOptions options, Engine& engine, std::ostream& out, std::ostream& err)
-    : options_(std::move(options)), engine_(engine), out_(out), err_(err) {}
+    : options_(std::move(options)),
+      engine_(engine),
+      out_(out),
+      err_(err),
+      others_grace_ms_(options_.others_grace.count()) {}
 
 std::vector<std::string> Driver::AgentArgv(int index, int round, uint16_t port) const {
   std::vector<std::string> argv = {options_.agent_binary,
@@ -431,6 +449,9 @@ std::vector<std::string> Driver::AgentArgv(int index, int round, uint16_t port) 
   if (!feed_plan_file_.empty()) {
     argv.push_back("--feed-plan");
     argv.push_back(feed_plan_file_);
+  } else if (options_.feed) {
+    argv.push_back("--feed-plan-json");
+    argv.push_back(options_.feed->ToJson());
   }
   for (std::string arg :
        {std::string("--log-dir"), options_.log_dir, std::string("--grace"), Seconds(options_.grace),
@@ -462,7 +483,7 @@ Status Driver::Prepare() {
   token_file_ = private_dir_ + "/token";
   DROVER_ASSIGN_OR_RETURN(ClusterToken token, ClusterToken::Generate());
   DROVER_RETURN_IF_ERROR(token.WriteFile(token_file_));
-  if (options_.feed) {
+  if (options_.feed && !options_.feed->external) {
     feed_plan_file_ = private_dir_ + "/feed-plan.json";
     std::ofstream plan(feed_plan_file_, std::ios::trunc);
     plan << options_.feed->ToJson() << "\n";
@@ -492,7 +513,8 @@ int Driver::Run() {
       break;
     }
     if (outcome == Outcome::kInterrupted) {
-      err_ << "drover run: stopped every node after " << SignalName(interrupt_signal_) << "\n";
+      err_ << "drover run: stopped every node after "
+           << (stop_requested_ ? "a stop request" : SignalName(interrupt_signal_)) << "\n";
       code = 128 + interrupt_signal_;
       break;
     }
@@ -541,7 +563,9 @@ Driver::Outcome Driver::RunRound(int number) {
   server_options.bind_address = engine_.rendezvous_host();
   server_options.token = std::move(token).value();
   server_options.cluster = options_.cluster;
-  server_options.cluster_id = fs::path(options_.log_dir).filename().string();
+  server_options.cluster_id = options_.cluster_id.empty()
+                                  ? fs::path(options_.log_dir).filename().string()
+                                  : options_.cluster_id;
   if (number > 0) server_options.cluster_id += "-restart" + std::to_string(number);
   server_options.reservation_timeout = options_.reservation_timeout;
   EventQueue* queue = &round.queue;
@@ -570,6 +594,7 @@ Driver::Outcome Driver::RunRound(int number) {
   }
 
   Clock::time_point formed_at{};
+  std::optional<Clock::time_point> training_done_at;
   std::optional<Clock::time_point> early_exit_since;
   Node* failed = nullptr;
   std::string failure_reason;
@@ -579,7 +604,9 @@ Driver::Outcome Driver::RunRound(int number) {
     if (signal != 0) {
       interrupt_signal_ = signal;
       round.Emit();
-      err_ << "drover run: " << SignalName(signal) << " received; stopping every node\n"
+      err_ << "drover run: "
+           << (stop_requested_ ? "stop requested" : SignalName(signal) + " received")
+           << "; stopping every node\n"
            << std::flush;
       round.Stop(round.All(), true);
       round.WriteUnformedLogs();
@@ -669,6 +696,10 @@ Driver::Outcome Driver::RunRound(int number) {
       std::vector<Node*> still_up;
       for (Node* node : others) {
         if (node->running()) still_up.push_back(node);
+      }
+      if (!training_done_at) training_done_at = now;
+      if (!still_up.empty() && now - *training_done_at < Milliseconds(others_grace_ms_.load())) {
+        continue;
       }
       if (!still_up.empty()) {
         err_ << "drover run: the chief and workers are done; stopping";

@@ -23,8 +23,10 @@
 #ifndef DROVER_DRIVER_DRIVER_H_
 #define DROVER_DRIVER_DRIVER_H_
 
+#include <atomic>
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -37,11 +39,21 @@
 
 namespace drover {
 
+// The failure that ended a round, as reported on `err`.
+struct NodeFailure {
+  std::string executor_id;
+  std::string task;                     // "worker:1"; "" when the cluster had not formed
+  std::string host;                     // the host the engine put the node on
+  std::string reason;                   // "exited with code 1", "connection closed ..."
+  std::vector<std::string> last_lines;  // the node's last lines of output
+};
+
 struct DriverOptions {
   ClusterTemplate cluster;           // num_nodes, num_ps, chief, evaluator
   std::vector<std::string> command;  // the user's program and its arguments
   std::string agent_binary;          // the `drover` executable
   std::string log_dir;               // "" : ./drover-logs/<cluster-id>
+  std::string cluster_id;            // "" : the log directory's name
   bool tee = false;                  // also write every tagged line to <log_dir>/drover.log
   int max_restarts = 0;
   Milliseconds reservation_timeout{300'000};
@@ -53,7 +65,21 @@ struct DriverOptions {
   int last_lines = 20;            // lines kept per node for failure reports
   // `--input`: what every fed node (chief, master, worker) gets a share of;
   // written to the private directory and handed to each agent.
+  // An external plan (drover.Cluster.train) goes to the agents inline
+  // (--feed-plan-json), so their hosts need not share a filesystem.
   std::optional<feed::FeedPlan> feed;
+  // After every chief/master/worker node is done, how long the ps and
+  // evaluator nodes keep running before they are stopped (TensorFlowOnSpark's
+  // shutdown grace_secs).
+  Milliseconds others_grace{0};
+  // An eventfd (or any fd) that turns readable when the caller wants every
+  // node stopped (drover.Cluster.shutdown past its timeout): handled like a
+  // stop signal, reported as "stop requested"; -1: none.
+  int stop_fd = -1;
+  // Called on the driver's thread once the cluster has formed, and once for
+  // the node failure that ends a round (callers: the Python driver API).
+  std::function<void(const FormedCluster&)> on_formed;
+  std::function<void(const NodeFailure&)> on_failure;
 };
 
 // Exit codes: 0 success, 1 failure, 2 bad input, 128 + signal interrupted.
@@ -65,6 +91,8 @@ class Driver {
   int Run();
   // Prints what Run would start, starts nothing.
   void PrintPlan(std::ostream& out) const;
+  // Changes DriverOptions::others_grace while Run is running (thread-safe).
+  void SetOthersGrace(Milliseconds grace) { others_grace_ms_ = grace.count(); }
 
  private:
   struct Node;
@@ -83,6 +111,8 @@ class Driver {
   std::string feed_plan_file_;
   std::string private_dir_;  // removed at the end
   int interrupt_signal_ = 0;
+  bool stop_requested_ = false;
+  std::atomic<int64_t> others_grace_ms_;  // stop_fd fired (interrupt_signal_ is SIGTERM)
 };
 
 // Splits `data` appended to `*partial` into complete lines (without '\n');

@@ -1,0 +1,360 @@
+// _drover._ClusterDriver: the C++ driver of `drover run`, run on a thread of
+// the Python process for drover.Cluster (python/drover/cluster.py). It forms
+// the cluster through the rendezvous, relays and logs every node's output,
+// supervises the nodes and stops them all on every exit path, exactly as the
+// command does; Python waits on it and reads what happened.
+//
+// Agents are started by the C++ local engine, or by a Python engine object
+// (drover.engines.Dask) whose launch() returns a process object; the
+// adapters below call into it with the GIL held.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <iostream>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "bindings.h"
+#include "driver/driver.h"
+#include "engine/local_engine.h"
+
+namespace py = pybind11;
+
+namespace drover::python {
+namespace {
+
+// An agent started by a Python engine. The object it wraps has pid (int:
+// -1 until known), output_fd() (-1: none yet or closed), close_output(),
+// poll() (None while running, else the exit code, -N for signal N),
+// signal(sig) and kill() (stop everything it started; called once, last).
+class PyAgentProcess : public AgentProcess {
+ public:
+  PyAgentProcess(std::string executor_id, py::object process)
+      : executor_id_(std::move(executor_id)), process_(std::move(process)) {}
+  ~PyAgentProcess() override {
+    py::gil_scoped_acquire gil;
+    try {
+      process_.attr("kill")();
+    } catch (py::error_already_set& error) {
+      error.discard_as_unraisable("drover: stopping a remote agent");
+    }
+    process_ = py::object();
+  }
+
+  const std::string& executor_id() const override { return executor_id_; }
+  int pid() const override { return Call<int>("pid", /*attribute=*/true, -1); }
+  int output_fd() const override { return Call<int>("output_fd", false, -1); }
+  void CloseOutput() override { Call<py::object>("close_output", false, py::none()); }
+  std::optional<ExitStatus> Poll() override {
+    py::gil_scoped_acquire gil;
+    try {
+      py::object code = process_.attr("poll")();
+      if (code.is_none()) return std::nullopt;
+      int value = code.cast<int>();
+      return value < 0 ? ExitStatus::Signaled(-value) : ExitStatus::Exited(value);
+    } catch (py::error_already_set& error) {
+      error.discard_as_unraisable("drover: polling a remote agent");
+      return std::nullopt;
+    }
+  }
+  void Signal(int signal) override {
+    py::gil_scoped_acquire gil;
+    try {
+      process_.attr("signal")(signal);
+    } catch (py::error_already_set& error) {
+      error.discard_as_unraisable("drover: signalling a remote agent");
+    }
+  }
+
+ private:
+  template <typename T>
+  T Call(const char* name, bool attribute, T fallback) const {
+    py::gil_scoped_acquire gil;
+    try {
+      py::object value = attribute ? process_.attr(name) : process_.attr(name)();
+      if constexpr (std::is_same_v<T, py::object>) {
+        return value;
+      } else {
+        return value.is_none() ? fallback : value.cast<T>();
+      }
+    } catch (py::error_already_set& error) {
+      error.discard_as_unraisable((std::string("drover: remote agent ") + name).c_str());
+      return fallback;
+    }
+  }
+
+  std::string executor_id_;
+  py::object process_;
+};
+
+// An Engine implemented in Python: name, rendezvous_host(), agent_host(i),
+// launch(executor_id, argv) -> process object. Executors listed in `local`
+// (driver_ps_nodes) run on this host through the C++ local engine.
+class PyEngine : public Engine {
+ public:
+  PyEngine(py::object engine, std::set<std::string> local, std::string local_host)
+      : engine_(std::move(engine)),
+        local_ids_(std::move(local)),
+        local_(LocalEngineOptions{local_host, {}}) {
+    name_ = engine_.attr("name").cast<std::string>();
+    rendezvous_host_ = engine_.attr("rendezvous_host")().cast<std::string>();
+  }
+  ~PyEngine() override {
+    py::gil_scoped_acquire gil;
+    engine_ = py::object();
+  }
+
+  std::string name() const override { return name_; }
+  std::string rendezvous_host() const override { return rendezvous_host_; }
+  std::string agent_host(int index) const override {
+    if (local_ids_.count(std::to_string(index))) return local_.agent_host(index);
+    py::gil_scoped_acquire gil;
+    return engine_.attr("agent_host")(index).cast<std::string>();
+  }
+  Result<std::unique_ptr<AgentProcess>> Launch(const AgentLaunch& launch) override {
+    if (local_ids_.count(launch.executor_id)) return local_.Launch(launch);
+    py::gil_scoped_acquire gil;
+    try {
+      py::object process = engine_.attr("launch")(launch.executor_id, launch.argv);
+      return std::unique_ptr<AgentProcess>(
+          new PyAgentProcess(launch.executor_id, std::move(process)));
+    } catch (py::error_already_set& error) {
+      std::string message = error.what();
+      return Status::Unavailable("cannot start executor " + launch.executor_id + " on the " +
+                                 name_ + " engine: " + message);
+    }
+  }
+
+ private:
+  py::object engine_;
+  std::set<std::string> local_ids_;
+  LocalEngine local_;
+  std::string name_;
+  std::string rendezvous_host_;
+};
+
+// Writes to std::cerr and keeps a copy for the Python exception messages.
+class TeeBuffer : public std::stringbuf {
+ public:
+  int sync() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string text = str();
+    str("");
+    std::cerr << text << std::flush;
+    captured_ += text;
+    return 0;
+  }
+  std::string captured() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return captured_ + str();
+  }
+
+ private:
+  std::mutex mu_;
+  std::string captured_;
+};
+
+Milliseconds ToMs(double seconds) {
+  return Milliseconds(static_cast<int64_t>(seconds * 1000.0));
+}
+
+py::dict NodeDict(const NodeInfo& node) {
+  py::dict out;
+  out["executor_id"] = node.executor_id;
+  out["host"] = node.host;
+  out["job_name"] = node.job_name;
+  out["task_index"] = node.task_index;
+  out["port"] = node.ports.empty() ? 0 : node.ports.front();
+  out["ports"] = node.ports;
+  out["addr"] = node.host + ":" + std::to_string(node.ports.empty() ? 0 : node.ports.front());
+  out["pid"] = node.pid;
+  out["gpus"] = node.gpus;
+  out["feed_socket"] = node.feed_socket;
+  return out;
+}
+
+class ClusterDriver {
+ public:
+  ClusterDriver(DriverOptions options, py::object engine, std::set<std::string> local_executors,
+                std::string local_host)
+      : options_(std::move(options)), err_(&tee_) {
+    stop_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (stop_fd_ < 0) Check(Status::IoError("eventfd failed"));
+    options_.stop_fd = stop_fd_;
+    options_.on_formed = [this](const FormedCluster& cluster) {
+      std::lock_guard<std::mutex> lock(mu_);
+      formed_ = cluster;
+      changed_.notify_all();
+    };
+    options_.on_failure = [this](const NodeFailure& failure) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!failure_) failure_ = failure;
+    };
+    if (engine.is_none()) {
+      engine_ = std::make_unique<LocalEngine>(LocalEngineOptions{local_host, {}});
+    } else {
+      engine_ =
+          std::make_unique<PyEngine>(std::move(engine), std::move(local_executors), local_host);
+    }
+  }
+  ~ClusterDriver() {
+    if (thread_.joinable()) {
+      RequestStop();
+      py::gil_scoped_release release;
+      thread_.join();
+    }
+    {
+      // The engine may hold Python objects; drop them with the GIL held.
+      engine_.reset();
+    }
+    ::close(stop_fd_);
+  }
+
+  void Start() {
+    if (thread_.joinable()) Check(Status::FailedPrecondition("the driver was already started"));
+    driver_ = std::make_unique<Driver>(options_, *engine_, std::cout, err_);
+    thread_ = std::thread([this] {
+      int code = driver_->Run();
+      std::lock_guard<std::mutex> lock(mu_);
+      exit_code_ = code;
+      changed_.notify_all();
+    });
+  }
+
+  // Waits until the cluster formed or the driver ended; true once formed.
+  bool WaitFormed(double timeout_s) {
+    py::gil_scoped_release release;
+    std::unique_lock<std::mutex> lock(mu_);
+    changed_.wait_for(lock, std::chrono::duration<double>(timeout_s),
+                      [this] { return formed_.has_value() || exit_code_.has_value(); });
+    return formed_.has_value();
+  }
+  // Waits until the driver ended; true once it has.
+  bool Join(double timeout_s) {
+    {
+      py::gil_scoped_release release;
+      std::unique_lock<std::mutex> lock(mu_);
+      if (!changed_.wait_for(lock, std::chrono::duration<double>(timeout_s),
+                             [this] { return exit_code_.has_value(); })) {
+        return false;
+      }
+    }
+    if (thread_.joinable()) {
+      py::gil_scoped_release release;
+      thread_.join();
+    }
+    return true;
+  }
+  void SetOthersGrace(double seconds) {
+    if (driver_) driver_->SetOthersGrace(ToMs(seconds));
+  }
+  void RequestStop() {
+    uint64_t one = 1;
+    ssize_t ignored = ::write(stop_fd_, &one, sizeof(one));
+    (void)ignored;
+  }
+
+  py::object Formed() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!formed_) return py::none();
+    py::dict out;
+    out["cluster_id"] = formed_->cluster_id;
+    out["cluster_spec"] = formed_->spec;
+    py::list nodes;
+    for (const NodeInfo& node : formed_->nodes) nodes.append(NodeDict(node));
+    out["nodes"] = nodes;
+    return out;
+  }
+  py::object Failure() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failure_) return py::none();
+    py::dict out;
+    out["executor_id"] = failure_->executor_id;
+    out["task"] = failure_->task;
+    out["host"] = failure_->host;
+    out["reason"] = failure_->reason;
+    out["last_lines"] = failure_->last_lines;
+    return out;
+  }
+  py::object ExitCode() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return exit_code_ ? py::object(py::int_(*exit_code_)) : py::none();
+  }
+  std::string Messages() { return tee_.captured(); }
+  const std::string& log_dir() const { return options_.log_dir; }
+
+ private:
+  DriverOptions options_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<Driver> driver_;
+  TeeBuffer tee_;
+  std::ostream err_;
+  int stop_fd_ = -1;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::optional<FormedCluster> formed_;
+  std::optional<NodeFailure> failure_;
+  std::optional<int> exit_code_;
+};
+
+}  // namespace
+
+void RegisterDriver(py::module_& m) {
+  py::class_<ClusterDriver>(m, "_ClusterDriver",
+                            "drover run's driver on a thread (internal: use drover.Cluster).")
+      .def(py::init([](int num_nodes, int num_ps, std::optional<std::string> master_node,
+                       bool eval_node, std::vector<std::string> command, std::string agent_binary,
+                       std::string log_dir, double reservation_timeout, double grace,
+                       double others_grace, int last_lines, std::string cluster_id,
+                       std::optional<py::dict> external_feed, py::object engine,
+                       std::set<std::string> local_executors, std::string host) {
+             DriverOptions options;
+             options.cluster.num_nodes = num_nodes;
+             options.cluster.num_ps = num_ps;
+             options.cluster.master_node = std::move(master_node);
+             options.cluster.eval_node = eval_node;
+             Check(options.cluster.Validate());
+             options.command = std::move(command);
+             options.agent_binary = std::move(agent_binary);
+             options.log_dir = std::move(log_dir);
+             options.reservation_timeout = ToMs(reservation_timeout);
+             options.grace = ToMs(grace);
+             options.others_grace = ToMs(others_grace);
+             options.last_lines = last_lines;
+             options.cluster_id = std::move(cluster_id);
+             if (external_feed) {
+               feed::FeedPlan plan;
+               plan.external = true;
+               plan.read.format = feed::RecordFormat::kPickle;
+               plan.queue_bytes = (*external_feed)["queue_bytes"].cast<uint64_t>();
+               plan.feed_timeout_ms =
+                   static_cast<int64_t>((*external_feed)["feed_timeout"].cast<double>() * 1000);
+               options.feed = std::move(plan);
+             }
+             return std::make_unique<ClusterDriver>(std::move(options), std::move(engine),
+                                                    std::move(local_executors), std::move(host));
+           }),
+           py::arg("num_nodes"), py::arg("num_ps"), py::arg("master_node"), py::arg("eval_node"),
+           py::arg("command"), py::arg("agent_binary"), py::arg("log_dir"),
+           py::arg("reservation_timeout"), py::arg("grace"), py::arg("others_grace"),
+           py::arg("last_lines"), py::arg("cluster_id"), py::arg("external_feed"),
+           py::arg("engine"), py::arg("local_executors"), py::arg("host"))
+      .def("start", &ClusterDriver::Start)
+      .def("wait_formed", &ClusterDriver::WaitFormed, py::arg("timeout"))
+      .def("join", &ClusterDriver::Join, py::arg("timeout"))
+      .def("request_stop", &ClusterDriver::RequestStop)
+      .def("set_others_grace", &ClusterDriver::SetOthersGrace, py::arg("seconds"))
+      .def_property_readonly("formed", &ClusterDriver::Formed)
+      .def_property_readonly("failure", &ClusterDriver::Failure)
+      .def_property_readonly("exit_code", &ClusterDriver::ExitCode)
+      .def_property_readonly("messages", &ClusterDriver::Messages)
+      .def_property_readonly("log_dir", &ClusterDriver::log_dir);
+}
+
+}  // namespace drover::python

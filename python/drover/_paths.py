@@ -1,0 +1,21 @@
+"""Where drover's own executable is."""
+
+import os
+import shutil
+
+
+def drover_binary():
+    """The `drover` executable: $DROVER_BIN, else the build tree's bin/drover
+    beside this package (build/python/drover -> build/bin/drover), else the
+    one on PATH."""
+    configured = os.environ.get("DROVER_BIN")
+    if configured:
+        return configured
+    here = os.path.dirname(os.path.abspath(__file__))
+    beside = os.path.normpath(os.path.join(here, "..", "..", "bin", "drover"))
+    if os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which("drover")
+    if found:
+        return found
+    raise RuntimeError("cannot find the drover executable: set DROVER_BIN, or put drover on PATH")

@@ -1,0 +1,43 @@
+"""Helpers for the drover.Cluster tests: a marker every process the test
+starts inherits, and a check that none of them outlives the cluster."""
+
+import os
+import time
+import uuid
+
+MARK_VARIABLE = "DROVER_TEST_MARK"
+
+
+def new_mark():
+    return "drover-test-" + uuid.uuid4().hex[:12]
+
+
+def marked_processes(mark, exclude=()):
+    """(pid, command line) of live processes whose environment carries the mark."""
+    needle = ("%s=%s" % (MARK_VARIABLE, mark)).encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        if pid == os.getpid() or pid in exclude:
+            continue
+        try:
+            with open("/proc/%d/environ" % pid, "rb") as f:
+                environ = f.read().split(b"\0")
+            with open("/proc/%d/stat" % pid, "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+            with open("/proc/%d/cmdline" % pid, "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if needle in environ and state != b"Z":
+            found.append((pid, cmdline))
+    return found
+
+
+def assert_no_leftovers(mark, exclude=(), wait=10.0):
+    deadline = time.monotonic() + wait
+    while marked_processes(mark, exclude) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert marked_processes(mark, exclude) == []
