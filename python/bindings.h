@@ -6,6 +6,10 @@
 
 #include <pybind11/pybind11.h>
 
+#include <chrono>
+#include <cstdint>
+
+#include "drover/rendezvous.h"
 #include "drover/status.h"
 
 namespace drover::python {
@@ -22,6 +26,14 @@ T Unwrap(Result<T> result) {
   if (!result.ok()) ThrowStatus(result.status());
   return std::move(result).value();
 }
+
+// Python's seconds (a float) as the milliseconds the C++ API takes.
+inline std::chrono::milliseconds Ms(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+// A NodeInfo as the dict the Python API hands out.
+pybind11::dict NodeDict(const NodeInfo& node);
 
 void RegisterSpec(pybind11::module_& m);
 void RegisterResolvers(pybind11::module_& m);

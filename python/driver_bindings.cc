@@ -159,22 +159,12 @@ class TeeBuffer : public std::stringbuf {
   std::string captured_;
 };
 
-Milliseconds ToMs(double seconds) {
-  return Milliseconds(static_cast<int64_t>(seconds * 1000.0));
-}
-
-py::dict NodeDict(const NodeInfo& node) {
-  py::dict out;
-  out["executor_id"] = node.executor_id;
-  out["host"] = node.host;
-  out["job_name"] = node.job_name;
-  out["task_index"] = node.task_index;
-  out["port"] = node.ports.empty() ? 0 : node.ports.front();
-  out["ports"] = node.ports;
-  out["addr"] = node.host + ":" + std::to_string(node.ports.empty() ? 0 : node.ports.front());
-  out["pid"] = node.pid;
-  out["gpus"] = node.gpus;
-  out["feed_socket"] = node.feed_socket;
+// The rendezvous dict plus TensorFlowOnSpark's port and addr.
+py::dict ClusterNodeDict(const NodeInfo& node) {
+  py::dict out = NodeDict(node);
+  const uint32_t port = node.ports.empty() ? 0 : node.ports.front();
+  out["port"] = port;
+  out["addr"] = node.host + ":" + std::to_string(port);
   return out;
 }
 
@@ -251,7 +241,7 @@ class ClusterDriver {
     return true;
   }
   void SetOthersGrace(double seconds) {
-    if (driver_) driver_->SetOthersGrace(ToMs(seconds));
+    if (driver_) driver_->SetOthersGrace(Ms(seconds));
   }
   void RequestStop() {
     uint64_t one = 1;
@@ -266,7 +256,7 @@ class ClusterDriver {
     out["cluster_id"] = formed_->cluster_id;
     out["cluster_spec"] = formed_->spec;
     py::list nodes;
-    for (const NodeInfo& node : formed_->nodes) nodes.append(NodeDict(node));
+    for (const NodeInfo& node : formed_->nodes) nodes.append(ClusterNodeDict(node));
     out["nodes"] = nodes;
     return out;
   }
@@ -323,9 +313,9 @@ void RegisterDriver(py::module_& m) {
              options.command = std::move(command);
              options.agent_binary = std::move(agent_binary);
              options.log_dir = std::move(log_dir);
-             options.reservation_timeout = ToMs(reservation_timeout);
-             options.grace = ToMs(grace);
-             options.others_grace = ToMs(others_grace);
+             options.reservation_timeout = Ms(reservation_timeout);
+             options.grace = Ms(grace);
+             options.others_grace = Ms(others_grace);
              options.last_lines = last_lines;
              options.cluster_id = std::move(cluster_id);
              if (external_feed) {

@@ -513,7 +513,7 @@ class PyDataFeed {
       objects[i] = loads(py::memoryview::from_memory(records[i].data(),
                                                      static_cast<py::ssize_t>(records[i].size())));
     }
-    if (!mapping_) return std::move(objects);
+    if (!mapping_) return objects;
     py::object asarray = py::module_::import("numpy").attr("asarray");
     py::dict columns;
     for (auto [source, name] : *mapping_) {
@@ -534,7 +534,7 @@ class PyDataFeed {
       }
       columns[name] = asarray(column);
     }
-    return std::move(columns);
+    return columns;
   }
   // Read by the properties under the GIL alone, so they never wait on mutex_.
   uint64_t records_read_ = 0;

@@ -19,9 +19,7 @@ Deadline After(double seconds) {
          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
-Milliseconds Ms(double seconds) {
-  return Milliseconds(static_cast<int64_t>(seconds * 1000));
-}
+}  // namespace
 
 py::dict NodeDict(const NodeInfo& node) {
   py::dict out;
@@ -36,6 +34,8 @@ py::dict NodeDict(const NodeInfo& node) {
   out["task_index"] = node.task_index;
   return out;
 }
+
+namespace {
 
 py::dict ClusterDict(const FormedCluster& cluster) {
   py::list nodes;

@@ -73,11 +73,11 @@ py::object JobAsPython(const ClusterSpec& spec, const std::string& job) {
   if (spec.is_dense(job)) {
     py::list dense;
     for (const auto& [index, address] : tasks) dense.append(address);
-    return std::move(dense);
+    return dense;
   }
   py::dict sparse;
   for (const auto& [index, address] : tasks) sparse[py::int_(index)] = address;
-  return std::move(sparse);
+  return sparse;
 }
 
 py::dict AsDict(const ClusterSpec& spec) {

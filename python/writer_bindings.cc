@@ -20,10 +20,6 @@ namespace py = pybind11;
 namespace drover::python {
 namespace {
 
-std::chrono::milliseconds Ms(double seconds) {
-  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
-}
-
 class PyPartitionWriter {
  public:
   PyPartitionWriter(const std::string& socket_path, double connect_timeout, double feed_timeout) {

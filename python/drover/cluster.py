@@ -232,8 +232,8 @@ class Cluster:
     def cluster_info(self):
         """One dict per node, in cluster order: executor_id, host, job_name,
         task_index, port, addr, pid, gpus, tb_port, tb_pid."""
-        return [{k: v for k, v in node.items() if k not in ("feed_socket", "task")}
-                for node in self._nodes]
+        internal = ("feed_socket", "task", "agent_address")
+        return [{k: v for k, v in node.items() if k not in internal} for node in self._nodes]
 
     @property
     def cluster_meta(self):

@@ -1,6 +1,7 @@
 """Helpers for the drover.Cluster tests: a marker every process the test
 starts inherits, and a check that none of them outlives the cluster."""
 
+import json
 import os
 import time
 import uuid
@@ -41,3 +42,28 @@ def assert_no_leftovers(mark, exclude=(), wait=10.0):
     while marked_processes(mark, exclude) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert marked_processes(mark, exclude) == []
+
+
+def count_records(args, ctx):
+    """A main_fun: reads the whole feed and writes [epoch, record] pairs to
+    <args>/<job>-<index>.json."""
+    if ctx.job_name == "ps":
+        return  # not fed
+    feed = ctx.get_data_feed(train_mode=True)
+    seen = []
+    while not feed.should_stop():
+        batch = feed.next_batch(7)
+        if not batch:
+            break
+        seen.extend([feed.epoch, record] for record in batch)
+    with open(os.path.join(args, "%s-%d.json" % (ctx.job_name, ctx.task_index)), "w") as out:
+        json.dump(seen, out)
+
+
+def seen_records(directory, tasks):
+    """(epoch, record) pairs the workers `tasks` wrote with count_records."""
+    seen = []
+    for task in tasks:
+        with open(os.path.join(directory, "worker-%d.json" % task)) as f:
+            seen.extend(tuple(pair) for pair in json.load(f))
+    return seen

@@ -1,7 +1,6 @@
 """drover.Cluster on the Dask engine, against a real dask-scheduler and real
 dask-worker processes that the test starts on loopback."""
 
-import json
 import os
 import signal
 import socket
@@ -17,10 +16,12 @@ import dask.bag as db  # noqa: E402
 import cloudpickle  # noqa: E402
 
 import drover  # noqa: E402
-from cluster_util import MARK_VARIABLE, assert_no_leftovers, new_mark  # noqa: E402
+import cluster_util
+from cluster_util import MARK_VARIABLE, assert_no_leftovers, count_records, new_mark, seen_records  # noqa: E402
 
 # The nodes need not import this file: its functions travel by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
+cloudpickle.register_pickle_by_value(cluster_util)
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
@@ -86,20 +87,6 @@ def dask_cluster(tmp_path, monkeypatch):
         cluster.close()
 
 
-def count_records(args, ctx):
-    if ctx.job_name == "ps":
-        return  # not fed
-    feed = ctx.get_data_feed(train_mode=True)
-    seen = []
-    while not feed.should_stop():
-        batch = feed.next_batch(16)
-        if not batch:
-            break
-        seen.extend([feed.epoch, record] for record in batch)
-    with open(os.path.join(args, "%s-%d.json" % (ctx.job_name, ctx.task_index)), "w") as out:
-        json.dump({"seen": seen, "pid": os.getppid()}, out)
-
-
 def test_one_node_per_worker_fed_from_a_bag(dask_cluster, tmp_path):
     engine = drover.engines.Dask(dask_cluster.client)
     cluster = drover.Cluster.run(engine, count_records, str(tmp_path), num_executors=2,
@@ -111,10 +98,7 @@ def test_one_node_per_worker_fed_from_a_bag(dask_cluster, tmp_path):
     bag = db.from_sequence(range(500), npartitions=5)
     cluster.train(bag, num_epochs=2)
     cluster.shutdown()
-    seen = []
-    for task in (0, 1):
-        with open(tmp_path / ("worker-%d.json" % task)) as f:
-            seen.extend(tuple(pair) for pair in json.load(f)["seen"])
+    seen = seen_records(tmp_path, (0, 1))
     assert sorted(seen) == sorted((epoch, i) for epoch in range(2) for i in range(500))
     # Node output came back through the engine and was logged on the driver's host.
     assert os.path.exists(tmp_path / "logs" / "worker-0.log")
@@ -195,9 +179,7 @@ def test_driver_ps_nodes_run_beside_the_driver(dask_cluster, tmp_path):
     assert set(engine._assignment) == {1, 2}  # only the workers took Dask workers
     cluster.train(db.from_sequence(range(40), npartitions=2))
     cluster.shutdown()
-    for task in (0, 1):
-        with open(tmp_path / ("worker-%d.json" % task)) as f:
-            assert len(json.load(f)["seen"]) == 20
+    assert [len(seen_records(tmp_path, [task])) for task in (0, 1)] == [20, 20]
 
 
 def test_digits_example_as_a_dask_job(dask_cluster, tmp_path):

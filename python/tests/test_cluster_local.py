@@ -9,10 +9,12 @@ import cloudpickle
 import pytest
 
 import drover
-from cluster_util import MARK_VARIABLE, assert_no_leftovers, new_mark
+import cluster_util
+from cluster_util import MARK_VARIABLE, assert_no_leftovers, count_records, new_mark, seen_records
 
 # The nodes cannot import this file: its functions travel by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
+cloudpickle.register_pickle_by_value(cluster_util)
 
 
 @pytest.fixture(autouse=True)
@@ -35,21 +37,6 @@ def run(main_fun, args, **kwargs):
     return drover.Cluster.run(drover.engines.Local(), main_fun, args, **kwargs)
 
 
-def count_records(args, ctx):
-    """Reads the whole feed and writes what it saw to <dir>/<task>.json."""
-    if ctx.job_name == "ps":
-        return  # not fed
-    feed = ctx.get_data_feed(train_mode=True)
-    seen = []
-    while not feed.should_stop():
-        batch = feed.next_batch(7)
-        if not batch:
-            break
-        seen.extend([feed.epoch, record] for record in batch)
-    with open(os.path.join(args, "%s-%d.json" % (ctx.job_name, ctx.task_index)), "w") as out:
-        json.dump(seen, out)
-
-
 def test_train_feeds_every_record_once_per_epoch(tmp_path, mark):
     partitions = [[{"id": p * 100 + i, "x": [i, p]} for i in range(n)]
                   for p, n in enumerate([30, 0, 17, 50, 1])]
@@ -59,10 +46,7 @@ def test_train_feeds_every_record_once_per_epoch(tmp_path, mark):
     assert cluster.cluster_meta["cluster_template"] == {"worker": [0, 1]}
     cluster.train(partitions, num_epochs=3)
     cluster.shutdown()
-    seen = []
-    for task in (0, 1):
-        with open(tmp_path / ("worker-%d.json" % task)) as f:
-            seen.extend((epoch, record["id"]) for epoch, record in json.load(f))
+    seen = [(epoch, record["id"]) for epoch, record in seen_records(tmp_path, (0, 1))]
     expected = [(epoch, r["id"]) for epoch in range(3) for p in partitions for r in p]
     assert sorted(seen) == sorted(expected)
 
@@ -74,8 +58,7 @@ def test_partition_i_goes_to_fed_node_i_mod_n(tmp_path, mark):
     cluster.train(partitions)
     cluster.shutdown()
     for task, mine in ((0, [0, 2]), (1, [1, 3])):
-        with open(tmp_path / ("worker-%d.json" % task)) as f:
-            got = sorted(record for _, record in json.load(f))
+        got = sorted(record for _, record in seen_records(tmp_path, [task]))
         assert got == sorted(r for p in mine for r in partitions[p])
     assert not (tmp_path / "ps-0.json").exists()
 

@@ -35,3 +35,18 @@ def drover():
                               text=not binary_output, timeout=timeout)
 
     return run
+
+
+def start_server(tmp_path, *args):
+    token_file = tmp_path / "token"
+    proc = subprocess.Popen([drover_bin(), "rendezvous", "--port", "0", "--bind", "127.0.0.1",
+                             "--token-file", str(token_file), *args],
+                            env=clean_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    # The port is printed on stderr: "listening on 127.0.0.1:PORT, ..."
+    line = proc.stderr.readline()
+    while "listening on" not in line:
+        assert line, "server exited before listening"
+        line = proc.stderr.readline()
+    port = int(line.split("listening on ")[1].split(",")[0].rsplit(":", 1)[1])
+    return proc, token_file, "127.0.0.1:%d" % port

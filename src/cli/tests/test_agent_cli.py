@@ -5,7 +5,7 @@ import signal
 import subprocess
 import time
 
-from conftest import clean_env, drover_bin
+from conftest import clean_env, drover_bin, start_server
 
 # A stand-in for a Dask worker: starts the agent, says its pid, then waits.
 PARENT = """
@@ -19,20 +19,6 @@ agent = subprocess.Popen([drover, "agent", "--rendezvous", address, "--token-fil
 print(agent.pid, flush=True)
 time.sleep(120)
 """
-
-
-def start_server(tmp_path, *args):
-    token_file = tmp_path / "token"
-    proc = subprocess.Popen([drover_bin(), "rendezvous", "--port", "0", "--bind", "127.0.0.1",
-                             "--token-file", str(token_file), *args],
-                            env=clean_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    line = proc.stderr.readline()
-    while "listening on" not in line:
-        assert line, "server exited before listening"
-        line = proc.stderr.readline()
-    port = int(line.split("listening on ")[1].split(",")[0].rsplit(":", 1)[1])
-    return proc, token_file, "127.0.0.1:%d" % port
 
 
 def gone(pid):

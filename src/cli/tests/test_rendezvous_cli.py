@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import clean_env, drover_bin
+from conftest import clean_env, drover_bin, start_server
 
 PYTHONPATH = os.environ.get("DROVER_PYTHONPATH", "")
 
@@ -19,21 +19,6 @@ client = drover.RendezvousClient(sys.argv[1], token, name="node " + sys.argv[3],
 formed = client.register(sys.argv[3], "127.0.0.1", [31000 + int(sys.argv[3])], timeout=30)
 print(formed["job_name"], formed["task_index"])
 """
-
-
-def start_server(tmp_path, *args):
-    token_file = tmp_path / "token"
-    proc = subprocess.Popen([drover_bin(), "rendezvous", "--port", "0", "--bind", "127.0.0.1",
-                             "--token-file", str(token_file), *args],
-                            env=clean_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    # The port is printed on stderr: "listening on 127.0.0.1:PORT, ..."
-    line = proc.stderr.readline()
-    while "listening on" not in line:
-        assert line, "server exited before listening"
-        line = proc.stderr.readline()
-    port = int(line.split("listening on ")[1].split(",")[0].rsplit(":", 1)[1])
-    return proc, token_file, "127.0.0.1:%d" % port
 
 
 def run_node(address, token_file, executor_id):
