@@ -86,4 +86,4 @@ def feed_task(records, previous, socket_path, partition, epoch, feed_timeout, in
     del previous
     results = feed_partitions(socket_path, [(partition, epoch, records)], feed_timeout,
                               inference=inference, wait_consumed=last)
-    return results[0] if inference else os.getpid()
+    return results[0] if inference else None
