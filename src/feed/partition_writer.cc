@@ -180,15 +180,18 @@ Status ShmPartitionWriter::ReadResults(uint32_t feed_seq, uint32_t partition, si
   for (;;) {
     if (writing_failed) return Status::Ok();  // the writer's error is the one to report
     if (channel_.state() != RunState::kRunning) return NotRunning(/*inference=*/true, partition);
+    // Read once: the writer may finish during this wait, and a deadline
+    // taken before that is only a slice, not the feed timeout.
+    const bool all_written = written;
     const Deadline deadline =
-        written ? Clock::time_point(Clock::duration(progress->load())) + options_.feed_timeout
-                : Clock::now() + kSlice;
+        all_written ? Clock::time_point(Clock::duration(progress->load())) + options_.feed_timeout
+                    : Clock::now() + kSlice;
     Result<std::optional<BatchView>> next = output.Next(std::min(deadline, Clock::now() + kSlice));
     if (!next.ok()) {
       if (next.status().code() != Status::Code::kDeadlineExceeded) {
         return next.status().WithContext("reading the results of " + task_);
       }
-      if (written && Clock::now() >= deadline) {
+      if (all_written && Clock::now() >= deadline) {
         return Status::DeadlineExceeded("feed timeout: " + task_ + " returned no results for " +
                                         SecondsText(options_.feed_timeout) + " (" + name + ", " +
                                         std::to_string(results->size()) + " of " +

@@ -347,6 +347,35 @@ TEST_F(PartitionWriterTest, InferenceTimeoutWhenResultsNeverCome) {
   done = true;
 }
 
+// A slow program is not a timeout: once every record is written, the wait
+// for results is the feed timeout, not the wait slice it is checked in (the
+// writer finishing during a slice once turned 100 ms into "600 s"). Each
+// partition overfills the queue, so the writer finishes only after the
+// program took some, while the results are still being worked out.
+TEST_F(PartitionWriterTest, ResultsSlowerThanOneWaitSliceAreWaitedFor) {
+  Serve();  // 64 KiB queue
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DataFeed> feed, ConnectReader(/*train_mode=*/false));
+  ProgramThread program(*service_, [&] {
+    for (;;) {
+      Result<RecordBatch> batch = feed->NextBatch(1000);
+      if (!batch.ok() || batch->records.empty()) return;
+      std::this_thread::sleep_for(milliseconds(250));
+      std::vector<std::string_view> results(batch->records.begin(), batch->records.end());
+      if (!feed->BatchResults(results).ok()) return;
+    }
+  });
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<PartitionWriter> writer,
+                       PartitionWriter::Connect(WriterOptions(seconds(30))));
+  const std::vector<std::string> records(80, std::string(1000, 'r'));
+  for (uint32_t partition = 0; partition < 3; ++partition) {
+    std::vector<std::string> results;
+    ASSERT_OK(writer->Feed(partition, 0, Views(records), &results)) << "partition " << partition;
+    EXPECT_EQ(results.size(), records.size());
+  }
+  ASSERT_OK(writer->EndFeed());
+  program.Join();
+}
+
 TEST_F(PartitionWriterTest, StoppedFeedIsUnavailableWithTheReason) {
   Serve();
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<PartitionWriter> writer,
