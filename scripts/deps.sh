@@ -19,6 +19,9 @@ PACKAGES=(
   python3-torch python3-sklearn
   # the Python driver API and its Dask engine
   python3-distributed python3-dask python3-cloudpickle python3-pandas
+  # the ssh engine (the system's OpenSSH client) and its tests (sshd hosts in
+  # network namespaces: scripts/ssh-hosts/)
+  openssh-client openssh-server iproute2 util-linux bc
 )
 
 missing=()

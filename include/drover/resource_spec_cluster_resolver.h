@@ -81,7 +81,11 @@ inline constexpr std::size_t kMaxResourceSpecBytes = std::size_t{1} << 20;
 // of non-negative integers, two chiefs, no chief among several nodes (one
 // node is the chief by default, as in AutoDist), a loopback address among
 // several nodes, a non-chief node without ssh_config, an ssh_config naming no
-// entry of `ssh:`, a bad ssh port.
+// entry of `ssh:`, a bad ssh port, a key outside those shown above (at the
+// top level, in a node or in an ssh config) or one given twice in a map.
+// An error about a place in the text says its 1-based line:
+//   resource spec 'c.yml', line 7: nodes[1] (10.0.0.2): unknown key 'gpu'
+//   (expected address, gpus, cpus, chief, ssh_config, network_bandwidth)
 Result<ResourceSpec> ParseResourceSpec(std::string_view yaml,
                                        std::string_view source = "<resource spec>");
 // Reads and parses a file; kIoError when it cannot be read.

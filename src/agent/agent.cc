@@ -1,6 +1,9 @@
 #include "drover/agent.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
@@ -31,6 +34,31 @@ namespace drover {
 namespace {
 
 namespace fs = std::filesystem;
+
+// The name of the non-loopback interface that holds `address` ("" when none
+// does, or it is not an IP address).
+std::string InterfaceOf(const std::string& address) {
+  in6_addr wanted6{};
+  in_addr wanted4{};
+  const bool v4 = ::inet_pton(AF_INET, address.c_str(), &wanted4) == 1;
+  if (!v4 && ::inet_pton(AF_INET6, address.c_str(), &wanted6) != 1) return "";
+  ifaddrs* interfaces = nullptr;
+  if (::getifaddrs(&interfaces) != 0) return "";
+  std::string name;
+  for (ifaddrs* i = interfaces; i != nullptr && name.empty(); i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || (i->ifa_flags & IFF_LOOPBACK) != 0) continue;
+    if (v4 && i->ifa_addr->sa_family == AF_INET &&
+        reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr == wanted4.s_addr) {
+      name = i->ifa_name;
+    } else if (!v4 && i->ifa_addr->sa_family == AF_INET6 &&
+               std::memcmp(&reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr, &wanted6,
+                           sizeof(wanted6)) == 0) {
+      name = i->ifa_name;
+    }
+  }
+  ::freeifaddrs(interfaces);
+  return name;
+}
 
 constexpr size_t kTailLines = 20;
 // How often the STOP watcher hands the connection back to check for its end.
@@ -489,6 +517,14 @@ Result<std::map<std::string, std::string>> Agent::Impl::BuildEnvironment(
   env["DROVER_LOG_DIR"] = context.log_dir;
   env["DROVER_WORKING_DIR"] = context.working_dir;
   if (options_.gpus) env["CUDA_VISIBLE_DEVICES"] = JoinInts(*options_.gpus);
+  // Gloo, NCCL and TensorPipe pick their interface from the host name, which
+  // on many hosts resolves to 127.0.x.1: point them at the one holding the
+  // node's cluster address, unless the user chose.
+  if (std::string interface = InterfaceOf(options_.host); !interface.empty()) {
+    for (const char* name : {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME"}) {
+      env.emplace(name, interface);
+    }
+  }
   return env;
 }
 

@@ -140,6 +140,15 @@ Result<Subprocess> Subprocess::Spawn(const SubprocessOptions& options) {
       return Status::IoError(std::string("cannot start a program: pipe2: ") + std::strerror(saved));
     }
   }
+  int in_pipe[2] = {-1, -1};
+  if (options.pipe_stdin && ::pipe2(in_pipe, O_CLOEXEC) != 0) {
+    int saved = errno;
+    for (int fd :
+         {error_pipe[0], error_pipe[1], out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) {
+      if (fd >= 0) ::close(fd);
+    }
+    return Status::IoError(std::string("cannot start a program: pipe2: ") + std::strerror(saved));
+  }
   const pid_t parent = ::getpid();
 
   pid_t pid = ::fork();
@@ -147,6 +156,9 @@ Result<Subprocess> Subprocess::Spawn(const SubprocessOptions& options) {
     int saved = errno;
     for (int fd :
          {error_pipe[0], error_pipe[1], out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) {
+      if (fd >= 0) ::close(fd);
+    }
+    for (int fd : {in_pipe[0], in_pipe[1]}) {
       if (fd >= 0) ::close(fd);
     }
     return Status::IoError("cannot start '" + options.argv[0] + "': fork: " + std::strerror(saved));
@@ -168,9 +180,9 @@ Result<Subprocess> Subprocess::Spawn(const SubprocessOptions& options) {
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (null_fd < 0) ChildFail(efd, 2);
-    if (!MoveFd(null_fd, STDIN_FILENO)) ChildFail(efd, 3);
+    int in_fd = in_pipe[0] >= 0 ? in_pipe[0] : ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (in_fd < 0) ChildFail(efd, 2);
+    if (!MoveFd(in_fd, STDIN_FILENO)) ChildFail(efd, 3);
     if (out_pipe[1] >= 0) {
       int err_target = err_pipe[1] >= 0 ? err_pipe[1] : STDOUT_FILENO;
       if (!MoveFd(out_pipe[1], STDOUT_FILENO) || !MoveFd(err_target, STDERR_FILENO)) {
@@ -189,6 +201,7 @@ Result<Subprocess> Subprocess::Spawn(const SubprocessOptions& options) {
   ::close(error_pipe[1]);
   CloseFd(&out_pipe[1]);
   CloseFd(&err_pipe[1]);
+  CloseFd(&in_pipe[0]);
   ChildError error{};
   ssize_t got;
   do {
@@ -198,6 +211,7 @@ Result<Subprocess> Subprocess::Spawn(const SubprocessOptions& options) {
 
   Subprocess child;
   child.pid_ = pid;
+  child.stdin_fd_ = in_pipe[1];
   child.stdout_fd_ = out_pipe[0];
   child.stderr_fd_ = err_pipe[0];
   if (got == static_cast<ssize_t>(sizeof(error))) {
@@ -219,6 +233,7 @@ Result<Subprocess> Subprocess::Spawn(const SubprocessOptions& options) {
 Subprocess::Subprocess(Subprocess&& other) noexcept
     : pid_(std::exchange(other.pid_, -1)),
       pidfd_(std::exchange(other.pidfd_, -1)),
+      stdin_fd_(std::exchange(other.stdin_fd_, -1)),
       stdout_fd_(std::exchange(other.stdout_fd_, -1)),
       stderr_fd_(std::exchange(other.stderr_fd_, -1)),
       status_(std::exchange(other.status_, std::nullopt)),
@@ -229,6 +244,7 @@ Subprocess& Subprocess::operator=(Subprocess&& other) noexcept {
     Reset();
     pid_ = std::exchange(other.pid_, -1);
     pidfd_ = std::exchange(other.pidfd_, -1);
+    stdin_fd_ = std::exchange(other.stdin_fd_, -1);
     stdout_fd_ = std::exchange(other.stdout_fd_, -1);
     stderr_fd_ = std::exchange(other.stderr_fd_, -1);
     status_ = std::exchange(other.status_, std::nullopt);
@@ -251,8 +267,13 @@ void Subprocess::Reset() {
   status_.reset();
   group_gone_ = false;
   CloseFd(&pidfd_);
+  CloseFd(&stdin_fd_);
   CloseFd(&stdout_fd_);
   CloseFd(&stderr_fd_);
+}
+
+void Subprocess::CloseStdin() {
+  CloseFd(&stdin_fd_);
 }
 
 void Subprocess::CloseStdout() {

@@ -77,6 +77,10 @@ struct SubprocessOptions {
   bool merge_stderr = false;
   // PR_SET_PDEATHSIG: the signal the child gets when its parent dies; 0 for none.
   int parent_death_signal = SIGKILL;
+  // stdin from a pipe whose write end the parent holds (stdin_fd()), instead
+  // of /dev/null: ssh forwards its end-of-file to the remote command, which
+  // is how a remote agent learns that its driver is gone.
+  bool pipe_stdin = false;
 };
 
 class Subprocess {
@@ -102,6 +106,10 @@ class Subprocess {
   int stderr_fd() const { return stderr_fd_; }
   void CloseStdout();
   void CloseStderr();
+  // Write end of the stdin pipe (blocking, close-on-exec); -1 without
+  // pipe_stdin or once closed.
+  int stdin_fd() const { return stdin_fd_; }
+  void CloseStdin();
   // Readable once the leader has exited; -1 without pidfd support.
   int exit_fd() const { return pidfd_; }
 
@@ -133,6 +141,7 @@ class Subprocess {
 
   pid_t pid_ = -1;
   int pidfd_ = -1;
+  int stdin_fd_ = -1;
   int stdout_fd_ = -1;
   int stderr_fd_ = -1;
   std::optional<ExitStatus> status_;

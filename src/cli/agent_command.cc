@@ -1,13 +1,16 @@
 #include "cli/agent_command.h"
 
+#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli/resolve_command.h"
@@ -42,6 +45,47 @@ void OnSignal(int signal) {
   // Before the program starts there is nothing to stop: the reserved ports
   // and the connection go with the process.
   if (agent == nullptr || !agent->Interrupt(signal)) ::_exit(128 + signal);
+}
+
+// `--token-file -`: the token is the first line on stdin (an ssh engine's
+// agent: no secret in a file or in argv), read within `timeout`.
+Result<ClusterToken> ReadTokenFromStdin(Milliseconds timeout) {
+  std::string line;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    char c;
+    pollfd in{STDIN_FILENO, POLLIN, 0};
+    const auto left =
+        std::chrono::duration_cast<Milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0 || ::poll(&in, 1, static_cast<int>(left.count())) == 0) {
+      return Status::DeadlineExceeded("no cluster token on stdin (--token-file -) within " +
+                                      std::to_string(timeout.count() / 1000) + " s");
+    }
+    const ssize_t got = ::read(STDIN_FILENO, &c, 1);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      return Status::InvalidArgument("stdin ended before the cluster token (--token-file -)");
+    }
+    if (c == '\n') break;
+    if (line.size() > 256) return Status::InvalidArgument("stdin holds no cluster token");
+    line.push_back(c);
+  }
+  return ClusterToken::FromHex(line);
+}
+
+// After the token, stdin stays open as long as the driver (through ssh)
+// lives: its end of file stops the node as SIGTERM would, so a driver that
+// dies, even by SIGKILL, leaves nothing running on remote hosts.
+void StopAtEndOfStdin() {
+  std::thread([] {
+    char buffer[256];
+    for (;;) {
+      const ssize_t got = ::read(STDIN_FILENO, buffer, sizeof(buffer));
+      if (got > 0 || (got < 0 && errno == EINTR)) continue;
+      ::kill(::getpid(), SIGTERM);
+      return;
+    }
+  }).detach();
 }
 
 Milliseconds Seconds(double seconds) {
@@ -81,7 +125,9 @@ int RunAgent(const AgentFlags& flags) {
   };
   AgentOptions options;
   options.rendezvous_address = flags.rendezvous;
-  Result<ClusterToken> token = ClusterToken::ReadFile(flags.token_file);
+  const bool token_on_stdin = flags.token_file == "-";
+  Result<ClusterToken> token =
+      token_on_stdin ? ReadTokenFromStdin(Seconds(60)) : ClusterToken::ReadFile(flags.token_file);
   if (!token.ok()) return fail(token.status(), kExitBadInput);
   options.token = std::move(token).value();
   options.executor_id = flags.executor_id;
@@ -117,6 +163,7 @@ int RunAgent(const AgentFlags& flags) {
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
   for (int signal : {SIGTERM, SIGINT, SIGHUP}) ::sigaction(signal, &action, nullptr);
+  if (token_on_stdin) StopAtEndOfStdin();
   int code = agent.Run();
   struct sigaction default_action {};
   default_action.sa_handler = SIG_DFL;
@@ -133,7 +180,10 @@ void AddAgentCommand(CLI::App& app, int* exit_code) {
       "agent", "Run one node of a cluster: register, then start COMMAND (used by drover run)");
   agent->add_option("--rendezvous", flags->rendezvous, "The rendezvous server, HOST:PORT")
       ->required();
-  agent->add_option("--token-file", flags->token_file, "The cluster token file (mode 0600)")
+  agent
+      ->add_option("--token-file", flags->token_file,
+                   "The cluster token file (mode 0600); '-': the first line of stdin, and the\n"
+                   "node stops when stdin ends (the ssh engine)")
       ->required();
   agent->add_option("--executor-id", flags->executor_id, "This node's stable id")->required();
   agent->add_option("--host", flags->host,

@@ -6,10 +6,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,6 +23,7 @@
 #include "engine/local_engine.h"
 #include "feed/feed_plan.h"
 #include "feed/record_io.h"
+#include "ssh/ssh_engine.h"
 
 namespace drover::cli {
 namespace {
@@ -32,6 +35,14 @@ struct RunFlags {
   bool chief = false;
   bool evaluator = false;
   std::string engine = "local";
+  // The ssh engine (docs/ssh.md).
+  std::string hosts;
+  std::string ssh_config;
+  std::vector<std::string> ssh_options;
+  bool no_host_key_check = false;
+  std::string driver_address;
+  std::vector<std::string> env;
+  bool no_preflight = false;
   std::string log_dir;
   bool tee = false;
   int max_restarts = 0;
@@ -173,11 +184,74 @@ std::vector<int> DetectGpus() {
   return ParseGpuIndices(output);
 }
 
+// The variables every remote agent gets: PYTHONPATH, DROVER_*, and --env
+// NAME (this process's value) or NAME=VALUE.
+Result<std::map<std::string, std::string>> ForwardedEnv(const std::vector<std::string>& flags) {
+  std::map<std::string, std::string> env;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    std::string_view text(*entry);
+    const size_t equals = text.find('=');
+    if (equals == std::string_view::npos) continue;
+    std::string name(text.substr(0, equals));
+    if (name == "PYTHONPATH" || name.rfind("DROVER_", 0) == 0) {
+      env[name] = std::string(text.substr(equals + 1));
+    }
+  }
+  for (const std::string& flag : flags) {
+    const size_t equals = flag.find('=');
+    std::string name = flag.substr(0, equals);
+    if (name.empty())
+      return Status::InvalidArgument("--env takes NAME or NAME=VALUE, not '" + flag + "'");
+    if (equals != std::string::npos) {
+      env[name] = flag.substr(equals + 1);
+    } else if (const char* value = std::getenv(name.c_str()); value != nullptr) {
+      env[name] = value;
+    } else {
+      return Status::InvalidArgument("--env " + name + ": it is not set here; give " + name +
+                                     "=VALUE");
+    }
+  }
+  return env;
+}
+
+Result<std::unique_ptr<ssh::SshEngine>> MakeSshEngine(const RunFlags& flags) {
+  if (flags.hosts.empty()) {
+    return Status::InvalidArgument(
+        "--engine ssh needs --hosts: a resource spec (.yml), a hostfile, or h1:2,h2:2");
+  }
+  ssh::SshEngineOptions options;
+  DROVER_ASSIGN_OR_RETURN(options.hosts, ssh::LoadHosts(flags.hosts));
+  options.ssh.config_file = flags.ssh_config;
+  options.ssh.extra_options = flags.ssh_options;
+  options.ssh.check_host_keys = !flags.no_host_key_check;
+  options.driver_address = flags.driver_address;
+  DROVER_ASSIGN_OR_RETURN(options.env, ForwardedEnv(flags.env));
+  return ssh::SshEngine::Create(std::move(options));
+}
+
 int Run(RunFlags flags) {
   std::ostream& err = std::cerr;
-  if (flags.engine != "local") {
-    err << "drover run: unknown engine '" << flags.engine << "' (only 'local' exists so far)\n";
+  if (flags.engine != "local" && flags.engine != "ssh") {
+    err << "drover run: unknown engine '" << flags.engine << "' (local or ssh)\n";
     return kExitBadInput;
+  }
+  const bool remote = flags.engine == "ssh";
+  if (!remote && (!flags.hosts.empty() || !flags.ssh_config.empty() || !flags.ssh_options.empty() ||
+                  !flags.driver_address.empty() || !flags.env.empty())) {
+    err << "drover run: --hosts, --ssh-config, --ssh-option, --driver-address and --env go with "
+           "--engine ssh\n";
+    return kExitBadInput;
+  }
+  std::unique_ptr<ssh::SshEngine> ssh_engine;
+  if (remote) {
+    Result<std::unique_ptr<ssh::SshEngine>> made = MakeSshEngine(flags);
+    if (!made.ok()) {
+      err << "drover run: " << made.status().message() << "\n";
+      return made.status().code() == Status::Code::kInvalidArgument ? kExitBadInput : kExitFailure;
+    }
+    ssh_engine = std::move(made).value();
+    // One node per slot unless told otherwise, as horovodrun -H does.
+    if (!flags.nodes && !flags.workers) flags.nodes = ssh_engine->total_slots();
   }
   if (flags.command.empty()) {
     err << "drover run: no command; give it after --, e.g. drover run --nodes 2 -- python3 "
@@ -214,6 +288,12 @@ int Run(RunFlags flags) {
     err << "drover run: " << valid.message() << "\n";
     return kExitBadInput;
   }
+  if (ssh_engine && options.cluster.num_nodes > ssh_engine->total_slots()) {
+    err << "drover run: " << options.cluster.num_nodes << " nodes asked, but the "
+        << ssh_engine->hosts().size() << " hosts have " << ssh_engine->total_slots()
+        << " slots (give more with host:N or slots=N)\n";
+    return kExitBadInput;
+  }
   Result<std::optional<feed::FeedPlan>> plan = MakeFeedPlan(flags);
   if (!plan.ok()) {
     err << "drover run: " << plan.status().message() << "\n";
@@ -236,6 +316,14 @@ int Run(RunFlags flags) {
       return kExitBadInput;
     }
     options.gpus = std::move(assigned).value();
+  } else if (ssh_engine) {
+    // The resource spec's gpus, dealt over each host's slots.
+    std::vector<std::string> gpus = ssh_engine->SlotGpus();
+    gpus.resize(static_cast<size_t>(options.cluster.num_nodes));
+    if (std::any_of(gpus.begin(), gpus.end(), [](const std::string& g) { return !g.empty(); })) {
+      for (std::string& g : gpus) g = g.empty() ? "none" : g;
+      options.gpus = std::move(gpus);
+    }
   }
 
   LocalEngineOptions engine_options;
@@ -243,7 +331,8 @@ int Run(RunFlags flags) {
   if (auto skip = ProcessEnvironment().Get("DROVER_TEST_SKIP_AGENT"); skip && !skip->empty()) {
     engine_options.skip_executors.insert(*skip);
   }
-  LocalEngine engine(engine_options);
+  LocalEngine local_engine(engine_options);
+  Engine& engine = ssh_engine ? static_cast<Engine&>(*ssh_engine) : local_engine;
 
   if (flags.dry_run) {
     Driver(options, engine, std::cout, err).PrintPlan(std::cout);
@@ -255,6 +344,15 @@ int Run(RunFlags flags) {
     return kExitFailure;
   }
   options.agent_binary = *self;
+  if (ssh_engine && !flags.no_preflight) {
+    // Before anything starts: every host reachable, the program and drover
+    // there, the driver reachable from it.
+    if (Status checked = ssh_engine->Preflight(flags.command.front(), options.agent_binary, err);
+        !checked.ok()) {
+      err << "drover run: " << checked.message() << "\n";
+      return kExitFailure;
+    }
+  }
 
   std::string tensorboard_binary;
   if (flags.tensorboard && !OnPath("tensorboard", &tensorboard_binary)) {
@@ -315,8 +413,9 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   auto flags = std::make_shared<RunFlags>();
   CLI::App* run = app.add_subcommand(
       "run",
-      "Start a cluster on this machine and run COMMAND on every node: a rendezvous, one agent\n"
-      "per node, output tagged [job:index], per-node log files, supervision (docs/run.md).");
+      "Start a cluster (local processes, or SSH hosts with --engine ssh) and run COMMAND on\n"
+      "every node: a rendezvous, one agent per node, output tagged [job:index], per-node log\n"
+      "files, supervision (docs/run.md, docs/ssh.md).");
   auto* nodes =
       run->add_option("--nodes", flags->nodes, "N nodes, all workers")->check(CLI::PositiveNumber);
   auto* workers =
@@ -326,7 +425,27 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::NonNegativeNumber);
   run->add_flag("--chief", flags->chief, "One chief node (with --workers)");
   run->add_flag("--evaluator", flags->evaluator, "One evaluator node (with --workers)");
-  run->add_option("--engine", flags->engine, "Where the nodes run: local")->capture_default_str();
+  run->add_option("--engine", flags->engine, "Where the nodes run: local or ssh")
+      ->capture_default_str();
+  auto* ssh = run->add_option_group("SSH engine", "Nodes on SSH hosts (--engine ssh; docs/ssh.md)");
+  ssh->add_option("--hosts,-H", flags->hosts,
+                  "An AutoDist resource spec (.yml/.yaml), a hostfile (host slots=N per line),\n"
+                  "or a list h1:2,h2:2 (default: one node per slot)");
+  ssh->add_option("--ssh-config", flags->ssh_config, "ssh -F FILE (default: ~/.ssh/config)");
+  ssh->add_option("--ssh-option", flags->ssh_options, "ssh -o OPTION (repeatable)")
+      ->allow_extra_args(false);
+  ssh->add_flag(
+      "--no-host-key-check", flags->no_host_key_check,
+      "Do not check the hosts' keys (StrictHostKeyChecking=no); only on trusted networks");
+  ssh->add_option("--driver-address", flags->driver_address,
+                  "The address the hosts reach the driver at (default: the local address\n"
+                  "routed to the first host)");
+  ssh->add_option("--env,-x", flags->env,
+                  "NAME or NAME=VALUE to set on every host (repeatable; PYTHONPATH and DROVER_*\n"
+                  "are always forwarded)")
+      ->allow_extra_args(false);
+  ssh->add_flag("--no-preflight", flags->no_preflight,
+                "Skip the pre-flight check of ssh, the program and the driver address");
   run->add_option("--log-dir", flags->log_dir,
                   "Per-node logs <job>-<index>.log (default ./drover-logs/<cluster-id>)");
   run->add_flag("--tee", flags->tee, "Also write every tagged line to <log-dir>/drover.log");
@@ -391,6 +510,9 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
       "  drover run --nodes 2 --input 'data/*.csv' --epochs 3 -- python3 train.py\n"
       "  drover run --nodes 2 --input data/ --format jsonl --mode inference --output out -- "
       "python3 predict.py\n"
+      "  drover run --engine ssh -H h1:2,h2:2 -- python3 train.py\n"
+      "  drover run --engine ssh --hosts resource_spec.yml --input 'data/*.csv' -- python3 "
+      "train.py\n"
       "Exit codes: 0 every node succeeded, 1 a node failed or the cluster did not form,\n"
       "2 bad input, 128+signal when interrupted.");
   run->callback([flags, exit_code] { *exit_code = Run(*flags); });

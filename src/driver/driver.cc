@@ -63,17 +63,6 @@ std::string NewClusterId() {
   return std::string("run-") + stamp + "-" + suffix;
 }
 
-// Describes an agent's exit; the agent exits with the program's code, 128 +
-// signal when a signal killed the program.
-std::string DescribeExit(const ExitStatus& status) {
-  if (!status.signaled() && status.exit_code() > 128 && status.exit_code() < 128 + 65) {
-    return "killed by " + SignalName(status.exit_code() - 128) + " (agent exit code " +
-           std::to_string(status.exit_code()) + ")";
-  }
-  if (status.signaled()) return "its agent was " + status.ToString();
-  return status.ToString();
-}
-
 }  // namespace
 
 std::vector<std::string> SplitLines(std::string* partial, std::string_view data) {
@@ -392,8 +381,12 @@ struct Driver::Round {
   }
 
   void ReportFailure(Node& node, const std::string& reason) {
-    std::string who = node.tag + " (executor " + node.executor_id + ")";
-    if (!formed) who = "executor " + node.executor_id;
+    // Where it ran matters once nodes are on other hosts.
+    const std::string where = driver.engine_.name() == "local"
+                                  ? ""
+                                  : " on " + driver.engine_.agent_host(std::stoi(node.executor_id));
+    std::string who = node.tag + " (executor " + node.executor_id + where + ")";
+    if (!formed) who = "executor " + node.executor_id + where;
     driver.err_ << "drover run: " << who << " failed: " << reason << "\n";
     // The agent's own report repeats the exit status; it matters when there is none.
     if (!node.exit && !node.error_message.empty() &&
@@ -652,14 +645,14 @@ Driver::Outcome Driver::RunRound(int number) {
           if (!early_exit_since) early_exit_since = now;
           if (now - *early_exit_since >= kEarlyExitWait) {
             failed = node.get();
-            failure_reason =
-                "its agent exited before the cluster formed: " + DescribeExit(*node->exit);
+            failure_reason = "its agent exited before the cluster formed: " +
+                             node->process->DescribeExit(*node->exit);
             failure_deadline = now;
             break;
           }
         } else if (round.formed && node->exit && !node->exit->success()) {
           failed = node.get();
-          failure_reason = DescribeExit(*node->exit);
+          failure_reason = node->process->DescribeExit(*node->exit);
           failure_deadline = now;
           break;
         } else if (round.formed && node->running() && node->dead_since &&
@@ -672,9 +665,9 @@ Driver::Outcome Driver::RunRound(int number) {
       }
     }
     if (failed != nullptr && (failed->exit || now >= failure_deadline)) {
-      if (failed->exit && failure_reason != DescribeExit(*failed->exit) &&
+      if (failed->exit && failure_reason != failed->process->DescribeExit(*failed->exit) &&
           failed->error_message == failure_reason) {
-        failure_reason = DescribeExit(*failed->exit);
+        failure_reason = failed->process->DescribeExit(*failed->exit);
       }
       round.ReportFailure(*failed, failure_reason);
       round.Stop(round.All(), true);

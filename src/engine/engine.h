@@ -28,6 +28,10 @@ struct AgentLaunch {
   std::vector<std::string> argv;  // argv[0]: the agent binary
 };
 
+// Describes an agent's exit; the agent exits with the program's code, 128 +
+// signal when a signal killed the program.
+std::string DescribeAgentExit(const ExitStatus& status);
+
 class AgentProcess {
  public:
   virtual ~AgentProcess() = default;
@@ -44,6 +48,11 @@ class AgentProcess {
   // Sends `signal` to the agent's process group (nothing after it was reaped
   // and its group is empty).
   virtual void Signal(int signal) = 0;
+  // Why it ended, for failure reports ("exit code 3"); engines whose process
+  // stands in for a remote agent (ssh) say what its status means.
+  virtual std::string DescribeExit(const ExitStatus& status) const {
+    return DescribeAgentExit(status);
+  }
 };
 
 class Engine {

@@ -75,6 +75,15 @@ Result<std::unique_ptr<AgentProcess>> SpawnProcessGroup(const std::string& id,
       std::make_unique<ChildProcess>(id, std::move(process).value()));
 }
 
+std::string DescribeAgentExit(const ExitStatus& status) {
+  if (!status.signaled() && status.exit_code() > 128 && status.exit_code() < 128 + 65) {
+    return "killed by " + SignalName(status.exit_code() - 128) + " (agent exit code " +
+           std::to_string(status.exit_code()) + ")";
+  }
+  if (status.signaled()) return "its agent was " + status.ToString();
+  return status.ToString();
+}
+
 LocalEngine::LocalEngine(LocalEngineOptions options) : options_(std::move(options)) {}
 
 Result<std::unique_ptr<AgentProcess>> LocalEngine::Launch(const AgentLaunch& launch) {

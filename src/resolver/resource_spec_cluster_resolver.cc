@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <charconv>
 #include <fstream>
+#include <initializer_list>
 #include <iterator>
 #include <set>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -46,31 +48,56 @@ std::string HostPort(const std::string& host, int port) {
   return (ipv6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
-// Errors of one spec, all prefixed "resource spec '<source>': ".
+// Where a node sits in the text; null for nodes the parser did not make (a
+// missing key).
+YAML::Mark MarkOf(const YAML::Node& node) {
+  if (!node) return YAML::Mark::null_mark();
+  return node.Mark();
+}
+
+// Joins `keys` as "a, b, c" for "expected ..." in errors.
+std::string KeyList(std::initializer_list<std::string_view> keys) {
+  std::string out;
+  for (std::string_view key : keys) {
+    if (!out.empty()) out += ", ";
+    out += key;
+  }
+  return out;
+}
+
+// Errors of one spec, all prefixed "resource spec '<source>': ", or
+// "resource spec '<source>', line N: " when they concern a place in the text.
 class SpecParser {
  public:
   explicit SpecParser(std::string_view source) : source_(source) {}
 
-  Status Error(const std::string& what) const {
-    return Status::InvalidArgument("resource spec '" + source_ + "': " + what);
+  Status Error(const std::string& what, const YAML::Mark& mark = YAML::Mark::null_mark()) const {
+    std::string at = mark.is_null() ? "" : ", line " + std::to_string(mark.line + 1);
+    return Status::InvalidArgument("resource spec '" + source_ + "'" + at + ": " + what);
   }
 
   Result<std::string> Scalar(const YAML::Node& node, const std::string& where) const {
-    if (!node.IsScalar()) return Error(where + " must be a string, got " + KindName(node));
+    if (!node.IsScalar()) {
+      return Error(where + " must be a string, got " + KindName(node), MarkOf(node));
+    }
     return node.Scalar();
   }
 
   Result<long long> Integer(const YAML::Node& node, const std::string& where) const {
-    if (!node.IsScalar()) return Error(where + " must be an integer, got " + KindName(node));
+    if (!node.IsScalar()) {
+      return Error(where + " must be an integer, got " + KindName(node), MarkOf(node));
+    }
     std::optional<long long> value = resolver_internal::ParseInteger(node.Scalar());
-    if (!value) return Error(where + " must be an integer, got \"" + node.Scalar() + "\"");
+    if (!value) {
+      return Error(where + " must be an integer, got \"" + node.Scalar() + "\"", MarkOf(node));
+    }
     return *value;
   }
 
   Result<bool> Bool(const YAML::Node& node, const std::string& where) const {
     bool value = false;
     if (!node.IsScalar() || !YAML::convert<bool>::decode(node, value)) {
-      return Error(where + " must be true or false, got " + KindName(node));
+      return Error(where + " must be true or false, got " + KindName(node), MarkOf(node));
     }
     return value;
   }
@@ -78,20 +105,22 @@ class SpecParser {
   Result<std::vector<int>> IndexList(const YAML::Node& node, const std::string& where) const {
     if (node.IsNull()) return std::vector<int>();
     if (!node.IsSequence()) {
-      return Error(where + " must be a list of integers, got " + KindName(node));
+      return Error(where + " must be a list of integers, got " + KindName(node), MarkOf(node));
     }
     std::set<int> indices;  // AutoDist keeps a set: sorted, no duplicates
     for (std::size_t i = 0; i < node.size(); ++i) {
       const YAML::Node item = node[i];
       std::string item_where = where + "[" + std::to_string(i) + "]";
       if (!item.IsScalar()) {
-        return Error(where + " must be a list of integers, but " + item_where + " is " +
-                     KindName(item));
+        return Error(
+            where + " must be a list of integers, but " + item_where + " is " + KindName(item),
+            MarkOf(item));
       }
       std::optional<long long> value = resolver_internal::ParseInteger(item.Scalar());
       if (!value || *value < 0 || *value > 1000000) {
         return Error(where + " must be a list of non-negative integers, but " + item_where +
-                     " is \"" + item.Scalar() + "\"");
+                         " is \"" + item.Scalar() + "\"",
+                     MarkOf(item));
       }
       indices.insert(static_cast<int>(*value));
     }
@@ -102,7 +131,7 @@ class SpecParser {
                                                        const std::string& where) const {
     std::map<std::string, std::string> out;
     if (node.IsNull()) return out;
-    if (!node.IsMap()) return Error(where + " must be a map, got " + KindName(node));
+    if (!node.IsMap()) return Error(where + " must be a map, got " + KindName(node), MarkOf(node));
     for (const auto& entry : node) {
       DROVER_ASSIGN_OR_RETURN(std::string key, Scalar(entry.first, where + " key"));
       DROVER_ASSIGN_OR_RETURN(std::string value, Scalar(entry.second, where + "." + key));
@@ -111,12 +140,32 @@ class SpecParser {
     return out;
   }
 
+  // Refuses keys of the map `node` outside `allowed`, and keys given twice
+  // (yaml-cpp keeps both; operator[] would silently take the first).
+  Status CheckKeys(const YAML::Node& node, const std::string& where,
+                   std::initializer_list<std::string_view> allowed) const {
+    std::set<std::string> seen;
+    for (const auto& entry : node) {
+      DROVER_ASSIGN_OR_RETURN(std::string key, Scalar(entry.first, "a key of " + where));
+      if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
+        return Error(where + ": unknown key '" + key + "' (expected " + KeyList(allowed) + ")",
+                     MarkOf(entry.first));
+      }
+      if (!seen.insert(key).second) {
+        return Error(where + ": key '" + key + "' appears twice", MarkOf(entry.first));
+      }
+    }
+    return Status::Ok();
+  }
+
   Result<SshConfig> Ssh(const std::string& name, const YAML::Node& node) const {
     std::string where = "ssh." + name;
-    if (!node.IsMap()) return Error(where + " must be a map, got " + KindName(node));
+    if (!node.IsMap()) return Error(where + " must be a map, got " + KindName(node), MarkOf(node));
+    DROVER_RETURN_IF_ERROR(CheckKeys(
+        node, where, {"username", "port", "key_file", "python_venv", "shared_envs", "env"}));
     SshConfig config;
     for (const auto& entry : node) {
-      DROVER_ASSIGN_OR_RETURN(std::string key, Scalar(entry.first, where + " key"));
+      const std::string key = entry.first.Scalar();  // CheckKeys made sure it is one
       const YAML::Node& value = entry.second;
       if (key == "username") {
         DROVER_ASSIGN_OR_RETURN(config.username, Scalar(value, where + ".username"));
@@ -127,14 +176,14 @@ class SpecParser {
       } else if (key == "port") {
         DROVER_ASSIGN_OR_RETURN(long long port, Integer(value, where + ".port"));
         if (port < 1 || port > 65535) {
-          return Error(where + ".port=" + std::to_string(port) + " is not a port in 1..65535");
+          return Error(where + ".port=" + std::to_string(port) + " is not a port in 1..65535",
+                       MarkOf(value));
         }
         config.port = static_cast<int>(port);
       } else if (key == "shared_envs" || key == "env") {
         DROVER_ASSIGN_OR_RETURN(auto env, StringMap(value, where + "." + key));
         for (auto& [k, v] : env) config.env[k] = v;
       }
-      // Other keys (AutoDist's pkey, comments of other tools) are ignored.
     }
     return config;
   }
@@ -145,10 +194,15 @@ class SpecParser {
                    std::to_string(kMaxResourceSpecBytes) + " accepted");
     }
     int depth = 0;
+    int line = 0;
     for (char c : text) {
-      if (c == '[' || c == '{') {
+      if (c == '\n') {
+        ++line;
+      } else if (c == '[' || c == '{') {
         if (++depth > kMaxFlowDepth) {
-          return Error("nests more than " + std::to_string(kMaxFlowDepth) + " levels deep");
+          YAML::Mark mark;
+          mark.line = line;
+          return Error("nests more than " + std::to_string(kMaxFlowDepth) + " levels deep", mark);
         }
       } else if ((c == ']' || c == '}') && depth > 0) {
         --depth;
@@ -158,31 +212,43 @@ class SpecParser {
     try {
       root = YAML::Load(std::string(text));
     } catch (const YAML::Exception& e) {
-      return Error("bad YAML: " + std::string(e.what()));
+      std::string column =
+          e.mark.is_null() ? "" : " (column " + std::to_string(e.mark.column + 1) + ")";
+      return Error("bad YAML: " + e.msg + column, e.mark);
     }
     try {
       return Build(root);
     } catch (const YAML::Exception& e) {
-      return Error(std::string(e.what()));
+      return Error(e.msg, e.mark);
     }
   }
 
  private:
   Result<ResourceSpec> Build(const YAML::Node& root) const {
     if (root.IsNull()) return Error("has no nodes (the document is empty)");
-    if (!root.IsMap()) return Error("must be a map with a 'nodes' list, got " + KindName(root));
+    if (!root.IsMap()) {
+      return Error("must be a map with a 'nodes' list, got " + KindName(root), MarkOf(root));
+    }
+    DROVER_RETURN_IF_ERROR(CheckKeys(root, "the top level", {"nodes", "ssh"}));
     const YAML::Node nodes = root["nodes"];
     if (!nodes || nodes.IsNull() || (nodes.IsSequence() && nodes.size() == 0)) {
-      return Error("has no nodes (expected a 'nodes:' list)");
+      return Error("has no nodes (expected a 'nodes:' list)", MarkOf(nodes));
     }
-    if (!nodes.IsSequence()) return Error("'nodes' must be a list, got " + KindName(nodes));
+    if (!nodes.IsSequence()) {
+      return Error("'nodes' must be a list, got " + KindName(nodes), MarkOf(nodes));
+    }
 
     ResourceSpec spec;
     const YAML::Node ssh = root["ssh"];
     if (ssh && !ssh.IsNull()) {
-      if (!ssh.IsMap()) return Error("'ssh' must be a map of named configs, got " + KindName(ssh));
+      if (!ssh.IsMap()) {
+        return Error("'ssh' must be a map of named configs, got " + KindName(ssh), MarkOf(ssh));
+      }
       for (const auto& entry : ssh) {
         DROVER_ASSIGN_OR_RETURN(std::string name, Scalar(entry.first, "an ssh config name"));
+        if (spec.ssh_configs.count(name)) {
+          return Error("ssh." + name + " appears twice", MarkOf(entry.first));
+        }
         DROVER_ASSIGN_OR_RETURN(SshConfig config, Ssh(name, entry.second));
         spec.ssh_configs[name] = std::move(config);
       }
@@ -190,23 +256,32 @@ class SpecParser {
 
     std::size_t count = nodes.size();
     std::set<std::string> addresses;
+    std::vector<YAML::Mark> marks;  // of each node, for the checks after the loop
     for (std::size_t i = 0; i < count; ++i) {
       const YAML::Node item = nodes[i];
+      const YAML::Mark mark = MarkOf(item);
       std::string where = "nodes[" + std::to_string(i) + "]";
-      if (!item.IsMap()) return Error(where + " must be a map, got " + KindName(item));
+      if (!item.IsMap()) return Error(where + " must be a map, got " + KindName(item), mark);
       ResourceNode node;
       const YAML::Node address = item["address"];
-      if (!address) return Error(where + " has no address");
+      // Name the node by its address in the key check when it has a usable one.
+      std::string named =
+          address && address.IsScalar() ? where + " (" + address.Scalar() + ")" : where;
+      DROVER_RETURN_IF_ERROR(CheckKeys(
+          item, named, {"address", "gpus", "cpus", "chief", "ssh_config", "network_bandwidth"}));
+      if (!address) return Error(where + " has no address", mark);
       DROVER_ASSIGN_OR_RETURN(node.address, Scalar(address, where + ".address"));
       if (node.address.empty() || node.address.find_first_of(" \t\r\n/,") != std::string::npos) {
-        return Error(where + ".address \"" + node.address + "\" is not a host name or IP address");
+        return Error(where + ".address \"" + node.address + "\" is not a host name or IP address",
+                     MarkOf(address));
       }
       where += " (" + node.address + ")";
       if (!addresses.insert(node.address).second) {
-        return Error(where + ": duplicate address; each node must appear once");
+        return Error(where + ": duplicate address; each node must appear once", MarkOf(address));
       }
       if (count > 1 && IsLoopback(node.address)) {
-        return Error(where + ": a loopback address cannot be used when there are several nodes");
+        return Error(where + ": a loopback address cannot be used when there are several nodes",
+                     MarkOf(address));
       }
       if (const YAML::Node gpus = item["gpus"]) {
         DROVER_ASSIGN_OR_RETURN(node.gpus, IndexList(gpus, where + ": gpus"));
@@ -214,14 +289,16 @@ class SpecParser {
       if (const YAML::Node cpus = item["cpus"]) {
         DROVER_ASSIGN_OR_RETURN(node.cpus, IndexList(cpus, where + ": cpus"));
       }
-      if (const YAML::Node chief = item["chief"]) {
+      const YAML::Node chief = item["chief"];
+      if (chief) {
         DROVER_ASSIGN_OR_RETURN(node.chief, Bool(chief, where + ": chief"));
       }
       if (const YAML::Node ssh_config = item["ssh_config"]; ssh_config && !ssh_config.IsNull()) {
         DROVER_ASSIGN_OR_RETURN(node.ssh_config, Scalar(ssh_config, where + ": ssh_config"));
         if (!spec.ssh_configs.count(node.ssh_config)) {
-          return Error(where + ": ssh_config '" + node.ssh_config +
-                       "' names no entry of the 'ssh:' map");
+          return Error(
+              where + ": ssh_config '" + node.ssh_config + "' names no entry of the 'ssh:' map",
+              MarkOf(ssh_config));
         }
       }
       if (const YAML::Node bandwidth = item["network_bandwidth"];
@@ -230,17 +307,20 @@ class SpecParser {
         if (!bandwidth.IsScalar() || !YAML::convert<double>::decode(bandwidth, value) ||
             !(value >= 0)) {
           return Error(where + ": network_bandwidth must be a non-negative number, got " +
-                       KindName(bandwidth));
+                           KindName(bandwidth),
+                       MarkOf(bandwidth));
         }
         node.network_bandwidth = value;
       }
       if (node.chief) {
         if (!spec.chief.empty()) {
-          return Error(where + ": a second chief; '" + spec.chief + "' is already the chief");
+          return Error(where + ": a second chief; '" + spec.chief + "' is already the chief",
+                       MarkOf(chief));
         }
         spec.chief = node.address;
       }
       spec.nodes.push_back(std::move(node));
+      marks.push_back(mark);
     }
     // AutoDist: a lone node is the chief without saying so.
     if (spec.chief.empty()) {
@@ -255,7 +335,8 @@ class SpecParser {
       const ResourceNode& node = spec.nodes[i];
       if (!node.chief && node.ssh_config.empty()) {
         return Error("nodes[" + std::to_string(i) + "] (" + node.address +
-                     "): a non-chief node needs an ssh_config");
+                         "): a non-chief node needs an ssh_config",
+                     marks[i]);
       }
     }
     return spec;

@@ -151,6 +151,85 @@ TEST(ParseResourceSpecTest, ValidationErrorsNameTheFileAndNode) {
               StatusIs(Status::Code::kInvalidArgument, HasSubstr("bytes")));
 }
 
+TEST(ParseResourceSpecTest, RefusesUnknownKeysNamingPlaceAndLine) {
+  struct Case {
+    std::string yaml;
+    std::string message;
+  };
+  const Case cases[] = {
+      {"node:\n  - address: a\n",
+       "line 1: the top level: unknown key 'node' (expected nodes, ssh)"},
+      {"nodes:\n  - address: a\nsssh: {}\n", "line 3: the top level: unknown key 'sssh'"},
+      {"nodes:\n  - address: a\n    gpu: [0]\n",
+       "line 3: nodes[0] (a): unknown key 'gpu' (expected address, gpus, cpus, chief, ssh_config, "
+       "network_bandwidth)"},
+      // Without an address the node is named by its index alone.
+      {"nodes:\n  - adress: a\n", "line 2: nodes[0]: unknown key 'adress'"},
+      {"nodes:\n  - address: a\n    chief: true\n  - address: b\n    ssh_config: c\n"
+       "    sshconfig: c\nssh: {c: {}}\n",
+       "line 6: nodes[1] (b): unknown key 'sshconfig'"},
+      {"nodes:\n  - address: a\nssh:\n  conf:\n    username: u\n    user: u\n",
+       "line 6: ssh.conf: unknown key 'user' (expected username, port, key_file, python_venv, "
+       "shared_envs, env)"},
+      // AutoDist derives pkey from key_file; a spec does not set it.
+      {"nodes:\n  - address: a\nssh:\n  conf:\n    pkey: x\n",
+       "line 5: ssh.conf: unknown key 'pkey'"},
+      {"nodes:\n  - address: a\n    gpus: [0]\n    gpus: [1]\n",
+       "line 4: nodes[0] (a): key 'gpus' appears twice"},
+      {"nodes:\n  - address: a\n    [x]: 1\n", "line 3: a key of nodes[0] (a) must be a string"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_THAT(ParseResourceSpec(c.yaml, "cluster.yml"),
+                StatusIs(Status::Code::kInvalidArgument,
+                         AllOf(HasSubstr("resource spec 'cluster.yml', "), HasSubstr(c.message))))
+        << c.yaml << " -> " << ParseResourceSpec(c.yaml, "cluster.yml").status();
+  }
+}
+
+TEST(ParseResourceSpecTest, ErrorsNameTheLine) {
+  struct Case {
+    std::string yaml;
+    std::string message;
+  };
+  const Case cases[] = {
+      {"# a comment\nnodes:\n  - address: a\n    gpus: zero\n",
+       "resource spec 'cluster.yml', line 4: nodes[0] (a): gpus must be a list of integers"},
+      {"nodes:\n  - address: a\n    gpus:\n      - 0\n      - x\n",
+       "line 5: nodes[0] (a): gpus must be a list of non-negative integers, but nodes[0] (a): "
+       "gpus[1] is \"x\""},
+      {"nodes:\n  - address: a\n    chief: true\n\n  - address: a\n    ssh_config: c\nssh: {c: {}}",
+       "line 5: nodes[1] (a): duplicate address"},
+      {"nodes:\n  - address: a\n    chief: true\n  - address: b\n    chief: true\n",
+       "line 5: nodes[1] (b): a second chief"},
+      {"nodes:\n  - address: a\n    chief: true\n  - address: b\n    gpus: [0]\n",
+       "line 4: nodes[1] (b): a non-chief node needs an ssh_config"},
+      {"nodes:\n  - address: a\n    chief: true\n  - address: b\n    ssh_config: nope\n",
+       "line 5: nodes[1] (b): ssh_config 'nope' names no entry"},
+      {"nodes:\n  - address: a\nssh:\n  c:\n    port: 70000\n",
+       "line 5: ssh.c.port=70000 is not a port"},
+      {"nodes:\n  - address: a\nssh:\n  c:\n    env:\n      A: [1]\n",
+       "line 6: ssh.c.env.A must be a string"},
+      {"nodes:\n  - address: a\n    network_bandwidth: -1\n",
+       "line 3: nodes[0] (a): network_bandwidth must be a non-negative number"},
+      {"nodes:\n  - address: a\n  - b\n", "line 3: nodes[1] must be a map"},
+      // Malformed YAML: yaml-cpp's mark, reported 1-based.
+      {"nodes:\n  - address: a\n    gpus: [0, 1\n", "line 4: bad YAML: "},
+      {"nodes:\n  - address: a\n   bad: : :\n", "line 3: bad YAML: "},
+      {"\n\n" + std::string(100, '['), "line 3: nests more than 64 levels"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_THAT(
+        ParseResourceSpec(c.yaml, "cluster.yml"),
+        StatusIs(Status::Code::kInvalidArgument,
+                 AllOf(HasSubstr("resource spec 'cluster.yml', line "), HasSubstr(c.message))))
+        << c.yaml << " -> " << ParseResourceSpec(c.yaml, "cluster.yml").status();
+  }
+  // Errors about the whole spec name no line.
+  EXPECT_THAT(ParseResourceSpec("", "cluster.yml"),
+              StatusIs(Status::Code::kInvalidArgument,
+                       HasSubstr("resource spec 'cluster.yml': has no nodes")));
+}
+
 TEST(LoadResourceSpecTest, ReadsAFileAndNamesItInErrors) {
   TempFile good(kTwoNodes);
   ASSERT_OK_AND_ASSIGN(ResourceSpec spec, LoadResourceSpec(good.path()));

@@ -1,0 +1,231 @@
+#include "ssh/ssh_command.h"
+
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "agent/subprocess.h"
+
+namespace drover::ssh {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool IsShellSafe(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+         std::strchr("@%_-+=:,./", c) != nullptr;
+}
+
+std::vector<std::string> CommonOptions(const SshHost& host, const SshOptions& options) {
+  std::vector<std::string> argv = {options.ssh_binary};
+  if (!options.config_file.empty()) argv.insert(argv.end(), {"-F", options.config_file});
+  auto option = [&argv](const std::string& value) { argv.insert(argv.end(), {"-o", value}); };
+  option("BatchMode=yes");  // a prompt would hang a run with no terminal
+  option("ConnectTimeout=" + std::to_string(options.connect_timeout_s));
+  option("ServerAliveInterval=15");  // a host that vanished ends the session
+  option("ServerAliveCountMax=3");
+  if (!options.control_dir.empty()) {
+    option("ControlMaster=auto");
+    option("ControlPath=" + options.control_dir + "/%C");
+    option("ControlPersist=" + std::to_string(options.control_persist_s));
+  }
+  if (!options.check_host_keys) {
+    option("StrictHostKeyChecking=no");
+    option("UserKnownHostsFile=/dev/null");
+    option("LogLevel=ERROR");  // no "Permanently added" line per command
+  }
+  for (const std::string& extra : options.extra_options) option(extra);
+  if (!host.username.empty()) argv.insert(argv.end(), {"-l", host.username});
+  if (host.port != 0) argv.insert(argv.end(), {"-p", std::to_string(host.port)});
+  if (!host.key_file.empty()) {
+    argv.insert(argv.end(), {"-i", host.key_file});
+    option("IdentitiesOnly=yes");
+  }
+  return argv;
+}
+
+// Writes all of `data` to `fd` without SIGPIPE (the remote side may have
+// exited without reading); false when the reader is gone.
+bool WriteAll(int fd, const std::string& data) {
+  sigset_t pipe_set, old_set;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  ::pthread_sigmask(SIG_BLOCK, &pipe_set, &old_set);
+  size_t done = 0;
+  bool ok = true;
+  while (done < data.size()) {
+    ssize_t wrote = ::write(fd, data.data() + done, data.size() - done);
+    if (wrote < 0 && errno == EINTR) continue;
+    if (wrote < 0) {
+      ok = false;
+      break;
+    }
+    done += static_cast<size_t>(wrote);
+  }
+  if (!ok) {
+    struct timespec zero {};
+    ::sigtimedwait(&pipe_set, nullptr, &zero);  // drop the pending SIGPIPE
+  }
+  ::pthread_sigmask(SIG_SETMASK, &old_set, nullptr);
+  return ok;
+}
+
+// Reads what is there from `*fd` into `out`; closes it at end of file.
+void Drain(Subprocess& process, bool is_stdout, std::string* out) {
+  const int fd = is_stdout ? process.stdout_fd() : process.stderr_fd();
+  char buffer[16384];
+  for (;;) {
+    ssize_t got = ::read(fd, buffer, sizeof(buffer));
+    if (got > 0) {
+      out->append(buffer, static_cast<size_t>(got));
+      continue;
+    }
+    if (got < 0 && (errno == EINTR)) continue;
+    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (is_stdout) {
+      process.CloseStdout();
+    } else {
+      process.CloseStderr();
+    }
+    return;
+  }
+}
+
+}  // namespace
+
+std::string ShellQuote(const std::string& word) {
+  if (!word.empty()) {
+    bool safe = true;
+    for (char c : word) safe = safe && IsShellSafe(c);
+    if (safe) return word;
+  }
+  std::string quoted = "'";
+  for (char c : word) {
+    if (c == '\'') {
+      quoted += "'\\''";
+    } else {
+      quoted += c;
+    }
+  }
+  return quoted + "'";
+}
+
+std::string ShellJoin(const std::vector<std::string>& words) {
+  std::string joined;
+  for (const std::string& word : words) {
+    if (!joined.empty()) joined += ' ';
+    joined += ShellQuote(word);
+  }
+  return joined;
+}
+
+std::vector<std::string> SshArgv(const SshHost& host, const SshOptions& options,
+                                 const std::string& remote_command) {
+  std::vector<std::string> argv = CommonOptions(host, options);
+  argv.insert(argv.end(), {"-T", "--", host.address, remote_command});
+  return argv;
+}
+
+std::string RemoteCommand(const SshHost& host, const std::vector<std::string>& argv,
+                          const std::map<std::string, std::string>& env, const std::string& cwd) {
+  std::string command;
+  if (!cwd.empty()) command += "cd " + ShellQuote(cwd) + " 2>/dev/null || cd; ";
+  if (!host.python_venv.empty()) command += host.python_venv + " && ";
+  command += "exec";
+  std::map<std::string, std::string> all = host.env;
+  for (const auto& [name, value] : env) all[name] = value;
+  if (!all.empty()) {
+    command += " env";
+    for (const auto& [name, value] : all) command += " " + ShellQuote(name + "=" + value);
+  }
+  return command + " " + ShellJoin(argv);
+}
+
+Result<CommandResult> RunSsh(const SshHost& host, const SshOptions& options,
+                             const std::string& remote_command, const std::string& input,
+                             int timeout_s) {
+  SubprocessOptions spawn;
+  spawn.argv = SshArgv(host, options, remote_command);
+  spawn.pipe_output = true;
+  spawn.pipe_stdin = true;
+  Result<Subprocess> started = Subprocess::Spawn(spawn);
+  if (!started.ok()) {
+    return Status::IoError("cannot run ssh for " + host.address + ": " +
+                           started.status().message());
+  }
+  Subprocess process = std::move(started).value();
+  // Small inputs fit the pipe; larger ones are written while ssh sends them.
+  WriteAll(process.stdin_fd(), input);
+  process.CloseStdin();
+  CommandResult result;
+  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(timeout_s);
+  while (process.stdout_fd() >= 0 || process.stderr_fd() >= 0) {
+    pollfd fds[2] = {{process.stdout_fd(), POLLIN, 0}, {process.stderr_fd(), POLLIN, 0}};
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) {
+      return Status::DeadlineExceeded("ssh " + host.address + ": no answer in " +
+                                      std::to_string(timeout_s) + " s");
+    }
+    if (::poll(fds, 2, static_cast<int>(left)) < 0 && errno != EINTR) {
+      return Status::IoError(std::string("poll: ") + std::strerror(errno));
+    }
+    if (process.stdout_fd() >= 0) Drain(process, true, &result.output);
+    if (process.stderr_fd() >= 0) Drain(process, false, &result.error);
+  }
+  std::optional<ExitStatus> status = process.Wait(deadline);
+  if (!status) {
+    return Status::DeadlineExceeded("ssh " + host.address + ": no answer in " +
+                                    std::to_string(timeout_s) + " s");
+  }
+  result.exit_code = status->ShellCode();
+  return result;
+}
+
+std::string ResolveAddress(const SshHost& host, const SshOptions& options) {
+  SubprocessOptions spawn;
+  spawn.argv = CommonOptions(host, options);
+  spawn.argv.insert(spawn.argv.end(), {"-G", "--", host.address});
+  spawn.pipe_output = true;
+  Result<Subprocess> started = Subprocess::Spawn(spawn);
+  if (!started.ok()) return host.address;
+  Subprocess process = std::move(started).value();
+  std::string output, ignored;
+  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(10);
+  while (process.stdout_fd() >= 0 && Clock::now() < deadline) {
+    pollfd fds[2] = {{process.stdout_fd(), POLLIN, 0}, {process.stderr_fd(), POLLIN, 0}};
+    ::poll(fds, 2, 100);
+    Drain(process, true, &output);
+    if (process.stderr_fd() >= 0) Drain(process, false, &ignored);
+  }
+  std::optional<ExitStatus> status = process.Wait(deadline);
+  if (!status || !status->success()) return host.address;
+  size_t start = 0;
+  while (start < output.size()) {
+    size_t end = output.find('\n', start);
+    if (end == std::string::npos) end = output.size();
+    std::string_view line(output.data() + start, end - start);
+    if (line.rfind("hostname ", 0) == 0) return std::string(line.substr(9));
+    start = end + 1;
+  }
+  return host.address;
+}
+
+void StopMasters(const std::vector<SshHost>& hosts, const SshOptions& options) {
+  if (options.control_dir.empty()) return;
+  for (const SshHost& host : hosts) {
+    SubprocessOptions spawn;
+    spawn.argv = CommonOptions(host, options);
+    spawn.argv.insert(spawn.argv.end(), {"-O", "exit", "--", host.address});
+    spawn.pipe_output = true;  // "Exit request sent." or "No ControlPath": not the user's business
+    Result<Subprocess> process = Subprocess::Spawn(spawn);
+    if (process.ok()) process->Wait(Clock::now() + std::chrono::seconds(5));
+  }
+}
+
+}  // namespace drover::ssh

@@ -1,0 +1,209 @@
+"""`drover run --engine ssh` on three real SSH hosts (network namespaces with
+their own sshd, see conftest.py): the digits job across the hosts, a killed
+agent, an interrupted driver, the pre-flight check, host keys, and the three
+ways to name hosts. The hosts share this machine's filesystem and its process
+table, so the tests see remote processes in /proc: every process drover
+starts carries DROVER_TEST_MARK (drover forwards DROVER_* to the hosts), and
+none may be left when drover is gone."""
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from cluster_util import MARK_VARIABLE, assert_no_leftovers, marked_processes, new_mark
+
+REPO = Path(__file__).resolve().parents[2]
+DROVER = os.path.abspath(os.environ.get("DROVER_BIN", str(REPO / "build" / "bin" / "drover")))
+EXAMPLE = REPO / "examples" / "digits"
+PYTHON = "/usr/bin/python3"
+
+
+@pytest.fixture
+def mark(monkeypatch):
+    value = new_mark()
+    monkeypatch.setenv(MARK_VARIABLE, value)
+    yield value
+    assert_no_leftovers(value, wait=30.0)
+
+
+def run_env():
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(("TF_CONFIG", "MASTER_", "RANK", "WORLD_SIZE", "LOCAL_",
+                                 "GROUP_", "OMPI_", "SLURM_"))}
+
+
+def drover(ssh_hosts, hosts, *args, command, timeout=300, **kwargs):
+    argv = [DROVER, "run", "--engine", "ssh", "--hosts", hosts, "--ssh-config", ssh_hosts.config,
+            "--grace", "2", *args, "--", *command]
+    return subprocess.run(argv, env=run_env(), stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=timeout, **kwargs)
+
+
+def start_drover(ssh_hosts, hosts, *args, command):
+    argv = [DROVER, "run", "--engine", "ssh", "--hosts", hosts, "--ssh-config", ssh_hosts.config,
+            "--grace", "2", *args, "--", *command]
+    return subprocess.Popen(argv, env=run_env(), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(predicate, what, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    pytest.fail("timed out waiting for " + what)
+
+
+def agents(mark):
+    """pid -> command line of the live `drover agent` processes of this test."""
+    return {pid: cmdline for pid, cmdline in marked_processes(mark)
+            if cmdline.startswith(DROVER + " agent ")}
+
+
+def test_digits_across_three_hosts_reaches_95_percent(ssh_hosts, mark, tmp_path):
+    data = tmp_path / "digits-data"
+    subprocess.run([PYTHON, str(EXAMPLE / "make_csv.py"), str(data)], check=True,
+                   capture_output=True)
+    spec = ssh_hosts.resource_spec(tmp_path / "spec.yml")
+    log_dir = tmp_path / "logs"
+    done = drover(ssh_hosts, spec, "--log-dir", str(log_dir), "--input",
+                  str(data / "train-*.csv"), "--epochs", "40",
+                  command=[PYTHON, str(EXAMPLE / "train.py"), "--test", str(data / "test.csv")],
+                  timeout=540)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    # Every host passed the pre-flight check and runs one node.
+    for address in ssh_hosts.addresses:
+        assert re.search(r"^  %s: ssh ok; /usr/bin/python3 at /usr/bin/python3; drover ok; "
+                         r"driver %s:[0-9]+ reachable$" % (re.escape(address),
+                                                           re.escape(ssh_hosts.driver_address)),
+                         output, re.MULTILINE), output
+    accuracies = re.findall(r"^\[worker:0\] test accuracy: ([0-9.]+)$", output, re.MULTILINE)
+    assert len(accuracies) == 1 and float(accuracies[0]) >= 0.95, output
+    assert "[worker:0] worker:0: rank 0 of 3, chief=True" in output, output
+    # The nodes' addresses are the hosts' (TF_CONFIG / MASTER_ADDR reach them).
+    for index, address in enumerate(ssh_hosts.addresses):
+        context = (log_dir / ("drover-context-%d.json" % index)).read_text()
+        assert '"%s:' % address in context, context
+
+
+def test_nodes_go_to_slots_of_a_host_list_and_a_hostfile(ssh_hosts, mark, tmp_path):
+    command = ["sh", "-c", 'echo "on $(hostname) as $DROVER_EXECUTOR_ID"']
+    done = drover(ssh_hosts, "h1:2,h3", command=command)
+    assert done.returncode == 0, done.stderr
+    for executor, host in ((0, "h1"), (1, "h1"), (2, "h3")):
+        assert "[worker:%d] on %s as %d" % (executor, host, executor) in done.stdout, done.stdout
+
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("# two hosts\nh2 slots=1\n10.200.0.13 slots=2  # the last one\n")
+    done = drover(ssh_hosts, str(hostfile), "--nodes", "2", command=command)
+    assert done.returncode == 0, done.stderr
+    assert "[worker:0] on h2 as 0" in done.stdout and "[worker:1] on h3 as 1" in done.stdout
+
+
+def test_more_nodes_than_slots_is_bad_input(ssh_hosts, mark):
+    done = drover(ssh_hosts, "h1,h2", "--nodes", "3", command=["true"])
+    assert done.returncode == 2
+    assert "3 nodes asked, but the 2 hosts have 2 slots" in done.stderr
+
+
+def test_resource_spec_with_an_unknown_key_names_its_line(ssh_hosts, mark, tmp_path):
+    spec = tmp_path / "spec.yml"
+    spec.write_text("nodes:\n  - address: 10.200.0.11\n    chief: true\n    gpu: [0]\n")
+    done = drover(ssh_hosts, str(spec), command=["true"])
+    assert done.returncode == 2, done.stderr
+    assert "gpu" in done.stderr and "line 4" in done.stderr, done.stderr
+
+
+def test_killed_agent_is_reported_and_every_host_is_cleaned_up(ssh_hosts, mark):
+    process = start_drover(ssh_hosts, "h1,h2,h3",
+                           command=["sh", "-c", "echo ready; exec sleep 300"])
+    try:
+        wait_for(lambda: len([p for p, c in marked_processes(mark) if c.startswith("sleep 300")])
+                 == 3, "a program on each of the three hosts")
+        victim = [pid for pid, cmdline in agents(mark).items()
+                  if "--executor-id 1 " in cmdline]
+        assert len(victim) == 1, agents(mark)
+        os.kill(victim[0], signal.SIGKILL)
+        out, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 1, err
+    # The driver names the node and its host.
+    assert "drover run: worker:1 (executor 1 on 10.200.0.12) failed: " in err, err
+    # The other hosts' programs were stopped; the fixture checks nothing is left.
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
+def test_interrupted_driver_leaves_nothing_on_the_hosts(ssh_hosts, mark, how):
+    process = start_drover(ssh_hosts, "h1,h2,h3", command=["sleep", "300"])
+    try:
+        wait_for(lambda: len([p for p, c in marked_processes(mark) if c.startswith("sleep 300")])
+                 == 3, "a program on each of the three hosts")
+        process.send_signal(how)
+        process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    if how == signal.SIGTERM:
+        assert process.returncode == 128 + signal.SIGTERM
+    # Even after SIGKILL, each agent sees its stdin end and stops its program.
+    assert_no_leftovers(mark, wait=30.0)
+
+
+def test_preflight_names_the_host_that_refuses_ssh(ssh_hosts, mark, tmp_path):
+    spec = tmp_path / "spec.yml"
+    spec.write_text(
+        "nodes:\n"
+        "  - address: 10.200.0.11\n    chief: true\n    ssh_config: ci\n"
+        "  - address: 10.200.0.12\n    ssh_config: closed\n"
+        "ssh:\n"
+        "  ci:\n    username: root\n    key_file: %s\n"
+        "  closed:\n    username: root\n    key_file: %s\n    port: 2222\n"
+        % (ssh_hosts.key_file, ssh_hosts.key_file))
+    done = drover(ssh_hosts, str(spec), command=["sleep", "300"])
+    assert done.returncode == 1, done.stderr
+    assert re.search(r"^  10\.200\.0\.11: ssh ok", done.stderr, re.MULTILINE), done.stderr
+    assert re.search(r"^  10\.200\.0\.12: ssh FAILED: .*Connection refused", done.stderr,
+                     re.MULTILINE), done.stderr
+    assert "pre-flight check failed on 10.200.0.12; nothing was started" in done.stderr
+    assert "formed" not in done.stderr
+
+
+def test_preflight_names_a_missing_program_and_an_unreachable_driver(ssh_hosts, mark):
+    done = drover(ssh_hosts, "h1,h2", command=["/no/such/program"])
+    assert done.returncode == 1, done.stderr
+    assert re.search(r"^  h1 \(10\.200\.0\.11\): ssh ok; /no/such/program NOT FOUND",
+                     done.stderr, re.MULTILINE), done.stderr
+    # 127.0.0.1 here is not the hosts' loopback: they cannot reach it.
+    done = drover(ssh_hosts, "h1", "--driver-address", "127.0.0.1", command=["true"])
+    assert done.returncode == 1, done.stderr
+    assert re.search(r"driver 127\.0\.0\.1:[0-9]+ NOT REACHABLE", done.stderr), done.stderr
+
+
+def test_host_keys_are_checked_unless_turned_off(ssh_hosts, mark, tmp_path):
+    # The same hosts, with a known_hosts file that knows none of them.
+    config = tmp_path / "ssh_config"
+    config.write_text("Host *\n  User root\n  IdentityFile %s\n  IdentitiesOnly yes\n"
+                      "  UserKnownHostsFile %s\n  StrictHostKeyChecking yes\n"
+                      % (ssh_hosts.key_file, tmp_path / "known_hosts"))
+    argv = [DROVER, "run", "--engine", "ssh", "--hosts", "10.200.0.11", "--ssh-config",
+            str(config), "--", "true"]
+    done = subprocess.run(argv, env=run_env(), stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert "Host key verification failed" in done.stderr, done.stderr
+    done = subprocess.run(argv[:-2] + ["--no-host-key-check", "--", "true"], env=run_env(),
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert not (tmp_path / "known_hosts").exists()
