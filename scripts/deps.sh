@@ -22,6 +22,9 @@ PACKAGES=(
   # the ssh engine (the system's OpenSSH client) and its tests (sshd hosts in
   # network namespaces: scripts/ssh-hosts/)
   openssh-client openssh-server iproute2 util-linux bc
+  # the slurm engine's tests (slurmctld and slurmd on this machine:
+  # scripts/slurm-local/)
+  slurmctld slurmd slurm-client munge
 )
 
 missing=()

@@ -23,6 +23,7 @@
 #include "engine/local_engine.h"
 #include "feed/feed_plan.h"
 #include "feed/record_io.h"
+#include "slurm/slurm_engine.h"
 #include "ssh/ssh_engine.h"
 
 namespace drover::cli {
@@ -43,6 +44,8 @@ struct RunFlags {
   std::string driver_address;
   std::vector<std::string> env;
   bool no_preflight = false;
+  // The slurm engine (docs/slurm.md).
+  std::vector<std::string> srun_options;
   std::string log_dir;
   bool tee = false;
   int max_restarts = 0;
@@ -229,18 +232,45 @@ Result<std::unique_ptr<ssh::SshEngine>> MakeSshEngine(const RunFlags& flags) {
   return ssh::SshEngine::Create(std::move(options));
 }
 
+Result<std::unique_ptr<slurm::SlurmEngine>> MakeSlurmEngine(const RunFlags& flags) {
+  slurm::SlurmEngineOptions options;
+  DROVER_ASSIGN_OR_RETURN(options.allocation,
+                          slurm::AllocationFromEnvironment(ProcessEnvironment()));
+  options.driver_address = flags.driver_address;
+  options.srun_options = flags.srun_options;
+  return slurm::SlurmEngine::Create(std::move(options));
+}
+
 int Run(RunFlags flags) {
   std::ostream& err = std::cerr;
-  if (flags.engine != "local" && flags.engine != "ssh") {
-    err << "drover run: unknown engine '" << flags.engine << "' (local or ssh)\n";
+  if (flags.engine != "local" && flags.engine != "ssh" && flags.engine != "slurm") {
+    err << "drover run: unknown engine '" << flags.engine << "' (local, ssh or slurm)\n";
     return kExitBadInput;
   }
   const bool remote = flags.engine == "ssh";
   if (!remote && (!flags.hosts.empty() || !flags.ssh_config.empty() || !flags.ssh_options.empty() ||
-                  !flags.driver_address.empty() || !flags.env.empty())) {
-    err << "drover run: --hosts, --ssh-config, --ssh-option, --driver-address and --env go with "
-           "--engine ssh\n";
+                  !flags.env.empty())) {
+    err << "drover run: --hosts, --ssh-config, --ssh-option and --env go with --engine ssh\n";
     return kExitBadInput;
+  }
+  if (flags.engine == "local" && !flags.driver_address.empty()) {
+    err << "drover run: --driver-address goes with --engine ssh or slurm\n";
+    return kExitBadInput;
+  }
+  if (flags.engine != "slurm" && !flags.srun_options.empty()) {
+    err << "drover run: --srun-option goes with --engine slurm\n";
+    return kExitBadInput;
+  }
+  std::unique_ptr<slurm::SlurmEngine> slurm_engine;
+  if (flags.engine == "slurm") {
+    Result<std::unique_ptr<slurm::SlurmEngine>> made = MakeSlurmEngine(flags);
+    if (!made.ok()) {
+      err << "drover run: " << made.status().message() << "\n";
+      return made.status().code() == Status::Code::kUnavailable ? kExitFailure : kExitBadInput;
+    }
+    slurm_engine = std::move(made).value();
+    // One node per task of the allocation unless told otherwise, as srun does.
+    if (!flags.nodes && !flags.workers) flags.nodes = slurm_engine->total_tasks();
   }
   std::unique_ptr<ssh::SshEngine> ssh_engine;
   if (remote) {
@@ -288,6 +318,11 @@ int Run(RunFlags flags) {
     err << "drover run: " << valid.message() << "\n";
     return kExitBadInput;
   }
+  if (slurm_engine && options.cluster.num_nodes > slurm_engine->total_tasks()) {
+    err << "drover run: " << options.cluster.num_nodes << " nodes asked, but the allocation has "
+        << slurm_engine->total_tasks() << " tasks (salloc/sbatch --ntasks or --ntasks-per-node)\n";
+    return kExitBadInput;
+  }
   if (ssh_engine && options.cluster.num_nodes > ssh_engine->total_slots()) {
     err << "drover run: " << options.cluster.num_nodes << " nodes asked, but the "
         << ssh_engine->hosts().size() << " hosts have " << ssh_engine->total_slots()
@@ -332,7 +367,9 @@ int Run(RunFlags flags) {
     engine_options.skip_executors.insert(*skip);
   }
   LocalEngine local_engine(engine_options);
-  Engine& engine = ssh_engine ? static_cast<Engine&>(*ssh_engine) : local_engine;
+  Engine& engine = ssh_engine     ? static_cast<Engine&>(*ssh_engine)
+                   : slurm_engine ? static_cast<Engine&>(*slurm_engine)
+                                  : local_engine;
 
   if (flags.dry_run) {
     Driver(options, engine, std::cout, err).PrintPlan(std::cout);
@@ -413,9 +450,9 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   auto flags = std::make_shared<RunFlags>();
   CLI::App* run = app.add_subcommand(
       "run",
-      "Start a cluster (local processes, or SSH hosts with --engine ssh) and run COMMAND on\n"
+      "Start a cluster (local processes, SSH hosts, or a Slurm allocation) and run COMMAND on\n"
       "every node: a rendezvous, one agent per node, output tagged [job:index], per-node log\n"
-      "files, supervision (docs/run.md, docs/ssh.md).");
+      "files, supervision (docs/run.md, docs/ssh.md, docs/slurm.md).");
   auto* nodes =
       run->add_option("--nodes", flags->nodes, "N nodes, all workers")->check(CLI::PositiveNumber);
   auto* workers =
@@ -425,7 +462,8 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::NonNegativeNumber);
   run->add_flag("--chief", flags->chief, "One chief node (with --workers)");
   run->add_flag("--evaluator", flags->evaluator, "One evaluator node (with --workers)");
-  run->add_option("--engine", flags->engine, "Where the nodes run: local or ssh")
+  run->add_option("--engine", flags->engine,
+                  "Where the nodes run: local, ssh (--hosts) or slurm (inside salloc/sbatch)")
       ->capture_default_str();
   auto* ssh = run->add_option_group("SSH engine", "Nodes on SSH hosts (--engine ssh; docs/ssh.md)");
   ssh->add_option("--hosts,-H", flags->hosts,
@@ -439,13 +477,17 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
       "Do not check the hosts' keys (StrictHostKeyChecking=no); only on trusted networks");
   ssh->add_option("--driver-address", flags->driver_address,
                   "The address the hosts reach the driver at (default: the local address\n"
-                  "routed to the first host)");
+                  "routed to the first host; also for --engine slurm)");
   ssh->add_option("--env,-x", flags->env,
                   "NAME or NAME=VALUE to set on every host (repeatable; PYTHONPATH and DROVER_*\n"
                   "are always forwarded)")
       ->allow_extra_args(false);
   ssh->add_flag("--no-preflight", flags->no_preflight,
                 "Skip the pre-flight check of ssh, the program and the driver address");
+  auto* slurm = run->add_option_group(
+      "Slurm engine", "Nodes as tasks of the Slurm allocation drover runs in (docs/slurm.md)");
+  slurm->add_option("--srun-option", flags->srun_options, "An extra srun flag (repeatable)")
+      ->allow_extra_args(false);
   run->add_option("--log-dir", flags->log_dir,
                   "Per-node logs <job>-<index>.log (default ./drover-logs/<cluster-id>)");
   run->add_flag("--tee", flags->tee, "Also write every tagged line to <log-dir>/drover.log");
@@ -513,6 +555,7 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
       "  drover run --engine ssh -H h1:2,h2:2 -- python3 train.py\n"
       "  drover run --engine ssh --hosts resource_spec.yml --input 'data/*.csv' -- python3 "
       "train.py\n"
+      "  salloc -N 2 --ntasks-per-node 2 drover run --engine slurm -- python3 train.py\n"
       "Exit codes: 0 every node succeeded, 1 a node failed or the cluster did not form,\n"
       "2 bad input, 128+signal when interrupted.");
   run->callback([flags, exit_code] { *exit_code = Run(*flags); });

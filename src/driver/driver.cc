@@ -382,9 +382,10 @@ struct Driver::Round {
 
   void ReportFailure(Node& node, const std::string& reason) {
     // Where it ran matters once nodes are on other hosts.
-    const std::string where = driver.engine_.name() == "local"
-                                  ? ""
-                                  : " on " + driver.engine_.agent_host(std::stoi(node.executor_id));
+    const std::string where =
+        driver.engine_.name() == "local"
+            ? ""
+            : " on " + driver.engine_.agent_location(std::stoi(node.executor_id));
     std::string who = node.tag + " (executor " + node.executor_id + where + ")";
     if (!formed) who = "executor " + node.executor_id + where;
     driver.err_ << "drover run: " << who << " failed: " << reason << "\n";

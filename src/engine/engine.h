@@ -64,6 +64,10 @@ class Engine {
   virtual std::string rendezvous_host() const = 0;
   // The address each agent advertises (--host).
   virtual std::string agent_host(int executor_index) const = 0;
+  // Where an agent runs, as failure reports name it ("h2", "n2 (10.0.0.2)").
+  virtual std::string agent_location(int executor_index) const {
+    return agent_host(executor_index);
+  }
   // Starts one agent. kIoError when the OS refuses.
   virtual Result<std::unique_ptr<AgentProcess>> Launch(const AgentLaunch& launch) = 0;
 };

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <sstream>
 
 #include "agent/subprocess.h"
 
@@ -146,20 +147,21 @@ std::string RemoteCommand(const SshHost& host, const std::vector<std::string>& a
   return command + " " + ShellJoin(argv);
 }
 
-Result<CommandResult> RunSsh(const SshHost& host, const SshOptions& options,
-                             const std::string& remote_command, const std::string& input,
-                             int timeout_s) {
+Result<CommandResult> RunProcess(const std::vector<std::string>& argv, const std::string& input,
+                                 int timeout_s) {
   SubprocessOptions spawn;
-  spawn.argv = SshArgv(host, options, remote_command);
+  spawn.argv = argv;
   spawn.pipe_output = true;
   spawn.pipe_stdin = true;
   Result<Subprocess> started = Subprocess::Spawn(spawn);
   if (!started.ok()) {
-    return Status::IoError("cannot run ssh for " + host.address + ": " +
-                           started.status().message());
+    return Status::IoError("cannot run " + argv.front() + ": " + started.status().message());
   }
   Subprocess process = std::move(started).value();
-  // Small inputs fit the pipe; larger ones are written while ssh sends them.
+  const std::string timed_out =
+      argv.front() + " gave no answer in " + std::to_string(timeout_s) + " s";
+  // Inputs here are small (a file for remote_file_write streams while ssh
+  // sends it); the output is read once stdin is closed.
   WriteAll(process.stdin_fd(), input);
   process.CloseStdin();
   CommandResult result;
@@ -168,10 +170,7 @@ Result<CommandResult> RunSsh(const SshHost& host, const SshOptions& options,
     pollfd fds[2] = {{process.stdout_fd(), POLLIN, 0}, {process.stderr_fd(), POLLIN, 0}};
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0) {
-      return Status::DeadlineExceeded("ssh " + host.address + ": no answer in " +
-                                      std::to_string(timeout_s) + " s");
-    }
+    if (left <= 0) return Status::DeadlineExceeded(timed_out);
     if (::poll(fds, 2, static_cast<int>(left)) < 0 && errno != EINTR) {
       return Status::IoError(std::string("poll: ") + std::strerror(errno));
     }
@@ -179,39 +178,28 @@ Result<CommandResult> RunSsh(const SshHost& host, const SshOptions& options,
     if (process.stderr_fd() >= 0) Drain(process, false, &result.error);
   }
   std::optional<ExitStatus> status = process.Wait(deadline);
-  if (!status) {
-    return Status::DeadlineExceeded("ssh " + host.address + ": no answer in " +
-                                    std::to_string(timeout_s) + " s");
-  }
+  if (!status) return Status::DeadlineExceeded(timed_out);
   result.exit_code = status->ShellCode();
   return result;
 }
 
+Result<CommandResult> RunSsh(const SshHost& host, const SshOptions& options,
+                             const std::string& remote_command, const std::string& input,
+                             int timeout_s) {
+  Result<CommandResult> result =
+      RunProcess(SshArgv(host, options, remote_command), input, timeout_s);
+  if (!result.ok()) return result.status().WithContext("ssh " + host.address);
+  return result;
+}
+
 std::string ResolveAddress(const SshHost& host, const SshOptions& options) {
-  SubprocessOptions spawn;
-  spawn.argv = CommonOptions(host, options);
-  spawn.argv.insert(spawn.argv.end(), {"-G", "--", host.address});
-  spawn.pipe_output = true;
-  Result<Subprocess> started = Subprocess::Spawn(spawn);
-  if (!started.ok()) return host.address;
-  Subprocess process = std::move(started).value();
-  std::string output, ignored;
-  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(10);
-  while (process.stdout_fd() >= 0 && Clock::now() < deadline) {
-    pollfd fds[2] = {{process.stdout_fd(), POLLIN, 0}, {process.stderr_fd(), POLLIN, 0}};
-    ::poll(fds, 2, 100);
-    Drain(process, true, &output);
-    if (process.stderr_fd() >= 0) Drain(process, false, &ignored);
-  }
-  std::optional<ExitStatus> status = process.Wait(deadline);
-  if (!status || !status->success()) return host.address;
-  size_t start = 0;
-  while (start < output.size()) {
-    size_t end = output.find('\n', start);
-    if (end == std::string::npos) end = output.size();
-    std::string_view line(output.data() + start, end - start);
-    if (line.rfind("hostname ", 0) == 0) return std::string(line.substr(9));
-    start = end + 1;
+  std::vector<std::string> argv = CommonOptions(host, options);
+  argv.insert(argv.end(), {"-G", "--", host.address});
+  Result<CommandResult> result = RunProcess(argv, "", 10);
+  if (!result.ok() || result->exit_code != 0) return host.address;
+  std::istringstream lines(result->output);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("hostname ", 0) == 0) return line.substr(9);
   }
   return host.address;
 }

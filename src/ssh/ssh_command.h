@@ -49,6 +49,12 @@ struct CommandResult {
   std::string error;   // stderr
 };
 
+// Runs `argv` (a local command: ssh, scontrol, sbatch) to its end, feeding
+// `input` on stdin; kDeadlineExceeded after `timeout_s`, kIoError (naming
+// the program) when it cannot be started.
+Result<CommandResult> RunProcess(const std::vector<std::string>& argv, const std::string& input,
+                                 int timeout_s);
+
 // Runs `ssh HOST -- remote_command` to its end, feeding `input` on stdin;
 // kDeadlineExceeded naming the host after `timeout_s`; kIoError when ssh
 // cannot be started.

@@ -11,67 +11,22 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <thread>
 
 #include "agent/subprocess.h"
+#include "engine/launcher_agent.h"
 
 namespace drover::ssh {
 namespace {
 
 namespace fs = std::filesystem;
 
-class SshAgentProcess : public AgentProcess {
- public:
-  SshAgentProcess(std::string id, std::string host, Subprocess process)
-      : id_(std::move(id)), host_(std::move(host)), process_(std::move(process)) {}
-
-  const std::string& executor_id() const override { return id_; }
-  int pid() const override { return process_.pid(); }
-  int output_fd() const override { return process_.stdout_fd(); }
-  void CloseOutput() override { process_.CloseStdout(); }
-  std::optional<ExitStatus> Poll() override { return process_.Poll(); }
-  void Signal(int signal) override {
-    // The agent's end of stdin is its SIGTERM; the session stays up so its
-    // last lines and its exit status still come back.
-    if (signal == SIGTERM && process_.stdin_fd() >= 0) {
-      process_.CloseStdin();
-      return;
-    }
-    process_.SignalGroup(signal);
-  }
-  std::string DescribeExit(const ExitStatus& status) const override {
-    // ssh's own failures and a remote command killed by a signal both end
-    // the client with 255.
-    if (!status.signaled() && status.exit_code() == 255) {
-      return "its ssh session to " + host_ +
-             " ended with exit code 255 (the connection failed or dropped, or the agent was "
-             "killed)";
-    }
-    if (status.signaled()) return "its ssh client to " + host_ + " was " + status.ToString();
-    return DescribeAgentExit(status);
-  }
-
- private:
-  std::string id_;
-  std::string host_;
-  Subprocess process_;
-};
-
 std::string Trim(std::string text) {
   const char* space = " \t\r\n";
   text.erase(0, text.find_first_not_of(space));
   text.erase(text.find_last_not_of(space) + 1);
   return text;
-}
-
-Result<std::string> ReadToken(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  if (!in) return Status::IoError("cannot read the cluster token " + path);
-  return Trim(text.str());
 }
 
 bool IsLoopback(const std::string& address) {
@@ -295,34 +250,22 @@ Result<std::unique_ptr<AgentProcess>> SshEngine::Launch(const AgentLaunch& launc
   }
   const SshHost& host = options_.hosts[slots_[static_cast<size_t>(index)]];
   std::vector<std::string> argv = launch.argv;
-  auto token_flag = std::find(argv.begin(), argv.end(), "--token-file");
-  if (token_flag == argv.end() || token_flag + 1 == argv.end()) {
-    return Status::InvalidArgument("cannot start " + id + ": no --token-file to send");
-  }
-  DROVER_ASSIGN_OR_RETURN(std::string token, ReadToken(*(token_flag + 1)));
-  *(token_flag + 1) = "-";
-
-  SubprocessOptions spawn;
-  spawn.argv =
-      SshArgv(host, options_.ssh, RemoteCommand(host, argv, options_.env, options_.working_dir));
-  spawn.pipe_output = true;
-  spawn.merge_stderr = true;
-  spawn.pipe_stdin = true;
-  // The local ssh goes with the driver; its end of file then stops the agent.
-  spawn.parent_death_signal = SIGKILL;
-  Result<Subprocess> started = Subprocess::Spawn(spawn);
-  if (!started.ok()) {
-    return Status::IoError("cannot start " + id + " on " + host.address + ": " +
-                           started.status().message());
-  }
-  Subprocess process = std::move(started).value();
-  const std::string line = token + "\n";
-  // 65 bytes into an empty pipe: never blocks.
-  if (::write(process.stdin_fd(), line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
-    return Status::IoError("cannot send the cluster token to " + id + " on " + host.address);
-  }
-  return std::unique_ptr<AgentProcess>(
-      std::make_unique<SshAgentProcess>(launch.executor_id, host.address, std::move(process)));
+  DROVER_ASSIGN_OR_RETURN(std::string token, TokenToStdin(&argv));
+  const std::string name = host.address;
+  return StartThroughLauncher(
+      launch.executor_id,
+      SshArgv(host, options_.ssh, RemoteCommand(host, argv, options_.env, options_.working_dir)),
+      token, [name](const ExitStatus& status) {
+        // ssh's own failures and a remote command killed by a signal both
+        // end the client with 255.
+        if (!status.signaled() && status.exit_code() == 255) {
+          return "its ssh session to " + name +
+                 " ended with exit code 255 (the connection failed or dropped, or the agent "
+                 "was killed)";
+        }
+        if (status.signaled()) return "its ssh client to " + name + " was " + status.ToString();
+        return DescribeAgentExit(status);
+      });
 }
 
 Status SshEngine::Preflight(const std::string& program, const std::string& agent_binary,

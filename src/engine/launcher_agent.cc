@@ -1,0 +1,83 @@
+#include "engine/launcher_agent.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+namespace drover {
+namespace {
+
+class LauncherAgentProcess : public AgentProcess {
+ public:
+  LauncherAgentProcess(std::string id, Subprocess process,
+                       std::function<std::string(const ExitStatus&)> describe)
+      : id_(std::move(id)), process_(std::move(process)), describe_(std::move(describe)) {}
+
+  const std::string& executor_id() const override { return id_; }
+  int pid() const override { return process_.pid(); }
+  int output_fd() const override { return process_.stdout_fd(); }
+  void CloseOutput() override { process_.CloseStdout(); }
+  std::optional<ExitStatus> Poll() override { return process_.Poll(); }
+  void Signal(int signal) override {
+    if (signal == SIGTERM && process_.stdin_fd() >= 0) {
+      process_.CloseStdin();
+      return;
+    }
+    process_.SignalGroup(signal);
+  }
+  std::string DescribeExit(const ExitStatus& status) const override {
+    return describe_ ? describe_(status) : DescribeAgentExit(status);
+  }
+
+ private:
+  std::string id_;
+  Subprocess process_;
+  std::function<std::string(const ExitStatus&)> describe_;
+};
+
+}  // namespace
+
+Result<std::string> TokenToStdin(std::vector<std::string>* agent_argv) {
+  auto flag = std::find(agent_argv->begin(), agent_argv->end(), "--token-file");
+  if (flag == agent_argv->end() || flag + 1 == agent_argv->end()) {
+    return Status::InvalidArgument("the agent's command has no --token-file to send");
+  }
+  std::ifstream in(*(flag + 1));
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in) return Status::IoError("cannot read the cluster token " + *(flag + 1));
+  std::string token = text.str();
+  token.erase(token.find_last_not_of(" \t\r\n") + 1);
+  token.erase(0, token.find_first_not_of(" \t\r\n"));
+  *(flag + 1) = "-";
+  return token;
+}
+
+Result<std::unique_ptr<AgentProcess>> StartThroughLauncher(
+    const std::string& executor_id, const std::vector<std::string>& launcher_argv,
+    const std::string& token, std::function<std::string(const ExitStatus&)> describe) {
+  SubprocessOptions spawn;
+  spawn.argv = launcher_argv;
+  spawn.pipe_output = true;
+  spawn.merge_stderr = true;
+  spawn.pipe_stdin = true;
+  spawn.parent_death_signal = SIGKILL;  // its end is the remote agent's SIGTERM
+  Result<Subprocess> started = Subprocess::Spawn(spawn);
+  if (!started.ok()) {
+    return Status::IoError("cannot start executor " + executor_id + ": " +
+                           started.status().message());
+  }
+  Subprocess process = std::move(started).value();
+  const std::string line = token + "\n";
+  // A line into an empty pipe: never blocks.
+  if (::write(process.stdin_fd(), line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+    return Status::IoError("cannot send the cluster token to executor " + executor_id);
+  }
+  return std::unique_ptr<AgentProcess>(
+      std::make_unique<LauncherAgentProcess>(executor_id, std::move(process), std::move(describe)));
+}
+
+}  // namespace drover

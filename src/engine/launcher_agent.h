@@ -1,0 +1,38 @@
+// Agents started through a launcher that forwards stdin to them (ssh, srun).
+//
+// The agent gets the cluster token as the first line of its stdin (never in
+// argv, where `ps` shows it, nor in a file on the remote host) and keeps that
+// stdin open for as long as the launcher lives: its end of file stops the
+// node (`drover agent --token-file -`). So a driver that dies, even by
+// SIGKILL, takes the local launcher with it (PR_SET_PDEATHSIG) and every
+// remote agent stops its program. Signal(SIGTERM) closes that stdin, so the
+// agent stops with its grace and its last lines still arrive; any other
+// signal goes to the launcher's process group.
+
+#ifndef DROVER_ENGINE_LAUNCHER_AGENT_H_
+#define DROVER_ENGINE_LAUNCHER_AGENT_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace drover {
+
+// Replaces the path after --token-file in an agent's argv with "-" and
+// returns the token read from that file. kInvalidArgument without the flag,
+// kIoError when the file cannot be read.
+Result<std::string> TokenToStdin(std::vector<std::string>* agent_argv);
+
+// Starts `launcher_argv` (ssh ... drover agent ..., srun ... drover agent ...)
+// with its output on one pipe and `token` + "\n" on its stdin. `describe`
+// explains the launcher's exit status in failure reports.
+Result<std::unique_ptr<AgentProcess>> StartThroughLauncher(
+    const std::string& executor_id, const std::vector<std::string>& launcher_argv,
+    const std::string& token, std::function<std::string(const ExitStatus&)> describe);
+
+}  // namespace drover
+
+#endif  // DROVER_ENGINE_LAUNCHER_AGENT_H_

@@ -1,0 +1,78 @@
+// SlurmEngine: drover inside a Slurm allocation (salloc, or an sbatch script;
+// docs/slurm.md). Each agent is one task of its own job step,
+//   srun --nodes=1 --ntasks=1 --nodelist=NODE --exact --kill-on-bad-exit=1 ...
+// placed on the allocation's nodes in the order of SLURM_JOB_NODELIST, as
+// many per node as SLURM_TASKS_PER_NODE gives (--ntasks-per-node). The node's
+// cluster address is its NodeAddr (`scontrol show node`), since Slurm node
+// names need not resolve. srun passes the driver's environment, so the agents
+// find the rendezvous and their role from it; the cluster token goes in on
+// stdin (srun forwards it to the task) and its end of file stops the node, as
+// with the ssh engine. Killing srun cancels the step: nothing is left on the
+// nodes.
+
+#ifndef DROVER_SLURM_SLURM_ENGINE_H_
+#define DROVER_SLURM_SLURM_ENGINE_H_
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "drover/environment.h"
+#include "engine/engine.h"
+
+namespace drover::slurm {
+
+// The allocation drover runs in, from the variables Slurm sets.
+struct Allocation {
+  std::string job_id;
+  std::vector<std::string> nodes;    // SLURM_JOB_NODELIST, expanded
+  std::vector<int> tasks_per_node;   // SLURM_TASKS_PER_NODE, expanded (one per node)
+  std::optional<int> gpus_per_task;  // SLURM_GPUS_PER_TASK
+  std::optional<int> cpus_per_task;  // SLURM_CPUS_PER_TASK
+};
+
+// kFailedPrecondition when not inside an allocation (no SLURM_JOB_ID);
+// kInvalidArgument naming the variable when one is malformed.
+Result<Allocation> AllocationFromEnvironment(const Environment& env);
+
+struct SlurmEngineOptions {
+  Allocation allocation;
+  std::string srun = "srun";
+  std::string scontrol = "scontrol";
+  std::string driver_address;             // "": the local address routed to the first node
+  std::vector<std::string> srun_options;  // extra srun flags (--srun-option)
+};
+
+class SlurmEngine : public Engine {
+ public:
+  // Looks up each node's NodeAddr; kUnavailable when scontrol cannot say.
+  static Result<std::unique_ptr<SlurmEngine>> Create(SlurmEngineOptions options);
+
+  std::string name() const override { return "slurm"; }
+  std::string rendezvous_host() const override { return driver_address_; }
+  std::string agent_host(int executor_index) const override;
+  // "node n2 (127.0.0.1)".
+  std::string agent_location(int executor_index) const override;
+  Result<std::unique_ptr<AgentProcess>> Launch(const AgentLaunch& launch) override;
+
+  int total_tasks() const { return static_cast<int>(slots_.size()); }
+  // The Slurm node name of a task ("n2").
+  const std::string& node_of(int executor_index) const;
+
+ private:
+  explicit SlurmEngine(SlurmEngineOptions options) : options_(std::move(options)) {}
+
+  SlurmEngineOptions options_;
+  std::map<std::string, std::string> addresses_;  // node name -> NodeAddr
+  std::vector<std::string> slots_;                // executor index -> node name
+  std::string driver_address_;
+};
+
+// NodeAddr of every node in `scontrol show node -o` output.
+std::map<std::string, std::string> ParseNodeAddresses(std::string_view scontrol_output);
+
+}  // namespace drover::slurm
+
+#endif  // DROVER_SLURM_SLURM_ENGINE_H_

@@ -1,0 +1,143 @@
+"""`drover run --engine slurm` inside a real Slurm allocation (salloc on the
+local cluster of conftest.py): the digits job, task placement, a killed task,
+a node whose slurmd dies, an interrupted driver. Every node of this cluster
+is this machine, so the tests see the tasks in /proc: each process drover
+starts carries DROVER_TEST_MARK (srun passes the environment), and none may
+be left, nor any job in the queue, when a test ends."""
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from cluster_util import MARK_VARIABLE, assert_no_leftovers, marked_processes, new_mark
+
+REPO = Path(__file__).resolve().parents[2]
+DROVER = os.path.abspath(os.environ.get("DROVER_BIN", str(REPO / "build" / "bin" / "drover")))
+EXAMPLE = REPO / "examples" / "digits"
+PYTHON = "/usr/bin/python3"
+
+
+@pytest.fixture
+def mark(slurm, monkeypatch):
+    value = new_mark()
+    monkeypatch.setenv(MARK_VARIABLE, value)
+    yield value
+    try:
+        assert_no_leftovers(value, wait=30.0)
+        slurm.wait_idle()
+    finally:
+        for pid, _ in marked_processes(value):
+            os.kill(pid, signal.SIGKILL)
+        slurm.run("scancel", "--user", "root")
+
+
+def salloc(slurm, allocation, *run_args, command, timeout=300, popen=False):
+    argv = ["salloc", "--immediate=60", *allocation, DROVER, "run", "--engine", "slurm",
+            "--grace", "2", *run_args, "--", *command]
+    env = slurm.env(PYTHONPATH=os.environ.get("PYTHONPATH", ""))
+    if popen:
+        return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def wait_for(predicate, what, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    pytest.fail("timed out waiting for " + what)
+
+
+def programs(mark, prefix):
+    return [pid for pid, cmdline in marked_processes(mark) if cmdline.startswith(prefix)]
+
+
+def agent_of(mark, executor):
+    found = [pid for pid, cmdline in marked_processes(mark)
+             if cmdline.startswith(DROVER + " agent ") and
+             "--executor-id %d " % executor in cmdline]
+    assert len(found) == 1, marked_processes(mark)
+    return found[0]
+
+
+def test_digits_in_an_allocation_reaches_95_percent(slurm, mark, tmp_path):
+    data = tmp_path / "digits-data"
+    subprocess.run([PYTHON, str(EXAMPLE / "make_csv.py"), str(data)], check=True,
+                   capture_output=True)
+    done = salloc(slurm, ["--nodes=3", "--ntasks-per-node=1"], "--log-dir", str(tmp_path / "logs"),
+                  "--input", str(data / "train-*.csv"), "--epochs", "40",
+                  command=[PYTHON, str(EXAMPLE / "train.py"), "--test", str(data / "test.csv")],
+                  timeout=540)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert "drover run: 3 nodes on the slurm engine" in output, output
+    accuracies = re.findall(r"^\[worker:0\] test accuracy: ([0-9.]+)$", output, re.MULTILINE)
+    assert len(accuracies) == 1 and float(accuracies[0]) >= 0.95, output
+    assert "[worker:0] worker:0: rank 0 of 3, chief=True" in output, output
+
+
+def test_tasks_follow_the_allocation(slurm, mark):
+    command = ["sh", "-c", 'echo "$DROVER_EXECUTOR_ID on $SLURMD_NODENAME in job $SLURM_JOB_ID"']
+    done = salloc(slurm, ["--nodes=2", "--ntasks-per-node=2"], command=command)
+    assert done.returncode == 0, done.stderr
+    placed = dict(re.findall(r"^\[worker:\d\] (\d) on (n\d) in job \d+$", done.stdout,
+                             re.MULTILINE))
+    assert len(placed) == 4, done.stdout
+    # Node order of the allocation, two tasks each.
+    assert placed["0"] == placed["1"] and placed["2"] == placed["3"] != placed["0"], placed
+
+
+def test_outside_an_allocation_is_a_clear_error(slurm, mark):
+    done = subprocess.run([DROVER, "run", "--engine", "slurm", "--", "true"], env=slurm.env(),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "inside a Slurm allocation" in done.stderr and "drover submit" in done.stderr
+
+
+def test_more_nodes_than_tasks_is_bad_input(slurm, mark):
+    done = salloc(slurm, ["--nodes=1", "--ntasks=1"], "--nodes", "2", command=["true"])
+    assert done.returncode == 2, done.stderr
+    assert "2 nodes asked, but the allocation has 1 tasks" in done.stderr
+
+
+def test_killed_task_is_reported_with_node_and_task(slurm, mark):
+    process = salloc(slurm, ["--nodes=3", "--ntasks-per-node=1"], command=["sleep", "300"],
+                     popen=True)
+    try:
+        wait_for(lambda: len(programs(mark, "sleep 300")) == 3, "a program on each node")
+        os.kill(agent_of(mark, 1), signal.SIGKILL)
+        out, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+    assert process.returncode == 1, err
+    assert re.search(r"drover run: worker:1 \(executor 1 on node n\d \(127\.0\.0\.1\)\) failed: "
+                     r"its task on n\d was killed by SIGKILL", err), err
+
+
+def test_interrupted_driver_ends_every_step(slurm, mark):
+    process = salloc(slurm, ["--nodes=3", "--ntasks-per-node=1"], command=["sleep", "300"],
+                     popen=True)
+    try:
+        wait_for(lambda: len(programs(mark, "sleep 300")) == 3, "a program on each node")
+        driver = [pid for pid, cmdline in marked_processes(mark)
+                  if cmdline.startswith(DROVER + " run ")]
+        assert len(driver) == 1
+        os.kill(driver[0], signal.SIGTERM)
+        out, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+    assert "SIGTERM received" in err, err
+    assert_no_leftovers(mark, wait=30.0)
