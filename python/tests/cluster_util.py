@@ -41,7 +41,8 @@ def assert_no_leftovers(mark, exclude=(), wait=10.0):
     deadline = time.monotonic() + wait
     while marked_processes(mark, exclude) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert marked_processes(mark, exclude) == []
+    left = marked_processes(mark, exclude)
+    assert left == [], "processes left behind: %r" % (left,)
 
 
 def count_records(args, ctx):

@@ -39,6 +39,24 @@ class SlurmCluster:
         return subprocess.run(list(argv), env=kwargs.pop("env", self.env()), capture_output=True,
                               text=True, **kwargs)
 
+    def slurmd_pid(self, node):
+        return int((SLURM_DIR / "run" / ("slurmd-%s.pid" % node)).read_text())
+
+    def restart_slurmd(self, node, timeout=120):
+        """Starts a node's slurmd again and waits until Slurm has it back."""
+        import time
+        # The daemon is the cluster's, not the test's: without its marker.
+        env = {k: v for k, v in self.env().items() if k != "DROVER_TEST_MARK"}
+        self.run("/usr/sbin/slurmd", "-f", self.conf, "-N", node, env=env)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state = self.run("sinfo", "-h", "-n", node, "-o", "%t").stdout.strip()
+            # Responding ("*" marks a node that is not) and taking jobs.
+            if state and "*" not in state and not state.startswith(("down", "drain", "fail")):
+                return
+            time.sleep(0.5)
+        pytest.fail("slurmd of %s did not come back (state %s)" % (node, state))
+
     def wait_idle(self, timeout=60):
         """Waits until no job is left in the queue (the tests share the nodes)."""
         import time

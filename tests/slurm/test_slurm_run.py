@@ -141,3 +141,36 @@ def test_interrupted_driver_ends_every_step(slurm, mark):
             process.communicate()
     assert "SIGTERM received" in err, err
     assert_no_leftovers(mark, wait=30.0)
+
+
+def environ_of(pid):
+    with open("/proc/%d/environ" % pid, "rb") as f:
+        return dict(entry.split(b"=", 1) for entry in f.read().split(b"\0") if b"=" in entry)
+
+
+def test_node_whose_slurmd_dies_is_reported_and_the_job_ends(slurm, mark):
+    process = salloc(slurm, ["--nodes=3", "--ntasks-per-node=1"], command=["sleep", "300"],
+                     popen=True)
+    node = None
+    try:
+        wait_for(lambda: len(programs(mark, "sleep 300")) == 3, "a program on each node")
+        agent = agent_of(mark, 1)
+        node = environ_of(agent)[b"SLURMD_NODENAME"].decode()
+        with open("/proc/%d/stat" % agent) as f:
+            stepd = int(f.read().rsplit(")", 1)[1].split()[1])
+        # The node goes down at once: its slurmd, the step daemon and the task.
+        victims = [slurm.slurmd_pid(node), stepd]
+        victims += [pid for pid, _ in marked_processes(mark)
+                    if environ_of(pid).get(b"SLURMD_NODENAME") == node.encode()]
+        for pid in victims:
+            os.kill(pid, signal.SIGKILL)
+        out, err = process.communicate(timeout=180)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+        if node is not None:
+            slurm.restart_slurmd(node)
+    assert process.returncode == 1, err
+    assert re.search(r"drover run: worker:1 \(executor 1 on node %s \(127\.0\.0\.1\)\) failed: "
+                     % node, err), err
