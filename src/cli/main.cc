@@ -9,6 +9,7 @@
 #include "cli/rendezvous_command.h"
 #include "cli/resolve_command.h"
 #include "cli/run_command.h"
+#include "cli/submit_command.h"
 #include "drover/auto_resolver.h"
 #include "drover/environment.h"
 
@@ -117,6 +118,7 @@ int main(int argc, char** argv) {
   drover::cli::AddRunCommand(app, &exit_code);
   drover::cli::AddAgentCommand(app, &exit_code);
   drover::cli::AddFeederCommand(app, &exit_code);
+  drover::cli::AddSubmitCommands(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

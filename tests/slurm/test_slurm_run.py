@@ -36,10 +36,15 @@ def mark(slurm, monkeypatch):
         slurm.run("scancel", "--user", "root")
 
 
+def pythonpath():
+    """The test's PYTHONPATH, absolute: the jobs run in other directories."""
+    return ":".join(os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(":") if p)
+
+
 def salloc(slurm, allocation, *run_args, command, timeout=300, popen=False):
     argv = ["salloc", "--immediate=60", *allocation, DROVER, "run", "--engine", "slurm",
             "--grace", "2", *run_args, "--", *command]
-    env = slurm.env(PYTHONPATH=os.environ.get("PYTHONPATH", ""))
+    env = slurm.env(PYTHONPATH=pythonpath())
     if popen:
         return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -174,3 +179,25 @@ def test_node_whose_slurmd_dies_is_reported_and_the_job_ends(slurm, mark):
     assert process.returncode == 1, err
     assert re.search(r"drover run: worker:1 \(executor 1 on node %s \(127\.0\.0\.1\)\) failed: "
                      % node, err), err
+
+
+def test_digits_through_drover_submit_reaches_95_percent(slurm, mark, tmp_path):
+    data = tmp_path / "digits-data"
+    subprocess.run([PYTHON, str(EXAMPLE / "make_csv.py"), str(data)], check=True,
+                   capture_output=True)
+    log_dir = tmp_path / "submitted"
+    done = subprocess.run(
+        [DROVER, "submit", "--engine", "slurm", "--nodes", "3", "--time", "10", "--log-dir",
+         str(log_dir), "--follow", "--grace", "2", "--input", str(data / "train-*.csv"),
+         "--epochs", "40", "--", PYTHON, str(EXAMPLE / "train.py"), "--test",
+         str(data / "test.csv")],
+        env=slurm.env(PYTHONPATH=pythonpath()), cwd=tmp_path,
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=540)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    job = done.stdout.splitlines()[0].strip()
+    assert job.isdigit(), output
+    accuracies = re.findall(r"^\[worker:0\] test accuracy: ([0-9.]+)$", output, re.MULTILINE)
+    assert len(accuracies) == 1 and float(accuracies[0]) >= 0.95, output
+    assert "3 nodes on the slurm engine" in output, output
+    assert re.search(r"job %s COMPLETED" % job, done.stderr), done.stderr
