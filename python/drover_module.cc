@@ -5,6 +5,8 @@
 
 namespace drover::python {
 
+void RegisterSsh(pybind11::module_& m);  // ssh_bindings.cc
+
 void ThrowStatus(const Status& status) {
   PyObject* type = PyExc_RuntimeError;
   switch (status.code()) {
@@ -46,4 +48,5 @@ PYBIND11_MODULE(_drover, m) {
   drover::python::RegisterFeed(m);
   drover::python::RegisterDriver(m);
   drover::python::RegisterPartitionWriter(m);
+  drover::python::RegisterSsh(m);
 }

@@ -116,6 +116,7 @@ NodeContext.get_data_feed = _get_data_feed
 NodeContext.worker_num = property(lambda self: int(self.executor_id))
 
 from drover.cluster import Cluster, InputMode, NodeError  # noqa: E402 - needs the above
+from drover.ssh import SSHCluster  # noqa: E402 - AutoDist's SSHCluster
 
 
 class UnionClusterResolver(_drover.UnionClusterResolver):
@@ -143,6 +144,7 @@ __all__ = [
     "NodeError",
     "RendezvousClient",
     "RendezvousServer",
+    "SSHCluster",
     "ResourceSpecClusterResolver",
     "SimpleClusterResolver",
     "SlurmClusterResolver",

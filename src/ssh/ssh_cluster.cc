@@ -1,0 +1,410 @@
+#include "ssh/ssh_cluster.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace drover::ssh {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// RemoteExec's wrapper, run as `bash -c SCRIPT drover-remote-exec COMMAND`.
+// Job control (set -m) puts the command and the watchdog in process groups
+// of their own; bash's job notices go to the saved-away stderr, the
+// command's stderr to the real one (fd 3).
+constexpr char kWatchdog[] =
+    "exec 3>&2 2>/dev/null; set -m; "
+    "bash -c \"$1\" </dev/null 2>&3 3>&- & c=$!; "
+    "{ cat >/dev/null; kill -TERM -- -$c; sleep 10; kill -KILL -- -$c; } 2>&3 3>&- & "
+    "w=$!; wait $c; s=$?; kill -- -$w; exit $s";
+
+std::string LastLine(const std::string& text) {
+  std::istringstream lines(text);
+  std::string last;
+  for (std::string line; std::getline(lines, line);) {
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+    if (!line.empty()) last = line;
+  }
+  return last;
+}
+
+// The directory part of a remote path ("" when it has none worth making).
+std::string RemoteParent(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos || slash == 0) return "";
+  std::string parent = path.substr(0, slash);
+  while (!parent.empty() && parent.back() == '/') parent.pop_back();
+  if (parent.empty() || parent == "~") return "";
+  return parent;
+}
+
+Result<std::string> ReadSpec(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return Status::IoError("cannot read resource spec '" + path + "': " + std::strerror(errno));
+  }
+  std::string text;
+  char buffer[16384];
+  while (in.read(buffer, sizeof(buffer)) || in.gcount() > 0) {
+    text.append(buffer, static_cast<size_t>(in.gcount()));
+    if (text.size() > kMaxResourceSpecBytes) {
+      return Status::InvalidArgument("resource spec '" + path + "' is larger than " +
+                                     std::to_string(kMaxResourceSpecBytes) + " bytes");
+    }
+  }
+  return text;
+}
+
+// Reads what is there from a non-blocking fd into `out`; false at end of file.
+bool ReadSome(int fd, std::string* out) {
+  char buffer[65536];
+  for (;;) {
+    ssize_t got = ::read(fd, buffer, sizeof(buffer));
+    if (got > 0) {
+      out->append(buffer, static_cast<size_t>(got));
+      if (got < static_cast<ssize_t>(sizeof(buffer))) return true;
+      continue;
+    }
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+    return false;
+  }
+}
+
+// Blocks SIGPIPE on this thread while alive (a pipe whose reader exited
+// gives EPIPE instead), and drops one that came meanwhile.
+class SigpipeBlock {
+ public:
+  SigpipeBlock() {
+    sigemptyset(&pipe_set_);
+    sigaddset(&pipe_set_, SIGPIPE);
+    ::pthread_sigmask(SIG_BLOCK, &pipe_set_, &old_set_);
+  }
+  ~SigpipeBlock() {
+    struct timespec zero {};
+    while (::sigtimedwait(&pipe_set_, nullptr, &zero) > 0) {
+    }
+    ::pthread_sigmask(SIG_SETMASK, &old_set_, nullptr);
+  }
+  SigpipeBlock(const SigpipeBlock&) = delete;
+  SigpipeBlock& operator=(const SigpipeBlock&) = delete;
+
+ private:
+  sigset_t pipe_set_;
+  sigset_t old_set_;
+};
+
+}  // namespace
+
+std::string RemotePathWord(const std::string& path) {
+  if (path == "~") return "~";
+  if (path.rfind("~/", 0) == 0) {
+    std::string rest = path.substr(2);
+    return rest.empty() ? "~/" : "~/" + ShellQuote(rest);
+  }
+  return ShellQuote(path);
+}
+
+Status RemoteFailure(const SshHost& host, std::string_view what, const CommandResult& result) {
+  std::string line = LastLine(result.error);
+  if (line.empty()) line = "exit code " + std::to_string(result.exit_code) + ", no message";
+  const bool denied = result.error.find("Permission denied") != std::string::npos;
+  if (result.exit_code == 255) {
+    std::string message = "ssh to " + host.address + " failed (" + std::string(what) + "): " + line;
+    return denied ? Status::PermissionDenied(message) : Status::Unavailable(message);
+  }
+  std::string message = std::string(what) + " on " + host.address + ": " + line;
+  return denied ? Status::PermissionDenied(message) : Status::IoError(message);
+}
+
+Result<std::unique_ptr<SshCluster>> SshCluster::Create(const std::string& path, Options options,
+                                                       Environment& env) {
+  DROVER_ASSIGN_OR_RETURN(std::string text, ReadSpec(path));
+  return FromText(text, path, std::move(options), env);
+}
+
+Result<std::unique_ptr<SshCluster>> SshCluster::FromText(std::string_view yaml,
+                                                         std::string_view source, Options options,
+                                                         Environment& env) {
+  DROVER_ASSIGN_OR_RETURN(ResourceSpec spec, ParseResourceSpec(yaml, source));
+  DROVER_ASSIGN_OR_RETURN(std::vector<SshHost> hosts, HostsFromResourceSpec(yaml, source));
+  DROVER_ASSIGN_OR_RETURN(
+      std::unique_ptr<ResourceSpecClusterResolver> resolver,
+      ResourceSpecClusterResolver::Create(std::move(spec), options.resolver, env));
+  // Under /tmp rather than $TMPDIR: a socket path must stay short (108 bytes).
+  char dir[] = "/tmp/drover-ssh-XXXXXX";
+  if (::mkdtemp(dir) == nullptr) {
+    return Status::IoError(std::string("cannot make the ssh ControlMaster directory: mkdtemp: ") +
+                           std::strerror(errno));
+  }
+  options.ssh.control_dir = dir;
+  return std::unique_ptr<SshCluster>(
+      new SshCluster(std::move(hosts), std::move(resolver), std::move(options)));
+}
+
+SshCluster::SshCluster(std::vector<SshHost> hosts,
+                       std::unique_ptr<ResourceSpecClusterResolver> resolver, Options options)
+    : hosts_(std::move(hosts)), resolver_(std::move(resolver)), options_(std::move(options)) {}
+
+SshCluster::~SshCluster() {
+  StopMasters(hosts_, options_.ssh);
+  std::error_code ignored;
+  std::filesystem::remove_all(options_.ssh.control_dir, ignored);
+}
+
+bool SshCluster::is_chief(const std::optional<std::string>& address) const {
+  return resolver_->is_chief(address);
+}
+
+Result<std::string> SshCluster::get_address_from_task(std::string_view job_name,
+                                                      int task_index) const {
+  return resolver_->get_address_from_task(job_name, task_index);
+}
+
+std::string SshCluster::get_local_address() const {
+  return resolver_->get_local_address();
+}
+
+Result<int> SshCluster::get_local_worker_task_index() const {
+  return resolver_->get_local_worker_task_index();
+}
+
+Result<std::string> SshCluster::get_local_session_target() const {
+  return resolver_->get_local_session_target();
+}
+
+std::vector<std::string> SshCluster::addresses() const {
+  std::vector<std::string> out;
+  for (const SshHost& host : hosts_) out.push_back(host.address);
+  return out;
+}
+
+Result<const SshHost*> SshCluster::FindHost(std::string_view hostname) const {
+  std::string known;
+  for (const SshHost& host : hosts_) {
+    if (host.address == hostname) return &host;
+    known += (known.empty() ? "" : ", ") + host.address;
+  }
+  return Status::NotFound("host '" + std::string(hostname) +
+                          "' is not a node of the resource spec (nodes: " + known + ")");
+}
+
+Result<std::vector<std::string>> SshCluster::SshArgvFor(std::string_view hostname,
+                                                        const std::string& remote_command) const {
+  DROVER_ASSIGN_OR_RETURN(const SshHost* host, FindHost(hostname));
+  return SshArgv(*host, options_.ssh, remote_command);
+}
+
+Result<std::string> SshCluster::RemoteExecCommand(const std::vector<std::string>& args,
+                                                  std::string_view hostname) const {
+  DROVER_ASSIGN_OR_RETURN(const SshHost* host, FindHost(hostname));
+  if (args.empty()) {
+    return Status::InvalidArgument("remote_exec on " + host->address + ": no command given");
+  }
+  std::string joined;
+  for (const std::string& arg : args) joined += (joined.empty() ? "" : " ") + arg;
+  return RemoteCommand(*host, {"bash", "-c", kWatchdog, "drover-remote-exec", joined}, {}, "");
+}
+
+Result<Subprocess> SshCluster::RemoteExec(const std::vector<std::string>& args,
+                                          std::string_view hostname) const {
+  DROVER_ASSIGN_OR_RETURN(std::string command, RemoteExecCommand(args, hostname));
+  DROVER_ASSIGN_OR_RETURN(std::vector<std::string> argv, SshArgvFor(hostname, command));
+  SubprocessOptions spawn;
+  spawn.argv = std::move(argv);
+  spawn.pipe_output = true;
+  spawn.pipe_stdin = true;
+  Result<Subprocess> process = Subprocess::Spawn(spawn);
+  if (!process.ok()) {
+    return process.status().WithContext("remote_exec on " + std::string(hostname));
+  }
+  return process;
+}
+
+Status SshCluster::RemoteFileWrite(const std::string& remote_path, const std::string& data,
+                                   std::string_view hostname) const {
+  DROVER_ASSIGN_OR_RETURN(const SshHost* host, FindHost(hostname));
+  const std::string what = "remote_file_write of '" + remote_path + "'";
+  if (remote_path.empty() || remote_path.back() == '/') {
+    return Status::InvalidArgument(what + " on " + host->address + ": not a file path");
+  }
+  const std::string target = RemotePathWord(remote_path);
+  std::string command;
+  const std::string parent = RemoteParent(remote_path);
+  if (!parent.empty()) command += "mkdir -p -- " + RemotePathWord(parent) + " && ";
+  command += "cat > " + target + " && wc -c < " + target;
+  DROVER_ASSIGN_OR_RETURN(CommandResult result,
+                          RunSsh(*host, options_.ssh, command, data, options_.timeout_s));
+  if (result.exit_code != 0) return RemoteFailure(*host, what, result);
+  std::string count = LastLine(result.output);
+  while (!count.empty() && count.front() == ' ') count.erase(0, 1);
+  if (count != std::to_string(data.size())) {
+    return Status::IoError(what + " on " + host->address + ": wrote " +
+                           std::to_string(data.size()) + " bytes but the file holds " +
+                           (count.empty() ? "an unknown number" : count));
+  }
+  return Status::Ok();
+}
+
+Status SshCluster::RemoteCopy(const std::string& local_path, const std::string& remote_dir,
+                              std::string_view hostname) const {
+  DROVER_ASSIGN_OR_RETURN(const SshHost* host, FindHost(hostname));
+  const std::string what =
+      "remote_copy of '" + local_path + "' into '" + remote_dir + "' on " + host->address;
+  if (remote_dir.empty()) return Status::InvalidArgument(what + ": no remote directory given");
+  std::string trimmed = local_path;
+  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+  struct stat info;
+  if (::stat(trimmed.c_str(), &info) != 0) {
+    const int error = errno;
+    std::string message = what + ": local path: " + std::strerror(error);
+    if (error == ENOENT || error == ENOTDIR) return Status::NotFound(message);
+    if (error == EACCES) return Status::PermissionDenied(message);
+    return Status::IoError(message);
+  }
+  if (::access(trimmed.c_str(), R_OK) != 0) {
+    return Status::PermissionDenied(what + ": local path is not readable");
+  }
+  std::filesystem::path path(trimmed);
+  std::string name = path.filename().string();
+  std::string parent = path.parent_path().string();
+  if (name.empty() || name == "." || name == ".." || name == "/") {
+    std::error_code ec;
+    std::filesystem::path absolute = std::filesystem::canonical(path, ec);
+    if (ec || absolute == absolute.root_path()) {
+      return Status::InvalidArgument(what + ": cannot copy a file system root");
+    }
+    name = absolute.filename().string();
+    parent = absolute.parent_path().string();
+  }
+  if (parent.empty()) parent = ".";
+
+  // A symbolic link given as local_path is followed, as scp and sftp do:
+  // "-h" for a file; "name/." for a directory (whose entries tar then
+  // names "name/./x", extracted as "name/x").
+  // Links inside a directory stay links.
+  struct stat link_info;
+  std::vector<std::string> tar_argv = {"tar", "-C", parent, "-cf", "-"};
+  std::string member = name;
+  if (::lstat(trimmed.c_str(), &link_info) == 0 && S_ISLNK(link_info.st_mode)) {
+    if (S_ISDIR(info.st_mode)) {
+      member += "/.";
+    } else {
+      tar_argv.push_back("-h");
+    }
+  }
+  tar_argv.insert(tar_argv.end(), {"--", member});
+  SubprocessOptions tar_spawn;
+  tar_spawn.argv = std::move(tar_argv);
+  tar_spawn.pipe_output = true;
+  Result<Subprocess> tar_started = Subprocess::Spawn(tar_spawn);
+  if (!tar_started.ok()) return tar_started.status().WithContext(what + ": local tar");
+  Subprocess tar = std::move(tar_started).value();
+
+  const std::string dir = RemotePathWord(remote_dir);
+  const std::string command =
+      "mkdir -p -- " + dir + " && exec tar -C " + dir + " --no-same-owner -xpf -";
+  SubprocessOptions ssh_spawn;
+  ssh_spawn.argv = SshArgv(*host, options_.ssh, command);
+  ssh_spawn.pipe_output = true;
+  ssh_spawn.pipe_stdin = true;
+  Result<Subprocess> ssh_started = Subprocess::Spawn(ssh_spawn);
+  if (!ssh_started.ok()) return ssh_started.status().WithContext(what + ": ssh");
+  Subprocess ssh = std::move(ssh_started).value();
+  ::fcntl(ssh.stdin_fd(), F_SETFL, ::fcntl(ssh.stdin_fd(), F_GETFL) | O_NONBLOCK);
+
+  // Pumps tar's archive into ssh's stdin while collecting both stderrs.
+  SigpipeBlock no_sigpipe;
+  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(options_.timeout_s);
+  std::string pending;  // read from tar, not yet written to ssh
+  size_t pending_at = 0;
+  std::string tar_error, ssh_output, ssh_error;
+  bool remote_gone = false;  // ssh's stdin refused more (the remote side exited)
+  for (;;) {
+    const bool tar_open = tar.stdout_fd() >= 0;
+    if (!tar_open && pending_at == pending.size() && ssh.stdin_fd() >= 0) ssh.CloseStdin();
+    if (tar.stdout_fd() < 0 && tar.stderr_fd() < 0 && ssh.stdout_fd() < 0 && ssh.stderr_fd() < 0) {
+      break;
+    }
+    pollfd fds[5];
+    int count = 0;
+    auto watch = [&](int fd, short events) { fds[count++] = {fd, events, 0}; };
+    // Reads more from tar only once what it gave is sent: memory stays bounded.
+    if (pending_at == pending.size()) watch(tar.stdout_fd(), POLLIN);
+    watch(tar.stderr_fd(), POLLIN);
+    watch(ssh.stdout_fd(), POLLIN);
+    watch(ssh.stderr_fd(), POLLIN);
+    if (pending_at < pending.size() && ssh.stdin_fd() >= 0) watch(ssh.stdin_fd(), POLLOUT);
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) {
+      return Status::DeadlineExceeded(what + ": not done after " +
+                                      std::to_string(options_.timeout_s) + " s");
+    }
+    if (::poll(fds, count, static_cast<int>(left)) < 0 && errno != EINTR) {
+      return Status::IoError(what + ": poll: " + std::strerror(errno));
+    }
+    if (pending_at == pending.size() && tar.stdout_fd() >= 0) {
+      pending.clear();
+      pending_at = 0;
+      if (!ReadSome(tar.stdout_fd(), &pending)) tar.CloseStdout();
+      if (remote_gone) pending.clear();
+    }
+    if (tar.stderr_fd() >= 0 && !ReadSome(tar.stderr_fd(), &tar_error)) tar.CloseStderr();
+    if (ssh.stdout_fd() >= 0 && !ReadSome(ssh.stdout_fd(), &ssh_output)) ssh.CloseStdout();
+    if (ssh.stderr_fd() >= 0 && !ReadSome(ssh.stderr_fd(), &ssh_error)) ssh.CloseStderr();
+    while (pending_at < pending.size() && ssh.stdin_fd() >= 0) {
+      ssize_t wrote =
+          ::write(ssh.stdin_fd(), pending.data() + pending_at, pending.size() - pending_at);
+      if (wrote > 0) {
+        pending_at += static_cast<size_t>(wrote);
+        continue;
+      }
+      if (wrote < 0 && errno == EINTR) continue;
+      if (wrote < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      // EPIPE: the remote side stopped reading; its stderr says why. Stop tar.
+      remote_gone = true;
+      ssh.CloseStdin();
+      pending.clear();
+      pending_at = 0;
+      tar.SignalGroup(SIGTERM);
+      break;
+    }
+    if (remote_gone) {
+      pending.clear();
+      pending_at = 0;
+    }
+  }
+  std::optional<ExitStatus> tar_status = tar.Wait(deadline);
+  std::optional<ExitStatus> ssh_status = ssh.Wait(deadline);
+  if (!tar_status || !ssh_status) {
+    return Status::DeadlineExceeded(what + ": not done after " +
+                                    std::to_string(options_.timeout_s) + " s");
+  }
+  CommandResult remote{ssh_status->ShellCode(), ssh_output, ssh_error};
+  if (!ssh_status->success()) return RemoteFailure(*host, what, remote);
+  if (!tar_status->success()) {
+    std::string line = LastLine(tar_error);
+    std::string message = what + ": local tar failed (" + tar_status->ToString() + ")" +
+                          (line.empty() ? "" : ": " + line);
+    if (tar_error.find("Permission denied") != std::string::npos) {
+      return Status::PermissionDenied(message);
+    }
+    return Status::IoError(message);
+  }
+  return Status::Ok();
+}
+
+}  // namespace drover::ssh
