@@ -101,7 +101,8 @@ struct ClusterState {
 
 // Something the driver must hear about after the barrier.
 struct NodeEvent {
-  enum class Kind { kDead, kError, kStopped };
+  // kLeft: the node's agent finished and said so (LEAVE) before it closed.
+  enum class Kind { kDead, kError, kStopped, kLeft };
   Kind kind;
   NodeInfo node;
   std::string message;

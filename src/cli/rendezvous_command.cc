@@ -60,6 +60,8 @@ std::string Describe(const NodeEvent& event) {
       return who + " reported an error: " + event.message;
     case NodeEvent::Kind::kStopped:
       return who + " stopped: " + event.message;
+    case NodeEvent::Kind::kLeft:
+      return who + " " + event.message;
   }
   return who + ": " + event.message;
 }
@@ -133,6 +135,7 @@ int RunRendezvous(const RendezvousFlags& flags, std::ostream& out, std::ostream&
   options.reservation_timeout = Milliseconds(static_cast<int64_t>(flags.timeout_seconds * 1000));
   options.heartbeat_interval = Milliseconds(static_cast<int64_t>(flags.heartbeat_seconds * 1000));
   options.on_event = [&err](const NodeEvent& event) {
+    if (event.kind == NodeEvent::Kind::kLeft) return;  // the server's log says it
     err << "drover rendezvous: " << Describe(event) << "\n";
     for (const std::string& line : event.last_log_lines) err << "  | " << line << "\n";
   };

@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "drover/framework_env.h"
+#include "feed/shm_channel.h"
 
 namespace drover {
 namespace {
@@ -136,6 +137,7 @@ struct Driver::Node {
   std::optional<ExitStatus> exit;
   bool stopping = false;
   std::optional<Clock::time_point> dead_since;
+  std::optional<Clock::time_point> left_at;  // its agent said it finished (LEAVE)
   std::string dead_message;
   std::string error_message;  // from REPORT_ERROR
   std::vector<std::string> reported_lines;
@@ -371,6 +373,21 @@ struct Driver::Round {
     for (Node* node : which) {
       // Whatever the agent left in its process group.
       if (node->process) node->process->Signal(SIGKILL);
+    }
+  }
+
+  // A node whose agent finished cleanly (no error reported before it left)
+  // but whose launcher has not exited for launcher_exit_wait: the launcher
+  // is stopped and the node counts as done; with an error it counts as failed.
+  void EndLingeringLaunchers(Clock::time_point now) {
+    const Milliseconds wait = driver.options_.launcher_exit_wait;
+    for (auto& node : nodes) {
+      if (!node->left_at || !node->running() || now - *node->left_at < wait) continue;
+      driver.err_ << "drover run: " << node->tag << "'s agent finished " << feed::SecondsText(wait)
+                  << " ago, but its " << driver.engine_.name() << " launcher (pid "
+                  << node->process->pid() << ") has not exited; stopping it\n";
+      node->process->Signal(SIGKILL);
+      node->exit = node->error_message.empty() ? ExitStatus::Exited(0) : ExitStatus::Exited(1);
     }
   }
 
@@ -636,8 +653,11 @@ Driver::Outcome Driver::RunRound(int number) {
       } else if (event.kind == NodeEvent::Kind::kDead && !node->dead_since) {
         node->dead_since = now;
         node->dead_message = event.message;
+      } else if (event.kind == NodeEvent::Kind::kLeft) {
+        node->left_at = now;
       }
     }
+    round.EndLingeringLaunchers(now);
 
     if (failed == nullptr) {
       for (auto& node : round.nodes) {

@@ -63,6 +63,10 @@ struct DriverOptions {
   std::vector<std::string> gpus;  // "0,1" or "none"
   int signal_fd = -1;             // signalfd for SIGINT/SIGTERM; -1: none
   int last_lines = 20;            // lines kept per node for failure reports
+  // How long a launcher (ssh, srun) may outlive an agent that said it
+  // finished before it is stopped: a step stuck on its way out must not hold
+  // the run forever.
+  Milliseconds launcher_exit_wait{30'000};
   // `--input`: what every fed node (chief, master, worker) gets a share of;
   // written to the private directory and handed to each agent.
   // An external plan (drover.Cluster.train) goes to the agents inline

@@ -1011,8 +1011,12 @@ TEST(RendezvousEndToEndTest, ANodeThatLeavesIsNotReportedDead) {
   // The other node's view agrees, and nobody was declared dead.
   ASSERT_OK_AND_ASSIGN(ClusterState seen, clients[0]->QueryState(Soon()));
   EXPECT_TRUE(seen.nodes[1].left);
+  // It is reported as having left (the driver bounds its launcher's exit by
+  // it), never as dead.
   std::lock_guard<std::mutex> lock(mu);
-  EXPECT_TRUE(events.empty()) << events.front().message;
+  ASSERT_EQ(events.size(), 1u) << events.back().message;
+  EXPECT_EQ(events[0].kind, NodeEvent::Kind::kLeft);
+  EXPECT_EQ(events[0].node.executor_id, "1");
 }
 
 }  // namespace

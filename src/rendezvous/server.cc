@@ -1275,6 +1275,9 @@ void Server::HandleControl(Connection& conn, const wire::Frame& frame) {
         node->alive = false;
         node->left = true;
         Log(Describe(*node) + " finished and left");
+        if (options_.on_event) {
+          options_.on_event(NodeEvent{NodeEvent::Kind::kLeft, node->info, "finished and left", {}});
+        }
       }
       return;
     }
