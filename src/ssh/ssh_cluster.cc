@@ -7,13 +7,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+
+#include "engine/local_engine.h"
 
 namespace drover::ssh {
 namespace {
@@ -150,8 +154,10 @@ Result<std::unique_ptr<SshCluster>> SshCluster::FromText(std::string_view yaml,
                            std::strerror(errno));
   }
   options.ssh.control_dir = dir;
-  return std::unique_ptr<SshCluster>(
+  std::unique_ptr<SshCluster> cluster(
       new SshCluster(std::move(hosts), std::move(resolver), std::move(options)));
+  cluster->spec_text_ = std::string(yaml);
+  return cluster;
 }
 
 SshCluster::SshCluster(std::vector<SshHost> hosts,
@@ -159,6 +165,7 @@ SshCluster::SshCluster(std::vector<SshHost> hosts,
     : hosts_(std::move(hosts)), resolver_(std::move(resolver)), options_(std::move(options)) {}
 
 SshCluster::~SshCluster() {
+  Terminate();
   StopMasters(hosts_, options_.ssh);
   std::error_code ignored;
   std::filesystem::remove_all(options_.ssh.control_dir, ignored);
@@ -405,6 +412,100 @@ Status SshCluster::RemoteCopy(const std::string& local_path, const std::string& 
     return Status::IoError(message);
   }
   return Status::Ok();
+}
+
+}  // namespace drover::ssh
+
+namespace drover::ssh {
+
+Status SshCluster::Start(const std::vector<std::string>& command,
+                         const std::vector<std::string>& run_args,
+                         std::chrono::milliseconds timeout) {
+  if (command.empty()) return Status::InvalidArgument("start: no command given");
+  if (run_ && !run_->Poll()) {
+    return Status::FailedPrecondition("start: a run is already going (pid " +
+                                      std::to_string(run_->pid()) + "); terminate() it first");
+  }
+  std::string binary = options_.drover_binary;
+  if (binary.empty()) {
+    DROVER_ASSIGN_OR_RETURN(binary, SelfExecutable());
+  }
+  // The spec goes to the run as a file in the private directory, so a
+  // cluster made from text starts the same way.
+  const std::string spec_path = options_.ssh.control_dir + "/resource_spec.yml";
+  {
+    std::ofstream spec(spec_path, std::ios::binary | std::ios::trunc);
+    spec << spec_text_;
+    if (!spec) return Status::IoError("cannot write " + spec_path);
+  }
+  SubprocessOptions spawn;
+  spawn.argv = {binary, "run", "--engine", "ssh", "--hosts", spec_path};
+  if (!options_.ssh.config_file.empty()) {
+    spawn.argv.insert(spawn.argv.end(), {"--ssh-config", options_.ssh.config_file});
+  }
+  for (const std::string& option : options_.ssh.extra_options) {
+    spawn.argv.insert(spawn.argv.end(), {"--ssh-option", option});
+  }
+  if (!options_.ssh.check_host_keys) spawn.argv.push_back("--no-host-key-check");
+  spawn.argv.insert(spawn.argv.end(), run_args.begin(), run_args.end());
+  spawn.argv.push_back("--");
+  spawn.argv.insert(spawn.argv.end(), command.begin(), command.end());
+  spawn.pipe_output = true;  // stderr read here for "formed", then passed on
+  spawn.parent_death_signal = SIGTERM;
+  DROVER_ASSIGN_OR_RETURN(Subprocess process, Subprocess::Spawn(spawn));
+  run_ = std::move(process);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::string partial, last_line;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          deadline - std::chrono::steady_clock::now())
+                          .count();
+    if (left <= 0) {
+      Terminate(std::chrono::seconds(5));
+      return Status::DeadlineExceeded("start: the cluster did not form within " +
+                                      std::to_string(timeout.count() / 1000) +
+                                      " s (last line: " + last_line + ")");
+    }
+    pollfd fds[2] = {{run_->stdout_fd(), POLLIN, 0}, {run_->stderr_fd(), POLLIN, 0}};
+    ::poll(fds, 2, static_cast<int>(std::min<int64_t>(left, 200)));
+    bool ended = false;
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || (fds[i].revents & (POLLIN | POLLHUP)) == 0) continue;
+      char buffer[4096];
+      const ssize_t got = ::read(fds[i].fd, buffer, sizeof(buffer));
+      if (got <= 0) {
+        ended = ended || got == 0;
+        continue;
+      }
+      std::fwrite(buffer, 1, static_cast<size_t>(got), i == 0 ? stdout : stderr);
+      if (i == 0) continue;
+      partial.append(buffer, static_cast<size_t>(got));
+      for (size_t end; (end = partial.find('\n')) != std::string::npos; partial.erase(0, end + 1)) {
+        std::string line = partial.substr(0, end);
+        if (!line.empty()) last_line = line;
+        if (line.rfind("drover run: cluster ", 0) == 0 &&
+            line.find(" formed: ") != std::string::npos) {
+          // Formed: the run's output goes on to this process's from here.
+          run_->CloseStdout();
+          run_->CloseStderr();
+          return Status::Ok();
+        }
+      }
+    }
+    if (ended) {
+      std::optional<int> code = Terminate(std::chrono::seconds(5));
+      return Status::Unavailable("start: drover run ended (exit code " +
+                                 std::to_string(code.value_or(-1)) +
+                                 ") before the cluster formed: " + last_line);
+    }
+  }
+}
+
+std::optional<int> SshCluster::Terminate(std::chrono::milliseconds grace) {
+  if (!run_) return std::nullopt;
+  const ExitStatus status = run_->Terminate(grace);
+  run_.reset();
+  return status.ShellCode();
 }
 
 }  // namespace drover::ssh

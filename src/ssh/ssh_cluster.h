@@ -25,6 +25,7 @@
 #ifndef DROVER_SSH_SSH_CLUSTER_H_
 #define DROVER_SSH_SSH_CLUSTER_H_
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -48,6 +49,8 @@ class SshCluster {
     // Deadline of each RemoteFileWrite / RemoteCopy.
     int timeout_s = 300;
     ResourceSpecClusterResolver::Options resolver;
+    // The `drover` executable Start() runs; "": this process's own.
+    std::string drover_binary;
   };
 
   // Reads the resource spec at `path`; kIoError when it cannot be read,
@@ -108,6 +111,20 @@ class SshCluster {
   Status RemoteCopy(const std::string& local_path, const std::string& remote_dir,
                     std::string_view hostname) const;
 
+  // AutoDist's start(): agents on every node of the spec, running `command`
+  // under `drover run --engine ssh` (one node per slot, `run_args` added to
+  // its flags) as a child in its own process group, whose stderr goes to
+  // this process's. Returns once the cluster formed; kDeadlineExceeded
+  // after `timeout`, kUnavailable when the run ended first (its last line),
+  // kFailedPrecondition while a run is going.
+  Status Start(const std::vector<std::string>& command,
+               const std::vector<std::string>& run_args = {},
+               std::chrono::milliseconds timeout = std::chrono::minutes(2));
+  // AutoDist's terminate(): SIGTERM to the run (every agent stops its
+  // program, every remote process group goes), SIGKILL after `grace`;
+  // the run's exit code, or nullopt when none was started. Idempotent.
+  std::optional<int> Terminate(std::chrono::milliseconds grace = std::chrono::seconds(30));
+
   const std::vector<SshHost>& hosts() const { return hosts_; }
   // Node addresses in the spec's order.
   std::vector<std::string> addresses() const;
@@ -122,6 +139,8 @@ class SshCluster {
   std::vector<SshHost> hosts_;
   std::unique_ptr<ResourceSpecClusterResolver> resolver_;
   Options options_;  // options_.ssh.control_dir: owned, removed by the destructor
+  std::string spec_text_;
+  std::optional<Subprocess> run_;  // Start()'s drover run
 };
 
 // A remote path as one shell word: quoted, except that a leading "~/" stays

@@ -23,6 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::drover::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 // Skips ssh's options up to `--`; the host 10.0.0.99 refuses connections,
@@ -318,6 +319,52 @@ TEST_F(SshClusterTest, RemoteFailureMapsPermissionDenied) {
               StatusIs(Status::Code::kPermissionDenied, HasSubstr("ssh to h1 failed")));
   EXPECT_THAT(RemoteFailure(host, "w", {2, "", ""}),
               StatusIs(Status::Code::kIoError, HasSubstr("exit code 2")));
+}
+
+// Start runs `drover run --engine ssh --hosts <spec> ... -- command`: a fake
+// drover records its argv and says what a real run says once formed.
+constexpr char kFakeDroverFormed[] = R"(#!/bin/sh
+echo "$@" > "$(dirname "$0")/run-args"
+echo "drover run: 3 nodes on the ssh engine" >&2
+echo "drover run: cluster run-x formed: worker:0 = executor 0" >&2
+exec sleep 300
+)";
+constexpr char kFakeDroverFails[] = R"(#!/bin/sh
+echo "drover run: pre-flight check failed on 10.0.0.2; nothing was started" >&2
+exit 1
+)";
+
+TEST_F(SshClusterTest, StartReturnsOnceFormedAndTerminateStopsTheRun) {
+  WriteFile(dir_ / "drover", kFakeDroverFormed, fs::perms::owner_all);
+  SshCluster::Options options;
+  options.ssh.ssh_binary = (dir_ / "ssh").string();
+  options.ssh.config_file = "/etc/ssh-test-config";
+  options.drover_binary = (dir_ / "drover").string();
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<SshCluster> cluster,
+                       SshCluster::FromText(spec_, "spec.yml", options, env_));
+  ASSERT_OK(cluster->Start({"python3", "train.py"}, {"--epochs", "2"}));
+  EXPECT_THAT(cluster->Start({"true"}),
+              StatusIs(Status::Code::kFailedPrecondition, HasSubstr("a run is already going")));
+  std::ifstream args(dir_ / "run-args");
+  std::string line;
+  std::getline(args, line);
+  EXPECT_EQ(line, "run --engine ssh --hosts " + cluster->ssh_options().control_dir +
+                      "/resource_spec.yml --ssh-config /etc/ssh-test-config --epochs 2 -- "
+                      "python3 train.py");
+  EXPECT_EQ(cluster->Terminate(std::chrono::seconds(5)), 128 + SIGTERM);
+  EXPECT_EQ(cluster->Terminate(), std::nullopt);  // idempotent
+}
+
+TEST_F(SshClusterTest, StartThatEndsBeforeFormingSaysWhy) {
+  WriteFile(dir_ / "drover", kFakeDroverFails, fs::perms::owner_all);
+  SshCluster::Options options;
+  options.ssh.ssh_binary = (dir_ / "ssh").string();
+  options.drover_binary = (dir_ / "drover").string();
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<SshCluster> cluster,
+                       SshCluster::FromText(spec_, "spec.yml", options, env_));
+  EXPECT_THAT(cluster->Start({"true"}),
+              StatusIs(Status::Code::kUnavailable,
+                       AllOf(HasSubstr("exit code 1"), HasSubstr("pre-flight check failed"))));
 }
 
 TEST(SshClusterCreateTest, MissingSpecIsAnIoErrorNamingIt) {
