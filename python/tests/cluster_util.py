@@ -45,6 +45,18 @@ def assert_no_leftovers(mark, exclude=(), wait=10.0):
     assert left == [], "processes left behind: %r" % (left,)
 
 
+def wait_for(predicate, what, timeout=60.0):
+    """Polls `predicate` until it returns something true, and returns that;
+    fails naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError("timed out waiting for " + what)
+
+
 def count_records(args, ctx):
     """A main_fun: reads the whole feed and writes [epoch, record] pairs to
     <args>/<job>-<index>.json."""

@@ -9,12 +9,12 @@ import os
 import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from cluster_util import MARK_VARIABLE, assert_no_leftovers, marked_processes, new_mark
+from cluster_util import (MARK_VARIABLE, assert_no_leftovers, marked_processes, new_mark,
+                          wait_for)
 
 REPO = Path(__file__).resolve().parents[2]
 DROVER = os.path.abspath(os.environ.get("DROVER_BIN", str(REPO / "build" / "bin" / "drover")))
@@ -50,16 +50,6 @@ def salloc(slurm, allocation, *run_args, command, timeout=300, popen=False):
                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
     return subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True,
                           text=True, timeout=timeout)
-
-
-def wait_for(predicate, what, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    pytest.fail("timed out waiting for " + what)
 
 
 def programs(mark, prefix):

@@ -10,15 +10,13 @@ import hashlib
 import os
 import shlex
 import socket
-import stat
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from cluster_util import MARK_VARIABLE, assert_no_leftovers, marked_processes, new_mark
+from cluster_util import (MARK_VARIABLE, assert_no_leftovers, marked_processes, new_mark,
+                          wait_for)
 
 import drover
 from drover.ssh import SSHCluster
@@ -50,16 +48,6 @@ def remote_sha256(ssh_hosts, host, path):
 def remote_mode(ssh_hosts, host, path):
     out = ssh_hosts.ssh(host, "stat -c %%a -- %s" % shlex.quote(str(path))).stdout
     return int(out.strip(), 8)
-
-
-def wait_for(predicate, what, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError("timed out waiting for " + what)
 
 
 def test_exported_under_autodist_names():

@@ -10,12 +10,12 @@ import os
 import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from cluster_util import MARK_VARIABLE, assert_no_leftovers, marked_processes, new_mark
+from cluster_util import (MARK_VARIABLE, assert_no_leftovers, marked_processes, new_mark,
+                          wait_for)
 
 REPO = Path(__file__).resolve().parents[2]
 DROVER = os.path.abspath(os.environ.get("DROVER_BIN", str(REPO / "build" / "bin" / "drover")))
@@ -49,16 +49,6 @@ def start_drover(ssh_hosts, hosts, *args, command):
             "--grace", "2", *args, "--", *command]
     return subprocess.Popen(argv, env=run_env(), stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def wait_for(predicate, what, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    pytest.fail("timed out waiting for " + what)
 
 
 def agents(mark):
