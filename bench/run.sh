@@ -18,3 +18,10 @@ echo "== start-up: from launch to every program started (ratios to torchrun and 
 echo
 echo "== feeding: records/s from file to consumer (ratios to memcpy and to TensorFlowOnSpark's queues) =="
 /usr/bin/python3 bench/feed_bench.py --build build
+echo
+echo "== start-up over SSH: three sshd hosts (ratio to a plain parallel ssh fan-out) =="
+if [ "$(id -u)" -eq 0 ]; then
+  /usr/bin/python3 bench/ssh_startup_bench.py --drover build/bin/drover --per-host 1,2 --reps 5
+else
+  echo "skipped: the SSH hosts are network namespaces, which need root"
+fi

@@ -217,7 +217,8 @@ TEST_F(SshClusterTest, RemoteExecEndsTheCommandWhenStdinCloses) {
 TEST_F(SshClusterTest, RemoteFileWriteIsBinarySafeAndMakesDirectories) {
   auto cluster = MakeCluster();
   ASSERT_NE(cluster, nullptr);
-  std::string data("a\0b\n\xff'quote\" $HOME", 20);
+  constexpr char kBytes[] = "a\0b\n\xff'quote\" $HOME";
+  const std::string data(kBytes, sizeof(kBytes) - 1);  // the NUL inside included
   const fs::path target = dir_ / "new dir" / "sub" / "file's.bin";
   ASSERT_OK(cluster->RemoteFileWrite(target.string(), data, "10.0.0.2"));
   EXPECT_EQ(ReadFile(target), data);
