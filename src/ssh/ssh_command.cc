@@ -1,5 +1,6 @@
 #include "ssh/ssh_command.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -50,30 +51,35 @@ std::vector<std::string> CommonOptions(const SshHost& host, const SshOptions& op
   return argv;
 }
 
-// Writes all of `data` to `fd` without SIGPIPE (the remote side may have
-// exited without reading); false when the reader is gone.
-bool WriteAll(int fd, const std::string& data) {
-  sigset_t pipe_set, old_set;
-  sigemptyset(&pipe_set);
-  sigaddset(&pipe_set, SIGPIPE);
-  ::pthread_sigmask(SIG_BLOCK, &pipe_set, &old_set);
-  size_t done = 0;
-  bool ok = true;
-  while (done < data.size()) {
-    ssize_t wrote = ::write(fd, data.data() + done, data.size() - done);
-    if (wrote < 0 && errno == EINTR) continue;
-    if (wrote < 0) {
-      ok = false;
-      break;
-    }
-    done += static_cast<size_t>(wrote);
+// Blocks SIGPIPE on this thread while it lives (the remote side may exit
+// without reading its input), and drops one left pending.
+class NoSigpipe {
+ public:
+  NoSigpipe() {
+    sigemptyset(&pipe_set_);
+    sigaddset(&pipe_set_, SIGPIPE);
+    ::pthread_sigmask(SIG_BLOCK, &pipe_set_, &old_set_);
   }
-  if (!ok) {
+  ~NoSigpipe() {
     struct timespec zero {};
-    ::sigtimedwait(&pipe_set, nullptr, &zero);  // drop the pending SIGPIPE
+    ::sigtimedwait(&pipe_set_, nullptr, &zero);
+    ::pthread_sigmask(SIG_SETMASK, &old_set_, nullptr);
   }
-  ::pthread_sigmask(SIG_SETMASK, &old_set, nullptr);
-  return ok;
+
+ private:
+  sigset_t pipe_set_, old_set_;
+};
+
+// Writes what the pipe takes of `data` from `*done` on, without blocking;
+// false when the reader is gone.
+bool WriteSome(int fd, const std::string& data, size_t* done) {
+  while (*done < data.size()) {
+    const ssize_t wrote = ::write(fd, data.data() + *done, data.size() - *done);
+    if (wrote < 0 && errno == EINTR) continue;
+    if (wrote < 0) return errno == EAGAIN || errno == EWOULDBLOCK;
+    *done += static_cast<size_t>(wrote);
+  }
+  return true;
 }
 
 // Reads what is there from `*fd` into `out`; closes it at end of file.
@@ -160,23 +166,34 @@ Result<CommandResult> RunProcess(const std::vector<std::string>& argv, const std
   Subprocess process = std::move(started).value();
   const std::string timed_out =
       argv.front() + " gave no answer in " + std::to_string(timeout_s) + " s";
-  // Inputs here are small (a file for remote_file_write streams while ssh
-  // sends it); the output is read once stdin is closed.
-  WriteAll(process.stdin_fd(), input);
-  process.CloseStdin();
+  // Input and output move together, so a command that answers before it has
+  // read everything (or floods its output) never blocks the other side.
+  NoSigpipe no_sigpipe;
+  ::fcntl(process.stdin_fd(), F_SETFL, ::fcntl(process.stdin_fd(), F_GETFL) | O_NONBLOCK);
+  size_t written = 0;
+  if (input.empty()) process.CloseStdin();
   CommandResult result;
   const Clock::time_point deadline = Clock::now() + std::chrono::seconds(timeout_s);
   while (process.stdout_fd() >= 0 || process.stderr_fd() >= 0) {
-    pollfd fds[2] = {{process.stdout_fd(), POLLIN, 0}, {process.stderr_fd(), POLLIN, 0}};
+    pollfd fds[3] = {{process.stdout_fd(), POLLIN, 0},
+                     {process.stderr_fd(), POLLIN, 0},
+                     {process.stdin_fd(), POLLOUT, 0}};
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     if (left <= 0) return Status::DeadlineExceeded(timed_out);
-    if (::poll(fds, 2, static_cast<int>(left)) < 0 && errno != EINTR) {
+    if (::poll(fds, 3, static_cast<int>(left)) < 0 && errno != EINTR) {
       return Status::IoError(std::string("poll: ") + std::strerror(errno));
+    }
+    if (process.stdin_fd() >= 0 && fds[2].revents != 0) {
+      // A reader that is gone (EPIPE, POLLERR) takes no more: stop writing.
+      if (!WriteSome(process.stdin_fd(), input, &written) || written == input.size()) {
+        process.CloseStdin();
+      }
     }
     if (process.stdout_fd() >= 0) Drain(process, true, &result.output);
     if (process.stderr_fd() >= 0) Drain(process, false, &result.error);
   }
+  process.CloseStdin();
   std::optional<ExitStatus> status = process.Wait(deadline);
   if (!status) return Status::DeadlineExceeded(timed_out);
   result.exit_code = status->ShellCode();

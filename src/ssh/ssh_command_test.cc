@@ -71,7 +71,8 @@ TEST(SshArgvTest, BatchModeMultiplexedAndHostKeysChecked) {
   EXPECT_THAT(argv, Not(Contains("StrictHostKeyChecking=no")));
   // The host and the command come last, after "--", so neither is an option.
   ASSERT_GE(argv.size(), 3u);
-  EXPECT_THAT(std::vector<std::string>(argv.end() - 3, argv.end()), ElementsAre("--", "h1", "true"));
+  EXPECT_THAT(std::vector<std::string>(argv.end() - 3, argv.end()),
+              ElementsAre("--", "h1", "true"));
 }
 
 TEST(SshArgvTest, SpecSettingsAndUncheckedHostKeys) {
@@ -111,9 +112,33 @@ TEST(RemoteCommandTest, DirectoryVenvEnvironmentThenExec) {
 }
 
 TEST(RemoteCommandTest, RunsThroughAShell) {
-  std::string command = RemoteCommand(SshHost{}, {"sh", "-c", "echo \"$A|$PWD\""},
-                                      {{"A", "x y"}}, "/");
+  std::string command =
+      RemoteCommand(SshHost{}, {"sh", "-c", "echo \"$A|$PWD\""}, {{"A", "x y"}}, "/");
   EXPECT_EQ(ThroughShell(command), "x y|/\n");
+}
+
+// A command that answers before it reads its input must not deadlock with
+// the writer: a megabyte each way, both larger than a pipe.
+TEST(RunProcessTest, InputAndOutputMoveTogether) {
+  const std::string input(1 << 20, 'i');
+  ASSERT_OK_AND_ASSIGN(
+      CommandResult result,
+      RunProcess({"sh", "-c", "head -c 1048576 /dev/zero; wc -c; echo done >&2"}, input, 60));
+  EXPECT_EQ(result.exit_code, 0);
+  EXPECT_EQ(result.output.size(), (1u << 20) + std::string("1048576\n").size());
+  EXPECT_EQ(result.output.substr(1 << 20), "1048576\n");
+  EXPECT_EQ(result.error, "done\n");
+}
+
+TEST(RunProcessTest, CommandThatReadsNothingStillEnds) {
+  ASSERT_OK_AND_ASSIGN(CommandResult result,
+                       RunProcess({"sh", "-c", "exit 3"}, std::string(1 << 20, 'x'), 60));
+  EXPECT_EQ(result.exit_code, 3);
+}
+
+TEST(RunProcessTest, MissingProgramIsAnIoErrorNamingIt) {
+  EXPECT_THAT(RunProcess({"/no/such/program"}, "", 10),
+              ::drover::testing::StatusIs(Status::Code::kIoError, HasSubstr("/no/such/program")));
 }
 
 TEST(LocalAddressTowardsTest, LoopbackIsReachedFromLoopback) {
