@@ -25,6 +25,9 @@ PACKAGES=(
   # the slurm engine's tests (slurmctld and slurmd on this machine:
   # scripts/slurm-local/)
   slurmctld slurmd slurm-client munge
+  # the driver's status server (cpp-httplib) and its tests: the page in
+  # headless Chromium, /metrics read by the Prometheus text-format parser
+  libcpp-httplib-dev chromium python3-prometheus-client python3-websocket
 )
 
 missing=()

@@ -39,9 +39,14 @@ struct ClusterToken {
   static Result<ClusterToken> Generate();
   // Reads a 0600 file of 64 hex characters; refuses a group/world-readable one.
   static Result<ClusterToken> ReadFile(const std::string& path);
+  // ReadFile, or when there is no file, a new token written there (0600);
+  // *created says which.
+  static Result<ClusterToken> ReadOrCreateFile(const std::string& path, bool* created);
   static Result<ClusterToken> FromHex(std::string_view hex);
   // Writes the file with mode 0600.
   Status WriteFile(const std::string& path) const;
+  // 64 lower-case hex characters (what the file holds).
+  std::string ToHex() const;
 };
 
 // Which roles the N slots get, in TensorFlowOnSpark's order: num_ps "ps"
@@ -83,8 +88,33 @@ struct FormedCluster {
   Milliseconds heartbeat_interval{1000};
 };
 
+// A fed node's progress, read by its agent off the node's queue and sent
+// with every heartbeat (docs/protocol.md, FeedProgress).
+struct FeedProgress {
+  uint64_t records = 0;           // records handed to the program
+  uint64_t bytes = 0;             // their bytes
+  uint32_t partitions_done = 0;   // partitions (x epochs) read to their end
+  uint32_t partitions_total = 0;  // the share x epochs; 0: unknown (external feeds)
+  uint64_t share_bytes = 0;       // the share's input bytes per epoch; 0: unknown
+  uint32_t epoch = 0;             // 0-based, of the last batch read
+  uint32_t epochs = 0;
+  uint64_t queue_bytes = 0;  // in the queue, not yet released by the program
+  uint64_t queue_capacity = 0;
+  uint32_t feeder_restarts = 0;
+  uint64_t results = 0;  // inference results handed back
+  friend bool operator==(const FeedProgress&, const FeedProgress&) = default;
+};
+
+// What a node's heartbeats carry besides being alive.
+struct HeartbeatPayload {
+  int32_t program_pid = 0;  // 0: not known
+  std::optional<FeedProgress> feed;
+};
+
 struct NodeStatus {
   NodeInfo node;
+  int32_t program_pid = 0;           // from the last heartbeat
+  std::optional<FeedProgress> feed;  // from the last heartbeat
   bool alive = true;
   bool left = false;  // finished and said so (LEAVE); not alive, not dead
   Milliseconds last_heartbeat_age{0};
@@ -123,6 +153,10 @@ struct RendezvousServerOptions {
   uint32_t max_frame_bytes = (2u << 20) + (8u << 10);
   // Called on the loop thread: keep it short, do not call back into the server.
   std::function<void(const NodeEvent&)> on_event;
+  // Called on the loop thread with each line of the server's log (without
+  // the "drover rendezvous: " prefix or a newline); unset: the line goes to
+  // stderr with the prefix. Same rules as on_event.
+  std::function<void(const std::string&)> log;
   // Called on the loop thread for every connection closed for a bad frame,
   // failed auth or timeout, with the peer and the reason (tests, logs).
   std::function<void(const std::string& peer, const std::string& reason)> on_rejected;
@@ -190,15 +224,17 @@ class RendezvousClient {
   Result<FormedCluster> Register(const NodeInfo& node, Deadline deadline);
 
   // Sends a heartbeat every `interval` from a thread the client owns, until
-  // the client is destroyed.
-  void StartHeartbeats(Milliseconds interval);
+  // the client is destroyed. `payload`, when given, is called on that thread
+  // before each heartbeat and must be thread-safe.
+  void StartHeartbeats(Milliseconds interval, std::function<HeartbeatPayload()> payload = {});
 
   Status ReportError(const std::string& executor_id, const std::string& message,
                      const std::vector<std::string>& last_log_lines);
   Result<ClusterState> QueryState(Deadline deadline);
   Status StopAll();
   // Tells the server this node's program finished, so the connection closing
-  // next is not reported as a death.
+  // next is not reported as a death. With a heartbeat payload, one last
+  // heartbeat goes first, so the server keeps the node's final counts.
   Status Leave();
 
   // Whether the server told this node to stop, waiting up to `deadline`.

@@ -356,7 +356,13 @@ int Agent::Impl::Run() {
     return Fail(Status::NotFound(message));
   }
   Subprocess child = std::move(spawned).value();
-  client->StartHeartbeats(cluster.heartbeat_interval);
+  // feed_ outlives the client (and so its heartbeat thread): ~Impl resets it.
+  client->StartHeartbeats(cluster.heartbeat_interval, [this, program_pid = child.pid()] {
+    HeartbeatPayload payload;
+    payload.program_pid = program_pid;
+    if (feed_) payload.feed = feed_->Progress();
+    return payload;
+  });
   std::thread watcher([this, &client] { WatchForStop(client.get()); });
 
   OutputTail tail(kTailLines);

@@ -55,6 +55,7 @@ class FeedService::Impl {
   const std::string& socket_path() const { return socket_path_; }
   Status Finish();
   void Stop(const std::string& reason);
+  FeedProgress ReadProgress() const;
 
  private:
   void Wake() {
@@ -92,6 +93,7 @@ class FeedService::Impl {
   std::atomic<bool> quit_{false};
   std::atomic<bool> finishing_{false};
   std::atomic<bool> failed_{false};
+  std::atomic<uint32_t> feeder_restarts_{0};
   bool shut_down_ = false;
 
   // Loop thread only.
@@ -141,6 +143,32 @@ Status FeedService::Impl::Start() {
   // follows the thread that started it.
   loop_ = std::thread([this] { Loop(); });
   return Status::Ok();
+}
+
+FeedProgress FeedService::Impl::ReadProgress() const {
+  const feed::FeedPlan& plan = options_.plan;
+  const feed::RingProgress input = feed::ReadRingProgress(*channel_, /*input_ring=*/true);
+  FeedProgress progress;
+  progress.records = input.records;
+  progress.bytes = input.payload_bytes;
+  progress.partitions_done = input.partitions;
+  progress.epoch = input.epoch;
+  progress.queue_bytes = input.queued_bytes;
+  progress.queue_capacity = input.capacity_bytes;
+  progress.feeder_restarts = feeder_restarts_.load(std::memory_order_relaxed);
+  if (!plan.external) {
+    progress.partitions_total = static_cast<uint32_t>(feeds_.size());
+    progress.epochs = static_cast<uint32_t>(plan.epochs);
+    for (const feed::FeedUnit& unit : feeds_) {
+      if (unit.epoch != 0) break;
+      const feed::Partition& partition = plan.partitions[static_cast<size_t>(unit.partition)];
+      progress.share_bytes += partition.end - partition.begin;
+    }
+  }
+  if (plan.mode == feed::FeedMode::kInference || plan.external) {
+    progress.results = feed::ReadRingProgress(*channel_, /*input_ring=*/false).records;
+  }
+  return progress;
 }
 
 void FeedService::Impl::Fail(const Status& status) {
@@ -232,6 +260,7 @@ void FeedService::Impl::OnFeederExit(const ExitStatus& status) {
     return;
   }
   Say("the feeder was " + status.ToString() + "; resuming " + DescribeCommit(now));
+  feeder_restarts_.fetch_add(1, std::memory_order_relaxed);
   if (Status spawned = SpawnFeeder(); !spawned.ok()) {
     Fail(spawned.WithContext("restarting the feeder of " + options_.task));
   }
@@ -496,6 +525,10 @@ Result<std::unique_ptr<FeedService>> FeedService::Start(FeedServiceOptions optio
   auto impl = std::make_unique<Impl>(std::move(options));
   DROVER_RETURN_IF_ERROR(impl->Start());
   return std::unique_ptr<FeedService>(new FeedService(std::move(impl)));
+}
+
+FeedProgress FeedService::Progress() const {
+  return impl_->ReadProgress();
 }
 
 const std::string& FeedService::socket_path() const {

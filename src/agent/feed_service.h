@@ -28,6 +28,7 @@
 #include <string>
 
 #include "drover/cluster_spec.h"
+#include "drover/rendezvous.h"
 #include "drover/status.h"
 #include "feed/feed_plan.h"
 
@@ -69,6 +70,9 @@ class FeedService {
   Status Finish();
   // Stops feeding now (the program failed or the node is stopping).
   void Stop(const std::string& reason);
+  // What the program has read so far and how full its queue is (heartbeats).
+  // Thread-safe.
+  FeedProgress Progress() const;
 
  private:
   class Impl;

@@ -22,11 +22,12 @@ int Fail(std::ostream& err, const Status& status, int code) {
 
 // Reads the token file, or creates it (0600) with a fresh token when absent.
 Result<ClusterToken> LoadOrCreateToken(const std::string& path, std::ostream& err) {
-  if (std::filesystem::exists(path)) return ClusterToken::ReadFile(path);
-  DROVER_ASSIGN_OR_RETURN(ClusterToken token, ClusterToken::Generate());
-  DROVER_RETURN_IF_ERROR(token.WriteFile(path));
-  err << "drover rendezvous: wrote a new cluster token to " << path
-      << " (mode 0600); give it to every node\n";
+  bool created = false;
+  DROVER_ASSIGN_OR_RETURN(ClusterToken token, ClusterToken::ReadOrCreateFile(path, &created));
+  if (created) {
+    err << "drover rendezvous: wrote a new cluster token to " << path
+        << " (mode 0600); give it to every node\n";
+  }
   return token;
 }
 

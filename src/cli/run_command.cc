@@ -65,6 +65,14 @@ struct RunFlags {
   std::string output;
   uint64_t queue_bytes = 64ull << 20;
   uint64_t split_bytes = 64ull << 20;
+  // Seeing the run (docs/status.md).
+  int status_port = 0;
+  std::string status_address = "127.0.0.1";
+  bool no_status = false;
+  double status_linger = 0;
+  std::string token_file;
+  std::string progress = "auto";
+  double progress_interval = 10;
   std::vector<std::string> command;
 };
 
@@ -134,6 +142,34 @@ Result<std::optional<feed::FeedPlan>> MakeFeedPlan(const RunFlags& flags) {
 
 Milliseconds ToMs(double seconds) {
   return Milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+// Fills the options for the status server, the progress line and the
+// summary; false (after saying why) for bad input.
+bool SetStatusOptions(const RunFlags& flags, DriverOptions* options, std::ostream& err) {
+  if (!flags.token_file.empty()) {
+    bool created = false;
+    auto token = ClusterToken::ReadOrCreateFile(flags.token_file, &created);
+    if (created) err << "drover run: wrote a new cluster token to " << flags.token_file << "\n";
+    if (!token.ok()) {
+      err << "drover run: --token-file: " << token.status().message() << "\n";
+      return false;
+    }
+    options->token = std::move(token).value();
+    options->token_file = std::filesystem::absolute(flags.token_file).string();
+  }
+  options->status_port = flags.no_status ? -1 : flags.status_port;
+  options->status_address = flags.status_address;
+  options->status_linger = ToMs(flags.status_linger);
+  const bool terminal = ::isatty(STDERR_FILENO) != 0;
+  options->progress.mode = flags.progress == "off"        ? ProgressMode::kOff
+                           : flags.progress == "plain"    ? ProgressMode::kPlain
+                           : flags.progress == "terminal" ? ProgressMode::kTerminal
+                           : terminal                     ? ProgressMode::kTerminal
+                                                          : ProgressMode::kPlain;
+  options->progress.plain_interval = ToMs(flags.progress_interval);
+  options->summary = true;
+  return true;
 }
 
 bool OnPath(const std::string& name, std::string* found) {
@@ -342,6 +378,7 @@ int Run(RunFlags flags) {
   options.reservation_timeout = ToMs(flags.reservation_timeout);
   options.shutdown_timeout = ToMs(flags.shutdown_timeout);
   options.grace = ToMs(flags.grace);
+  if (!flags.dry_run && !SetStatusOptions(flags, &options, err)) return kExitBadInput;
   if (flags.gpus_per_node) {
     std::vector<int> gpus = *flags.gpus_per_node > 0 ? DetectGpus() : std::vector<int>{};
     auto assigned = AssignGpus(*flags.gpus_per_node, options.cluster.num_nodes, gpus);
@@ -543,6 +580,36 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
       ->add_option("--split-bytes", flags->split_bytes,
                    "Files larger than this are split into partitions of about this size")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1ull << 40}))
+      ->capture_default_str();
+  auto* seeing = run->add_option_group(
+      "Status", "Seeing the run: status page, metrics, progress (docs/status.md)");
+  seeing
+      ->add_option("--status-port", flags->status_port,
+                   "Serve the status page, /api/cluster and /metrics on this port (0: a free "
+                   "port, printed at start)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  seeing
+      ->add_option("--status-address", flags->status_address,
+                   "Address to serve them on; beyond loopback they want the cluster token "
+                   "(--token-file, else <log-dir>/status.token)")
+      ->capture_default_str();
+  seeing->add_flag("--no-status", flags->no_status, "Serve no status page");
+  seeing
+      ->add_option("--status-linger", flags->status_linger,
+                   "Seconds to keep serving the final state after the run ends")
+      ->check(CLI::NonNegativeNumber);
+  seeing->add_option("--token-file", flags->token_file,
+                     "The cluster token (64 hex characters, mode 0600); created when absent");
+  seeing
+      ->add_option("--progress", flags->progress,
+                   "auto: a live line on a terminal, plain lines otherwise; terminal; plain; off")
+      ->check(CLI::IsMember({"auto", "terminal", "plain", "off"}))
+      ->capture_default_str();
+  seeing
+      ->add_option("--progress-interval", flags->progress_interval,
+                   "Seconds between plain progress lines")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   run->add_option("command", flags->command, "The program and its arguments, after --")->required();
   run->footer(

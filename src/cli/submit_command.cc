@@ -24,6 +24,7 @@
 
 #include "agent/subprocess.h"
 #include "cli/resolve_command.h"
+#include "cli/status_command.h"
 #include "engine/local_engine.h"
 #include "slurm/slurm_jobs.h"
 
@@ -359,14 +360,12 @@ void PrintJob(const slurm::JobInfo& job, const std::vector<slurm::JobStep>& step
   for (const slurm::JobStep& step : steps) step_row(step.step_id, step.name, step.time, step.nodes);
 }
 
-int RunStatus(const std::string& target) {
+int RunStatus(const RunStatusFlags& flags) {
   std::ostream& err = std::cerr;
-  if (ClassifyStatusTarget(target) == StatusTarget::kAddress) {
-    err << "drover status: '" << target
-        << "' is not a Slurm job id; ADDRESS status pages come with the status server (not "
-           "built yet)\n";
-    return kExitBadInput;
+  if (ClassifyStatusTarget(flags.target) != StatusTarget::kSlurmJob) {
+    return ShowRunStatus(flags, std::cout, err);
   }
+  const std::string& target = flags.target;
   slurm::SlurmTools tools;
   Result<std::optional<slurm::JobInfo>> shown = slurm::ShowJob(tools, target);
   if (!shown.ok()) {
@@ -494,14 +493,29 @@ void AddSubmit(CLI::App& app, int* exit_code) {
 }
 
 void AddStatus(CLI::App& app, int* exit_code) {
-  auto target = std::make_shared<std::string>();
+  auto flags = std::make_shared<RunStatusFlags>();
   CLI::App* status = app.add_subcommand(
       "status",
-      "Show a Slurm job drover submitted: state, nodes, time, exit code, output file\n"
-      "and, while it runs, its job steps.");
-  status->add_option("job", *target, "The Slurm job id (drover submit printed it)")->required();
-  status->footer("Exit codes: 0 shown, 1 no such job (or Slurm did not answer), 2 bad input.");
-  status->callback([target, exit_code] { *exit_code = RunStatus(*target); });
+      "Show a run: its phase, rendezvous, feed progress and every node (role, host, pid,\n"
+      "state, heartbeat, exit, records), from a running driver's status server or a\n"
+      "finished run's log directory; or a Slurm job drover submitted.");
+  status->add_option("target", flags->target,
+                     "HOST:PORT of a driver's status server (drover run printed it), a run's\n"
+                     "log directory, or a Slurm job id; none: the run going on here");
+  status->add_option("--token-file", flags->token_file,
+                     "The cluster token, for a status server beyond loopback");
+  status->add_flag("--json", flags->json, "Print the status server's /api/cluster JSON");
+  status->add_option("--watch", flags->watch, "Redraw every SECONDS until the run ends")
+      ->check(CLI::PositiveNumber);
+  status->footer(
+      "Examples:\n"
+      "  drover status                       # the run going on here\n"
+      "  drover status 127.0.0.1:41231 --json\n"
+      "  drover status drover-logs/run-20261125-080000-1a2b\n"
+      "  drover status 1234                  # a Slurm job from drover submit\n"
+      "Exit codes: 0 shown, 1 nothing to show (no such run or job, unreachable, refused),\n"
+      "2 bad input.");
+  status->callback([flags, exit_code] { *exit_code = RunStatus(*flags); });
 }
 
 void AddCancel(CLI::App& app, int* exit_code) {

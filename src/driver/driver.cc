@@ -17,6 +17,8 @@
 #include <set>
 #include <sstream>
 
+#include "driver/live_runs.h"
+#include "driver/status_text.h"
 #include "drover/framework_env.h"
 #include "feed/shm_channel.h"
 
@@ -136,11 +138,15 @@ struct Driver::Node {
   std::ofstream log;
   std::optional<ExitStatus> exit;
   bool stopping = false;
+  bool stopped_while_running = false;  // by the driver: "stopped", not "finished"
   std::optional<Clock::time_point> dead_since;
   std::optional<Clock::time_point> left_at;  // its agent said it finished (LEAVE)
   std::string dead_message;
   std::string error_message;  // from REPORT_ERROR
   std::vector<std::string> reported_lines;
+  Clock::time_point launched_at{};
+  std::optional<Clock::time_point> exited_at;
+  std::string failure;  // why this node failed the round; "" : it did not
 
   // Remote engines may not know the pid yet (-1): only 0 means not started.
   bool running() const { return process && process->pid() != 0 && !exit; }
@@ -150,7 +156,16 @@ struct Driver::Node {
 struct EventQueue {
   std::mutex mu;
   std::vector<NodeEvent> events;
+  std::vector<std::string> logs;  // the server's lines, printed by the driver's thread
   int wake_fd = -1;
+  void PushLog(const std::string& line) {
+    std::lock_guard<std::mutex> lock(mu);
+    logs.push_back(line);
+  }
+  std::vector<std::string> TakeLogs() {
+    std::lock_guard<std::mutex> lock(mu);
+    return std::exchange(logs, {});
+  }
   void Push(const NodeEvent& event) {
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -173,10 +188,28 @@ struct Driver::Round {
   Driver& driver;
   int number;
   std::vector<std::unique_ptr<Node>> nodes;
+  EventQueue queue;  // before server: the server calls into it until it is gone
   std::unique_ptr<RendezvousServer> server;
-  EventQueue queue;
   std::ofstream* tee = nullptr;
   bool formed = false;
+  std::string cluster_id;
+  Clock::time_point started_at = Clock::now();
+  Clock::time_point formed_at{};
+  nlohmann::json spec = nlohmann::json::object();
+
+  ~Round() {
+    if (server) server->Shutdown();
+    EmitServerLog();
+    if (queue.wake_fd >= 0) ::close(queue.wake_fd);
+  }
+
+  // The server's own lines go through the driver's err stream, so they
+  // never cut into the progress line.
+  void EmitServerLog() {
+    std::vector<std::string> lines = queue.TakeLogs();
+    for (const std::string& line : lines) driver.err_ << "drover rendezvous: " << line << "\n";
+    if (!lines.empty()) driver.err_.flush();
+  }
 
   Node* Find(const std::string& executor_id) {
     for (auto& node : nodes) {
@@ -222,7 +255,9 @@ struct Driver::Round {
       }
     }
     for (auto& node : nodes) {
-      if (node->running()) node->exit = node->process->Poll();
+      if (!node->running()) continue;
+      node->exit = node->process->Poll();
+      if (node->exit) node->exited_at = Clock::now();
     }
     return signal;
   }
@@ -248,8 +283,10 @@ struct Driver::Round {
 
   // Tags and writes every line read so far.
   void Emit() {
+    EmitServerLog();
     bool any = false;
     for (auto& node : nodes) {
+      if (!node->unprinted.empty()) driver.status_.AppendLog(node->executor_id, node->unprinted);
       for (std::string& line : node->unprinted) {
         std::string tagged = "[" + node->tag + "] " + line;
         driver.out_ << tagged << "\n";
@@ -290,6 +327,8 @@ struct Driver::Round {
 
   void OnFormed(const FormedCluster& cluster) {
     formed = true;
+    formed_at = Clock::now();
+    spec = nlohmann::json::parse(cluster.spec.ToJson(), nullptr, /*allow_exceptions=*/false);
     std::string roles;
     for (const NodeInfo& info : cluster.nodes) {
       Node* node = Find(info.executor_id);
@@ -327,7 +366,10 @@ struct Driver::Round {
         if (node->running()) (void)server->StopNode(node->executor_id);
       }
     }
-    for (Node* node : which) node->stopping = true;
+    for (Node* node : which) {
+      node->stopping = true;
+      if (node->running()) node->stopped_while_running = true;
+    }
     Clock::time_point start = Clock::now();
     Clock::time_point term_at = start + std::min(kStopBeforeTerm, driver.options_.grace);
     Clock::time_point kill_at = term_at + driver.options_.grace;
@@ -354,6 +396,7 @@ struct Driver::Round {
         killed = true;
       }
       int signal = Pump(Milliseconds(50));
+      driver.PublishStatus(*this, "stopping");
       if (signal != 0 && !killed) {
         driver.err_ << "drover run: " << SignalName(signal) << " again; killing every node\n";
         for (Node* node : which) node->process->Signal(SIGKILL);
@@ -398,6 +441,7 @@ struct Driver::Round {
   }
 
   void ReportFailure(Node& node, const std::string& reason) {
+    node.failure = reason;
     // Where it ran matters once nodes are on other hosts.
     const std::string where =
         driver.engine_.name() == "local"
@@ -438,8 +482,9 @@ struct Driver::Round {
 Driver::Driver(DriverOptions options, Engine& engine, std::ostream& out, std::ostream& err)
     : options_(std::move(options)),
       engine_(engine),
-      out_(out),
-      err_(err),
+      progress_(out, err, options_.progress),
+      out_(progress_.out()),
+      err_(progress_.err()),
       others_grace_ms_(options_.others_grace.count()) {}
 
 std::vector<std::string> Driver::AgentArgv(int index, int round, uint16_t port) const {
@@ -492,8 +537,10 @@ Status Driver::Prepare() {
   }
   private_dir_ = pattern;
   token_file_ = private_dir_ + "/token";
-  DROVER_ASSIGN_OR_RETURN(ClusterToken token, ClusterToken::Generate());
-  DROVER_RETURN_IF_ERROR(token.WriteFile(token_file_));
+  if (!options_.token) {
+    DROVER_ASSIGN_OR_RETURN(options_.token, ClusterToken::Generate());
+  }
+  DROVER_RETURN_IF_ERROR(options_.token->WriteFile(token_file_));
   if (options_.feed && !options_.feed->external) {
     feed_plan_file_ = private_dir_ + "/feed-plan.json";
     std::ofstream plan(feed_plan_file_, std::ios::trunc);
@@ -516,6 +563,14 @@ int Driver::Run() {
   err_ << "drover run: " << options_.cluster.num_nodes << " nodes on the " << engine_.name()
        << " engine; logs in " << options_.log_dir << "\n"
        << std::flush;
+  started_at_ = Clock::now();
+  started_at_unix_ =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  if (Status serving = StartStatusServer(); !serving.ok()) {
+    err_ << "drover run: " << serving.message() << "\n";
+    fs::remove_all(private_dir_);
+    return 1;
+  }
   int code = 1;
   for (int round = 0;; ++round) {
     Outcome outcome = RunRound(round);
@@ -542,23 +597,210 @@ int Driver::Run() {
     code = 1;
     break;
   }
+  Finish(code);
+  StopStatusServer();
   std::error_code ec;
   fs::remove_all(private_dir_, ec);
   err_ << std::flush;
   return code;
 }
 
+Status Driver::StartStatusServer() {
+  if (options_.status_port < 0) return Status::Ok();
+  StatusServerOptions server;
+  server.address = options_.status_address;
+  server.port = options_.status_port;
+  server.token = options_.token;
+  status_token_file_ = options_.token_file;
+  if (!IsLoopbackAddress(server.address) && status_token_file_.empty()) {
+    // Whoever may read the logs on this host (0600: only this user) can
+    // read the status; nobody else can.
+    status_token_file_ = (fs::path(options_.log_dir) / "status.token").string();
+    DROVER_RETURN_IF_ERROR(options_.token->WriteFile(status_token_file_));
+  }
+  DROVER_ASSIGN_OR_RETURN(status_server_, StatusServer::Start(std::move(server), status_));
+  err_ << "drover run: status page " << status_server_->url();
+  if (status_server_->needs_token()) {
+    err_ << " (wants the cluster token in " << status_token_file_ << ": open "
+         << status_server_->url() << "#token=<its 64 hex characters>)";
+  }
+  err_ << "\n" << std::flush;
+  LiveRun live;
+  live.pid = static_cast<int>(::getpid());
+  live.url = status_server_->url();
+  live.cluster_id = options_.cluster_id.empty() ? fs::path(options_.log_dir).filename().string()
+                                                : options_.cluster_id;
+  live.log_dir = options_.log_dir;
+  live.token_file = status_server_->needs_token() ? status_token_file_ : "";
+  live.started_at = started_at_unix_;
+  if (Status announced = RegisterLiveRun(live); !announced.ok()) {
+    err_ << "drover run: drover status will not find this run without its address: "
+         << announced.message() << "\n";
+  }
+  return Status::Ok();
+}
+
+void Driver::StopStatusServer() {
+  if (!status_server_) return;
+  if (options_.status_linger.count() > 0) {
+    err_ << "drover run: serving the final state on " << status_server_->url() << " for "
+         << Seconds(options_.status_linger) << " s (--status-linger)\n"
+         << std::flush;
+    std::vector<pollfd> fds;
+    if (options_.signal_fd >= 0) fds.push_back({options_.signal_fd, POLLIN, 0});
+    if (options_.stop_fd >= 0) fds.push_back({options_.stop_fd, POLLIN, 0});
+    Clock::time_point until = Clock::now() + options_.status_linger;
+    for (Clock::time_point now = Clock::now(); now < until; now = Clock::now()) {
+      auto left = std::chrono::duration_cast<Milliseconds>(until - now);
+      if (::poll(fds.data(), fds.size(), static_cast<int>(left.count()) + 1) > 0) break;
+    }
+  }
+  UnregisterLiveRun(static_cast<int>(::getpid()));
+  status_server_->Stop();
+  status_server_.reset();
+}
+
+namespace {
+
+// The node's state as the status page shows it (docs/status.md).
+std::string NodeState(bool failed, const std::optional<ExitStatus>& exit, bool stopped,
+                      const NodeStatus* registered, bool formed) {
+  if (failed) return "failed";
+  if (exit) return stopped ? "stopped" : (exit->success() ? "finished" : "failed");
+  if (registered != nullptr && !registered->alive && !registered->left) return "lost";
+  if (registered != nullptr) return formed ? "running" : "registered";
+  return "starting";
+}
+
+double SecondsBetween(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+}  // namespace
+
+void Driver::PublishStatus(Round& round, const std::string& phase, bool force) {
+  constexpr Milliseconds kPublishInterval{250};
+  constexpr size_t kHistoryPoints = 600;
+  const Clock::time_point now = Clock::now();
+  if (!force && now - last_publish_ < kPublishInterval) return;
+  last_publish_ = now;
+
+  RunSnapshot snapshot;
+  snapshot.cluster_id = round.cluster_id;
+  snapshot.phase = phase;
+  snapshot.engine = engine_.name();
+  snapshot.command = options_.command;
+  snapshot.log_dir = options_.log_dir;
+  snapshot.started_at_unix = started_at_unix_;
+  snapshot.elapsed_s = SecondsBetween(started_at_, now);
+  snapshot.round = round.number;
+  snapshot.max_restarts = options_.max_restarts;
+  snapshot.expected = options_.cluster.num_nodes;
+  snapshot.cluster_spec = round.spec;
+  ClusterState state = round.server ? round.server->QueryState() : ClusterState{};
+  snapshot.registered = state.registered;
+  std::map<std::string, const NodeStatus*> registered;
+  for (const NodeStatus& status : state.nodes) registered[status.node.executor_id] = &status;
+  if (round.formed) snapshot.rendezvous_s = SecondsBetween(round.started_at, round.formed_at);
+
+  for (auto& node : round.nodes) {
+    const int index = std::stoi(node->executor_id);
+    auto found = registered.find(node->executor_id);
+    const NodeStatus* status = found == registered.end() ? nullptr : found->second;
+    NodeSnapshot out;
+    out.executor_id = node->executor_id;
+    out.job = node->job;
+    out.task_index = node->task_index;
+    out.host = engine_.agent_host(index);
+    out.restarts = round.number;
+    out.state = NodeState(!node->failure.empty(), node->exit, node->stopped_while_running, status,
+                          round.formed);
+    out.runtime_s = SecondsBetween(node->launched_at, node->exited_at.value_or(now));
+    if (node->exit) {
+      out.exited = true;
+      out.exit_code = node->exit->exit_code();
+      out.exit_signal = node->exit->signal();
+      out.exit_text = node->process->DescribeExit(*node->exit);
+    }
+    out.error = !node->failure.empty() ? node->failure : node->error_message;
+    if (out.error == out.exit_text) out.error.clear();  // said once is enough
+    if (status != nullptr) {
+      out.host = status->node.host;
+      out.ports = status->node.ports;
+      out.pid = status->node.pid;
+      out.gpus = status->node.gpus;
+      out.program_pid = status->program_pid;
+      if (status->alive) {
+        out.heartbeat_age_s = std::chrono::duration<double>(status->last_heartbeat_age).count();
+      }
+      if (out.error.empty()) out.error = status->error;
+      out.feed = status->feed;
+      if (out.feed) {
+        std::tie(out.records_per_s, out.bytes_per_s) =
+            rates_[out.executor_id].Add(snapshot.elapsed_s, out.feed->records, out.feed->bytes);
+      }
+    } else if (!round.formed && !node->exit) {
+      auto [job, task_index] = options_.cluster.Slot(index);
+      snapshot.waiting_for.push_back(job + ":" + std::to_string(task_index) + " (executor " +
+                                     node->executor_id + ") on " + engine_.agent_location(index));
+    }
+    snapshot.nodes.push_back(std::move(out));
+  }
+  bool fed = false;
+  for (const NodeSnapshot& node : snapshot.nodes) fed = fed || node.feed.has_value();
+  if (fed) {
+    snapshot.feed = SumFeeds(snapshot.nodes);
+    if (snapshot.elapsed_s - last_history_t_ >= 1.0) {
+      last_history_t_ = snapshot.elapsed_s;
+      history_.push_back(
+          {snapshot.elapsed_s, snapshot.feed->records_per_s, snapshot.feed->bytes_per_s});
+      if (history_.size() > kHistoryPoints) history_.pop_front();
+    }
+    snapshot.history.assign(history_.begin(), history_.end());
+  }
+  progress_.Show(ProgressText(snapshot), now);
+  last_snapshot_ = snapshot;
+  status_.Publish(std::move(snapshot));
+}
+
+void Driver::Finish(int code) {
+  RunSnapshot snapshot = last_snapshot_;
+  snapshot.phase = code == 0 ? "succeeded" : (code > 128 ? "interrupted" : "failed");
+  snapshot.exit_code = code;
+  snapshot.elapsed_s = SecondsBetween(started_at_, Clock::now());
+  if (snapshot.feed) {
+    snapshot.feed->records_per_s = snapshot.feed->bytes_per_s = 0;
+    snapshot.feed->eta_s.reset();
+    snapshot.feed->epoch_eta_s.reset();
+  }
+  for (NodeSnapshot& node : snapshot.nodes) {
+    node.heartbeat_age_s.reset();
+    node.records_per_s = node.bytes_per_s = 0;
+  }
+  progress_.Clear();
+  status_.Publish(snapshot);
+  if (snapshot.nodes.empty()) return;  // nothing started
+  const nlohmann::json record = SnapshotToJson(snapshot);
+  if (options_.summary) err_ << RenderSummary(record) << std::flush;
+  const fs::path path = fs::path(options_.log_dir) / "run.json";
+  std::ofstream out(path, std::ios::trunc);
+  out << record.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  if (!out.flush()) err_ << "drover run: cannot write " << path.string() << "\n";
+}
+
 Driver::Outcome Driver::RunRound(int number) {
   Round round{*this, number};
+  // Whichever way the round ends, the status shows its last state.
+  struct PublishAtEnd {
+    Driver& driver;
+    Round& round;
+    ~PublishAtEnd() { driver.PublishStatus(round, "stopping", /*force=*/true); }
+  } publish_at_end{*this, round};
   round.queue.wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (round.queue.wake_fd < 0) {
     err_ << "drover run: eventfd: " << std::strerror(errno) << "\n";
     return Outcome::kNoRestart;
   }
-  struct CloseFd {
-    int fd;
-    ~CloseFd() { ::close(fd); }
-  } close_wake{round.queue.wake_fd};
   std::ofstream tee;
   if (options_.tee) {
     tee.open(fs::path(options_.log_dir) / "drover.log", std::ios::app);
@@ -578,9 +820,13 @@ Driver::Outcome Driver::RunRound(int number) {
                                   ? fs::path(options_.log_dir).filename().string()
                                   : options_.cluster_id;
   if (number > 0) server_options.cluster_id += "-restart" + std::to_string(number);
+  round.cluster_id = server_options.cluster_id;
+  status_.ClearLogs();
+  for (auto& [executor, meter] : rates_) meter.Reset();
   server_options.reservation_timeout = options_.reservation_timeout;
   EventQueue* queue = &round.queue;
   server_options.on_event = [queue](const NodeEvent& event) { queue->Push(event); };
+  server_options.log = [queue](const std::string& line) { queue->PushLog(line); };
   auto server = RendezvousServer::Start(std::move(server_options));
   if (!server.ok()) {
     err_ << "drover run: cannot start the rendezvous: " << server.status().message() << "\n";
@@ -601,8 +847,10 @@ Driver::Outcome Driver::RunRound(int number) {
       return Outcome::kNoRestart;
     }
     node->process = std::move(process).value();
+    node->launched_at = Clock::now();
     round.nodes.push_back(std::move(node));
   }
+  PublishStatus(round, "reserving", /*force=*/true);
 
   Clock::time_point formed_at{};
   std::optional<Clock::time_point> training_done_at;
@@ -638,6 +886,7 @@ Driver::Outcome Driver::RunRound(int number) {
       formed_at = now;
     }
     round.Emit();
+    PublishStatus(round, round.formed ? "running" : "reserving");
 
     for (const NodeEvent& event : round.queue.Take()) {
       Node* node = round.Find(event.node.executor_id);

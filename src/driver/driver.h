@@ -27,11 +27,16 @@
 #include <chrono>
 #include <deque>
 #include <functional>
+#include <map>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "driver/progress_line.h"
+#include "driver/run_status.h"
+#include "driver/status_server.h"
 #include "drover/rendezvous.h"
 #include "drover/status.h"
 #include "engine/engine.h"
@@ -84,6 +89,21 @@ struct DriverOptions {
   // the node failure that ends a round (callers: the Python driver API).
   std::function<void(const FormedCluster&)> on_formed;
   std::function<void(const NodeFailure&)> on_failure;
+
+  // The cluster token; nullopt: a new one for this run.
+  std::optional<ClusterToken> token;
+  // Where the token was read from (told to `drover status`); "" : nowhere.
+  std::string token_file;
+  // The status server (docs/status.md): off unless status_port >= 0.
+  int status_port = -1;  // 0: any free port
+  std::string status_address = "127.0.0.1";
+  // How long the status server keeps serving the final state after the
+  // run ended (a stop signal cuts it short).
+  Milliseconds status_linger{0};
+  ProgressOptions progress;
+  // At the end, print the summary (per node: role, runtime, exit, records)
+  // on `err`. <log_dir>/run.json records the run either way.
+  bool summary = false;
 };
 
 // Exit codes: 0 success, 1 failure, 2 bad input, 128 + signal interrupted.
@@ -97,6 +117,8 @@ class Driver {
   void PrintPlan(std::ostream& out) const;
   // Changes DriverOptions::others_grace while Run is running (thread-safe).
   void SetOthersGrace(Milliseconds grace) { others_grace_ms_ = grace.count(); }
+  // What the run looks like now (thread-safe).
+  const RunStatus& status() const { return status_; }
 
  private:
   struct Node;
@@ -104,13 +126,32 @@ class Driver {
   enum class Outcome { kSuccess, kFailure, kInterrupted, kNoRestart };
 
   Status Prepare();
+  Status StartStatusServer();
+  void StopStatusServer();
+  // Builds the snapshot of `round` in `phase` and hands it to the status
+  // server and the progress line; at most every kPublishInterval unless
+  // `force`.
+  void PublishStatus(Round& round, const std::string& phase, bool force = false);
+  // The final snapshot, the summary and <log_dir>/run.json.
+  void Finish(int code);
   Outcome RunRound(int round);
   std::vector<std::string> AgentArgv(int index, int round, uint16_t port) const;
 
   DriverOptions options_;
   Engine& engine_;
+  ProgressLine progress_;  // before out_ and err_: they write through it
   std::ostream& out_;
   std::ostream& err_;
+  RunStatus status_;
+  std::unique_ptr<StatusServer> status_server_;
+  std::string status_token_file_;  // written for a server beyond loopback
+  Clock::time_point started_at_;
+  double started_at_unix_ = 0;
+  Clock::time_point last_publish_{};
+  double last_history_t_ = -1;
+  std::deque<RateSample> history_;
+  std::map<std::string, RateMeter> rates_;  // by executor id
+  RunSnapshot last_snapshot_;
   std::string token_file_;
   std::string feed_plan_file_;
   std::string private_dir_;  // removed at the end

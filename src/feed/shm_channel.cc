@@ -84,6 +84,11 @@ struct RingHeader {
   alignas(64) uint64_t read_pos;
   uint32_t space_seq;        // futex: bumped on every release and state change
   uint32_t writers_waiting;  // a writer sleeps on space_seq
+  // Progress, for the agent's heartbeats: what the reader was handed.
+  uint64_t records_read;
+  uint64_t payload_bytes_read;  // record bytes, without length prefixes
+  uint32_t partitions_read;     // batches flagged end-of-partition
+  uint32_t last_epoch;
 };
 static_assert(sizeof(RingHeader) <= kRingHeaderBytes);
 
@@ -504,6 +509,7 @@ Result<std::optional<BatchView>> RingReader::Read() {
     view.bytes = static_cast<size_t>(p - view.records);
     cursor_ += header.bytes;
     view.end = cursor_;
+    CountRead(view);
     return std::optional<BatchView>(view);
   }
 }
@@ -535,6 +541,38 @@ void RingReader::Release(uint64_t end) {
 void RingReader::DiscardAll() {
   cursor_ = std::max(cursor_, Atomic(ring_->write_pos).load(std::memory_order_acquire));
   Release(cursor_);
+}
+
+void RingReader::CountRead(const BatchView& batch) {
+  // Only this reader writes these; relaxed stores suffice for a progress view.
+  const uint64_t prefixes =
+      (batch.info.flags & kFixedSizeRecords) ? 0 : uint64_t{batch.info.record_count} * 4;
+  auto add = [](uint64_t& field, uint64_t delta) {
+    Atomic(field).store(Atomic(field).load(std::memory_order_relaxed) + delta,
+                        std::memory_order_relaxed);
+  };
+  add(ring_->records_read, batch.info.record_count);
+  add(ring_->payload_bytes_read, batch.bytes - prefixes);
+  if (batch.info.flags & kEndOfPartition) {
+    Atomic(ring_->partitions_read)
+        .store(Atomic(ring_->partitions_read).load(std::memory_order_relaxed) + 1,
+               std::memory_order_relaxed);
+  }
+  Atomic(ring_->last_epoch).store(batch.info.epoch, std::memory_order_relaxed);
+}
+
+RingProgress ReadRingProgress(const ShmChannel& channel, bool input_ring) {
+  RingHeader* ring = input_ring ? channel.input() : channel.output();
+  RingProgress progress;
+  progress.records = Atomic(ring->records_read).load(std::memory_order_relaxed);
+  progress.payload_bytes = Atomic(ring->payload_bytes_read).load(std::memory_order_relaxed);
+  progress.partitions = Atomic(ring->partitions_read).load(std::memory_order_relaxed);
+  progress.epoch = Atomic(ring->last_epoch).load(std::memory_order_relaxed);
+  const uint64_t read_pos = Atomic(ring->read_pos).load(std::memory_order_acquire);
+  const uint64_t write_pos = Atomic(ring->write_pos).load(std::memory_order_acquire);
+  progress.queued_bytes = write_pos > read_pos ? write_pos - read_pos : 0;
+  progress.capacity_bytes = channel.ring_bytes();
+  return progress;
 }
 
 uint64_t RingReader::held_bytes() const {

@@ -195,6 +195,7 @@ class RingReader {
 
  private:
   Result<std::optional<BatchView>> Read();
+  void CountRead(const BatchView& batch);
 
   ShmChannel* channel_;
   RingHeader* ring_;
@@ -202,6 +203,19 @@ class RingReader {
   uint64_t capacity_;
   uint64_t cursor_;  // the next batch's position
 };
+
+// What a ring's reader has been handed so far, and how full the ring is.
+// Any process that maps the channel may read it (the agent, for heartbeats);
+// the counters lag the reader by at most one batch.
+struct RingProgress {
+  uint64_t records = 0;
+  uint64_t payload_bytes = 0;  // record bytes, without length prefixes
+  uint32_t partitions = 0;     // partitions (x epochs) read to their end
+  uint32_t epoch = 0;          // of the last batch read
+  uint64_t queued_bytes = 0;   // published, not yet released
+  uint64_t capacity_bytes = 0;
+};
+RingProgress ReadRingProgress(const ShmChannel& channel, bool input_ring);
 
 }  // namespace drover::feed
 

@@ -255,7 +255,9 @@ class RendezvousClient::Impl {
 
   Status Handshake(Deadline deadline);
   Result<FormedCluster> Register(const NodeInfo& node, Deadline deadline);
-  void StartHeartbeats(Milliseconds interval);
+  void StartHeartbeats(Milliseconds interval, std::function<HeartbeatPayload()> payload);
+  // One heartbeat now, with the payload's latest values (none without one).
+  Status SendFinalHeartbeat();
   Status SendControl(wire::Control control);
   Result<ClusterState> QueryState(Deadline deadline);
   Result<bool> WaitForStop(Deadline deadline);
@@ -321,9 +323,10 @@ class RendezvousClient::Impl {
 
   std::mutex heartbeat_mu_;
   std::condition_variable heartbeat_cv_;
-  bool stopping_ = false;                  // guarded by heartbeat_mu_
-  Milliseconds heartbeat_interval_{1000};  // guarded by heartbeat_mu_
-  std::thread heartbeat_thread_;           // started once, by the caller's thread
+  bool stopping_ = false;                                // guarded by heartbeat_mu_
+  Milliseconds heartbeat_interval_{1000};                // guarded by heartbeat_mu_
+  std::function<HeartbeatPayload()> heartbeat_payload_;  // guarded by heartbeat_mu_
+  std::thread heartbeat_thread_;                         // started once, by the caller's thread
 };
 
 Status RendezvousClient::Impl::WriteAll(std::string_view bytes, Deadline deadline,
@@ -578,10 +581,23 @@ Result<FormedCluster> RendezvousClient::Impl::Register(const NodeInfo& node, Dea
   }
 }
 
-void RendezvousClient::Impl::StartHeartbeats(Milliseconds interval) {
+namespace {
+
+void AddPayload(const HeartbeatPayload& payload, wire::Heartbeat* heartbeat) {
+  heartbeat->set_program_pid(payload.program_pid);
+  if (payload.feed) {
+    *heartbeat->mutable_feed() = rendezvous_internal::FeedProgressToWire(*payload.feed);
+  }
+}
+
+}  // namespace
+
+void RendezvousClient::Impl::StartHeartbeats(Milliseconds interval,
+                                             std::function<HeartbeatPayload()> payload) {
   {
     std::lock_guard<std::mutex> lock(heartbeat_mu_);
     heartbeat_interval_ = std::max(interval, Milliseconds(1));
+    if (payload) heartbeat_payload_ = std::move(payload);
   }
   if (heartbeat_thread_.joinable()) {
     heartbeat_cv_.notify_all();  // picks up the new interval
@@ -596,13 +612,27 @@ void RendezvousClient::Impl::HeartbeatLoop() {
   while (!stopping_) {
     wire::Heartbeat heartbeat;
     heartbeat.set_sequence(++sequence);
+    std::function<HeartbeatPayload()> payload = heartbeat_payload_;
     lock.unlock();
+    if (payload) AddPayload(payload(), &heartbeat);
     Status sent = Send(wire::HEARTBEAT, heartbeat, Clock::now() + kSendTimeout);
     lock.lock();
     // A broken connection is reported to the caller by its next call.
     if (!sent.ok()) return;
     heartbeat_cv_.wait_for(lock, heartbeat_interval_, [this] { return stopping_; });
   }
+}
+
+Status RendezvousClient::Impl::SendFinalHeartbeat() {
+  std::function<HeartbeatPayload()> payload;
+  {
+    std::lock_guard<std::mutex> lock(heartbeat_mu_);
+    payload = heartbeat_payload_;
+  }
+  if (!payload) return Status::Ok();
+  wire::Heartbeat heartbeat;
+  AddPayload(payload(), &heartbeat);
+  return Send(wire::HEARTBEAT, heartbeat, Clock::now() + kSendTimeout);
 }
 
 Status RendezvousClient::Impl::SendControl(wire::Control control) {
@@ -632,6 +662,8 @@ Result<ClusterState> RendezvousClient::Impl::QueryState(Deadline deadline) {
     status.alive = node.alive();
     status.left = node.left();
     status.last_heartbeat_age = Milliseconds(node.last_heartbeat_age_ms());
+    status.program_pid = node.program_pid();
+    if (node.has_feed()) status.feed = rendezvous_internal::FeedProgressFromWire(node.feed());
     status.error = node.error();
     status.last_log_lines.assign(node.last_log_lines().begin(), node.last_log_lines().end());
     out.nodes.push_back(std::move(status));
@@ -773,8 +805,9 @@ Result<FormedCluster> RendezvousClient::Register(const NodeInfo& node, Deadline 
   return impl_->Register(node, deadline);
 }
 
-void RendezvousClient::StartHeartbeats(Milliseconds interval) {
-  impl_->StartHeartbeats(interval);
+void RendezvousClient::StartHeartbeats(Milliseconds interval,
+                                       std::function<HeartbeatPayload()> payload) {
+  impl_->StartHeartbeats(interval, std::move(payload));
 }
 
 Status RendezvousClient::ReportError(const std::string& executor_id, const std::string& message,
@@ -798,6 +831,8 @@ Status RendezvousClient::StopAll() {
 }
 
 Status RendezvousClient::Leave() {
+  // The server handles frames in order: the last counts land before LEAVE.
+  DROVER_RETURN_IF_ERROR(impl_->SendFinalHeartbeat());
   wire::Control control;
   control.set_kind(wire::Control::LEAVE);
   return impl_->SendControl(std::move(control));

@@ -30,6 +30,16 @@ Result<ClusterToken> ClusterToken::ReadFile(const std::string& path) {
   return FromWire(token);
 }
 
+Result<ClusterToken> ClusterToken::ReadOrCreateFile(const std::string& path, bool* created) {
+  *created = false;
+  Result<ClusterToken> existing = ReadFile(path);
+  if (existing.ok() || existing.status().code() != Status::Code::kNotFound) return existing;
+  DROVER_ASSIGN_OR_RETURN(ClusterToken token, Generate());
+  DROVER_RETURN_IF_ERROR(token.WriteFile(path));
+  *created = true;
+  return token;
+}
+
 Result<ClusterToken> ClusterToken::FromHex(std::string_view hex) {
   DROVER_ASSIGN_OR_RETURN(wire::Token token, wire::ParseToken(hex));
   return FromWire(token);
@@ -38,6 +48,11 @@ Result<ClusterToken> ClusterToken::FromHex(std::string_view hex) {
 Status ClusterToken::WriteFile(const std::string& path) const {
   DROVER_ASSIGN_OR_RETURN(wire::Token token, ToWire(*this));
   return wire::WriteTokenFile(path, token);
+}
+
+std::string ClusterToken::ToHex() const {
+  return wire::HexEncode(
+      std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
 }
 
 }  // namespace drover

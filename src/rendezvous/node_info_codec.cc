@@ -30,4 +30,36 @@ NodeInfo NodeFromWire(const wire::NodeInfo& node) {
   return out;
 }
 
+wire::FeedProgress FeedProgressToWire(const FeedProgress& progress) {
+  wire::FeedProgress out;
+  out.set_records(progress.records);
+  out.set_bytes(progress.bytes);
+  out.set_partitions_done(progress.partitions_done);
+  out.set_partitions_total(progress.partitions_total);
+  out.set_share_bytes(progress.share_bytes);
+  out.set_epoch(progress.epoch);
+  out.set_epochs(progress.epochs);
+  out.set_queue_bytes(progress.queue_bytes);
+  out.set_queue_capacity(progress.queue_capacity);
+  out.set_feeder_restarts(progress.feeder_restarts);
+  out.set_results(progress.results);
+  return out;
+}
+
+FeedProgress FeedProgressFromWire(const wire::FeedProgress& progress) {
+  FeedProgress out;
+  out.records = progress.records();
+  out.bytes = progress.bytes();
+  out.partitions_done = progress.partitions_done();
+  out.partitions_total = progress.partitions_total();
+  out.share_bytes = progress.share_bytes();
+  out.epoch = progress.epoch();
+  out.epochs = progress.epochs();
+  out.queue_bytes = progress.queue_bytes();
+  out.queue_capacity = progress.queue_capacity();
+  out.feeder_restarts = progress.feeder_restarts();
+  out.results = progress.results();
+  return out;
+}
+
 }  // namespace drover::rendezvous_internal

@@ -52,11 +52,6 @@ constexpr size_t kMaxQueuedBytes = 64u << 20;
 // Long lists in error messages (4,000 executors) are cut to this many items.
 constexpr size_t kMaxListedItems = 32;
 
-void Log(const std::string& line) {
-  std::string text = "drover rendezvous: " + line + "\n";
-  std::fwrite(text.data(), 1, text.size(), stderr);
-}
-
 // "600 s", "0.25 s".
 std::string FormatSeconds(double seconds) {
   char buffer[32];
@@ -215,6 +210,13 @@ class Server {
   void StopAll();
   void Shutdown();
 
+  // Loop thread only: one line of the server's own log (RendezvousServerOptions::log).
+  void Log(const std::string& line) const {
+    if (options_.log) return options_.log(line);
+    std::string text = "drover rendezvous: " + line + "\n";
+    std::fwrite(text.data(), 1, text.size(), stderr);
+  }
+
   // Loop thread only: called by Connection.
   void HandleFrame(Connection& conn, const wire::Frame& frame);
   void OnClosed(Connection& conn);
@@ -232,6 +234,8 @@ class Server {
     bool stop_sent = false;
     std::string error;
     std::vector<std::string> last_log_lines;
+    int32_t program_pid = 0;           // from the last heartbeat
+    std::optional<FeedProgress> feed;  // from the last heartbeat
   };
 
   struct KvWaiter {
@@ -1187,7 +1191,11 @@ void Server::HandleHeartbeat(Connection& conn, const wire::Frame& frame) {
     return conn.Reject(error.code, error.message, error.message);
   if (conn.executor_id.empty()) return;
   NodeRecord* node = FindNode(conn.executor_id);
-  if (node != nullptr && node->conn == &conn) node->last_seen = Clock::now();
+  if (node == nullptr || node->conn != &conn) return;
+  node->last_seen = Clock::now();
+  node->program_pid = heartbeat.program_pid();
+  if (heartbeat.has_feed())
+    node->feed = rendezvous_internal::FeedProgressFromWire(heartbeat.feed());
 }
 
 bool Server::RelayStop(NodeRecord& node, const std::shared_ptr<const std::string>& frame) {
@@ -1245,6 +1253,10 @@ void Server::HandleControl(Connection& conn, const wire::Frame& frame) {
         out->set_alive(status.alive);
         out->set_left(status.left);
         out->set_last_heartbeat_age_ms(static_cast<uint64_t>(status.last_heartbeat_age.count()));
+        out->set_program_pid(status.program_pid);
+        if (status.feed) {
+          *out->mutable_feed() = rendezvous_internal::FeedProgressToWire(*status.feed);
+        }
         out->set_error(status.error);
         for (const std::string& line : status.last_log_lines) out->add_last_log_lines(line);
       }
@@ -1327,6 +1339,8 @@ ClusterState Server::BuildState() const {
     status.last_heartbeat_age = std::chrono::duration_cast<Milliseconds>(now - node.last_seen);
     status.error = node.error;
     status.last_log_lines = node.last_log_lines;
+    status.program_pid = node.program_pid;
+    status.feed = node.feed;
     state.nodes.push_back(std::move(status));
   }
   return state;

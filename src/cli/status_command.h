@@ -1,0 +1,29 @@
+// `drover status` for runs: the state of a running driver, read from its
+// status server (docs/status.md), or of a finished run, read from the
+// run.json in its log directory. (`drover status JOB` for Slurm jobs is in
+// submit_command.h, which dispatches here.)
+
+#ifndef DROVER_CLI_STATUS_COMMAND_H_
+#define DROVER_CLI_STATUS_COMMAND_H_
+
+#include <ostream>
+#include <string>
+
+namespace drover::cli {
+
+struct RunStatusFlags {
+  // "" : the run this user has running on this host; an address
+  // (HOST:PORT or http://HOST:PORT/); or a run's log directory.
+  std::string target;
+  std::string token_file;  // for a status server beyond loopback
+  bool json = false;       // print /api/cluster as it came
+  double watch = 0;        // > 0: redraw every this many seconds until the run ends
+};
+
+// Returns the exit code: 0 shown, 1 nothing to show (no run, unreachable,
+// refused), 2 bad input.
+int ShowRunStatus(const RunStatusFlags& flags, std::ostream& out, std::ostream& err);
+
+}  // namespace drover::cli
+
+#endif  // DROVER_CLI_STATUS_COMMAND_H_

@@ -1,0 +1,101 @@
+#include "driver/live_runs.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace drover {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string PathOf(int pid) {
+  return LiveRunsDir() + "/" + std::to_string(pid) + ".json";
+}
+
+bool Alive(int pid) {
+  return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM);
+}
+
+}  // namespace
+
+std::string LiveRunsDir() {
+  const char* runtime = std::getenv("XDG_RUNTIME_DIR");
+  if (runtime != nullptr && *runtime != '\0' && fs::is_directory(runtime)) {
+    return std::string(runtime) + "/drover";
+  }
+  return "/tmp/drover-" + std::to_string(::getuid());
+}
+
+Status RegisterLiveRun(const LiveRun& run) {
+  const std::string dir = LiveRunsDir();
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return Status::IoError("cannot create " + dir + ": " + std::strerror(errno));
+  }
+  struct stat info {};
+  if (::lstat(dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode) || info.st_uid != ::getuid() ||
+      (info.st_mode & 077) != 0) {
+    return Status::PermissionDenied(dir + " is not a private directory of this user; not " +
+                                    "announcing the status server there");
+  }
+  nlohmann::json record{{"pid", run.pid},
+                        {"url", run.url},
+                        {"cluster_id", run.cluster_id},
+                        {"log_dir", run.log_dir},
+                        {"token_file", run.token_file},
+                        {"started_at", run.started_at}};
+  const std::string path = PathOf(run.pid);
+  const std::string temp = path + ".tmp";
+  {
+    std::ofstream out(temp, std::ios::trunc);
+    out << record.dump() << "\n";
+    if (!out.flush()) return Status::IoError("cannot write " + temp);
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) {
+    return Status::IoError("cannot write " + path + ": " + std::strerror(errno));
+  }
+  return Status::Ok();
+}
+
+void UnregisterLiveRun(int pid) {
+  std::remove(PathOf(pid).c_str());
+}
+
+std::vector<LiveRun> ListLiveRuns() {
+  std::vector<LiveRun> runs;
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(LiveRunsDir(), error)) {
+    if (entry.path().extension() != ".json") continue;
+    std::ifstream in(entry.path());
+    std::stringstream text;
+    text << in.rdbuf();
+    nlohmann::json record = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+    if (!record.is_object()) continue;
+    LiveRun run;
+    run.pid = record.value("pid", 0);
+    if (!Alive(run.pid)) {
+      fs::remove(entry.path(), error);
+      continue;
+    }
+    run.url = record.value("url", "");
+    run.cluster_id = record.value("cluster_id", "");
+    run.log_dir = record.value("log_dir", "");
+    run.token_file = record.value("token_file", "");
+    run.started_at = record.value("started_at", 0.0);
+    runs.push_back(std::move(run));
+  }
+  std::sort(runs.begin(), runs.end(),
+            [](const LiveRun& a, const LiveRun& b) { return a.started_at < b.started_at; });
+  return runs;
+}
+
+}  // namespace drover

@@ -1,0 +1,165 @@
+#include "driver/run_status.h"
+
+#include <gtest/gtest.h>
+
+namespace drover {
+namespace {
+
+NodeSnapshot FedNode(const std::string& id, uint64_t records, uint64_t bytes, uint32_t done,
+                     uint32_t total, uint64_t share_bytes, uint32_t epoch, uint32_t epochs) {
+  NodeSnapshot node;
+  node.executor_id = id;
+  node.job = "worker";
+  node.task_index = std::stoi(id);
+  node.state = "running";
+  FeedProgress feed;
+  feed.records = records;
+  feed.bytes = bytes;
+  feed.partitions_done = done;
+  feed.partitions_total = total;
+  feed.share_bytes = share_bytes;
+  feed.epoch = epoch;
+  feed.epochs = epochs;
+  node.feed = feed;
+  return node;
+}
+
+TEST(RateMeterTest, RateOverTheWindowAndResetOnANewRound) {
+  RateMeter meter(5.0);
+  EXPECT_EQ(meter.Add(0.0, 0, 0).first, 0);  // one sample: no rate yet
+  EXPECT_DOUBLE_EQ(meter.Add(1.0, 100, 1000).first, 100);
+  EXPECT_DOUBLE_EQ(meter.Add(2.0, 300, 3000).second, 1500);
+  // Counters that go back are a new round's: start over.
+  EXPECT_EQ(meter.Add(3.0, 10, 10).first, 0);
+  EXPECT_DOUBLE_EQ(meter.Add(4.0, 20, 20).first, 10);
+}
+
+TEST(RateMeterTest, ForgetsSamplesOlderThanTheWindow) {
+  RateMeter meter(2.0);
+  meter.Add(0, 0, 0);
+  meter.Add(1, 1000, 0);
+  meter.Add(10, 1000, 0);  // stalled for 9 s
+  EXPECT_DOUBLE_EQ(meter.Add(11, 1000, 0).first, 0);
+}
+
+TEST(SumFeedsTest, SumsNodesAndEstimatesTheEnd) {
+  std::vector<NodeSnapshot> nodes = {FedNode("0", 50, 500, 1, 4, 400, 1, 2),
+                                     FedNode("1", 70, 700, 2, 4, 600, 1, 2)};
+  nodes[0].bytes_per_s = 100;
+  nodes[1].bytes_per_s = 100;
+  nodes.push_back(NodeSnapshot{});  // a ps node: not fed
+  FeedTotals totals = SumFeeds(nodes);
+  EXPECT_EQ(totals.records, 120u);
+  EXPECT_EQ(totals.partitions_done, 3u);
+  EXPECT_EQ(totals.partitions_total, 8u);
+  EXPECT_EQ(totals.epoch_bytes, 1000u);
+  EXPECT_EQ(totals.total_bytes, 2000u);
+  EXPECT_EQ(totals.epoch, 1u);
+  EXPECT_DOUBLE_EQ(totals.epoch_fraction, 0.2);  // 1200 bytes, 200 into epoch 2
+  ASSERT_TRUE(totals.eta_s.has_value());
+  EXPECT_DOUBLE_EQ(*totals.eta_s, 4.0);  // 800 bytes left at 200 B/s
+  EXPECT_DOUBLE_EQ(*totals.epoch_eta_s, 4.0);
+}
+
+TEST(SumFeedsTest, ExternalFeedsHaveNoEstimate) {
+  FeedTotals totals = SumFeeds({FedNode("0", 5, 50, 0, 0, 0, 0, 0)});
+  EXPECT_EQ(totals.records, 5u);
+  EXPECT_FALSE(totals.eta_s.has_value());
+  EXPECT_EQ(totals.total_bytes, 0u);
+}
+
+TEST(SumFeedsTest, AllPartitionsDoneIsTheEnd) {
+  FeedTotals totals = SumFeeds({FedNode("0", 10, 90, 2, 2, 100, 0, 1)});
+  EXPECT_DOUBLE_EQ(totals.epoch_fraction, 1.0);
+  ASSERT_TRUE(totals.eta_s.has_value());
+  EXPECT_EQ(*totals.eta_s, 0.0);
+}
+
+RunSnapshot TwoNodes() {
+  RunSnapshot snapshot;
+  snapshot.cluster_id = "run-1";
+  snapshot.phase = "running";
+  snapshot.engine = "local";
+  snapshot.expected = snapshot.registered = 2;
+  snapshot.rendezvous_s = 0.25;
+  snapshot.nodes.push_back(FedNode("0", 10, 100, 0, 2, 1000, 0, 1));
+  NodeSnapshot failed;
+  failed.executor_id = "1";
+  failed.job = "worker";
+  failed.task_index = 1;
+  failed.state = "failed";
+  failed.exited = true;
+  failed.exit_signal = 9;
+  failed.exit_text = "killed by SIGKILL";
+  failed.error = "said \"no\"\nand left";
+  failed.heartbeat_age_s = 0.5;
+  snapshot.nodes.push_back(failed);
+  snapshot.feed = SumFeeds(snapshot.nodes);
+  snapshot.history.push_back({1.0, 10, 100});
+  return snapshot;
+}
+
+TEST(SnapshotJsonTest, HasEveryFieldThePageReads) {
+  nlohmann::json json = SnapshotToJson(TwoNodes());
+  EXPECT_EQ(json["phase"], "running");
+  EXPECT_EQ(json["rendezvous"]["expected"], 2);
+  EXPECT_EQ(json["rendezvous"]["duration_s"], 0.25);
+  ASSERT_EQ(json["nodes"].size(), 2u);
+  const nlohmann::json& worker = json["nodes"][0];
+  EXPECT_EQ(worker["task"], "worker:0");
+  EXPECT_TRUE(worker["exit"].is_null());
+  EXPECT_TRUE(worker["last_heartbeat_age_s"].is_null());
+  EXPECT_EQ(worker["feed"]["records"], 10);
+  const nlohmann::json& failed = json["nodes"][1];
+  EXPECT_EQ(failed["state"], "failed");
+  EXPECT_TRUE(failed["exit"]["code"].is_null());
+  EXPECT_EQ(failed["exit"]["signal"], 9);
+  EXPECT_TRUE(failed["feed"].is_null());
+  EXPECT_EQ(json["feed"]["history"].size(), 1u);
+  EXPECT_TRUE(json["exit_code"].is_null());
+}
+
+TEST(SnapshotPrometheusTest, NamesEscapesAndCountsStates) {
+  std::string text = SnapshotToPrometheus(TwoNodes());
+  EXPECT_NE(text.find("drover_nodes{state=\"running\"} 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("drover_nodes{state=\"failed\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("drover_nodes{state=\"lost\"} 0\n"), std::string::npos);
+  EXPECT_NE(text.find("drover_feed_records_total{executor=\"0\",task=\"worker:0\"} 10\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("drover_rendezvous_duration_seconds 0.25\n"), std::string::npos);
+  EXPECT_NE(text.find("# TYPE drover_feed_records_total counter\n"), std::string::npos);
+  // Every sample and family is drover's.
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    std::string line = text.substr(start, end - start);
+    if (line.rfind("# ", 0) == 0) line = line.substr(line.find(' ', 2) + 1);
+    EXPECT_EQ(line.rfind("drover_", 0), 0u) << line;
+    start = end + 1;
+  }
+}
+
+TEST(SnapshotPrometheusTest, EscapesLabelValues) {
+  RunSnapshot snapshot;
+  snapshot.cluster_id = "a\"b\\c\nd";
+  std::string text = SnapshotToPrometheus(snapshot);
+  EXPECT_NE(text.find("cluster_id=\"a\\\"b\\\\c\\nd\""), std::string::npos) << text;
+}
+
+TEST(RunStatusTest, KeepsTheLastLogLinesPerNode) {
+  RunStatus status(3);
+  RunSnapshot snapshot;
+  snapshot.nodes.push_back(NodeSnapshot{.executor_id = "7"});
+  status.Publish(snapshot);
+  status.AppendLog("0", {"a", "b"});
+  status.AppendLog("0", {"c", "d"});
+  EXPECT_EQ(*status.LogTail("0", 10), (std::vector<std::string>{"b", "c", "d"}));
+  EXPECT_EQ(*status.LogTail("0", 1), (std::vector<std::string>{"d"}));
+  EXPECT_TRUE(status.LogTail("7", 5)->empty());  // a node that said nothing yet
+  EXPECT_FALSE(status.LogTail("9", 5).has_value());
+  status.ClearLogs();
+  EXPECT_FALSE(status.LogTail("0", 5).has_value());
+}
+
+}  // namespace
+}  // namespace drover

@@ -1,0 +1,106 @@
+#include "driver/status_text.h"
+
+#include <gtest/gtest.h>
+
+namespace drover {
+namespace {
+
+TEST(FormatTest, DurationsCountsAndBytes) {
+  EXPECT_EQ(FormatDuration(0.25), "250 ms");
+  EXPECT_EQ(FormatDuration(12.46), "12.5 s");
+  EXPECT_EQ(FormatDuration(190), "3 m 10 s");
+  EXPECT_EQ(FormatDuration(7500), "2 h 5 m");
+  EXPECT_EQ(FormatCount(0), "0");
+  EXPECT_EQ(FormatCount(1234567), "1,234,567");
+  EXPECT_EQ(FormatCount(999), "999");
+  EXPECT_EQ(FormatBytes(980), "980 B");
+  EXPECT_EQ(FormatBytes(1'234'567), "1.2 MB");
+}
+
+TEST(ProgressTextTest, NamesWhoTheRendezvousWaitsFor) {
+  RunSnapshot snapshot;
+  snapshot.phase = "reserving";
+  snapshot.registered = 4;
+  snapshot.expected = 8;
+  snapshot.elapsed_s = 3;
+  snapshot.waiting_for = {"worker:3 (executor 4) on host-b", "worker:4 (executor 5) on host-c"};
+  EXPECT_EQ(ProgressText(snapshot),
+            "drover run: 4/8 nodes registered, waiting for worker:3 (executor 4) on host-b and 1 "
+            "more (3.0 s)");
+}
+
+TEST(ProgressTextTest, FeedingShowsEpochRateAndEta) {
+  RunSnapshot snapshot;
+  snapshot.phase = "running";
+  FeedTotals feed;
+  feed.records = 12345;
+  feed.records_per_s = 2100;
+  feed.bytes_per_s = 1.2e6;
+  feed.partitions_total = 80;
+  feed.partitions_done = 3;
+  feed.epoch = 1;
+  feed.epochs = 40;
+  feed.epoch_fraction = 0.45;
+  feed.epoch_eta_s = 5;
+  feed.eta_s = 190;
+  snapshot.feed = feed;
+  EXPECT_EQ(ProgressText(snapshot),
+            "drover run: feeding epoch 2/40 (45%): 12,345 records, 2,100 records/s, 1.2 MB/s, "
+            "epoch ETA 5.0 s, ETA 3 m 10 s");
+  snapshot.feed->records = 0;
+  snapshot.feed->partitions_done = 0;
+  EXPECT_EQ(ProgressText(snapshot), "");  // nothing read yet: nothing to say
+  snapshot.feed.reset();
+  EXPECT_EQ(ProgressText(snapshot), "");
+}
+
+nlohmann::json Cluster() {
+  return nlohmann::json::parse(R"({
+    "cluster_id": "run-1", "phase": "failed", "engine": "local", "elapsed_s": 12.5,
+    "round": 0, "log_dir": "/logs/run-1",
+    "rendezvous": {"registered": 2, "expected": 2, "duration_s": 0.2, "waiting_for": []},
+    "feed": {"records": 1500, "bytes": 15000, "rate_records_per_s": 0, "partitions_done": 2,
+             "partitions_total": 4, "epoch": 0, "epochs": 1, "eta_s": null},
+    "nodes": [
+      {"executor_id": "0", "task": "worker:0", "host": "h1", "pid": 10, "state": "finished",
+       "restarts": 0, "last_heartbeat_age_s": null, "runtime_s": 12.0, "gpus": [0, 1],
+       "exit": {"code": 0, "signal": null, "text": "exit code 0"}, "error": "",
+       "feed": {"records": 1000, "rate_records_per_s": 0}},
+      {"executor_id": "1", "task": "", "host": "h2", "pid": 0, "state": "failed",
+       "restarts": 0, "last_heartbeat_age_s": 1.5, "runtime_s": 3.0, "gpus": [],
+       "exit": null, "error": "its agent exited before the cluster formed", "feed": null}
+    ]})");
+}
+
+TEST(RenderTest, StatusListsEveryNodeAndItsError) {
+  std::string text = RenderStatus(Cluster());
+  EXPECT_NE(text.find("cluster run-1: failed on the local engine for 12.5 s"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("2/2 nodes registered, formed in 200 ms"), std::string::npos) << text;
+  EXPECT_NE(text.find("feed: 1,500 records (15.0 kB)"), std::string::npos) << text;
+  EXPECT_NE(text.find("worker:0    0         h1"), std::string::npos) << text;
+  EXPECT_NE(text.find("0,1"), std::string::npos) << text;
+  EXPECT_NE(text.find("executor 1  1         h2"), std::string::npos) << text;
+  EXPECT_NE(text.find("1.5 s ago"), std::string::npos) << text;
+  EXPECT_NE(text.find("executor 1: its agent exited before the cluster formed"), std::string::npos)
+      << text;
+}
+
+TEST(RenderTest, SummaryHasRuntimeExitAndRecords) {
+  std::string text = RenderSummary(Cluster());
+  EXPECT_NE(text.find("cluster run-1 failed after 12.5 s (rendezvous 200 ms)"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("worker:0    0         h1    12.0 s   exit code 0  1,000"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("executor 1  1         h2    3.0 s    failed       -"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("fed 1,500 records (15.0 kB), 2 of 4 partitions"), std::string::npos) << text;
+}
+
+TEST(RenderTest, MissingFieldsDoNotThrow) {
+  EXPECT_NO_THROW(RenderStatus(nlohmann::json::object()));
+  EXPECT_NO_THROW(RenderSummary(nlohmann::json::parse(R"({"nodes": [{"feed": 3}]})")));
+}
+
+}  // namespace
+}  // namespace drover
