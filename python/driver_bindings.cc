@@ -179,6 +179,7 @@ class ClusterDriver {
     options_.on_formed = [this](const FormedCluster& cluster) {
       std::lock_guard<std::mutex> lock(mu_);
       formed_ = cluster;
+      status_url_ = driver_->status_url();
       changed_.notify_all();
     };
     options_.on_failure = [this](const NodeFailure& failure) {
@@ -276,6 +277,16 @@ class ClusterDriver {
     return exit_code_ ? py::object(py::int_(*exit_code_)) : py::none();
   }
   std::string Messages() { return tee_.captured(); }
+  py::object StatusUrl() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return status_url_.empty() ? py::none() : py::object(py::str(status_url_));
+  }
+  // /api/cluster's JSON text (docs/status.md); "null" before start.
+  std::string StatusJson() {
+    if (!driver_) return "null";
+    return SnapshotToJson(driver_->status().Snapshot())
+        .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
   const std::string& log_dir() const { return options_.log_dir; }
 
  private:
@@ -291,6 +302,7 @@ class ClusterDriver {
   std::optional<FormedCluster> formed_;
   std::optional<NodeFailure> failure_;
   std::optional<int> exit_code_;
+  std::string status_url_;  // guarded by mu_
 };
 
 }  // namespace
@@ -303,7 +315,8 @@ void RegisterDriver(py::module_& m) {
                        std::string log_dir, double reservation_timeout, double grace,
                        double others_grace, int last_lines, std::string cluster_id,
                        std::optional<py::dict> external_feed, py::object engine,
-                       std::set<std::string> local_executors, std::string host) {
+                       std::set<std::string> local_executors, std::string host,
+                       int status_port) {
              DriverOptions options;
              options.cluster.num_nodes = num_nodes;
              options.cluster.num_ps = num_ps;
@@ -318,6 +331,7 @@ void RegisterDriver(py::module_& m) {
              options.others_grace = Ms(others_grace);
              options.last_lines = last_lines;
              options.cluster_id = std::move(cluster_id);
+             options.status_port = status_port;
              if (external_feed) {
                feed::FeedPlan plan;
                plan.external = true;
@@ -334,7 +348,8 @@ void RegisterDriver(py::module_& m) {
            py::arg("command"), py::arg("agent_binary"), py::arg("log_dir"),
            py::arg("reservation_timeout"), py::arg("grace"), py::arg("others_grace"),
            py::arg("last_lines"), py::arg("cluster_id"), py::arg("external_feed"),
-           py::arg("engine"), py::arg("local_executors"), py::arg("host"))
+           py::arg("engine"), py::arg("local_executors"), py::arg("host"),
+           py::arg("status_port") = -1)
       .def("start", &ClusterDriver::Start)
       .def("wait_formed", &ClusterDriver::WaitFormed, py::arg("timeout"))
       .def("join", &ClusterDriver::Join, py::arg("timeout"))
@@ -344,7 +359,9 @@ void RegisterDriver(py::module_& m) {
       .def_property_readonly("failure", &ClusterDriver::Failure)
       .def_property_readonly("exit_code", &ClusterDriver::ExitCode)
       .def_property_readonly("messages", &ClusterDriver::Messages)
-      .def_property_readonly("log_dir", &ClusterDriver::log_dir);
+      .def_property_readonly("log_dir", &ClusterDriver::log_dir)
+      .def_property_readonly("status_url", &ClusterDriver::StatusUrl)
+      .def("status_json", &ClusterDriver::StatusJson);
 }
 
 }  // namespace drover::python

@@ -113,7 +113,8 @@ class Cluster:
     def run(cls, engine, main_fun, args, num_executors, num_ps=0, tensorboard=False,
             input_mode=InputMode.FRAMEWORK, log_dir=None, driver_ps_nodes=False,
             master_node=None, reservation_timeout=600, queues=None, eval_node=False,
-            release_port=True, *, queue_bytes=64 << 20, drover_log_dir=None, grace=5.0):
+            release_port=True, *, queue_bytes=64 << 20, drover_log_dir=None, grace=5.0,
+            status_port=None):
         """Starts a cluster and returns once every node has its role.
 
         Args (TensorFlowOnSpark's TFCluster.run):
@@ -142,6 +143,9 @@ class Cluster:
           queue_bytes: the size of each node's input and output queue.
           drover_log_dir: where node logs go (default ./drover-logs/<id>).
           grace: seconds between SIGTERM and SIGKILL when stopping a node.
+          status_port: serve the driver's status page, /api/cluster and
+            /metrics on 127.0.0.1 at this port (0: a free one; its address
+            is in status_url()); None: no status server (docs/status.md).
 
         Raises ValueError for a bad argument or too few workers, NodeError
         when a node failed before the cluster formed, RuntimeError (with the
@@ -187,7 +191,8 @@ class Cluster:
                 log_dir=self.drover_log_dir, reservation_timeout=float(reservation_timeout),
                 grace=float(grace), others_grace=0.0, last_lines=200,
                 cluster_id=self._cluster_id, external_feed=external_feed, engine=engine._driver_engine(),
-                local_executors=self._local_executors, host=engine._local_host())
+                local_executors=self._local_executors, host=engine._local_host(),
+                status_port=-1 if status_port is None else int(status_port))
             self._driver.start()
         except BaseException:
             self._finish()
@@ -248,6 +253,17 @@ class Cluster:
     def tensorboard_url(self):
         """TensorBoard's address when run(tensorboard=True), else None."""
         return self._tensorboard_url
+
+    def status_url(self):
+        """The status page's address when run(status_port=...), else None."""
+        return self._driver.status_url if self._driver is not None else None
+
+    def status(self):
+        """The run as the status page shows it: /api/cluster's dict (phase,
+        rendezvous, nodes with state, heartbeat age, exit and feed counters,
+        the feed's totals and rate; docs/status.md)."""
+        import json
+        return json.loads(self._driver.status_json()) if self._driver is not None else None
 
     # --- feeding --------------------------------------------------------
     def _fed_nodes(self):

@@ -222,3 +222,26 @@ def test_bad_arguments_are_clear_errors(tmp_path):
             cluster.train([1, 2, 3])
         finally:
             cluster.shutdown()
+
+
+def test_status_page_and_status_dict(tmp_path, mark):
+    import urllib.request
+    partitions = [[{"id": p * 100 + i} for i in range(40)] for p in range(3)]
+    cluster = run(count_records, str(tmp_path), input_mode=drover.InputMode.FEED, status_port=0)
+    url = cluster.status_url()
+    assert url.startswith("http://127.0.0.1:"), url
+    with urllib.request.urlopen(url + "api/cluster", timeout=10) as response:
+        served = json.loads(response.read())
+    assert served["phase"] == "running"
+    assert [n["task"] for n in served["nodes"]] == ["worker:0", "worker:1"]
+    cluster.train(partitions, num_epochs=2)
+    cluster.shutdown()
+    status = cluster.status()
+    assert status["phase"] == "succeeded"
+    assert {n["state"] for n in status["nodes"]} == {"finished"}
+    assert status["feed"]["records"] == 240  # every record, twice, counted where it was read
+    # Without status_port there is no server.
+    (tmp_path / "quiet").mkdir()
+    quiet = run(count_records, str(tmp_path / "quiet"), input_mode=drover.InputMode.FEED)
+    assert quiet.status_url() is None
+    quiet.shutdown()

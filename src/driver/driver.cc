@@ -342,6 +342,8 @@ struct Driver::Round {
     }
     driver.err_ << "drover run: cluster " << cluster.cluster_id << " formed: " << roles << "\n"
                 << std::flush;
+    // Whoever on_formed wakes sees the formed cluster on the status server too.
+    driver.PublishStatus(*this, "running", /*force=*/true);
     if (driver.options_.on_formed) driver.options_.on_formed(cluster);
   }
 

@@ -119,6 +119,9 @@ class Driver {
   void SetOthersGrace(Milliseconds grace) { others_grace_ms_ = grace.count(); }
   // What the run looks like now (thread-safe).
   const RunStatus& status() const { return status_; }
+  // The status page's address; "" without a status server. Driver thread
+  // only (on_formed may call it).
+  std::string status_url() const { return status_server_ ? status_server_->url() : ""; }
 
  private:
   struct Node;

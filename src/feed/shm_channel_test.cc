@@ -110,6 +110,47 @@ TEST(ShmChannelTest, RoundTrip) {
   EXPECT_FALSE(reader.closed_and_drained());
 }
 
+// Issue #9: the reader counts what it was handed in the ring's header, and
+// any process that maps the channel (the agent) reads it.
+TEST(ShmChannelTest, ReaderProgressIsCountedInTheSharedHeader) {
+  ASSERT_OK_AND_ASSIGN(ShmChannel channel, ShmChannel::Create(64 << 10));
+  RingWriter writer(channel, /*input_ring=*/true);
+  RingReader reader(channel, /*input_ring=*/true);
+  RingProgress none = ReadRingProgress(channel, /*input_ring=*/true);
+  EXPECT_EQ(none.records, 0u);
+  EXPECT_EQ(none.capacity_bytes, 64u << 10);
+
+  BatchInfo first;
+  first.epoch = 0;
+  ASSERT_OK(PublishBatch(writer, first, {"abc", "de"}));
+  BatchInfo last;
+  last.epoch = 1;
+  last.flags = kEndOfPartition;
+  ASSERT_OK(PublishBatch(writer, last, {"fghij"}));
+  RingProgress published = ReadRingProgress(channel, true);
+  EXPECT_EQ(published.records, 0u);  // published, not read yet
+  EXPECT_GT(published.queued_bytes, 0u);
+
+  ASSERT_OK_AND_ASSIGN(std::optional<BatchView> one, reader.TryNext());
+  ASSERT_TRUE(one.has_value());
+  RingProgress after_one = ReadRingProgress(channel, true);
+  EXPECT_EQ(after_one.records, 2u);
+  EXPECT_EQ(after_one.payload_bytes, 5u);  // without the length prefixes
+  EXPECT_EQ(after_one.partitions, 0u);
+  ASSERT_OK_AND_ASSIGN(std::optional<BatchView> two, reader.TryNext());
+  ASSERT_TRUE(two.has_value());
+  reader.ReleaseAll();
+  // Seen through a second mapping, as the agent sees it.
+  ASSERT_OK_AND_ASSIGN(ShmChannel mapped, ShmChannel::Map(::dup(channel.fd())));
+  RingProgress after_two = ReadRingProgress(mapped, true);
+  EXPECT_EQ(after_two.records, 3u);
+  EXPECT_EQ(after_two.payload_bytes, 10u);
+  EXPECT_EQ(after_two.partitions, 1u);
+  EXPECT_EQ(after_two.epoch, 1u);
+  EXPECT_EQ(after_two.queued_bytes, 0u);
+  EXPECT_EQ(ReadRingProgress(mapped, /*input_ring=*/false).records, 0u);
+}
+
 TEST(ShmChannelTest, EmptyBatchIsPublished) {
   ASSERT_OK_AND_ASSIGN(ShmChannel channel, ShmChannel::Create(64 << 10));
   RingWriter writer(channel, true);

@@ -1019,6 +1019,70 @@ TEST(RendezvousEndToEndTest, ANodeThatLeavesIsNotReportedDead) {
   EXPECT_EQ(events[0].node.executor_id, "1");
 }
 
+// Issue #9: heartbeats carry the program's pid and its feed counters; the
+// server keeps the last ones for the driver and the nodes, and Leave sends
+// one last heartbeat so the final counts are exact.
+TEST(RendezvousEndToEndTest, HeartbeatsCarryFeedProgressAndLeaveSendsTheLast) {
+  RendezvousServerOptions options;
+  options.cluster.num_nodes = 2;
+  std::mutex log_mu;
+  std::vector<std::string> log;
+  options.log = [&](const std::string& line) {
+    std::lock_guard<std::mutex> lock(log_mu);
+    log.push_back(line);
+  };
+  auto server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  std::vector<FormedCluster> formed;
+  auto clients = JoinCluster(*server, 2, &formed);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  std::atomic<uint64_t> records{10};
+  clients[0]->StartHeartbeats(Milliseconds(10), [&] {
+    HeartbeatPayload payload;
+    payload.program_pid = 4242;
+    FeedProgress feed;
+    feed.records = records.load();
+    feed.partitions_total = 8;
+    feed.queue_capacity = 1 << 20;
+    payload.feed = feed;
+    return payload;
+  });
+  clients[1]->StartHeartbeats(Milliseconds(10));  // no payload: not fed
+
+  ClusterState state;
+  for (Deadline deadline = Soon(); Clock::now() < deadline;) {
+    state = server->QueryState();
+    if (state.nodes[0].feed) break;
+  }
+  ASSERT_TRUE(state.nodes[0].feed.has_value());
+  EXPECT_EQ(state.nodes[0].program_pid, 4242);
+  EXPECT_EQ(state.nodes[0].feed->partitions_total, 8u);
+  EXPECT_EQ(state.nodes[0].feed->queue_capacity, 1u << 20);
+  EXPECT_FALSE(state.nodes[1].feed.has_value());
+  EXPECT_EQ(state.nodes[1].program_pid, 0);
+
+  // The nodes' own view carries the same, over the wire.
+  ASSERT_OK_AND_ASSIGN(ClusterState seen, clients[1]->QueryState(Soon()));
+  ASSERT_TRUE(seen.nodes[0].feed.has_value());
+  EXPECT_EQ(seen.nodes[0].program_pid, 4242);
+  EXPECT_FALSE(seen.nodes[1].feed.has_value());
+
+  records = 12345;
+  ASSERT_OK(clients[0]->Leave());
+  ASSERT_OK(clients[0]->QueryState(Soon()).status());  // orders the Leave first
+  state = server->QueryState();
+  EXPECT_TRUE(state.nodes[0].left);
+  ASSERT_TRUE(state.nodes[0].feed.has_value());
+  EXPECT_EQ(state.nodes[0].feed->records, 12345u);
+
+  // The server's own lines went to the log callback.
+  std::lock_guard<std::mutex> lock(log_mu);
+  bool formed_line = false;
+  for (const std::string& line : log)
+    formed_line |= line.find("formed with 2 nodes") != std::string::npos;
+  EXPECT_TRUE(formed_line);
+}
+
 }  // namespace
 }  // namespace drover
 
