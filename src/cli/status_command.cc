@@ -73,7 +73,8 @@ Fetched FetchCluster(const std::string& base, const std::string& token_hex) {
 }
 
 bool Ended(const json& cluster) {
-  const std::string phase = cluster.value("phase", "");
+  auto it = cluster.find("phase");
+  const std::string phase = it != cluster.end() && it->is_string() ? it->get<std::string>() : "";
   return phase == "succeeded" || phase == "failed" || phase == "interrupted";
 }
 

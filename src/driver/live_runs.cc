@@ -81,16 +81,20 @@ std::vector<LiveRun> ListLiveRuns() {
     nlohmann::json record = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
     if (!record.is_object()) continue;
     LiveRun run;
-    run.pid = record.value("pid", 0);
+    try {
+      run.pid = record.value("pid", 0);
+      run.url = record.value("url", "");
+      run.cluster_id = record.value("cluster_id", "");
+      run.log_dir = record.value("log_dir", "");
+      run.token_file = record.value("token_file", "");
+      run.started_at = record.value("started_at", 0.0);
+    } catch (const nlohmann::json::exception&) {
+      continue;  // not one of ours
+    }
     if (!Alive(run.pid)) {
       fs::remove(entry.path(), error);
       continue;
     }
-    run.url = record.value("url", "");
-    run.cluster_id = record.value("cluster_id", "");
-    run.log_dir = record.value("log_dir", "");
-    run.token_file = record.value("token_file", "");
-    run.started_at = record.value("started_at", 0.0);
     runs.push_back(std::move(run));
   }
   std::sort(runs.begin(), runs.end(),

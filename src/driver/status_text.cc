@@ -10,6 +10,22 @@ namespace {
 
 using nlohmann::json;
 
+// The member `key` of `object`; null when `object` is no object or lacks it
+// (the JSON may come from another driver, or a damaged run.json).
+const json& Get(const json& object, const char* key) {
+  static const json kNull;
+  if (!object.is_object()) return kNull;
+  auto it = object.find(key);
+  return it == object.end() ? kNull : *it;
+}
+
+// The array member `key` of `object`; empty when it is anything else.
+const json& Items(const json& object, const char* key) {
+  static const json kEmpty = json::array();
+  const json& items = Get(object, key);
+  return items.is_array() ? items : kEmpty;
+}
+
 // Lays out rows in columns two spaces apart.
 std::string Table(const std::vector<std::vector<std::string>>& rows) {
   std::vector<size_t> widths;
@@ -36,8 +52,23 @@ std::string Text(const json& value, const std::string& fallback = "-") {
 }
 
 double Number(const json& object, const char* key, double fallback = 0) {
-  auto it = object.find(key);
-  return it != object.end() && it->is_number() ? it->get<double>() : fallback;
+  const json& value = Get(object, key);
+  return value.is_number() ? value.get<double>() : fallback;
+}
+
+// A count for display: negative, fractional or absurd numbers clamp into
+// range (converting them as they are would be undefined).
+uint64_t Count(const json& object, const char* key) {
+  const double value = Number(object, key);
+  if (!(value > 0)) return 0;
+  if (value >= 1.8e19) return UINT64_MAX;
+  return static_cast<uint64_t>(value);
+}
+
+int SmallInt(const json& object, const char* key) {
+  const double value = Number(object, key);
+  if (!(value > -1e9 && value < 1e9)) return 0;
+  return static_cast<int>(value);
 }
 
 std::string Join(const json& array) {
@@ -51,8 +82,8 @@ std::string Join(const json& array) {
 }
 
 std::string Task(const json& node) {
-  std::string task = Text(node.value("task", json()), "");
-  return task.empty() ? "executor " + Text(node.value("executor_id", json())) : task;
+  std::string task = Text(Get(node, "task"), "");
+  return task.empty() ? "executor " + Text(Get(node, "executor_id")) : task;
 }
 
 std::string Percent(double fraction) {
@@ -60,23 +91,21 @@ std::string Percent(double fraction) {
 }
 
 std::string ExitText(const json& node) {
-  const json& exit = node.value("exit", json());
-  return exit.is_object() ? Text(exit.value("text", json())) : "-";
+  const json& exit = Get(node, "exit");
+  return exit.is_object() ? Text(Get(exit, "text")) : "-";
 }
 
 std::string FeedLine(const json& feed) {
-  std::string line = FormatCount(static_cast<uint64_t>(Number(feed, "records"))) + " records (" +
+  std::string line = FormatCount(Count(feed, "records")) + " records (" +
                      FormatBytes(Number(feed, "bytes")) + "), " +
-                     FormatCount(static_cast<uint64_t>(Number(feed, "rate_records_per_s"))) +
-                     " records/s";
-  const double total = Number(feed, "partitions_total");
+                     FormatCount(Count(feed, "rate_records_per_s")) + " records/s";
+  const uint64_t total = Count(feed, "partitions_total");
   if (total > 0) {
-    line += ", partitions " + FormatCount(static_cast<uint64_t>(Number(feed, "partitions_done"))) +
-            "/" + FormatCount(static_cast<uint64_t>(total)) + ", epoch " +
-            std::to_string(static_cast<int>(Number(feed, "epoch")) + 1) + "/" +
-            std::to_string(static_cast<int>(Number(feed, "epochs")));
+    line += ", partitions " + FormatCount(Count(feed, "partitions_done")) + "/" +
+            FormatCount(total) + ", epoch " + std::to_string(SmallInt(feed, "epoch") + 1) + "/" +
+            std::to_string(SmallInt(feed, "epochs"));
   }
-  const json& eta = feed.value("eta_s", json());
+  const json& eta = Get(feed, "eta_s");
   if (eta.is_number()) line += ", ETA " + FormatDuration(eta.get<double>());
   return line;
 }
@@ -85,7 +114,8 @@ std::string FeedLine(const json& feed) {
 
 std::string FormatDuration(double seconds) {
   char text[48];
-  if (seconds < 0) seconds = 0;
+  if (!(seconds > 0)) seconds = 0;  // NaN too
+  if (seconds > 1e9) seconds = 1e9;
   if (seconds < 1) {
     std::snprintf(text, sizeof(text), "%d ms", static_cast<int>(std::lround(seconds * 1000)));
   } else if (seconds < 60) {
@@ -153,43 +183,39 @@ std::string ProgressText(const RunSnapshot& snapshot) {
 
 std::string RenderStatus(const json& cluster) {
   std::string out;
-  out += "cluster " + Text(cluster.value("cluster_id", json())) + ": " +
-         Text(cluster.value("phase", json())) + " on the " + Text(cluster.value("engine", json())) +
-         " engine for " + FormatDuration(Number(cluster, "elapsed_s"));
-  const int round = static_cast<int>(Number(cluster, "round"));
+  out += "cluster " + Text(Get(cluster, "cluster_id")) + ": " + Text(Get(cluster, "phase")) +
+         " on the " + Text(Get(cluster, "engine")) + " engine for " +
+         FormatDuration(Number(cluster, "elapsed_s"));
+  const int round = SmallInt(cluster, "round");
   if (round > 0) out += " (restart " + std::to_string(round) + ")";
   out += "\n";
-  const json& rendezvous = cluster.value("rendezvous", json::object());
-  out += "rendezvous: " + Text(rendezvous.value("registered", json())) + "/" +
-         Text(rendezvous.value("expected", json())) + " nodes registered";
-  const json& duration = rendezvous.value("duration_s", json());
+  const json& rendezvous = Get(cluster, "rendezvous");
+  out += "rendezvous: " + Text(Get(rendezvous, "registered")) + "/" +
+         Text(Get(rendezvous, "expected")) + " nodes registered";
+  const json& duration = Get(rendezvous, "duration_s");
   if (duration.is_number()) out += ", formed in " + FormatDuration(duration.get<double>());
-  for (const json& waiting : rendezvous.value("waiting_for", json::array())) {
+  for (const json& waiting : Items(rendezvous, "waiting_for")) {
     out += "\n  waiting for " + Text(waiting);
   }
   out += "\n";
-  const json& feed = cluster.value("feed", json());
+  const json& feed = Get(cluster, "feed");
   if (feed.is_object()) out += "feed: " + FeedLine(feed) + "\n";
-  out += "logs: " + Text(cluster.value("log_dir", json())) + "\n\n";
+  out += "logs: " + Text(Get(cluster, "log_dir")) + "\n\n";
   std::vector<std::vector<std::string>> rows = {{"TASK", "EXECUTOR", "HOST", "PID", "STATE",
                                                  "RESTARTS", "HEARTBEAT", "EXIT", "RECORDS",
                                                  "RECORDS/S", "GPUS"}};
   std::vector<std::string> errors;
-  for (const json& node : cluster.value("nodes", json::array())) {
-    const json& age = node.value("last_heartbeat_age_s", json());
-    const json& node_feed = node.value("feed", json());
+  for (const json& node : Items(cluster, "nodes")) {
+    const json& age = Get(node, "last_heartbeat_age_s");
+    const json& node_feed = Get(node, "feed");
     rows.push_back(
-        {Task(node), Text(node.value("executor_id", json())), Text(node.value("host", json())),
-         Text(node.value("pid", json())), Text(node.value("state", json())),
-         Text(node.value("restarts", json())),
+        {Task(node), Text(Get(node, "executor_id")), Text(Get(node, "host")),
+         Text(Get(node, "pid")), Text(Get(node, "state")), Text(Get(node, "restarts")),
          age.is_number() ? FormatDuration(age.get<double>()) + " ago" : "-", ExitText(node),
-         node_feed.is_object() ? FormatCount(static_cast<uint64_t>(Number(node_feed, "records")))
-                               : "-",
-         node_feed.is_object()
-             ? FormatCount(static_cast<uint64_t>(Number(node_feed, "rate_records_per_s")))
-             : "-",
-         Join(node.value("gpus", json::array()))});
-    std::string error = Text(node.value("error", json()), "");
+         node_feed.is_object() ? FormatCount(Count(node_feed, "records")) : "-",
+         node_feed.is_object() ? FormatCount(Count(node_feed, "rate_records_per_s")) : "-",
+         Join(Items(node, "gpus"))});
+    std::string error = Text(Get(node, "error"), "");
     if (!error.empty()) errors.push_back(Task(node) + ": " + error);
   }
   out += Table(rows);
@@ -201,28 +227,26 @@ std::string RenderStatus(const json& cluster) {
 std::string RenderSummary(const json& cluster) {
   std::vector<std::vector<std::string>> rows = {
       {"TASK", "EXECUTOR", "HOST", "RUNTIME", "EXIT", "RECORDS"}};
-  for (const json& node : cluster.value("nodes", json::array())) {
-    const json& feed = node.value("feed", json());
-    rows.push_back(
-        {Task(node), Text(node.value("executor_id", json())), Text(node.value("host", json())),
-         FormatDuration(Number(node, "runtime_s")),
-         ExitText(node) == "-" ? Text(node.value("state", json())) : ExitText(node),
-         feed.is_object() ? FormatCount(static_cast<uint64_t>(Number(feed, "records"))) : "-"});
+  for (const json& node : Items(cluster, "nodes")) {
+    const json& feed = Get(node, "feed");
+    rows.push_back({Task(node), Text(Get(node, "executor_id")), Text(Get(node, "host")),
+                    FormatDuration(Number(node, "runtime_s")),
+                    ExitText(node) == "-" ? Text(Get(node, "state")) : ExitText(node),
+                    feed.is_object() ? FormatCount(Count(feed, "records")) : "-"});
   }
-  std::string out = "cluster " + Text(cluster.value("cluster_id", json())) + " " +
-                    Text(cluster.value("phase", json())) + " after " +
+  std::string out = "cluster " + Text(Get(cluster, "cluster_id")) + " " +
+                    Text(Get(cluster, "phase")) + " after " +
                     FormatDuration(Number(cluster, "elapsed_s"));
-  const json& duration = cluster.value("rendezvous", json::object()).value("duration_s", json());
+  const json& duration = Get(Get(cluster, "rendezvous"), "duration_s");
   if (duration.is_number()) out += " (rendezvous " + FormatDuration(duration.get<double>()) + ")";
   out += "\n" + Table(rows);
-  const json& feed = cluster.value("feed", json());
+  const json& feed = Get(cluster, "feed");
   if (feed.is_object()) {
-    out += "fed " + FormatCount(static_cast<uint64_t>(Number(feed, "records"))) + " records (" +
+    out += "fed " + FormatCount(Count(feed, "records")) + " records (" +
            FormatBytes(Number(feed, "bytes")) + ")";
     if (Number(feed, "partitions_total") > 0) {
-      out += ", " + FormatCount(static_cast<uint64_t>(Number(feed, "partitions_done"))) + " of " +
-             FormatCount(static_cast<uint64_t>(Number(feed, "partitions_total"))) +
-             " partitions (x epochs)";
+      out += ", " + FormatCount(Count(feed, "partitions_done")) + " of " +
+             FormatCount(Count(feed, "partitions_total")) + " partitions (x epochs)";
     }
     out += "\n";
   }

@@ -97,9 +97,18 @@ TEST(RenderTest, SummaryHasRuntimeExitAndRecords) {
   EXPECT_NE(text.find("fed 1,500 records (15.0 kB), 2 of 4 partitions"), std::string::npos) << text;
 }
 
-TEST(RenderTest, MissingFieldsDoNotThrow) {
+TEST(RenderTest, MissingFieldsAndWrongTypesDoNotThrow) {
   EXPECT_NO_THROW(RenderStatus(nlohmann::json::object()));
+  EXPECT_NO_THROW(RenderStatus(nlohmann::json(7)));
   EXPECT_NO_THROW(RenderSummary(nlohmann::json::parse(R"({"nodes": [{"feed": 3}]})")));
+  nlohmann::json odd = nlohmann::json::parse(R"({
+    "rendezvous": 5, "round": 1e300, "nodes": [3, {"exit": "x", "gpus": {"a": 1},
+    "feed": {"records": -4, "rate_records_per_s": 1e300}}],
+    "feed": {"records": "many", "partitions_total": 1e30, "epoch": -1e20, "eta_s": "soon"}})");
+  std::string text;
+  EXPECT_NO_THROW(text = RenderStatus(odd));
+  EXPECT_NE(text.find("feed: 0 records"), std::string::npos) << text;
+  EXPECT_NO_THROW(RenderSummary(odd));
 }
 
 }  // namespace
