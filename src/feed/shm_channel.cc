@@ -84,8 +84,9 @@ struct RingHeader {
   alignas(64) uint64_t read_pos;
   uint32_t space_seq;        // futex: bumped on every release and state change
   uint32_t writers_waiting;  // a writer sleeps on space_seq
-  // Progress, for the agent's heartbeats: what the reader was handed.
-  uint64_t records_read;
+  // Progress, for the agent's heartbeats: what the reader was handed. Its
+  // own line: the writer polls read_pos's, and these change every batch.
+  alignas(64) uint64_t records_read;
   uint64_t payload_bytes_read;  // record bytes, without length prefixes
   uint32_t partitions_read;     // batches flagged end-of-partition
   uint32_t last_epoch;
