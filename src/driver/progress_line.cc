@@ -81,6 +81,10 @@ void ProgressLine::Show(const std::string& text, std::chrono::steady_clock::time
       return;
     case ProgressMode::kPlain:
       if (text.empty() || text == last_plain_) return;
+      // The first line only once the work has taken an interval: short runs
+      // (and fast rendezvous) print none.
+      if (!first_shown_at_) first_shown_at_ = now;
+      if (now - *first_shown_at_ < options_.plain_interval) return;
       if (last_plain_at_ && now - *last_plain_at_ < options_.plain_interval) return;
       last_plain_ = text;
       last_plain_at_ = now;

@@ -5,7 +5,8 @@
 // On a terminal the line is redrawn in place on stderr; whatever else the
 // driver writes, to stdout or stderr, first erases it, so node output never
 // lands after a half-drawn line. Not on a terminal, it is a plain line at most
-// once per interval, and only when its text changed. Off, it prints nothing.
+// once per interval, only when its text changed, and not before the first
+// interval has passed (a short run prints none). Off, it prints nothing.
 //
 // Used from the driver's thread only.
 
@@ -55,6 +56,7 @@ class ProgressLine {
   bool shown_ = false;
   std::string last_plain_;
   std::optional<std::chrono::steady_clock::time_point> last_plain_at_;
+  std::optional<std::chrono::steady_clock::time_point> first_shown_at_;  // first text asked
   std::unique_ptr<ErasingBuffer> out_buffer_;
   std::unique_ptr<ErasingBuffer> err_buffer_;
   std::unique_ptr<std::ostream> out_;

@@ -36,16 +36,17 @@ TEST(ProgressLineTest, TerminalCutsLinesToTheWidth) {
   EXPECT_EQ(err.str(), "\r\033[K01234567...\r\033[K");
 }
 
-TEST(ProgressLineTest, PlainPrintsChangedTextAtMostOncePerInterval) {
+TEST(ProgressLineTest, PlainPrintsChangedTextOncePerIntervalAfterTheFirst) {
   std::ostringstream out, err;
   ProgressLine line(out, err, {ProgressMode::kPlain, milliseconds(1000), 0});
   Clock::time_point start = Clock::now();
-  line.Show("a", start);
-  line.Show("b", start + milliseconds(500));   // too soon
-  line.Show("a", start + milliseconds(1500));  // the same text
-  line.Show("c", start + milliseconds(1600));
-  line.Show("", start + milliseconds(3000));  // nothing to say
-  EXPECT_EQ(err.str(), "a\nc\n");
+  line.Show("a", start);  // too early: the work just began
+  line.Show("b", start + milliseconds(1000));
+  line.Show("c", start + milliseconds(1500));  // too soon after b
+  line.Show("b", start + milliseconds(2500));  // the same text
+  line.Show("d", start + milliseconds(2600));
+  line.Show("", start + milliseconds(4000));  // nothing to say
+  EXPECT_EQ(err.str(), "b\nd\n");
   EXPECT_EQ(&line.out(), &out);
   EXPECT_EQ(&line.err(), &err);
 }
