@@ -412,3 +412,25 @@ def test_progress_on_a_terminal_is_one_line_redrawn_in_place(tmp_path):
     for match in matches:
         after = text[match.end():match.end() + 4]
         assert after in ("", "\r\x1b[K"), repr(text[match.start():match.end() + 80])
+
+
+def test_status_watch_redraws_until_the_run_ends(tmp_path):
+    write_csv(tmp_path / "d.csv", 400)
+    run = Run(tmp_path, "--input", str(tmp_path / "d.csv"), "--status-linger", "30",
+              reader_args=["--batch", "10", "--sleep-us", "50000"])
+    try:
+        address = run.wait_url().split("//", 1)[1].rstrip("/")
+        watched = subprocess.run([DROVER, "status", "--watch", "0.3", address], env=run.env,
+                                 capture_output=True, text=True, timeout=60)
+        assert watched.returncode == 0, watched.stderr
+        tables = watched.stdout.count("TASK      EXECUTOR")
+        assert tables >= 2, watched.stdout
+        headers = [line for line in watched.stdout.splitlines() if line.startswith("cluster ")]
+        assert any(p in headers[0] for p in (": reserving on", ": running on")), headers
+        assert ": succeeded on the local engine" in headers[-1], headers
+        # It ended with the run, long before the status server stopped lingering.
+        assert run.proc.poll() is None
+        run.proc.send_signal(signal.SIGTERM)
+        assert run.finish(timeout=30) == 0, run.stderr()
+    finally:
+        run.stop()
