@@ -17,7 +17,6 @@
 #include <set>
 #include <sstream>
 
-#include "driver/live_runs.h"
 #include "driver/status_text.h"
 #include "drover/framework_env.h"
 #include "feed/shm_channel.h"
@@ -607,61 +606,6 @@ int Driver::Run() {
   return code;
 }
 
-Status Driver::StartStatusServer() {
-  if (options_.status_port < 0) return Status::Ok();
-  StatusServerOptions server;
-  server.address = options_.status_address;
-  server.port = options_.status_port;
-  server.token = options_.token;
-  status_token_file_ = options_.token_file;
-  if (!IsLoopbackAddress(server.address) && status_token_file_.empty()) {
-    // Whoever may read the logs on this host (0600: only this user) can
-    // read the status; nobody else can.
-    status_token_file_ = (fs::path(options_.log_dir) / "status.token").string();
-    DROVER_RETURN_IF_ERROR(options_.token->WriteFile(status_token_file_));
-  }
-  DROVER_ASSIGN_OR_RETURN(status_server_, StatusServer::Start(std::move(server), status_));
-  err_ << "drover run: status page " << status_server_->url();
-  if (status_server_->needs_token()) {
-    err_ << " (wants the cluster token in " << status_token_file_ << ": open "
-         << status_server_->url() << "#token=<its 64 hex characters>)";
-  }
-  err_ << "\n" << std::flush;
-  LiveRun live;
-  live.pid = static_cast<int>(::getpid());
-  live.url = status_server_->url();
-  live.cluster_id = options_.cluster_id.empty() ? fs::path(options_.log_dir).filename().string()
-                                                : options_.cluster_id;
-  live.log_dir = options_.log_dir;
-  live.token_file = status_server_->needs_token() ? status_token_file_ : "";
-  live.started_at = started_at_unix_;
-  if (Status announced = RegisterLiveRun(live); !announced.ok()) {
-    err_ << "drover run: drover status will not find this run without its address: "
-         << announced.message() << "\n";
-  }
-  return Status::Ok();
-}
-
-void Driver::StopStatusServer() {
-  if (!status_server_) return;
-  if (options_.status_linger.count() > 0) {
-    err_ << "drover run: serving the final state on " << status_server_->url() << " for "
-         << Seconds(options_.status_linger) << " s (--status-linger)\n"
-         << std::flush;
-    std::vector<pollfd> fds;
-    if (options_.signal_fd >= 0) fds.push_back({options_.signal_fd, POLLIN, 0});
-    if (options_.stop_fd >= 0) fds.push_back({options_.stop_fd, POLLIN, 0});
-    Clock::time_point until = Clock::now() + options_.status_linger;
-    for (Clock::time_point now = Clock::now(); now < until; now = Clock::now()) {
-      auto left = std::chrono::duration_cast<Milliseconds>(until - now);
-      if (::poll(fds.data(), fds.size(), static_cast<int>(left.count()) + 1) > 0) break;
-    }
-  }
-  UnregisterLiveRun(static_cast<int>(::getpid()));
-  status_server_->Stop();
-  status_server_.reset();
-}
-
 namespace {
 
 // The node's state as the status page shows it (docs/status.md).
@@ -763,31 +707,6 @@ void Driver::PublishStatus(Round& round, const std::string& phase, bool force) {
   progress_.Show(ProgressText(snapshot), now);
   last_snapshot_ = snapshot;
   status_.Publish(std::move(snapshot));
-}
-
-void Driver::Finish(int code) {
-  RunSnapshot snapshot = last_snapshot_;
-  snapshot.phase = code == 0 ? "succeeded" : (code > 128 ? "interrupted" : "failed");
-  snapshot.exit_code = code;
-  snapshot.elapsed_s = SecondsBetween(started_at_, Clock::now());
-  if (snapshot.feed) {
-    snapshot.feed->records_per_s = snapshot.feed->bytes_per_s = 0;
-    snapshot.feed->eta_s.reset();
-    snapshot.feed->epoch_eta_s.reset();
-  }
-  for (NodeSnapshot& node : snapshot.nodes) {
-    node.heartbeat_age_s.reset();
-    node.records_per_s = node.bytes_per_s = 0;
-  }
-  progress_.Clear();
-  status_.Publish(snapshot);
-  if (snapshot.nodes.empty()) return;  // nothing started
-  const nlohmann::json record = SnapshotToJson(snapshot);
-  if (options_.summary) err_ << RenderSummary(record) << std::flush;
-  const fs::path path = fs::path(options_.log_dir) / "run.json";
-  std::ofstream out(path, std::ios::trunc);
-  out << record.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-  if (!out.flush()) err_ << "drover run: cannot write " << path.string() << "\n";
 }
 
 Driver::Outcome Driver::RunRound(int number) {
