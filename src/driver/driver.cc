@@ -520,6 +520,11 @@ std::vector<std::string> Driver::AgentArgv(int index, int round, uint16_t port) 
   return argv;
 }
 
+std::string Driver::ClusterId() const {
+  return options_.cluster_id.empty() ? fs::path(options_.log_dir).filename().string()
+                                     : options_.cluster_id;
+}
+
 Status Driver::Prepare() {
   std::error_code ec;
   if (options_.log_dir.empty()) {
@@ -705,7 +710,6 @@ void Driver::PublishStatus(Round& round, const std::string& phase, bool force) {
     snapshot.history.assign(history_.begin(), history_.end());
   }
   progress_.Show(ProgressText(snapshot), now);
-  last_snapshot_ = snapshot;
   status_.Publish(std::move(snapshot));
 }
 
@@ -737,9 +741,7 @@ Driver::Outcome Driver::RunRound(int number) {
   server_options.bind_address = engine_.rendezvous_host();
   server_options.token = std::move(token).value();
   server_options.cluster = options_.cluster;
-  server_options.cluster_id = options_.cluster_id.empty()
-                                  ? fs::path(options_.log_dir).filename().string()
-                                  : options_.cluster_id;
+  server_options.cluster_id = ClusterId();
   if (number > 0) server_options.cluster_id += "-restart" + std::to_string(number);
   round.cluster_id = server_options.cluster_id;
   status_.ClearLogs();

@@ -129,6 +129,8 @@ class Driver {
   enum class Outcome { kSuccess, kFailure, kInterrupted, kNoRestart };
 
   Status Prepare();
+  // The run's id: DriverOptions::cluster_id, else the log directory's name.
+  std::string ClusterId() const;
   Status StartStatusServer();
   void StopStatusServer();
   // Builds the snapshot of `round` in `phase` and hands it to the status
@@ -154,7 +156,6 @@ class Driver {
   double last_history_t_ = -1;
   std::deque<RateSample> history_;
   std::map<std::string, RateMeter> rates_;  // by executor id
-  RunSnapshot last_snapshot_;
   std::string token_file_;
   std::string feed_plan_file_;
   std::string private_dir_;  // removed at the end

@@ -47,8 +47,7 @@ Status Driver::StartStatusServer() {
   LiveRun live;
   live.pid = static_cast<int>(::getpid());
   live.url = status_server_->url();
-  live.cluster_id = options_.cluster_id.empty() ? fs::path(options_.log_dir).filename().string()
-                                                : options_.cluster_id;
+  live.cluster_id = ClusterId();
   live.log_dir = options_.log_dir;
   live.token_file = status_server_->needs_token() ? status_token_file_ : "";
   live.started_at = started_at_unix_;
@@ -80,7 +79,7 @@ void Driver::StopStatusServer() {
 }
 
 void Driver::Finish(int code) {
-  RunSnapshot snapshot = last_snapshot_;
+  RunSnapshot snapshot = status_.Snapshot();
   snapshot.phase = code == 0 ? "succeeded" : (code > 128 ? "interrupted" : "failed");
   snapshot.exit_code = code;
   snapshot.elapsed_s = SecondsSince(started_at_);

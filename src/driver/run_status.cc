@@ -151,19 +151,20 @@ void RunStatus::AppendLog(const std::string& executor_id, const std::vector<std:
   }
 }
 
-std::optional<std::vector<std::string>> RunStatus::LogTail(const std::string& executor_id,
-                                                           size_t count) const {
+std::optional<RunStatus::NodeLog> RunStatus::LogTail(const std::string& executor_id,
+                                                     size_t count) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = logs_.find(executor_id);
-  if (it == logs_.end()) {
-    for (const NodeSnapshot& node : snapshot_.nodes) {
-      if (node.executor_id == executor_id) return std::vector<std::string>();
-    }
-    return std::nullopt;
+  std::optional<NodeLog> log;
+  for (const NodeSnapshot& node : snapshot_.nodes) {
+    if (node.executor_id == executor_id) log = NodeLog{node.Task(), {}};
   }
-  const std::deque<std::string>& log = it->second;
-  size_t first = log.size() > count ? log.size() - count : 0;
-  return std::vector<std::string>(log.begin() + static_cast<ptrdiff_t>(first), log.end());
+  auto it = logs_.find(executor_id);
+  if (it == logs_.end()) return log;
+  if (!log) log = NodeLog{"executor " + executor_id, {}};
+  const std::deque<std::string>& lines = it->second;
+  size_t first = lines.size() > count ? lines.size() - count : 0;
+  log->lines.assign(lines.begin() + static_cast<ptrdiff_t>(first), lines.end());
+  return log;
 }
 
 void RunStatus::ClearLogs() {

@@ -104,9 +104,13 @@ class RunStatus {
   RunSnapshot Snapshot() const;
 
   void AppendLog(const std::string& executor_id, const std::vector<std::string>& lines);
-  // The last `count` lines relayed from a node; nullopt for an unknown id.
-  std::optional<std::vector<std::string>> LogTail(const std::string& executor_id,
-                                                  size_t count) const;
+  // A node's task ("worker:1", "executor 3" before the barrier) and the last
+  // `count` lines relayed from it; nullopt for an unknown id.
+  struct NodeLog {
+    std::string task;
+    std::vector<std::string> lines;
+  };
+  std::optional<NodeLog> LogTail(const std::string& executor_id, size_t count) const;
   // A new round: the nodes' lines from the last one are kept until replaced.
   void ClearLogs();
 

@@ -153,9 +153,11 @@ TEST(RunStatusTest, KeepsTheLastLogLinesPerNode) {
   status.Publish(snapshot);
   status.AppendLog("0", {"a", "b"});
   status.AppendLog("0", {"c", "d"});
-  EXPECT_EQ(*status.LogTail("0", 10), (std::vector<std::string>{"b", "c", "d"}));
-  EXPECT_EQ(*status.LogTail("0", 1), (std::vector<std::string>{"d"}));
-  EXPECT_TRUE(status.LogTail("7", 5)->empty());  // a node that said nothing yet
+  EXPECT_EQ(status.LogTail("0", 10)->lines, (std::vector<std::string>{"b", "c", "d"}));
+  EXPECT_EQ(status.LogTail("0", 10)->task, "executor 0");  // not in the snapshot
+  EXPECT_EQ(status.LogTail("0", 1)->lines, (std::vector<std::string>{"d"}));
+  EXPECT_TRUE(status.LogTail("7", 5)->lines.empty());  // a node that said nothing yet
+  EXPECT_EQ(status.LogTail("7", 5)->task, "executor 7");
   EXPECT_FALSE(status.LogTail("9", 5).has_value());
   status.ClearLogs();
   EXPECT_FALSE(status.LogTail("0", 5).has_value());

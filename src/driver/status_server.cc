@@ -160,17 +160,13 @@ void StatusServer::Impl::Routes() {
       }
     }
     const std::string executor = request.matches[1];
-    std::optional<std::vector<std::string>> lines = status_.LogTail(executor, count);
-    if (!lines) {
+    std::optional<RunStatus::NodeLog> log = status_.LogTail(executor, count);
+    if (!log) {
       response.status = 404;
       response.set_content("no node with executor id '" + executor + "'\n", "text/plain");
       return;
     }
-    std::string task = "executor " + executor;
-    for (const NodeSnapshot& node : status_.Snapshot().nodes) {
-      if (node.executor_id == executor) task = node.Task();
-    }
-    nlohmann::json body{{"executor_id", executor}, {"task", task}, {"lines", *lines}};
+    nlohmann::json body{{"executor_id", executor}, {"task", log->task}, {"lines", log->lines}};
     response.set_header("Cache-Control", "no-store");
     response.set_content(JsonText(body), "application/json");
   });

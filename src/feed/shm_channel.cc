@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <thread>
+#include <type_traits>
 
 namespace drover::feed {
 
@@ -548,17 +549,14 @@ void RingReader::CountRead(const BatchView& batch) {
   // Only this reader writes these; relaxed stores suffice for a progress view.
   const uint64_t prefixes =
       (batch.info.flags & kFixedSizeRecords) ? 0 : uint64_t{batch.info.record_count} * 4;
-  auto add = [](uint64_t& field, uint64_t delta) {
-    Atomic(field).store(Atomic(field).load(std::memory_order_relaxed) + delta,
+  auto add = [](auto& field, uint64_t delta) {
+    using Field = std::remove_reference_t<decltype(field)>;
+    Atomic(field).store(static_cast<Field>(Atomic(field).load(std::memory_order_relaxed) + delta),
                         std::memory_order_relaxed);
   };
   add(ring_->records_read, batch.info.record_count);
   add(ring_->payload_bytes_read, batch.bytes - prefixes);
-  if (batch.info.flags & kEndOfPartition) {
-    Atomic(ring_->partitions_read)
-        .store(Atomic(ring_->partitions_read).load(std::memory_order_relaxed) + 1,
-               std::memory_order_relaxed);
-  }
+  if (batch.info.flags & kEndOfPartition) add(ring_->partitions_read, 1);
   Atomic(ring_->last_epoch).store(batch.info.epoch, std::memory_order_relaxed);
 }
 
