@@ -146,7 +146,19 @@ def test_a_killed_worker_is_a_clear_error_naming_the_node(dask_cluster, tmp_path
     pid = dask_cluster.worker_pid(address)
 
     import threading
-    killer = threading.Timer(3.0, os.kill, (pid, signal.SIGKILL))
+
+    def kill_once_fed():
+        # A fault after progress, not after a time: worker:1 has read records.
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            node = next((n for n in (cluster.status() or {}).get("nodes", [])
+                         if n["task"] == "worker:1"), None)
+            if node and (node.get("feed") or {}).get("records", 0) > 0:
+                break
+            time.sleep(0.05)
+        os.kill(pid, signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_once_fed)
     killer.start()
     started = time.monotonic()
     with pytest.raises(drover.NodeError) as raised:

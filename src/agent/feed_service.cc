@@ -2,10 +2,12 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -30,6 +32,42 @@ using feed::RunState;
 
 constexpr auto kHelloTimeout = std::chrono::seconds(5);
 constexpr auto kPollInterval = std::chrono::milliseconds(100);
+// A feeder killed again and again before it feeds anything is started again
+// after a pause that doubles each time, up to this.
+constexpr auto kFirstRestartDelay = std::chrono::milliseconds(100);
+constexpr auto kMaxRestartDelay = std::chrono::seconds(5);
+
+// Signals a process raises on itself when it faults: a feeder that dies of
+// one is likely to die the same way on the same input again. Any other
+// signal (SIGKILL from an operator or the OOM killer, SIGTERM) came from
+// outside and says nothing about the input.
+bool IsCrashSignal(int signal) {
+  switch (signal) {
+    case SIGSEGV:
+    case SIGBUS:
+    case SIGILL:
+    case SIGFPE:
+    case SIGABRT:
+    case SIGSYS:
+    case SIGTRAP:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::chrono::milliseconds RestartDelay(int stalled_restarts) {
+  if (stalled_restarts <= 0) return std::chrono::milliseconds(0);
+  auto delay = kFirstRestartDelay;
+  for (int i = 1; i < stalled_restarts && delay < kMaxRestartDelay; ++i) delay *= 2;
+  return std::min<std::chrono::milliseconds>(delay, kMaxRestartDelay);
+}
+
+std::string Seconds(std::chrono::milliseconds delay) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f s", static_cast<double>(delay.count()) / 1000.0);
+  return text;
+}
 
 std::string PartName(uint32_t partition) {
   char name[32];
@@ -72,6 +110,8 @@ class FeedService::Impl {
   void Loop();
   void Accept();
   void OnFeederExit(const ExitStatus& status);
+  // Starts the feeder again once the pause after its last death is over.
+  void RestartFeederWhenDue();
   std::optional<feed::CommitPoint> Progress();
   // Whether a writer closed the input ring (an external feed that ended).
   bool InputEnded();
@@ -103,7 +143,9 @@ class FeedService::Impl {
   std::optional<Subprocess> feeder_;
   bool feeder_done_ = false;
   bool input_ended_ = false;
-  int stalled_restarts_ = 0;
+  int stalled_restarts_ = 0;  // in a row, by any signal
+  int stalled_crashes_ = 0;   // in a row, by a crash signal
+  std::optional<Clock::time_point> restart_at_;
   std::optional<feed::CommitPoint> progress_at_start_;
 
   // Results thread only (and Finish, after joining it).
@@ -252,15 +294,27 @@ void FeedService::Impl::OnFeederExit(const ExitStatus& status) {
   // that could have fed and did not counts towards giving up.
   feed::RingWriter probe(*channel_, /*input_ring=*/true);
   const bool queue_full = probe.unread_bytes() > channel_->max_batch_bytes();
-  stalled_restarts_ = moved || queue_full ? 0 : stalled_restarts_ + 1;
-  if (stalled_restarts_ > options_.max_stalled_restarts) {
-    Fail(Status::Unavailable("the feeder of " + options_.task + " was " + status.ToString() + " " +
-                             std::to_string(stalled_restarts_) +
+  const bool stalled = !moved && !queue_full;
+  stalled_restarts_ = stalled ? stalled_restarts_ + 1 : 0;
+  stalled_crashes_ = !stalled ? 0 : stalled_crashes_ + (IsCrashSignal(status.signal()) ? 1 : 0);
+  if (stalled_crashes_ > options_.max_stalled_restarts) {
+    Fail(Status::Unavailable("the feeder of " + options_.task + " crashed (" + status.ToString() +
+                             ") " + std::to_string(stalled_crashes_) +
                              " times in a row without feeding a batch"));
     return;
   }
-  Say("the feeder was " + status.ToString() + "; resuming " + DescribeCommit(now));
+  const std::chrono::milliseconds delay = RestartDelay(stalled_restarts_);
+  Say("the feeder was " + status.ToString() + "; resuming " + DescribeCommit(now) +
+      (delay.count() == 0 ? ""
+                          : " in " + Seconds(delay) + " (it fed nothing since its last start, " +
+                                std::to_string(stalled_restarts_) + " time(s) in a row)"));
   feeder_restarts_.fetch_add(1, std::memory_order_relaxed);
+  restart_at_ = Clock::now() + delay;
+}
+
+void FeedService::Impl::RestartFeederWhenDue() {
+  if (!restart_at_ || Clock::now() < *restart_at_) return;
+  restart_at_.reset();
   if (Status spawned = SpawnFeeder(); !spawned.ok()) {
     Fail(spawned.WithContext("restarting the feeder of " + options_.task));
   }
@@ -350,7 +404,13 @@ void FeedService::Impl::Loop() {
     const int writer_slot = writer_fd_ >= 0 ? count : -1;
     if (writer_fd_ >= 0) fds[count++] = {writer_fd_, POLLIN, 0};
     if (feeder_ && feeder_->exit_fd() >= 0) fds[count++] = {feeder_->exit_fd(), POLLIN, 0};
-    ::poll(fds, static_cast<nfds_t>(count), static_cast<int>(kPollInterval.count()));
+    auto timeout = kPollInterval;
+    if (restart_at_) {
+      timeout =
+          std::clamp(std::chrono::ceil<std::chrono::milliseconds>(*restart_at_ - Clock::now()),
+                     std::chrono::milliseconds(0), kPollInterval);
+    }
+    ::poll(fds, static_cast<nfds_t>(count), static_cast<int>(timeout.count()));
     uint64_t events;
     while (::read(event_fd_, &events, sizeof(events)) > 0) {
     }
@@ -366,6 +426,7 @@ void FeedService::Impl::Loop() {
     if (feeder_) {
       if (std::optional<ExitStatus> exited = feeder_->Poll()) OnFeederExit(*exited);
     }
+    if (!feeder_ && !quit_ && channel_->state() != RunState::kStopped) RestartFeederWhenDue();
   }
   if (feeder_) {
     feeder_->SignalGroup(SIGKILL);

@@ -47,7 +47,12 @@ struct FeedServiceOptions {
   std::string drover_binary;  // runs `<drover_binary> feeder ...`
   // Prints one line of the service's own ("the feeder was killed ...").
   std::function<void(const std::string&)> say;
-  // Restarts of a killed feeder that made no progress in between.
+  // A feeder that dies of a crash signal (SIGSEGV, SIGBUS, SIGABRT, ...) more
+  // than this many times in a row without feeding a batch, while the queue had room,
+  // fails the feed. A feeder killed from outside (SIGKILL, SIGTERM) is
+  // always started again, after a pause that doubles with each death
+  // without progress (0.1 s up to 5 s): the program's feed timeout bounds
+  // how long it waits for one that never feeds.
   int max_stalled_restarts = 3;
   // Feeding failed for good (a bad record, the feed timeout, a feeder that
   // keeps dying): the program should be stopped and this reported.

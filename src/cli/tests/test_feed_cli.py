@@ -77,9 +77,42 @@ def test_every_record_once_per_epoch_across_nodes(tmp_path):
         assert epochs == sorted(epochs)
 
 
+def feeders_by_executor(mark):
+    """{executor id: [feeder pid, ...]} of the agents whose command carries `mark`."""
+    found = {}
+    agents = subprocess.run(["pgrep", "-f", f"agent .*{mark}"], capture_output=True,
+                            text=True).stdout.split()
+    for agent in agents:
+        try:
+            with open(f"/proc/{agent}/cmdline", "rb") as f:
+                argv = f.read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if "--executor-id" not in argv:
+            continue
+        executor = argv[argv.index("--executor-id") + 1]
+        children = subprocess.run(["pgrep", "-P", agent, "-f", " feeder "],
+                                  capture_output=True, text=True).stdout.split()
+        found.setdefault(executor, []).extend(int(pid) for pid in children)
+    return found
+
+
+def file_size(path):
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
 def test_killed_feeders_lose_nothing_and_repeat_nothing(tmp_path):
-    """SIGKILLs feeders at random points; every record is still seen once per epoch."""
+    """SIGKILLs feeders at random points; every record is still seen once per epoch.
+
+    Between two kills of a node's feeder the test waits for progress, not for
+    the clock: the node's reader must have consumed more bytes than its queue
+    holds, so the feeder started after the last kill has fed at least one
+    batch (a slower build or host gets fewer kills, never a failure)."""
     total = 30000
+    queue_bytes = 65536
     write_csv(tmp_path / "data.csv", 0, total)
     out = tmp_path / "seen"
     mark = marker()
@@ -88,36 +121,34 @@ def test_killed_feeders_lose_nothing_and_repeat_nothing(tmp_path):
     proc = subprocess.Popen(
         [drover_bin(), "run", "--log-dir", str(tmp_path / "logs"), "--nodes", "2",
          "--input", str(tmp_path / "data.csv"), "--split-bytes", "60000", "--epochs", "2",
-         "--queue-bytes", "65536", "--", "sh", "-c", 'exec "$0" "$@"', FEED_READER,
+         "--queue-bytes", str(queue_bytes), "--", "sh", "-c", 'exec "$0" "$@"', FEED_READER,
          "--out", str(out), "--batch", "50", "--sleep-us", "1500", "--tag", mark],
         env=clean_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, cwd=tmp_path)
     rng = random.Random(1234)
     killed = set()
     seen_feeders = set()
-
-    def feeders():
-        agents = subprocess.run(["pgrep", "-f", f"agent .*{mark}"], capture_output=True,
-                                text=True).stdout.split()
-        pids = []
-        for agent in agents:
-            children = subprocess.run(["pgrep", "-P", agent, "-f", " feeder "],
-                                      capture_output=True, text=True).stdout.split()
-            pids.extend(int(pid) for pid in children)
-        return pids
+    # What each node's reader had written when its feeder was last killed.
+    read_at_kill = {}
 
     def killer():
         while proc.poll() is None:
             time.sleep(rng.uniform(0.05, 0.3))
-            pids = feeders()
-            seen_feeders.update(pids)
-            if pids:
-                pid = rng.choice(pids)
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                    killed.add(pid)
-                except ProcessLookupError:
-                    pass
+            by_executor = feeders_by_executor(mark)
+            for pids in by_executor.values():
+                seen_feeders.update(pids)
+            ready = [executor for executor, pids in by_executor.items() if pids and
+                     file_size(f"{out}.{executor}") > read_at_kill.get(executor, -1) + queue_bytes]
+            if not ready:
+                continue
+            executor = rng.choice(sorted(ready))
+            read_at_kill[executor] = file_size(f"{out}.{executor}")
+            pid = rng.choice(by_executor[executor])
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except ProcessLookupError:
+                pass
 
     thread = threading.Thread(target=killer)
     thread.start()
