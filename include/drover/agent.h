@@ -55,7 +55,9 @@ struct AgentOptions {
   // takes its death as a SIGTERM (PR_SET_PDEATHSIG; it follows the thread
   // that started the agent, so start it from a long-lived one).
   int exit_with_parent = 0;
-  // The `drover` executable that runs `drover feeder`; "" : this process's.
+  // The `drover` executable that runs `drover guard` (the program's parent:
+  // nothing the program starts outlives it) and `drover feeder`; "" : this
+  // process's.
   std::string drover_binary;
   // Where the program's output and the agent's own lines go.
   int stdout_fd = 1;

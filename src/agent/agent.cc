@@ -23,6 +23,7 @@
 #include "agent/feed_service.h"
 #include "agent/output_tail.h"
 #include "agent/port_reservation.h"
+#include "agent/process_guard.h"
 #include "agent/subprocess.h"
 #include "drover/data_feed.h"
 #include "drover/framework_env.h"
@@ -73,21 +74,78 @@ constexpr Milliseconds kDrainLimit{1'000};
 constexpr Milliseconds kReportTimeout{5'000};
 // How long after SIGKILL the agent waits for the group to be reaped.
 constexpr Milliseconds kReapLimit{2'000};
+// How long the process guard may take to start the program (an exec, a
+// sanitizer's start-up, a slow disk).
+constexpr Milliseconds kGuardStart{60'000};
+// How much longer than the grace time the agent gives the guard to stop the
+// program's tree before it SIGKILLs the guard.
+constexpr Milliseconds kGuardSlack{1'000};
+// How long one of the agent's own lines may wait for a reader.
+constexpr Milliseconds kSayLimit{2'000};
 
-void WriteAll(int fd, const char* data, size_t size) {
+void CloseBoth(int fds[2]) {
+  ::close(fds[0]);
+  ::close(fds[1]);
+}
+
+// Writes what it can of `data` to `fd` until `deadline`; a reader that
+// stopped reading (or a closed stdout) must not stop the supervision.
+void WriteAll(int fd, const char* data, size_t size, Clock::time_point deadline) {
   while (size > 0) {
     ssize_t n = ::write(fd, data, size);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN) {
+      const auto left = std::chrono::ceil<Milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) return;
       pollfd p{fd, POLLOUT, 0};
-      ::poll(&p, 1, 100);
+      ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 100)));
       continue;
     }
-    if (n <= 0) return;  // a closed stdout must not stop the supervision
+    if (n <= 0) return;
     data += n;
     size -= static_cast<size_t>(n);
   }
 }
+
+// Where one of the program's streams goes (the agent's stdout or stderr),
+// written without blocking: while the reader (the driver, ssh) is slow, the
+// program's output waits in its pipe (back-pressure) and the agent stays
+// free to handle STOP and signals.
+class OutputSink {
+ public:
+  explicit OutputSink(int fd) : fd_(fd) {
+    if (fd_ >= 0) ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) | O_NONBLOCK);
+  }
+  int fd() const { return fd_; }
+  bool has_room() const { return pending_.size() < kRoom; }
+  bool pending() const { return !pending_.empty(); }
+  void Write(std::string_view data) {
+    pending_.append(data);
+    Flush();
+  }
+  void Flush() {
+    while (!pending_.empty()) {
+      ssize_t n = ::write(fd_, pending_.data(), pending_.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EAGAIN) return;
+      if (n <= 0) {  // a closed stdout: nothing more can go there
+        pending_.clear();
+        return;
+      }
+      pending_.erase(0, static_cast<size_t>(n));
+    }
+  }
+  // What is still pending after `deadline` is dropped.
+  void FlushUntil(Clock::time_point deadline) {
+    WriteAll(fd_, pending_.data(), pending_.size(), deadline);
+    pending_.clear();
+  }
+
+ private:
+  static constexpr size_t kRoom = 256 << 10;
+  int fd_;
+  std::string pending_;
+};
 
 std::string Hostname() {
   char name[256] = {};
@@ -193,7 +251,7 @@ class Agent::Impl {
   }
   void Say(const std::string& message) {
     std::string line = "drover agent " + options_.executor_id + ": " + message + "\n";
-    WriteAll(options_.stderr_fd, line.data(), line.size());
+    WriteAll(options_.stderr_fd, line.data(), line.size(), Clock::now() + kSayLimit);
   }
 
   Result<std::map<std::string, std::string>> BuildEnvironment(const FormedCluster& cluster,
@@ -201,8 +259,9 @@ class Agent::Impl {
                                                               const std::string& context_path);
   // Forwards the program's output and supervises it to its end.
   Reason Supervise(Subprocess& child, OutputTail& tail, ExitStatus* status);
-  // Reads what is available on the program's output pipe `stream`; false at EOF.
-  bool Forward(Subprocess& child, int stream, OutputTail& tail);
+  // Reads one chunk of the program's output pipe `stream` into its sink;
+  // false at EOF.
+  bool Forward(Subprocess& child, int stream, OutputTail& tail, OutputSink& sink);
   void WatchForStop(RendezvousClient* client);
   // REPORT_ERROR, then a QUERY_STATE round trip: the server handles frames
   // in order, so once the state comes back the report has been handled.
@@ -216,6 +275,9 @@ class Agent::Impl {
   // share of it; sets DROVER_FEED_SOCKET in *env.
   Status StartFeeding(const FormedCluster& cluster, const std::string& task,
                       std::map<std::string, std::string>* env);
+  // options_.drover_binary, else this executable: runs `drover guard` and
+  // `drover feeder`.
+  Result<std::string> DroverBinary() const;
   // Reads the plan (inline or from its file) and, for an external plan,
   // makes the feed socket's directory; sets node->feed_socket.
   Status PrepareFeeding(NodeInfo* node);
@@ -339,25 +401,54 @@ int Agent::Impl::Run() {
     Report(*client, message, {});
     return Fail(Status::InvalidArgument(message));
   }
+  Result<std::string> drover_binary = DroverBinary();
+  if (!drover_binary.ok()) return Fail(drover_binary.status());
+  int report[2];
+  if (::pipe2(report, O_CLOEXEC) != 0) {
+    return Fail(Status::IoError(std::string("pipe2: ") + std::strerror(errno)));
+  }
   SubprocessOptions spawn;
-  spawn.argv = o.command;
+  // The program runs under `drover guard`, which stops every process it
+  // starts, and stops them all if this agent dies (its death signal).
+  spawn.argv = {*drover_binary,
+                "guard",
+                "--grace",
+                std::to_string(static_cast<double>(o.grace.count()) / 1000.0),
+                "--report-fd",
+                std::to_string(report[1]),
+                "--"};
+  const std::string feed_dir =
+      feed_ ? fs::path(feed_->socket_path()).parent_path().string() : feed_dir_;
+  for (const std::string& path : {feed_dir, temporary_context ? context_path : std::string()}) {
+    if (!path.empty()) spawn.argv.insert(spawn.argv.end() - 1, {"--remove-at-exit", path});
+  }
+  spawn.argv.insert(spawn.argv.end(), o.command.begin(), o.command.end());
+  spawn.keep_fds = {report[1]};
+  spawn.parent_death_signal = SIGTERM;
   spawn.env.emplace();
   for (const auto& [name, value] : *env) spawn.env->push_back(name + "=" + value);
   spawn.working_dir = o.working_dir.empty() ? "" : context.working_dir;
   spawn.pipe_output = true;
 
   started_ = true;
-  if (int signal = interrupt_signal_.load(); signal != 0) return 128 + signal;
+  if (int signal = interrupt_signal_.load(); signal != 0) {
+    CloseBoth(report);
+    return 128 + signal;
+  }
   ports.Release();
   Result<Subprocess> spawned = Subprocess::Spawn(spawn);
-  if (!spawned.ok()) {
-    std::string message = task + " could not start: " + spawned.status().message();
+  ::close(report[1]);
+  Result<int> program_pid = spawned.ok() ? ReadGuardReport(report[0], Clock::now() + kGuardStart)
+                                         : Result<int>(spawned.status());
+  ::close(report[0]);
+  if (!program_pid.ok()) {
+    std::string message = task + " could not start: " + program_pid.status().message();
     Report(*client, message, {});
     return Fail(Status::NotFound(message));
   }
   Subprocess child = std::move(spawned).value();
   // feed_ outlives the client (and so its heartbeat thread): ~Impl resets it.
-  client->StartHeartbeats(cluster.heartbeat_interval, [this, program_pid = child.pid()] {
+  client->StartHeartbeats(cluster.heartbeat_interval, [this, program_pid = *program_pid] {
     HeartbeatPayload payload;
     payload.program_pid = program_pid;
     if (feed_) payload.feed = feed_->Progress();
@@ -407,6 +498,14 @@ int Agent::Impl::Run() {
   std::string message = task + (status.signaled() ? " " : " exited with ") + status.ToString();
   Report(*client, message, tail.Lines());
   return status.ShellCode();
+}
+
+Result<std::string> Agent::Impl::DroverBinary() const {
+  if (!options_.drover_binary.empty()) return options_.drover_binary;
+  std::error_code error;
+  std::string self = fs::read_symlink("/proc/self/exe", error).string();
+  if (error) return Status::IoError("cannot find the drover executable: " + error.message());
+  return self;
 }
 
 Status Agent::Impl::PrepareFeeding(NodeInfo* node) {
@@ -469,12 +568,7 @@ Status Agent::Impl::StartFeeding(const FormedCluster& cluster, const std::string
   feed.share = share->share;
   feed.shares = share->shares;
   feed.task = task;
-  feed.drover_binary = options_.drover_binary;
-  if (feed.drover_binary.empty()) {
-    std::error_code error;
-    feed.drover_binary = fs::read_symlink("/proc/self/exe", error).string();
-    if (error) return Status::IoError("cannot find the drover executable: " + error.message());
-  }
+  DROVER_ASSIGN_OR_RETURN(feed.drover_binary, DroverBinary());
   feed.say = [this, task](const std::string& message) { Say(task + ": " + message); };
   feed.on_failure = [this](const Status& failure) {
     {
@@ -569,16 +663,17 @@ void Agent::Impl::WatchForStop(RendezvousClient* client) {
   }
 }
 
-bool Agent::Impl::Forward(Subprocess& child, int stream, OutputTail& tail) {
+bool Agent::Impl::Forward(Subprocess& child, int stream, OutputTail& tail, OutputSink& sink) {
   int fd = stream == 0 ? child.stdout_fd() : child.stderr_fd();
-  int out = stream == 0 ? options_.stdout_fd : options_.stderr_fd;
   char buffer[65536];
   for (;;) {
+    // One chunk a call: a program that floods its output must not keep the
+    // loop from STOP and signals.
     ssize_t n = ::read(fd, buffer, sizeof(buffer));
     if (n > 0) {
-      WriteAll(out, buffer, static_cast<size_t>(n));
+      sink.Write(std::string_view(buffer, static_cast<size_t>(n)));
       tail.Append(stream, std::string_view(buffer, static_cast<size_t>(n)));
-      continue;
+      return true;
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN) return true;
@@ -595,23 +690,28 @@ bool Agent::Impl::Forward(Subprocess& child, int stream, OutputTail& tail) {
 Agent::Impl::Reason Agent::Impl::Supervise(Subprocess& child, OutputTail& tail,
                                            ExitStatus* status) {
   using std::chrono::milliseconds;
+  OutputSink sinks[2] = {OutputSink(options_.stdout_fd), OutputSink(options_.stderr_fd)};
+  auto stream_fd = [&](int stream) { return stream == 0 ? child.stdout_fd() : child.stderr_fd(); };
   Reason reason = Reason::kNone;
   bool terminating = false;
   bool killed = false;
   Clock::time_point kill_at;
   std::optional<ExitStatus> exited;
   for (;;) {
-    pollfd fds[4];
+    pollfd fds[6];
     int count = 0;
     fds[count++] = {event_fd_, POLLIN, 0};
-    int stdout_slot = -1, stderr_slot = -1;
-    if (child.stdout_fd() >= 0) {
-      stdout_slot = count;
-      fds[count++] = {child.stdout_fd(), POLLIN, 0};
-    }
-    if (child.stderr_fd() >= 0) {
-      stderr_slot = count;
-      fds[count++] = {child.stderr_fd(), POLLIN, 0};
+    int read_slot[2] = {-1, -1};
+    int write_slot[2] = {-1, -1};
+    for (int stream : {0, 1}) {
+      if (stream_fd(stream) >= 0 && sinks[stream].has_room()) {
+        read_slot[stream] = count;
+        fds[count++] = {stream_fd(stream), POLLIN, 0};
+      }
+      if (sinks[stream].pending()) {
+        write_slot[stream] = count;
+        fds[count++] = {sinks[stream].fd(), POLLOUT, 0};
+      }
     }
     if (!exited && child.exit_fd() >= 0) fds[count++] = {child.exit_fd(), POLLIN, 0};
     milliseconds timeout(-1);
@@ -629,8 +729,12 @@ Agent::Impl::Reason Agent::Impl::Supervise(Subprocess& child, OutputTail& tail,
     uint64_t events;
     while (::read(event_fd_, &events, sizeof(events)) > 0) {
     }
-    if (stdout_slot >= 0 && fds[stdout_slot].revents != 0) Forward(child, 0, tail);
-    if (stderr_slot >= 0 && fds[stderr_slot].revents != 0) Forward(child, 1, tail);
+    for (int stream : {0, 1}) {
+      if (write_slot[stream] >= 0 && fds[write_slot[stream]].revents != 0) sinks[stream].Flush();
+      if (read_slot[stream] >= 0 && fds[read_slot[stream]].revents != 0) {
+        Forward(child, stream, tail, sinks[stream]);
+      }
+    }
 
     if (!exited) exited = child.Poll();
     if (reason == Reason::kNone) {
@@ -648,8 +752,10 @@ Agent::Impl::Reason Agent::Impl::Supervise(Subprocess& child, OutputTail& tail,
     }
     if (reason != Reason::kNone && !terminating) {
       terminating = true;
-      kill_at = Clock::now() + options_.grace;
-      child.SignalGroup(SIGTERM);  // also stragglers of a program that exited
+      // The guard stops the program's tree within the grace time; the agent
+      // SIGKILLs the guard only if it did not.
+      kill_at = Clock::now() + options_.grace + kGuardSlack;
+      child.SignalGroup(SIGTERM);
     }
     if (terminating && !killed && Clock::now() >= kill_at) {
       child.SignalGroup(SIGKILL);
@@ -664,29 +770,27 @@ Agent::Impl::Reason Agent::Impl::Supervise(Subprocess& child, OutputTail& tail,
   if (!exited) exited = child.Wait();
   *status = *exited;
 
-  // The rest of the output, until every writer is gone.
+  // The rest of the output, until every writer is gone or the limit.
   const Clock::time_point drain_until = Clock::now() + kDrainLimit;
-  while ((child.stdout_fd() >= 0 || child.stderr_fd() >= 0) && Clock::now() < drain_until) {
-    pollfd fds[2];
-    int streams[2];
-    int count = 0;
-    if (child.stdout_fd() >= 0) {
-      streams[count] = 0;
-      fds[count++] = {child.stdout_fd(), POLLIN, 0};
+  for (;;) {
+    for (int stream : {0, 1}) {
+      while (stream_fd(stream) >= 0 && sinks[stream].has_room() &&
+             Forward(child, stream, tail, sinks[stream])) {
+        if (!sinks[stream].has_room()) sinks[stream].FlushUntil(drain_until);
+        pollfd more{stream_fd(stream), POLLIN, 0};
+        if (::poll(&more, 1, 0) <= 0) break;
+      }
     }
-    if (child.stderr_fd() >= 0) {
-      streams[count] = 1;
-      fds[count++] = {child.stderr_fd(), POLLIN, 0};
+    if ((child.stdout_fd() < 0 && child.stderr_fd() < 0) || Clock::now() >= drain_until) break;
+    pollfd fds[2];
+    int count = 0;
+    for (int stream : {0, 1}) {
+      if (stream_fd(stream) >= 0) fds[count++] = {stream_fd(stream), POLLIN, 0};
     }
     auto left = std::chrono::ceil<milliseconds>(drain_until - Clock::now());
-    if (::poll(fds, static_cast<nfds_t>(count),
-               static_cast<int>(std::max<int64_t>(left.count(), 0))) <= 0) {
-      continue;
-    }
-    for (int i = 0; i < count; ++i) {
-      if (fds[i].revents != 0) Forward(child, streams[i], tail);
-    }
+    ::poll(fds, static_cast<nfds_t>(count), static_cast<int>(std::max<int64_t>(left.count(), 0)));
   }
+  for (OutputSink& sink : sinks) sink.FlushUntil(Clock::now() + kDrainLimit);
   tail.Finish(0);
   tail.Finish(1);
   return reason;

@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -90,6 +91,7 @@ class AgentTest : public ::testing::Test {
     options.grace = 10s;
     options.reservation_timeout = 60s;
     options.command = {"/bin/sh", "-c", script};
+    options.drover_binary = DROVER_BIN_PATH;  // runs `drover guard`
     options.stdout_fd = Open(dir_.File(id + ".out"));
     options.stderr_fd = Open(dir_.File(id + ".err"));
     return options;
@@ -275,6 +277,51 @@ TEST_F(AgentTest, InterruptStopsTheProgramAndExitsWith128PlusSignal) {
   EXPECT_EQ(code, 128 + SIGTERM);
   EXPECT_TRUE(EventuallyGroupGone(std::stoi(pid_text)));
 }
+
+// The driver (or ssh) stops reading the agent's output while the program
+// floods it: STOP and SIGTERM must still end the node within its grace.
+class FloodTest : public AgentTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(FloodTest, AgentWhoseReaderStoppedReadingStillStops) {
+  const bool by_signal = GetParam();
+  StartServer(1);
+  int output[2];
+  ASSERT_EQ(::pipe2(output, O_CLOEXEC), 0);
+  AgentOptions options = Options("exec-0", "yes flood-line");
+  options.stdout_fd = output[1];
+  options.stderr_fd = output[1];
+  options.grace = 1s;
+  Agent agent(options);
+  std::atomic<int> code{-1};
+  std::thread thread([&] { code = agent.Run(); });
+  // Progress, not time: the pipe to the "driver" is full.
+  int queued = 0;
+  for (int i = 0; i < 6000 && queued < 60'000; ++i) {
+    ::ioctl(output[0], FIONREAD, &queued);
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_GE(queued, 60'000);
+  if (by_signal) {
+    agent.Interrupt(SIGTERM);
+  } else {
+    server_->StopAll();
+  }
+  for (int i = 0; i < 6000 && code == -1; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(code, by_signal ? 128 + SIGTERM : 0) << "the agent did not stop while blocked";
+  // Unblock an agent stuck in a write, so the thread can end either way.
+  char buffer[65536];
+  ::fcntl(output[0], F_SETFL, O_NONBLOCK);
+  while (code == -1) {
+    (void)!::read(output[0], buffer, sizeof(buffer));
+    std::this_thread::sleep_for(1ms);
+  }
+  thread.join();
+  ::close(output[0]);
+  ::close(output[1]);
+}
+
+INSTANTIATE_TEST_SUITE_P(StopOrSigterm, FloodTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Sigterm" : "Stop"; });
 
 TEST_F(AgentTest, LosingTheRendezvousStopsTheProgram) {
   StartServer(1);

@@ -194,6 +194,9 @@ Result<Subprocess> Subprocess::Spawn(const SubprocessOptions& options) {
 #ifdef SYS_close_range
     ::syscall(SYS_close_range, 3u, ~0u, 4u /* CLOSE_RANGE_CLOEXEC */);
 #endif
+    for (int fd : options.keep_fds) {
+      if (::fcntl(fd, F_SETFD, 0) != 0) ChildFail(efd, 3);
+    }
     ::execve(program.c_str(), argv.data(), child_env);
     ChildFail(efd, 5);
   }

@@ -81,6 +81,9 @@ struct SubprocessOptions {
   // of /dev/null: ssh forwards its end-of-file to the remote command, which
   // is how a remote agent learns that its driver is gone.
   bool pipe_stdin = false;
+  // Descriptors the child keeps under the same numbers (all others are
+  // closed on exec); each must be above 2.
+  std::vector<int> keep_fds;
 };
 
 class Subprocess {

@@ -15,6 +15,7 @@
 
 #include "cli/resolve_command.h"
 #include "drover/agent.h"
+#include "os/process_tree.h"
 
 namespace drover::cli {
 namespace {
@@ -156,19 +157,26 @@ int RunAgent(const AgentFlags& flags) {
   // A driver or terminal that goes away must not kill the agent mid-write;
   // the program gets the default disposition back.
   ::signal(SIGPIPE, SIG_IGN);
-  Agent agent(std::move(options));
-  g_agent = &agent;
-  struct sigaction action {};
-  action.sa_handler = OnSignal;
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART;
-  for (int signal : {SIGTERM, SIGINT, SIGHUP}) ::sigaction(signal, &action, nullptr);
-  if (token_on_stdin) StopAtEndOfStdin();
-  int code = agent.Run();
-  struct sigaction default_action {};
-  default_action.sa_handler = SIG_DFL;
-  for (int signal : {SIGTERM, SIGINT, SIGHUP}) ::sigaction(signal, &default_action, nullptr);
-  g_agent = nullptr;
+  int code;
+  {
+    Agent agent(std::move(options));
+    g_agent = &agent;
+    struct sigaction action {};
+    action.sa_handler = OnSignal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;
+    for (int signal : {SIGTERM, SIGINT, SIGHUP}) ::sigaction(signal, &action, nullptr);
+    if (token_on_stdin) StopAtEndOfStdin();
+    code = agent.Run();
+    struct sigaction default_action {};
+    default_action.sa_handler = SIG_DFL;
+    for (int signal : {SIGTERM, SIGINT, SIGHUP}) ::sigaction(signal, &default_action, nullptr);
+    g_agent = nullptr;
+  }
+  // The agent is a child subreaper: what the program's guard could not stop
+  // (the guard was SIGKILLed) was reparented here. The feeder and the guard
+  // are gone by now, so everything below this process is a leftover.
+  os::KillOwnDescendants(std::chrono::seconds(5));
   return code;
 }
 

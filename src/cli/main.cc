@@ -6,6 +6,7 @@
 
 #include "cli/agent_command.h"
 #include "cli/feeder_command.h"
+#include "cli/guard_command.h"
 #include "cli/rendezvous_command.h"
 #include "cli/resolve_command.h"
 #include "cli/run_command.h"
@@ -118,6 +119,8 @@ int main(int argc, char** argv) {
   drover::cli::AddRunCommand(app, &exit_code);
   drover::cli::AddAgentCommand(app, &exit_code);
   drover::cli::AddFeederCommand(app, &exit_code);
+  drover::cli::AddGuardCommand(app, &exit_code);
+  drover::cli::AddJanitorCommand(app, &exit_code);
   drover::cli::AddSubmitCommands(app, &exit_code);
   try {
     app.parse(argc, argv);

@@ -542,6 +542,7 @@ Status Driver::Prepare() {
                            "): " + std::strerror(errno));
   }
   private_dir_ = pattern;
+  if (janitor_) janitor_->Watch(private_dir_);
   token_file_ = private_dir_ + "/token";
   if (!options_.token) {
     DROVER_ASSIGN_OR_RETURN(options_.token, ClusterToken::Generate());
@@ -556,11 +557,35 @@ Status Driver::Prepare() {
   return Status::Ok();
 }
 
+void Driver::StartJanitor() {
+  if (options_.agent_binary.empty()) return;
+  Result<std::unique_ptr<os::Janitor>> janitor = os::Janitor::Start(options_.agent_binary);
+  if (!janitor.ok()) {
+    err_ << "drover run: temporary files may be left behind if this driver is killed: "
+         << janitor.status().message() << "\n";
+    return;
+  }
+  janitor_ = std::move(janitor).value();
+  for (const std::string& path : engine_.TemporaryPaths()) janitor_->Watch(path);
+}
+
+void Driver::StopJanitor() {
+  if (!janitor_) return;
+  // The engine removes its own when it ends, after the driver.
+  for (const std::string& path : engine_.TemporaryPaths()) janitor_->Forget(path);
+  janitor_.reset();
+}
+
 int Driver::Run() {
   if (Status valid = options_.cluster.Validate(); !valid.ok()) {
     err_ << "drover run: " << valid.message() << "\n";
     return 2;
   }
+  StartJanitor();
+  struct JanitorStop {
+    Driver* driver;
+    ~JanitorStop() { driver->StopJanitor(); }
+  } janitor_stop{this};
   if (Status ready = Prepare(); !ready.ok()) {
     err_ << "drover run: " << ready.message() << "\n";
     if (!private_dir_.empty()) fs::remove_all(private_dir_);

@@ -41,6 +41,7 @@
 #include "drover/status.h"
 #include "engine/engine.h"
 #include "feed/feed_plan.h"
+#include "os/janitor.h"
 
 namespace drover {
 
@@ -129,6 +130,10 @@ class Driver {
   enum class Outcome { kSuccess, kFailure, kInterrupted, kNoRestart };
 
   Status Prepare();
+  // The janitor that cleans up after a driver that dies; without
+  // agent_binary, none.
+  void StartJanitor();
+  void StopJanitor();
   // The run's id: DriverOptions::cluster_id, else the log directory's name.
   std::string ClusterId() const;
   Status StartStatusServer();
@@ -159,6 +164,9 @@ class Driver {
   std::string token_file_;
   std::string feed_plan_file_;
   std::string private_dir_;  // removed at the end
+  // Removes private_dir_, the live-run record and the engine's temporary
+  // paths if this process dies before it does (os/janitor.h).
+  std::unique_ptr<os::Janitor> janitor_;
   int interrupt_signal_ = 0;
   bool stop_requested_ = false;
   std::atomic<int64_t> others_grace_ms_;  // stop_fd fired (interrupt_signal_ is SIGTERM)

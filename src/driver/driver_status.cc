@@ -54,6 +54,8 @@ Status Driver::StartStatusServer() {
   if (Status announced = RegisterLiveRun(live); !announced.ok()) {
     err_ << "drover run: drover status will not find this run without its address: "
          << announced.message() << "\n";
+  } else if (janitor_) {
+    janitor_->Watch(LiveRunFile(live.pid));
   }
   return Status::Ok();
 }

@@ -18,15 +18,15 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string PathOf(int pid) {
-  return LiveRunsDir() + "/" + std::to_string(pid) + ".json";
-}
-
 bool Alive(int pid) {
   return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM);
 }
 
 }  // namespace
+
+std::string LiveRunFile(int pid) {
+  return LiveRunsDir() + "/" + std::to_string(pid) + ".json";
+}
 
 std::string LiveRunsDir() {
   const char* runtime = std::getenv("XDG_RUNTIME_DIR");
@@ -53,7 +53,7 @@ Status RegisterLiveRun(const LiveRun& run) {
                         {"log_dir", run.log_dir},
                         {"token_file", run.token_file},
                         {"started_at", run.started_at}};
-  const std::string path = PathOf(run.pid);
+  const std::string path = LiveRunFile(run.pid);
   const std::string temp = path + ".tmp";
   {
     std::ofstream out(temp, std::ios::trunc);
@@ -67,7 +67,7 @@ Status RegisterLiveRun(const LiveRun& run) {
 }
 
 void UnregisterLiveRun(int pid) {
-  std::remove(PathOf(pid).c_str());
+  std::remove(LiveRunFile(pid).c_str());
 }
 
 std::vector<LiveRun> ListLiveRuns() {

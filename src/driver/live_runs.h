@@ -26,6 +26,8 @@ struct LiveRun {
 };
 
 std::string LiveRunsDir();
+// The record of the driver with process id `pid`.
+std::string LiveRunFile(int pid);
 Status RegisterLiveRun(const LiveRun& run);
 void UnregisterLiveRun(int pid);
 // The live runs, oldest first.

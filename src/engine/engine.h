@@ -69,6 +69,10 @@ class Engine {
     return agent_host(executor_index);
   }
   // Starts one agent. kIoError when the OS refuses.
+  // Files and directories the engine made that must not outlive the driver
+  // even if it is SIGKILLed (the driver's janitor removes them then); the
+  // engine removes them itself at its normal end.
+  virtual std::vector<std::string> TemporaryPaths() const { return {}; }
   virtual Result<std::unique_ptr<AgentProcess>> Launch(const AgentLaunch& launch) = 0;
 };
 

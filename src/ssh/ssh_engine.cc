@@ -211,6 +211,11 @@ SshEngine::~SshEngine() {
   }
 }
 
+std::vector<std::string> SshEngine::TemporaryPaths() const {
+  if (private_dir_.empty()) return {};
+  return {private_dir_};
+}
+
 std::string SshEngine::agent_host(int executor_index) const {
   if (executor_index < 0 || static_cast<size_t>(executor_index) >= slots_.size()) return "";
   return addresses_[slots_[static_cast<size_t>(executor_index)]];

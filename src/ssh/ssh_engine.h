@@ -66,6 +66,8 @@ class SshEngine : public Engine {
   std::string rendezvous_host() const override { return driver_address_; }
   std::string agent_host(int executor_index) const override;
   Result<std::unique_ptr<AgentProcess>> Launch(const AgentLaunch& launch) override;
+  // The ControlMaster directory it made (its masters name it).
+  std::vector<std::string> TemporaryPaths() const override;
 
   // Every host, in parallel: does ssh work, is `program` there (after cd and
   // python_venv), is `agent_binary` executable, can it open a TCP
