@@ -164,10 +164,6 @@ class Driver {
   std::atomic<int64_t> others_grace_ms_;  // stop_fd fired (interrupt_signal_ is SIGTERM)
 };
 
-// Splits `data` appended to `*partial` into complete lines (without '\n');
-// the rest stays in *partial. Exposed for tests.
-std::vector<std::string> SplitLines(std::string* partial, std::string_view data);
-
 // The GPUs for each of `nodes` local nodes: K disjoint ones each from
 // `available` ("none" for every node when K = 0). kInvalidArgument when there
 // are not enough.
