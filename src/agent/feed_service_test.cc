@@ -1,0 +1,132 @@
+// The agent's FeedService against programs that misbehave: real processes
+// (a forked "program" that maps the queue as the reader) and the real
+// service; issue #15.
+
+#include "agent/feed_service.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "agent/test_util.h"
+#include "feed/feed_plan.h"
+#include "feed/feed_test_util.h"
+#include "feed/shm_channel.h"
+#include "feed/socket_fd.h"
+#include "testing/status_matchers.h"
+
+namespace drover {
+namespace {
+
+using ::drover::feed::testing::Child;
+using ::drover::feed::testing::ExitedWith;
+using ::drover::feed::testing::kInputOffsetOffset;
+using ::drover::feed::testing::kOutputOffsetOffset;
+using ::drover::feed::testing::kRingBytesOffset;
+using ::drover::feed::testing::kWritePos;
+using ::drover::feed::testing::OutputRingHeader;
+using ::drover::feed::testing::Scribble;
+using ::drover::testing::TempDir;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using ::testing::HasSubstr;
+
+constexpr char kTask[] = "worker:1";
+constexpr uint64_t kQueueBytes = 64 << 10;
+
+class FeedServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    socket_dir_ = dir_.File("sock");
+    ASSERT_EQ(::mkdir(socket_dir_.c_str(), 0700), 0);
+  }
+
+  FeedServiceOptions BaseOptions() {
+    FeedServiceOptions options;
+    options.plan.queue_bytes = kQueueBytes;
+    options.plan.feed_timeout_ms = 30'000;
+    options.task = kTask;
+    options.socket_dir = socket_dir_;
+    options.on_failure = [this](const Status& status) {
+      std::lock_guard<std::mutex> lock(mu_);
+      failures_.push_back(status.ToString());
+    };
+    return options;
+  }
+
+  // An inference plan over one small CSV file, with a feeder that feeds
+  // nothing (/bin/true): the agent reads the results ring itself.
+  void ServeInference() {
+    testing::WriteFile(dir_.File("data.csv"), "a\nb\n");
+    FeedServiceOptions options = BaseOptions();
+    options.plan.mode = feed::FeedMode::kInference;
+    options.plan.read.format = feed::RecordFormat::kCsv;
+    options.plan.partitions = {feed::Partition{dir_.File("data.csv"), 0, 4}};
+    options.plan.output_dir = dir_.File("out");
+    options.plan_path = dir_.File("plan.json");
+    options.drover_binary = "/bin/true";
+    ASSERT_OK_AND_ASSIGN(service_, FeedService::Start(std::move(options)));
+  }
+
+  // The failures reported so far, waiting up to `timeout` for the first.
+  std::vector<std::string> AwaitFailures(milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!failures_.empty() || std::chrono::steady_clock::now() >= deadline) return failures_;
+      }
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+  }
+
+  TempDir dir_;
+  std::string socket_dir_;
+  std::unique_ptr<FeedService> service_;
+  std::mutex mu_;
+  std::vector<std::string> failures_;  // guarded by mu_
+};
+
+// The program (a child process, as the reader) writes over the channel's
+// sizes and the results ring's write position. The agent keeps its own
+// copy of the sizes, refuses the position, and reports the feed as failed;
+// it never reads outside the queue (the ASan build checks).
+TEST_F(FeedServiceTest, ProgramThatCorruptsTheQueueHeaderFailsTheFeedNotTheAgent) {
+  ASSERT_NO_FATAL_FAILURE(ServeInference());
+  const std::string path = service_->socket_path();
+  Child program([path] {
+    Result<feed::JoinedFeed> joined =
+        feed::JoinFeed(path, feed::FeedRole::kReader, /*train_mode=*/false,
+                       std::chrono::steady_clock::now() + seconds(10));
+    if (!joined.ok()) return 2;
+    const int fd = joined->channel.fd();
+    const uint64_t output = OutputRingHeader(joined->channel);
+    bool wrote = Scribble<uint64_t>(fd, kRingBytesOffset, uint64_t{1} << 40) &&
+                 Scribble<uint64_t>(fd, kInputOffsetOffset, ~uint64_t{0}) &&
+                 Scribble<uint64_t>(fd, kOutputOffsetOffset, 3) &&
+                 Scribble<uint64_t>(fd, output + kWritePos, (uint64_t{1} << 62) + 8);
+    return wrote ? 0 : 3;
+  });
+  ASSERT_TRUE(program.started());
+  EXPECT_TRUE(ExitedWith(program.Wait(seconds(20)), 0));
+
+  const std::vector<std::string> failures = AwaitFailures(seconds(20));
+  ASSERT_EQ(failures.size(), 1u);
+  EXPECT_THAT(failures[0], HasSubstr("reading the results of worker:1"));
+  EXPECT_THAT(failures[0], HasSubstr("corrupt feed queue header: write_pos"));
+  // The heartbeat's view still uses the sizes the agent made.
+  const FeedProgress progress = service_->Progress();
+  EXPECT_EQ(progress.queue_capacity, kQueueBytes);
+  EXPECT_LE(progress.queue_bytes, kQueueBytes);
+  service_->Stop("the test is over");
+}
+
+}  // namespace
+}  // namespace drover
