@@ -16,8 +16,10 @@
 #include <vector>
 
 #include "agent/test_util.h"
+#include "drover/data_feed.h"
 #include "feed/feed_plan.h"
 #include "feed/feed_test_util.h"
+#include "feed/partition_writer.h"
 #include "feed/shm_channel.h"
 #include "feed/socket_fd.h"
 #include "testing/status_matchers.h"
@@ -36,6 +38,7 @@ using ::drover::feed::testing::Scribble;
 using ::drover::testing::TempDir;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
+using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 
 constexpr char kTask[] = "worker:1";
@@ -73,6 +76,21 @@ class FeedServiceTest : public ::testing::Test {
     options.plan_path = dir_.File("plan.json");
     options.drover_binary = "/bin/true";
     ASSERT_OK_AND_ASSIGN(service_, FeedService::Start(std::move(options)));
+  }
+
+  // An external plan (drover.Cluster.train): writers join from outside.
+  void ServeExternal() {
+    FeedServiceOptions options = BaseOptions();
+    options.plan.external = true;
+    options.plan.read.format = feed::RecordFormat::kPickle;
+    ASSERT_OK_AND_ASSIGN(service_, FeedService::Start(std::move(options)));
+  }
+
+  Result<std::unique_ptr<DataFeed>> ConnectReader() {
+    DataFeedOptions options;
+    options.socket_path = service_->socket_path();
+    options.timeout = seconds(10);
+    return DataFeed::Connect(options);
   }
 
   // The failures reported so far, waiting up to `timeout` for the first.
@@ -126,6 +144,55 @@ TEST_F(FeedServiceTest, ProgramThatCorruptsTheQueueHeaderFailsTheFeedNotTheAgent
   EXPECT_EQ(progress.queue_capacity, kQueueBytes);
   EXPECT_LE(progress.queue_bytes, kQueueBytes);
   service_->Stop("the test is over");
+}
+
+// Issue #15: a reader that reconnects. Records handed to a reader are never
+// handed again, whether it took a whole batch or part of one; the next
+// reader starts right after them, and may connect the moment the last one
+// is gone.
+TEST_F(FeedServiceTest, ReaderThatReconnectsIsNotHandedThePreviousReadersRecordsAgain) {
+  ASSERT_NO_FATAL_FAILURE(ServeExternal());
+  feed::PartitionWriterOptions writer_options;
+  writer_options.socket_path = service_->socket_path();
+  writer_options.connect_timeout = seconds(10);
+  writer_options.feed_timeout = seconds(10);
+  writer_options.batch_bytes = 40;  // a few records per batch
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<feed::PartitionWriter> writer,
+                       feed::PartitionWriter::Connect(writer_options));
+  std::vector<std::string> records;
+  for (int i = 0; i < 40; ++i) records.push_back("record-" + std::to_string(100 + i));
+  ASSERT_OK(writer->Feed(0, 0, {records.begin(), records.end()}));
+
+  std::vector<std::string> seen;
+  auto read = [&](DataFeed& feed, size_t count) {
+    ASSERT_OK_AND_ASSIGN(RecordBatch batch, feed.NextBatch(count));
+    for (std::string_view record : batch.records) seen.emplace_back(record);
+  };
+  {  // Part of the first batch.
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<DataFeed> first, ConnectReader());
+    ASSERT_NO_FATAL_FAILURE(read(*first, 2));
+    ASSERT_EQ(seen.size(), 2u);
+  }
+  {  // The rest of it and more: ends inside a later batch.
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<DataFeed> second, ConnectReader());
+    ASSERT_NO_FATAL_FAILURE(read(*second, 7));
+    ASSERT_NO_FATAL_FAILURE(read(*second, 5));
+  }
+  {  // Connects and leaves without reading.
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<DataFeed> idle, ConnectReader());
+  }
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DataFeed> last, ConnectReader());
+  while (seen.size() < records.size()) {
+    const size_t before = seen.size();
+    ASSERT_NO_FATAL_FAILURE(read(*last, 100));
+    ASSERT_GT(seen.size(), before) << "the feed ended early";
+  }
+  EXPECT_THAT(seen, ElementsAreArray(records));
+  ASSERT_OK(writer->EndFeed());
+  ASSERT_OK_AND_ASSIGN(RecordBatch end, last->NextBatch(100));
+  EXPECT_TRUE(end.records.empty());
+  // Counted once each too.
+  EXPECT_EQ(service_->Progress().records, records.size());
 }
 
 }  // namespace

@@ -91,6 +91,9 @@ struct RingHeader {
   uint64_t payload_bytes_read;  // record bytes, without length prefixes
   uint32_t partitions_read;     // batches flagged end-of-partition
   uint32_t last_epoch;
+  // Just past the last record handed to the program: where a new reader
+  // starts (RingReader::Resume).
+  uint64_t handed_pos;
 };
 static_assert(sizeof(RingHeader) <= kRingHeaderBytes);
 
@@ -551,15 +554,80 @@ Result<std::optional<BatchView>> RingReader::Read() {
       p += sizeof(length) + length;
     }
     view.bytes = static_cast<size_t>(p - view.records);
+    view.begin = cursor_;
     cursor_ += header.bytes;
     view.end = cursor_;
-    CountRead(view);
     return std::optional<BatchView>(view);
   }
 }
 
+Result<std::optional<BatchView>> RingReader::Deliver(Result<std::optional<BatchView>> next) {
+  if (!next.ok() || !next->has_value()) return next;
+  BatchView& batch = **next;
+  if (skip_to_ == 0 || batch.begin != skip_at_) {
+    CountRead(batch);
+    return next;
+  }
+  // The records were checked by Read; skip those the previous reader had.
+  const char* p = batch.records;
+  const char* const limit = batch.records + batch.bytes;
+  const uint64_t records_at = batch.begin + sizeof(BatchHeader);
+  uint32_t skipped = 0;
+  while (skipped < batch.info.record_count &&
+         records_at + static_cast<uint64_t>(p - batch.records) < skip_to_ && p < limit) {
+    if (batch.info.flags & kFixedSizeRecords) {
+      p += batch.info.record_bytes;
+    } else {
+      uint32_t length;
+      std::memcpy(&length, p, sizeof(length));
+      p += sizeof(length) + length;
+    }
+    ++skipped;
+  }
+  batch.bytes -= static_cast<size_t>(p - batch.records);
+  batch.records = p;
+  batch.info.first_record += skipped;
+  batch.info.record_count -= skipped;
+  skip_to_ = 0;
+  return next;
+}
+
 Result<std::optional<BatchView>> RingReader::TryNext() {
-  return Read();
+  return Deliver(Read());
+}
+
+void RingReader::MarkHanded(const BatchView& batch, const char* next) {
+  const uint64_t handed =
+      next >= batch.records + batch.bytes
+          ? batch.end
+          : batch.begin + sizeof(BatchHeader) + static_cast<uint64_t>(next - batch.records);
+  Atomic(ring_->handed_pos).store(handed, std::memory_order_release);
+}
+
+Status RingReader::Resume() {
+  const uint64_t handed = Atomic(ring_->handed_pos).load(std::memory_order_acquire);
+  if (handed <= cursor_) return Status::Ok();
+  const uint64_t write_pos = Atomic(ring_->write_pos).load(std::memory_order_acquire);
+  if (handed > write_pos) {
+    return Status::Internal("corrupt feed queue header: the last reader was handed records up to " +
+                            std::to_string(handed) + ", past the published " +
+                            std::to_string(write_pos));
+  }
+  for (;;) {
+    Result<std::optional<BatchView>> next = Read();
+    if (!next.ok()) return next.status();
+    if (!next->has_value()) break;
+    const BatchView& batch = **next;
+    if (batch.end <= handed) continue;  // it had all of it
+    cursor_ = batch.begin;
+    if (handed > batch.begin) {
+      skip_at_ = batch.begin;
+      skip_to_ = handed;
+    }
+    break;
+  }
+  Release(cursor_);
+  return Status::Ok();
 }
 
 Result<std::optional<BatchView>> RingReader::Next(Deadline deadline) {
@@ -571,7 +639,7 @@ Result<std::optional<BatchView>> RingReader::Next(Deadline deadline) {
     if (channel_->state() != RunState::kRunning) return std::optional<BatchView>();
     return Status::DeadlineExceeded("no batch arrived");
   }
-  return Read();
+  return Deliver(Read());
 }
 
 void RingReader::Release(uint64_t end) {
@@ -586,6 +654,8 @@ void RingReader::DiscardAll() {
   const uint64_t write_pos = Atomic(ring_->write_pos).load(std::memory_order_acquire);
   // A write position out of range is not followed: nothing is released then.
   if (write_pos > cursor_ && write_pos - cursor_ <= capacity_) cursor_ = write_pos;
+  skip_to_ = 0;
+  Atomic(ring_->handed_pos).store(cursor_, std::memory_order_release);
   Release(cursor_);
 }
 

@@ -60,7 +60,8 @@ struct BatchView {
   // record_count x [record_bytes bytes].
   const char* records = nullptr;
   size_t bytes = 0;
-  uint64_t end = 0;  // the ring position after this batch (for Release)
+  uint64_t begin = 0;  // the ring position of the batch's header
+  uint64_t end = 0;    // the ring position after this batch (for Release)
 };
 
 // Calls fn(std::string_view record) for each record of `batch`. The records
@@ -202,6 +203,18 @@ class RingReader {
   Result<std::optional<BatchView>> Next(Deadline deadline);
   // Like Next but never waits: nullopt when nothing is published yet.
   Result<std::optional<BatchView>> TryNext();
+
+  // Records, for a reader that may come after this one, that the program was
+  // handed `batch`'s records before `next` (`batch.records + batch.bytes`:
+  // all of them). Call when a batch is taken from Next, and after handing
+  // out records of it.
+  void MarkHanded(const BatchView& batch, const char* next);
+  // Called once by a new reader of a ring that may have had one before
+  // (docs/shm_queue_format.md, "A new reader"): skips what the previous
+  // reader was handed, releasing the batches it had wholly, so that the next
+  // batch starts at the first record nobody was handed. kInternal when the
+  // previous reader's mark is outside the published batches.
+  Status Resume();
   // Frees every batch before ring position `end` for the writer.
   void Release(uint64_t end);
   // Frees everything read so far.
@@ -216,6 +229,9 @@ class RingReader {
 
  private:
   Result<std::optional<BatchView>> Read();
+  // What Next and TryNext hand out: Read's batch, counted, or the rest of
+  // the batch a previous reader was partly handed (counted by it).
+  Result<std::optional<BatchView>> Deliver(Result<std::optional<BatchView>> next);
   void CountRead(const BatchView& batch);
 
   ShmChannel* channel_;
@@ -224,6 +240,10 @@ class RingReader {
   uint64_t capacity_;
   uint64_t cursor_;    // the next batch's position
   uint64_t released_;  // the read_pos this reader last stored
+  // After Resume: the batch at skip_at_ is handed out without its records
+  // before ring position skip_to_ (0: none).
+  uint64_t skip_at_ = 0;
+  uint64_t skip_to_ = 0;
 };
 
 // What a ring's reader has been handed so far, and how full the ring is.

@@ -778,6 +778,54 @@ TEST(ShmChannelTest, GarbageHeadersNeverMakeASideLeaveTheRing) {
   RecordProperty("sink", std::to_string(sink));
 }
 
+// Issue #15: a new reader starts at the first record the previous one was
+// not handed, with fixed-size records too, and never counts a batch twice.
+TEST(ShmChannelTest, NewReaderResumesAfterWhatThePreviousOneWasHanded) {
+  ASSERT_OK_AND_ASSIGN(ShmChannel channel, ShmChannel::Create(64 << 10));
+  RingWriter writer(channel, /*input_ring=*/true);
+  {  // Fixed-size records: 6 of 4 bytes.
+    Result<char*> space = writer.Reserve(24, In(seconds(5)));
+    ASSERT_OK(space);
+    std::memcpy(*space, "r000r001r002r003r004r005", 24);
+    BatchInfo info;
+    info.flags = kFixedSizeRecords;
+    info.record_bytes = 4;
+    info.record_count = 6;
+    writer.Commit(info, 24, 0);
+  }
+  BatchInfo second;
+  second.first_record = 6;
+  ASSERT_OK(PublishBatch(writer, second, {"r006", "r007"}));
+  {
+    RingReader first(channel, true);
+    ASSERT_OK(first.Resume());
+    ASSERT_OK_AND_ASSIGN(std::optional<BatchView> batch, first.TryNext());
+    ASSERT_TRUE(batch.has_value());
+    first.MarkHanded(*batch, batch->records + 2 * 4);  // handed r000, r001
+  }
+  {
+    RingReader again(channel, true);
+    ASSERT_OK(again.Resume());
+    ASSERT_OK_AND_ASSIGN(std::optional<BatchView> batch, again.TryNext());
+    ASSERT_TRUE(batch.has_value());
+    EXPECT_THAT(RecordsOf(*batch), ElementsAre("r002", "r003", "r004", "r005"));
+    EXPECT_EQ(batch->info.first_record, 2u);
+    again.MarkHanded(*batch, batch->records + batch->bytes);  // all of it
+  }
+  RingReader last(channel, true);
+  ASSERT_OK(last.Resume());
+  ASSERT_OK_AND_ASSIGN(std::optional<BatchView> batch, last.TryNext());
+  ASSERT_TRUE(batch.has_value());
+  EXPECT_THAT(RecordsOf(*batch), ElementsAre("r006", "r007"));
+  EXPECT_EQ(ReadRingProgress(channel, true).records, 8u);
+  // The first batch was released when `last` resumed.
+  EXPECT_EQ(ReadRingProgress(channel, true).queued_bytes, batch->end - batch->begin);
+  // A mark past what was published.
+  ASSERT_TRUE(Scribble<uint64_t>(channel.fd(), kInputRingHeader + 216, batch->end + 64));
+  RingReader confused(channel, true);
+  EXPECT_THAT(confused.Resume(), StatusIs(Code::kInternal, HasSubstr("past the published")));
+}
+
 // Writes records first..last-1 (NumberedRecord) as feeds of kPerFeed records
 // in batches of random sizes, resuming after the ring's last commit point:
 // the body of a writer child. Returns an exit code.
