@@ -97,6 +97,9 @@ struct DriverOptions {
   // The status server (docs/status.md): off unless status_port >= 0.
   int status_port = -1;  // 0: any free port
   std::string status_address = "127.0.0.1";
+  // Names requests may give the status server in their Host header besides
+  // loopback names, IP literals and status_address (--status-host).
+  std::vector<std::string> status_hosts;
   // How long the status server keeps serving the final state after the
   // run ended (a stop signal cuts it short).
   Milliseconds status_linger{0};
