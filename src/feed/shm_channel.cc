@@ -536,6 +536,10 @@ Result<std::optional<BatchView>> RingReader::Read() {
     const char* limit = data_ + offset + header.bytes;
     if (header.flags & kFixedSizeRecords) {
       const uint64_t payload = uint64_t{header.record_count} * header.record_bytes;
+      // Records of no bytes would let a small batch claim billions of them.
+      if (header.record_count > 0 && header.record_bytes == 0) {
+        return Status::Internal("corrupt feed queue: fixed-size records of 0 bytes");
+      }
       if (payload > static_cast<uint64_t>(limit - p)) {
         return Status::Internal("corrupt feed queue: records overrun their batch");
       }

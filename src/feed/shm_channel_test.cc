@@ -708,6 +708,24 @@ TEST(ShmChannelTest, WritePosOutOfRangeIsAnErrorForTheReader) {
   EXPECT_EQ(Peek<uint64_t>(fd, OutputRingHeader(channel) + kReadPos), channel.ring_bytes());
 }
 
+// Found by shm_attach_fuzzer: a 40-byte batch claiming 2^32 - 1 fixed-size
+// records of 0 bytes had every reader (the agent's result writer among them)
+// loop over billions of empty records.
+TEST(ShmChannelTest, FixedSizeRecordsOfNoBytesAreCorrupt) {
+  ASSERT_OK_AND_ASSIGN(ShmChannel channel, ShmChannel::Create(64 << 10));
+  RingWriter writer(channel, /*input_ring=*/false);
+  ASSERT_OK_AND_ASSIGN(char* space, writer.Reserve(0, In(seconds(5))));
+  (void)space;
+  BatchInfo info;
+  info.flags = kFixedSizeRecords;
+  info.record_bytes = 0;
+  info.record_count = UINT32_MAX;
+  writer.Commit(info, 0, 0);
+  RingReader reader(channel, /*input_ring=*/false);
+  EXPECT_THAT(reader.TryNext(),
+              StatusIs(Code::kInternal, HasSubstr("fixed-size records of 0 bytes")));
+}
+
 // Random bytes over the headers and the data, again and again, and every
 // call of both sides on every ring: each returns, and none touches memory
 // outside the channel (the ASan build checks that).
