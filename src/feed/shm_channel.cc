@@ -687,7 +687,9 @@ RingProgress ReadRingProgress(const ShmChannel& channel, bool input_ring) {
   progress.epoch = Atomic(ring->last_epoch).load(std::memory_order_relaxed);
   const uint64_t read_pos = Atomic(ring->read_pos).load(std::memory_order_acquire);
   const uint64_t write_pos = Atomic(ring->write_pos).load(std::memory_order_acquire);
-  progress.queued_bytes = write_pos > read_pos ? write_pos - read_pos : 0;
+  // Both positions may have been written by the program: show at most the ring.
+  progress.queued_bytes =
+      write_pos > read_pos ? std::min(write_pos - read_pos, channel.ring_bytes()) : 0;
   progress.capacity_bytes = channel.ring_bytes();
   return progress;
 }
