@@ -154,7 +154,18 @@ void BindTfConfig(py::module_& m) {
                  return std::make_shared<TFConfigClusterResolver>(std::move(options));
                }),
            py::arg("task_type") = py::none(), py::arg("task_id") = py::none(),
-           py::arg("rpc_layer") = py::none(), py::arg("environment") = py::none());
+           py::arg("rpc_layer") = py::none(), py::arg("environment") = py::none())
+      // TensorFlow's properties raise ValueError for a TF_CONFIG that is not
+      // JSON, or whose entry is malformed, rather than returning None.
+      .def_property(
+          "task_type", [](const TFConfigClusterResolver& r) { return Unwrap(r.ReadTaskType()); },
+          [](TFConfigClusterResolver& r, OptString type) { r.set_task_type(std::move(type)); })
+      .def_property(
+          "task_id", [](const TFConfigClusterResolver& r) { return Unwrap(r.ReadTaskId()); },
+          [](TFConfigClusterResolver& r, OptInt id) { r.set_task_id(id); })
+      .def_property(
+          "rpc_layer", [](const TFConfigClusterResolver& r) { return Unwrap(r.ReadRpcLayer()); },
+          [](TFConfigClusterResolver& r, OptString layer) { r.set_rpc_layer(std::move(layer)); });
 }
 
 template <typename Resolver>

@@ -1,16 +1,29 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang and runs each for a bounded time.
-# Usage: scripts/fuzz.sh [seconds-per-target]   (default 30)
+# Usage: scripts/fuzz.sh [seconds-per-target] [target...]   (default 30 s, every target)
+# Targets are every build-fuzz/fuzz/*_fuzzer (drover_add_fuzzer), among them
+# the inputs from outside the process of issue #15: feed_hello_fuzzer (the
+# feed socket's hello and answer lines), shm_attach_fuzzer (attaching to a
+# feed channel over arbitrary bytes) and status_request_fuzzer (raw requests
+# to the status server).
 # Seeds come from testing/fuzz_corpus/<target>/; new inputs go to a scratch
 # copy, so the checked-in corpus only changes by hand. A crash leaves its input
 # in build-fuzz/artifacts/ and fails the script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-30}"
+shift || true
 scripts/build.sh fuzz
 mkdir -p build-fuzz/artifacts
 status=0
-for fuzzer in build-fuzz/fuzz/*_fuzzer; do
+if [ "$#" -gt 0 ]; then
+  fuzzers=()
+  for name in "$@"; do fuzzers+=("build-fuzz/fuzz/$name"); done
+else
+  fuzzers=(build-fuzz/fuzz/*_fuzzer)
+fi
+for fuzzer in "${fuzzers[@]}"; do
+  [ -x "$fuzzer" ] || { echo "fuzz: no target $fuzzer" >&2; status=1; continue; }
   name="$(basename "$fuzzer")"
   work="build-fuzz/corpus/$name"
   mkdir -p "$work"

@@ -96,11 +96,21 @@ class TFConfigClusterResolver : public ClusterResolver {
   std::string environment() const override;
 
   // The override when set, else TF_CONFIG's task.type / task.index /
-  // rpc_layer. nullopt when neither has one, and also when TF_CONFIG is
-  // malformed: these accessors cannot fail, so call tf_config() to see why.
+  // rpc_layer. nullopt when neither has one, and also when TF_CONFIG (or
+  // that entry) is malformed: these accessors cannot fail; the Read* ones
+  // below say why.
   std::optional<std::string> task_type() const override;
   std::optional<int> task_id() const override;
   std::optional<std::string> rpc_layer() const override;
+
+  // TensorFlow's task_type / task_id / rpc_layer properties: as above, but
+  // kInvalidArgument (ValueError in Python, as TensorFlow raises) when
+  // TF_CONFIG is not a JSON object or the entry itself is malformed (a task
+  // index that is not an integer). Like TensorFlow they read only their own
+  // entry: a broken cluster does not hide the task.
+  Result<std::optional<std::string>> ReadTaskType() const;
+  Result<std::optional<int>> ReadTaskId() const;
+  Result<std::optional<std::string>> ReadRpcLayer() const;
 
  private:
   Environment* env_;

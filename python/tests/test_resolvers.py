@@ -66,6 +66,28 @@ def test_tf_config_malformed_is_value_error(monkeypatch):
         drover.TFConfigClusterResolver().cluster_spec()
 
 
+def test_issue_15_tf_config_task_properties_raise_value_error_as_tensorflow(monkeypatch):
+    monkeypatch.setenv("TF_CONFIG", "{not json")
+    r = drover.TFConfigClusterResolver()
+    for name in ("task_type", "task_id", "rpc_layer"):
+        with pytest.raises(ValueError, match="TF_CONFIG"):
+            getattr(r, name)
+    # An override is returned without reading TF_CONFIG, as TensorFlow does.
+    fixed = drover.TFConfigClusterResolver(task_type="ps", task_id=1, rpc_layer="grpc")
+    assert (fixed.task_type, fixed.task_id, fixed.rpc_layer) == ("ps", 1, "grpc")
+    for index in ("one", 1.5, [1]):
+        set_tf_config(monkeypatch, {"cluster": {"worker": ["a:1"]},
+                                    "task": {"type": "worker", "index": index}})
+        with pytest.raises(ValueError, match="task.index"):
+            r.task_id
+        assert r.task_type == "worker"  # TensorFlow reads task.type alone for it
+    # Each property reads its own entry: a broken cluster does not hide the task.
+    set_tf_config(monkeypatch, {"cluster": {"worker": 5}, "task": {"type": "worker", "index": "2"}})
+    assert (r.task_type, r.task_id) == ("worker", 2)
+    monkeypatch.setenv("TF_CONFIG", " ")
+    assert (r.task_type, r.task_id, r.rpc_layer) == (None, None, None)
+
+
 def test_union_merges_and_detects_duplicates():
     a = drover.SimpleClusterResolver(drover.ClusterSpec({"worker": ["a:1"]}), task_type="worker",
                                      task_id=0)
@@ -117,6 +139,38 @@ def test_slurm_resolver_and_parsers(monkeypatch):
     assert r.master() == "grpc://t03:9000"
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "0"  # mirrored into os.environ
     assert r.num_accelerators() == {"GPU": 1}
+
+
+def test_issue_15_slurm_missing_or_inconsistent_variables_are_runtime_error(monkeypatch):
+    # TensorFlow: RuntimeError("SLURM_PROCID not found in environment. Not running inside a
+    # SLURM step?"), RuntimeError("Requested 3 tasks but only 2 were assigned."); the
+    # messages are drover's.
+    with pytest.raises(RuntimeError, match="SLURM_PROCID is not set"):
+        drover.SlurmClusterResolver()
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    with pytest.raises(RuntimeError, match="SLURM_STEP_NODELIST"):
+        drover.SlurmClusterResolver()
+    monkeypatch.setenv("SLURM_STEP_NODELIST", "a,b")
+    with pytest.raises(RuntimeError, match="SLURM_STEP_TASKS_PER_NODE is not set"):
+        drover.SlurmClusterResolver()
+    monkeypatch.setenv("SLURM_STEP_TASKS_PER_NODE", "1(x3)")
+    with pytest.raises(RuntimeError, match="names 2 nodes but"):
+        drover.SlurmClusterResolver()
+    monkeypatch.setenv("SLURM_STEP_TASKS_PER_NODE", "1(x2)")
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "2")
+    with pytest.raises(RuntimeError, match="ask for 3 tasks but"):
+        drover.SlurmClusterResolver(jobs={"worker": 3}, gpus_per_node=0)
+    with pytest.raises(RuntimeError, match="more GPUs per node than available"):
+        drover.SlurmClusterResolver(gpus_per_node=1, gpus_per_task=2)
+    monkeypatch.setenv("SLURM_PROCID", "5")
+    with pytest.raises(RuntimeError, match="SLURM_PROCID=5 must be < 2"):
+        drover.SlurmClusterResolver(gpus_per_node=0)
+    # Arguments that cannot be right stay ValueError.
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    with pytest.raises(ValueError, match="must be >= 0"):
+        drover.SlurmClusterResolver(jobs={"worker": -1}, gpus_per_node=0)
+    assert drover.SlurmClusterResolver(gpus_per_node=0).cluster_spec().as_dict() == {
+        "worker": ["a:8888", "b:8888"]}
 
 
 def test_slurm_garbled_variable_is_value_error(monkeypatch):

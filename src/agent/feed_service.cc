@@ -351,8 +351,8 @@ void FeedService::Impl::Accept() {
                             " is fed from its plan (drover run --input), not from outside"));
   }
   int& slot = writer ? writer_fd_ : reader_fd_;
-  if (slot >= 0 && writer && plan.external) {
-    // A writer that just left may not have been noticed yet.
+  if (slot >= 0 && (!writer || plan.external)) {
+    // A reader or writer that just left may not have been noticed yet.
     pollfd p{slot, POLLIN, 0};
     if (::poll(&p, 1, 0) > 0 && p.revents != 0) {
       ::close(slot);
@@ -477,7 +477,14 @@ Status FeedService::Impl::WriteBatch(const feed::BatchView& batch) {
   ResultFile& file = result_files_[partition];
   const std::string name = plan.partitions[partition].Name();
   if (file.complete || batch.info.first_record != file.results) {
-    return Status::Internal("results of " + name + " arrived out of order");
+    // A reader that left without answering its last batch: its successor
+    // starts after those records (docs/feed.md).
+    return Status::Internal(
+        "results of " + name + " arrived out of order: " +
+        (file.complete ? std::string("after its last record")
+                       : "for record " + std::to_string(batch.info.first_record) +
+                             " where record " + std::to_string(file.results) + " was due") +
+        " (were records handed to a reader that left unanswered?)");
   }
   const std::string temp = plan.output_dir + "/." + PartName(partition) + ".tmp";
   if (file.fd < 0) {

@@ -1,5 +1,6 @@
-// FeedService's rule for a feeder that dies before it feeds anything, with a
-// stand-in feeder: a shell script started as `<script> feeder --socket ...`.
+// The agent's FeedService against programs that misbehave: real processes
+// (a forked "program" that maps the queue as the reader) and the real
+// service; issue #15.
 
 #include "agent/feed_service.h"
 
@@ -7,109 +8,191 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
-#include <algorithm>
 #include <chrono>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "agent/test_util.h"
+#include "drover/data_feed.h"
+#include "feed/feed_plan.h"
+#include "feed/feed_test_util.h"
+#include "feed/partition_writer.h"
+#include "feed/shm_channel.h"
+#include "feed/socket_fd.h"
 #include "testing/status_matchers.h"
 
 namespace drover {
 namespace {
 
-using ::drover::testing::ReadFile;
+using ::drover::feed::testing::Child;
+using ::drover::feed::testing::ExitedWith;
+using ::drover::feed::testing::kInputOffsetOffset;
+using ::drover::feed::testing::kOutputOffsetOffset;
+using ::drover::feed::testing::kRingBytesOffset;
+using ::drover::feed::testing::kWritePos;
+using ::drover::feed::testing::OutputRingHeader;
+using ::drover::feed::testing::Scribble;
 using ::drover::testing::TempDir;
-using ::drover::testing::WriteFile;
+using std::chrono::milliseconds;
 using std::chrono::seconds;
+using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
-using ::testing::IsEmpty;
 
-class FeederRestartTest : public ::testing::Test {
+constexpr char kTask[] = "worker:1";
+constexpr uint64_t kQueueBytes = 64 << 10;
+
+class FeedServiceTest : public ::testing::Test {
  protected:
-  // Starts a FeedService whose feeder is `script` (a shell script body).
-  void Serve(const std::string& script) {
-    const std::string data = dir_.File("data.csv");
-    WriteFile(data, "1,a\n2,b\n");
-    const std::string feeder = dir_.File("feeder.sh");
-    WriteFile(feeder, "#!/bin/sh\n" + script);
-    ASSERT_EQ(::chmod(feeder.c_str(), 0755), 0);
+  void SetUp() override {
+    socket_dir_ = dir_.File("sock");
+    ASSERT_EQ(::mkdir(socket_dir_.c_str(), 0700), 0);
+  }
+
+  FeedServiceOptions BaseOptions() {
     FeedServiceOptions options;
-    options.plan.read.format = feed::RecordFormat::kCsv;
-    options.plan.queue_bytes = 64 << 10;
-    options.plan.partitions.push_back(feed::Partition{data, 0, 8});
-    options.plan_path = dir_.File("plan.json");
-    WriteFile(options.plan_path, options.plan.ToJson());
-    options.task = "worker:0";
-    options.drover_binary = feeder;
-    options.say = [this](const std::string& line) {
-      std::lock_guard<std::mutex> lock(mu_);
-      said_.push_back(line);
-    };
+    options.plan.queue_bytes = kQueueBytes;
+    options.plan.feed_timeout_ms = 30'000;
+    options.task = kTask;
+    options.socket_dir = socket_dir_;
     options.on_failure = [this](const Status& status) {
       std::lock_guard<std::mutex> lock(mu_);
-      failures_.push_back(status.message());
+      failures_.push_back(status.ToString());
     };
+    return options;
+  }
+
+  // An inference plan over one small CSV file, with a feeder that feeds
+  // nothing (/bin/true): the agent reads the results ring itself.
+  void ServeInference() {
+    testing::WriteFile(dir_.File("data.csv"), "a\nb\n");
+    FeedServiceOptions options = BaseOptions();
+    options.plan.mode = feed::FeedMode::kInference;
+    options.plan.read.format = feed::RecordFormat::kCsv;
+    options.plan.partitions = {feed::Partition{dir_.File("data.csv"), 0, 4}};
+    options.plan.output_dir = dir_.File("out");
+    options.plan_path = dir_.File("plan.json");
+    options.drover_binary = "/bin/true";
     ASSERT_OK_AND_ASSIGN(service_, FeedService::Start(std::move(options)));
   }
 
-  // How many times the script ran (it appends a line to `starts` each time).
-  int Starts() {
-    std::string text = ReadFile(dir_.File("starts"));
-    return static_cast<int>(std::count(text.begin(), text.end(), '\n'));
+  // An external plan (drover.Cluster.train): writers join from outside.
+  void ServeExternal() {
+    FeedServiceOptions options = BaseOptions();
+    options.plan.external = true;
+    options.plan.read.format = feed::RecordFormat::kPickle;
+    ASSERT_OK_AND_ASSIGN(service_, FeedService::Start(std::move(options)));
   }
 
-  // Waits (bounded) until `done` holds; false on timeout.
-  template <typename Predicate>
-  bool WaitFor(Predicate done) {
-    const auto until = std::chrono::steady_clock::now() + seconds(60);
-    while (std::chrono::steady_clock::now() < until) {
+  Result<std::unique_ptr<DataFeed>> ConnectReader() {
+    DataFeedOptions options;
+    options.socket_path = service_->socket_path();
+    options.timeout = seconds(10);
+    return DataFeed::Connect(options);
+  }
+
+  // The failures reported so far, waiting up to `timeout` for the first.
+  std::vector<std::string> AwaitFailures(milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
       {
         std::lock_guard<std::mutex> lock(mu_);
-        if (done()) return true;
+        if (!failures_.empty() || std::chrono::steady_clock::now() >= deadline) return failures_;
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      std::this_thread::sleep_for(milliseconds(5));
     }
-    return false;
   }
 
-  std::string CountStart() const { return "echo start >> '" + dir_.File("starts") + "'\n"; }
-
   TempDir dir_;
-  std::mutex mu_;
-  std::vector<std::string> said_;
-  std::vector<std::string> failures_;
+  std::string socket_dir_;
   std::unique_ptr<FeedService> service_;
+  std::mutex mu_;
+  std::vector<std::string> failures_;  // guarded by mu_
 };
 
-TEST_F(FeederRestartTest, CrashingFeederFailsTheFeedAfterFourCrashesInARow) {
-  Serve(CountStart() + "kill -SEGV $$\n");
-  ASSERT_TRUE(WaitFor([&] { return !failures_.empty(); })) << Starts() << " starts";
-  EXPECT_THAT(failures_[0],
-              HasSubstr("the feeder of worker:0 crashed (killed by SIGSEGV) 4 times in a row "
-                        "without feeding a batch"));
-  EXPECT_EQ(Starts(), 4);
+// The program (a child process, as the reader) writes over the channel's
+// sizes and the results ring's write position. The agent keeps its own
+// copy of the sizes, refuses the position, and reports the feed as failed;
+// it never reads outside the queue (the ASan build checks).
+TEST_F(FeedServiceTest, ProgramThatCorruptsTheQueueHeaderFailsTheFeedNotTheAgent) {
+  ASSERT_NO_FATAL_FAILURE(ServeInference());
+  const std::string path = service_->socket_path();
+  Child program([path] {
+    Result<feed::JoinedFeed> joined =
+        feed::JoinFeed(path, feed::FeedRole::kReader, /*train_mode=*/false,
+                       std::chrono::steady_clock::now() + seconds(10));
+    if (!joined.ok()) return 2;
+    const int fd = joined->channel.fd();
+    const uint64_t output = OutputRingHeader(joined->channel);
+    bool wrote = Scribble<uint64_t>(fd, kRingBytesOffset, uint64_t{1} << 40) &&
+                 Scribble<uint64_t>(fd, kInputOffsetOffset, ~uint64_t{0}) &&
+                 Scribble<uint64_t>(fd, kOutputOffsetOffset, 3) &&
+                 Scribble<uint64_t>(fd, output + kWritePos, (uint64_t{1} << 62) + 8);
+    return wrote ? 0 : 3;
+  });
+  ASSERT_TRUE(program.started());
+  EXPECT_TRUE(ExitedWith(program.Wait(seconds(20)), 0));
+
+  const std::vector<std::string> failures = AwaitFailures(seconds(20));
+  ASSERT_EQ(failures.size(), 1u);
+  EXPECT_THAT(failures[0], HasSubstr("reading the results of worker:1"));
+  EXPECT_THAT(failures[0], HasSubstr("corrupt feed queue header: write_pos"));
+  // The heartbeat's view still uses the sizes the agent made.
+  const FeedProgress progress = service_->Progress();
+  EXPECT_EQ(progress.queue_capacity, kQueueBytes);
+  EXPECT_LE(progress.queue_bytes, kQueueBytes);
+  service_->Stop("the test is over");
 }
 
-// A feeder killed from outside before its first batch (a slow start under a
-// sanitizer, an operator, the OOM killer) is started again, with a growing
-// pause, however often that happens.
-TEST_F(FeederRestartTest, FeederKilledFromOutsideIsAlwaysStartedAgainWithAGrowingPause) {
-  constexpr int kKills = 5;
-  Serve(CountStart() + "[ $(wc -l < '" + dir_.File("starts") + "') -gt " + std::to_string(kKills) +
-        " ] && exec sleep 300\nkill -KILL $$\n");
-  ASSERT_TRUE(WaitFor([&] { return Starts() > kKills; })) << Starts() << " starts";
-  std::lock_guard<std::mutex> lock(mu_);
-  EXPECT_THAT(failures_, IsEmpty());
-  ASSERT_EQ(said_.size(), static_cast<size_t>(kKills));
-  EXPECT_THAT(said_[0], HasSubstr("the feeder was killed by SIGKILL; resuming from the start in "
-                                  "0.1 s (it fed nothing since its last start, 1 time(s) in a "
-                                  "row)"));
-  EXPECT_THAT(said_[1], HasSubstr("in 0.2 s"));
-  EXPECT_THAT(said_[2], HasSubstr("in 0.4 s"));
-  EXPECT_THAT(said_[4], HasSubstr("in 1.6 s (it fed nothing since its last start, 5 time(s)"));
+// Issue #15: a reader that reconnects. Records handed to a reader are never
+// handed again, whether it took a whole batch or part of one; the next
+// reader starts right after them, and may connect the moment the last one
+// is gone.
+TEST_F(FeedServiceTest, ReaderThatReconnectsIsNotHandedThePreviousReadersRecordsAgain) {
+  ASSERT_NO_FATAL_FAILURE(ServeExternal());
+  feed::PartitionWriterOptions writer_options;
+  writer_options.socket_path = service_->socket_path();
+  writer_options.connect_timeout = seconds(10);
+  writer_options.feed_timeout = seconds(10);
+  writer_options.batch_bytes = 40;  // a few records per batch
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<feed::PartitionWriter> writer,
+                       feed::PartitionWriter::Connect(writer_options));
+  std::vector<std::string> records;
+  for (int i = 0; i < 40; ++i) records.push_back("record-" + std::to_string(100 + i));
+  ASSERT_OK(writer->Feed(0, 0, {records.begin(), records.end()}));
+
+  std::vector<std::string> seen;
+  auto read = [&](DataFeed& feed, size_t count) {
+    ASSERT_OK_AND_ASSIGN(RecordBatch batch, feed.NextBatch(count));
+    for (std::string_view record : batch.records) seen.emplace_back(record);
+  };
+  {  // Part of the first batch.
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<DataFeed> first, ConnectReader());
+    ASSERT_NO_FATAL_FAILURE(read(*first, 2));
+    ASSERT_EQ(seen.size(), 2u);
+  }
+  {  // The rest of it and more: ends inside a later batch.
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<DataFeed> second, ConnectReader());
+    ASSERT_NO_FATAL_FAILURE(read(*second, 7));
+    ASSERT_NO_FATAL_FAILURE(read(*second, 5));
+  }
+  {  // Connects and leaves without reading.
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<DataFeed> idle, ConnectReader());
+  }
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DataFeed> last, ConnectReader());
+  while (seen.size() < records.size()) {
+    const size_t before = seen.size();
+    ASSERT_NO_FATAL_FAILURE(read(*last, 100));
+    ASSERT_GT(seen.size(), before) << "the feed ended early";
+  }
+  EXPECT_THAT(seen, ElementsAreArray(records));
+  ASSERT_OK(writer->EndFeed());
+  ASSERT_OK_AND_ASSIGN(RecordBatch end, last->NextBatch(100));
+  EXPECT_TRUE(end.records.empty());
+  // Counted once each too.
+  EXPECT_EQ(service_->Progress().records, records.size());
 }
 
 }  // namespace

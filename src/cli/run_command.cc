@@ -68,6 +68,7 @@ struct RunFlags {
   // Seeing the run (docs/status.md).
   int status_port = 0;
   std::string status_address = "127.0.0.1";
+  std::vector<std::string> status_hosts;
   bool no_status = false;
   double status_linger = 0;
   std::string token_file;
@@ -160,6 +161,9 @@ bool SetStatusOptions(const RunFlags& flags, DriverOptions* options, std::ostrea
   }
   options->status_port = flags.no_status ? -1 : flags.status_port;
   options->status_address = flags.status_address;
+  // This host's own name is how others on the network reach it.
+  options->status_hosts = flags.status_hosts;
+  options->status_hosts.push_back(ProcessEnvironment().HostName());
   options->status_linger = ToMs(flags.status_linger);
   const bool terminal = ::isatty(STDERR_FILENO) != 0;
   options->progress.mode = flags.progress == "off"        ? ProgressMode::kOff
@@ -594,6 +598,10 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
                    "Address to serve them on; beyond loopback they want the cluster token "
                    "(--token-file, else <log-dir>/status.token)")
       ->capture_default_str();
+  seeing->add_option("--status-host", flags->status_hosts,
+                     "Also answer requests that reach the status server by this name (a DNS name "
+                     "or alias of this host; loopback names, IP addresses and this host's name "
+                     "are always accepted); repeatable");
   seeing->add_flag("--no-status", flags->no_status, "Serve no status page");
   seeing
       ->add_option("--status-linger", flags->status_linger,

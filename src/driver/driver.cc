@@ -17,6 +17,7 @@
 #include <set>
 #include <sstream>
 
+#include "driver/line_splitter.h"
 #include "driver/status_text.h"
 #include "drover/framework_env.h"
 #include "feed/shm_channel.h"
@@ -38,6 +39,8 @@ constexpr Milliseconds kExitStatusWait{2'000};
 constexpr Milliseconds kEarlyExitWait{1'000};
 // STOP first; SIGTERM to the agents after this if they are still there.
 constexpr Milliseconds kStopBeforeTerm{1'000};
+// The most a node's output is read in one go (docs/run.md).
+constexpr size_t kMaxReadPerPump = 1 << 20;
 
 bool IsTrainingJob(const std::string& job) {
   return job == "chief" || job == "master" || job == "worker";
@@ -66,22 +69,6 @@ std::string NewClusterId() {
 }
 
 }  // namespace
-
-std::vector<std::string> SplitLines(std::string* partial, std::string_view data) {
-  std::vector<std::string> lines;
-  partial->append(data);
-  size_t start = 0;
-  for (;;) {
-    size_t newline = partial->find('\n', start);
-    if (newline == std::string::npos) break;
-    std::string line = partial->substr(start, newline - start);
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    lines.push_back(std::move(line));
-    start = newline + 1;
-  }
-  partial->erase(0, start);
-  return lines;
-}
 
 std::vector<int> ParseGpuIndices(std::string_view output) {
   std::vector<int> gpus;
@@ -130,9 +117,10 @@ struct Driver::Node {
   std::string tag;  // "executor 3" until the barrier, then "worker:1"
   std::string job;
   int task_index = -1;
-  std::string partial;
+  LineSplitter splitter;
   std::vector<std::string> unprinted;  // read, not yet tagged
-  std::vector<std::string> unlogged;   // printed before the log file was known
+  std::vector<std::string> unlogged;   // read before the log file was known
+  bool log_failed = false;             // its log could not be opened: keep nothing for it
   std::deque<std::string> ring;
   std::ofstream log;
   std::optional<ExitStatus> exit;
@@ -261,23 +249,41 @@ struct Driver::Round {
     return signal;
   }
 
+  // Reads what the node's pipe holds, up to kMaxReadPerPump bytes: a
+  // program that prints without pause must not keep the driver here (nor
+  // grow `unprinted` without bound); poll brings it back for the rest.
   void ReadOutput(Node& node) {
     char buffer[65536];
-    for (;;) {
+    LineSplitter::Output split;
+    for (size_t total = 0; total < kMaxReadPerPump;) {
       ssize_t n = ::read(node.process->output_fd(), buffer, sizeof(buffer));
       if (n > 0) {
-        for (std::string& line : SplitLines(&node.partial, std::string_view(buffer, n))) {
-          node.unprinted.push_back(std::move(line));
-        }
+        node.splitter.Feed(std::string_view(buffer, static_cast<size_t>(n)), &split);
+        Take(node, split);
+        total += static_cast<size_t>(n);
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
       // EOF (or an error): the agent and everything it started closed the pipe.
-      if (!node.partial.empty()) node.unprinted.push_back(std::exchange(node.partial, {}));
+      node.splitter.Finish(&split);
+      Take(node, split);
       node.process->CloseOutput();
       return;
     }
+  }
+
+  // The log gets every byte as it comes (once its file is known); the
+  // terminal, the status page and the failure report get the lines.
+  void Take(Node& node, LineSplitter::Output& split) {
+    if (node.log.is_open()) {
+      node.log << split.log;
+    } else if (!node.log_failed) {
+      node.unlogged.insert(node.unlogged.end(), split.lines.begin(), split.lines.end());
+    }
+    for (std::string& line : split.lines) node.unprinted.push_back(std::move(line));
+    split.lines.clear();
+    split.log.clear();
   }
 
   // Tags and writes every line read so far.
@@ -290,11 +296,6 @@ struct Driver::Round {
         std::string tagged = "[" + node->tag + "] " + line;
         driver.out_ << tagged << "\n";
         if (tee != nullptr) *tee << tagged << "\n";
-        if (node->log.is_open()) {
-          node->log << line << "\n";
-        } else {
-          node->unlogged.push_back(line);
-        }
         node->ring.push_back(std::move(line));
         if (node->ring.size() > static_cast<size_t>(driver.options_.last_lines)) {
           node->ring.pop_front();
@@ -316,6 +317,8 @@ struct Driver::Round {
     if (!node.log) {
       driver.err_ << "drover run: cannot write " << path.string() << ": " << std::strerror(errno)
                   << "\n";
+      node.log_failed = true;
+      node.unlogged.clear();
       return;
     }
     if (number > 0) node.log << "=== drover run: restart " << number << " ===\n";

@@ -98,6 +98,9 @@ struct DriverOptions {
   // The status server (docs/status.md): off unless status_port >= 0.
   int status_port = -1;  // 0: any free port
   std::string status_address = "127.0.0.1";
+  // Names requests may give the status server in their Host header besides
+  // loopback names, IP literals and status_address (--status-host).
+  std::vector<std::string> status_hosts;
   // How long the status server keeps serving the final state after the
   // run ended (a stop signal cuts it short).
   Milliseconds status_linger{0};
@@ -171,10 +174,6 @@ class Driver {
   bool stop_requested_ = false;
   std::atomic<int64_t> others_grace_ms_;  // stop_fd fired (interrupt_signal_ is SIGTERM)
 };
-
-// Splits `data` appended to `*partial` into complete lines (without '\n');
-// the rest stays in *partial. Exposed for tests.
-std::vector<std::string> SplitLines(std::string* partial, std::string_view data);
 
 // The GPUs for each of `nodes` local nodes: K disjoint ones each from
 // `available` ("none" for every node when K = 0). kInvalidArgument when there

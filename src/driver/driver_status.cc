@@ -29,6 +29,7 @@ Status Driver::StartStatusServer() {
   StatusServerOptions server;
   server.address = options_.status_address;
   server.port = options_.status_port;
+  server.allowed_hosts = options_.status_hosts;
   server.token = options_.token;
   status_token_file_ = options_.token_file;
   if (!IsLoopbackAddress(server.address) && status_token_file_.empty()) {

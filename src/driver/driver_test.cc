@@ -10,14 +10,6 @@
 namespace drover {
 namespace {
 
-TEST(SplitLinesTest, KeepsThePartialLine) {
-  std::string partial;
-  EXPECT_EQ(SplitLines(&partial, "a\nb"), (std::vector<std::string>{"a"}));
-  EXPECT_EQ(partial, "b");
-  EXPECT_EQ(SplitLines(&partial, "c\r\n\n"), (std::vector<std::string>{"bc", ""}));
-  EXPECT_EQ(partial, "");
-}
-
 TEST(GpuTest, ParsesNvidiaSmi) {
   EXPECT_EQ(ParseGpuIndices("0\n1\n 2 \n\n"), (std::vector<int>{0, 1, 2}));
   EXPECT_TRUE(ParseGpuIndices("No devices were found\n").empty());

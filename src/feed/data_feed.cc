@@ -39,6 +39,9 @@ class ShmDataFeed final : public DataFeed {
         timeout_(timeout) {}
   ~ShmDataFeed() override { ::close(socket_); }
 
+  // Starts after what an earlier reader of this node's feed was handed.
+  Status Resume() { return input_.Resume(); }
+
   Result<RecordBatch> NextBatch(size_t max_records) override;
   Status BatchResults(const std::vector<std::string_view>& results) override;
   bool ShouldStop() const override;
@@ -126,6 +129,7 @@ void ShmDataFeed::Take(size_t wanted, RecordBatch* batch) {
     ++taken_;
   }
   const bool finished = taken_ == view.info.record_count;
+  input_.MarkHanded(view, next_record_);
   if (inference_ && taken_ > first) {
     Piece piece{view.info, finished && (view.info.flags & feed::kEndOfPartition) != 0};
     piece.info.first_record = view.info.first_record + first;
@@ -198,6 +202,7 @@ Result<RecordBatch> ShmDataFeed::NextBatch(size_t max_records) {
       current_ = **next;
       next_record_ = current_->records;
       taken_ = 0;
+      input_.MarkHanded(*current_, next_record_);
     }
     if (have_epoch && static_cast<int>(current_->info.epoch) != batch.epoch) break;
     if (!have_epoch && current_->info.record_count > 0) {
@@ -206,6 +211,10 @@ Result<RecordBatch> ShmDataFeed::NextBatch(size_t max_records) {
     }
     const bool ends_partition = (current_->info.flags & feed::kEndOfPartition) != 0;
     Take(max_records, &batch);
+    // A batch that gave this call nothing (an empty end-of-partition batch)
+    // is given back before waiting for more: a writer waiting for the queue
+    // to drain (PartitionWriter::WaitConsumed) must not wait for this call.
+    if (!current_ && batch.records.empty()) input_.Release(release_to_);
     if (external_ && ends_partition && !current_) {
       if (!batch.records.empty()) {
         partition_ended = true;
@@ -342,7 +351,9 @@ Result<std::unique_ptr<DataFeed>> DataFeed::Connect(DataFeedOptions options) {
   std::chrono::milliseconds timeout = options.timeout.count() > 0
                                           ? options.timeout
                                           : std::chrono::milliseconds(joined.grant.feed_timeout_ms);
-  return std::unique_ptr<DataFeed>(new ShmDataFeed(std::move(joined), options.train_mode, timeout));
+  auto feed = std::make_unique<ShmDataFeed>(std::move(joined), options.train_mode, timeout);
+  DROVER_RETURN_IF_ERROR(feed->Resume());
+  return std::unique_ptr<DataFeed>(std::move(feed));
 }
 
 }  // namespace drover

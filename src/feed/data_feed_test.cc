@@ -553,6 +553,27 @@ TEST_F(DataFeedTest, JoinFeedReturnsTheGrant) {
   ::close(reader.socket);
 }
 
+// json::value() used to throw for a field of another type.
+TEST(FeedSocketTest, AnswerFieldsOfTheWrongTypeAreABadAnswer) {
+  feed::FeedGrant grant;
+  for (const char* line : {R"({"ok": true, "record_bytes": "8"})", R"({"ok": true, "mode": 1})",
+                           R"({"ok": true, "feed_timeout_ms": 1.5})",
+                           R"({"ok": false, "error": []})", R"({"ok": "yes"})", "[]", "", "{"}) {
+    EXPECT_THAT(feed::DecodeAnswer(line, &grant),
+                StatusIs(Code::kUnavailable, "bad answer from the feed socket"))
+        << line;
+  }
+  ASSERT_OK(
+      feed::DecodeAnswer(R"({"ok": true, "partitions": ["a", 3], "record_bytes": 8})", &grant));
+  EXPECT_EQ(grant.mode, "train");
+  EXPECT_EQ(grant.record_bytes, 8u);
+  EXPECT_EQ(grant.feed_timeout_ms, 600'000);
+  EXPECT_EQ(grant.partitions, (std::vector<std::string>{"a", "?"}));
+  // A refusal whose message is not UTF-8 still encodes.
+  EXPECT_THAT(feed::DecodeAnswer(feed::EncodeRefusal(Status::NotFound("no \xff file")), &grant),
+              StatusIs(Code::kNotFound, HasSubstr("no ")));
+}
+
 TEST(FeedSocketTest, RefusalsKeepTheirCode) {
   TempDir dir;
   ASSERT_OK_AND_ASSIGN(int listening, feed::ListenUnix(dir.File("s")));

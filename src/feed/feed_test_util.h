@@ -88,6 +88,37 @@ inline Status PublishBatch(RingWriter& writer, BatchInfo info,
   return Status::Ok();
 }
 
+// Offsets in the channel (docs/shm_queue_format.md), for tests that write
+// over a header the way a misbehaving program could.
+inline constexpr uint64_t kRingBytesOffset = 16;
+inline constexpr uint64_t kInputOffsetOffset = 24;
+inline constexpr uint64_t kOutputOffsetOffset = 32;
+inline constexpr uint64_t kInputRingHeader = 4096;
+inline uint64_t OutputRingHeader(const ShmChannel& channel) {
+  return 8192 + channel.ring_bytes();
+}
+inline constexpr uint64_t kWritePos = 0;    // in a ring header
+inline constexpr uint64_t kDataSeq = 8;     // u32
+inline constexpr uint64_t kReadPos = 128;   // in a ring header
+inline constexpr uint64_t kSpaceSeq = 136;  // u32
+
+// Writes `value` at `offset` of the channel's memory through its descriptor
+// (the same pages every mapping sees). False when the write failed.
+template <typename T>
+inline bool Scribble(int channel_fd, uint64_t offset, T value) {
+  return ::pwrite(channel_fd, &value, sizeof(value), static_cast<off_t>(offset)) ==
+         static_cast<ssize_t>(sizeof(value));
+}
+template <typename T>
+inline T Peek(int channel_fd, uint64_t offset) {
+  T value{};
+  if (::pread(channel_fd, &value, sizeof(value), static_cast<off_t>(offset)) !=
+      static_cast<ssize_t>(sizeof(value))) {
+    return T{};
+  }
+  return value;
+}
+
 inline std::vector<std::string> RecordsOf(const BatchView& batch) {
   std::vector<std::string> records;
   ForEachRecord(batch, [&](std::string_view record) { records.emplace_back(record); });

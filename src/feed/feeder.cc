@@ -163,6 +163,11 @@ Result<FeederReport> FeedShare(const FeederOptions& options, ShmChannel& channel
     const Partition& partition = plan.partitions[static_cast<size_t>(unit.partition)];
     const bool resuming = seq == start.feed && start.offset.has_value();
     uint64_t offset = resuming ? *start.offset : partition.begin;
+    // The commit point lives in memory the program can write.
+    if (offset < partition.begin || offset > partition.end) {
+      return Status::Internal("the reader corrupted the queue header: the commit point's offset " +
+                              std::to_string(offset) + " is outside " + partition.Name());
+    }
     DROVER_ASSIGN_OR_RETURN(std::unique_ptr<RecordReader> reader,
                             RecordReader::Open(partition, plan.read, offset));
     BatchInfo info;

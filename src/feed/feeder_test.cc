@@ -337,6 +337,47 @@ TEST_F(FeederTest, RefusesACommitPointOutsideThePlan) {
   EXPECT_THAT(RunFeeder(Options(plan)), StatusIs(Code::kInternal, HasSubstr("feed 99 of 3")));
 }
 
+// Issue #15: commit slots are in memory the program can write.
+TEST_F(FeederTest, RefusesACommitOffsetOutsideItsPartition) {
+  const FeedPlan plan = CsvPlan(/*split_bytes=*/0, /*epochs=*/1);
+  ASSERT_NO_FATAL_FAILURE(Serve(plan, 1 << 20));
+  RingWriter other(*channel_, true);
+  BatchInfo info;
+  info.partition = 0;
+  ASSERT_OK(PublishBatch(other, info, {"x"}, /*source_offset=*/plan.partitions[0].end + 1));
+  EXPECT_THAT(RunFeeder(Options(plan)),
+              StatusIs(Code::kInternal, AllOf(HasSubstr("the reader corrupted the queue header"),
+                                              HasSubstr(plan.partitions[0].Name()))));
+}
+
+// Issue #15: a reader that writes a read position it cannot have stops the
+// feed with that reason (the agent reports it); the feeder never writes
+// over unread batches nor outside the ring.
+TEST_F(FeederTest, ReaderThatCorruptsItsReadPositionStopsTheFeeder) {
+  const FeedPlan plan = CsvPlan(/*split_bytes=*/0, /*epochs=*/20);
+  ASSERT_NO_FATAL_FAILURE(Serve(plan, 64 << 10));
+  Result<FeederReport> report = Status::Internal("not run");
+  std::thread feeder([&] { report = RunFeeder(Options(plan)); });
+  StopAndJoin stop_and_join(*channel_, feeder);
+  RingWriter probe(*channel_, true);
+  const Deadline give_up = In(seconds(20));
+  while (Clock::now() < give_up && probe.unread_bytes() < channel_->max_batch_bytes()) {
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  ASSERT_GE(probe.unread_bytes(), channel_->max_batch_bytes()) << "the queue never filled";
+  const uint64_t write_pos =
+      testing::Peek<uint64_t>(channel_->fd(), testing::kInputRingHeader + testing::kWritePos);
+  ASSERT_TRUE(testing::Scribble<uint64_t>(
+      channel_->fd(), testing::kInputRingHeader + testing::kReadPos, write_pos + 4096));
+  feeder.join();  // it re-checks at least every 100 ms
+  EXPECT_THAT(report, StatusIs(Code::kInternal,
+                               HasSubstr("the reader corrupted the queue header: read_pos " +
+                                         std::to_string(write_pos + 4096))));
+  EXPECT_THAT(channel_->error(), HasSubstr("the reader corrupted the queue header"));
+  EXPECT_EQ(testing::Peek<uint64_t>(channel_->fd(), testing::kInputRingHeader + testing::kWritePos),
+            write_pos);
+}
+
 // The feeder is SIGKILLed at random points while the reader reads; the next
 // feeder resumes after the last published batch. Every record arrives once.
 TEST_F(FeederTest, KilledFeederIsResumedExactlyOnce) {

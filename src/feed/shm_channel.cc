@@ -91,6 +91,9 @@ struct RingHeader {
   uint64_t payload_bytes_read;  // record bytes, without length prefixes
   uint32_t partitions_read;     // batches flagged end-of-partition
   uint32_t last_epoch;
+  // Just past the last record handed to the program: where a new reader
+  // starts (RingReader::Resume).
+  uint64_t handed_pos;
 };
 static_assert(sizeof(RingHeader) <= kRingHeaderBytes);
 
@@ -184,7 +187,7 @@ Result<ShmChannel> ShmChannel::Create(uint64_t ring_bytes) {
   header->output_offset = kHeaderBytes + kRingHeaderBytes + ring_bytes;
   new (static_cast<char*>(base) + header->input_offset) RingHeader{};
   new (static_cast<char*>(base) + header->output_offset) RingHeader{};
-  return ShmChannel(fd, base, total);
+  return ShmChannel(fd, base, total, ring_bytes);
 }
 
 Result<ShmChannel> ShmChannel::Map(int fd) {
@@ -200,31 +203,38 @@ Result<ShmChannel> ShmChannel::Map(int fd) {
   if (size < kHeaderBytes) return fail("too small");
   void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (base == MAP_FAILED) return fail(std::string("mmap: ") + std::strerror(errno));
+  // Another process may write the header while we look: each field is read
+  // once, checked, and only the checked copy is used from here on.
   const auto* header = static_cast<const ChannelHeader*>(base);
+  char magic[sizeof(kMagic)];
+  std::memcpy(magic, header->magic, sizeof(magic));
+  const uint32_t version = Atomic(const_cast<uint32_t&>(header->version)).load();
+  const uint64_t ring_bytes = Atomic(const_cast<uint64_t&>(header->ring_bytes)).load();
+  const uint64_t input_offset = Atomic(const_cast<uint64_t&>(header->input_offset)).load();
+  const uint64_t output_offset = Atomic(const_cast<uint64_t&>(header->output_offset)).load();
   std::string problem;
-  if (std::memcmp(header->magic, kMagic, sizeof(kMagic)) != 0) {
+  if (std::memcmp(magic, kMagic, sizeof(kMagic)) != 0) {
     problem = "bad magic";
-  } else if (header->version != kVersion) {
-    problem =
-        "version " + std::to_string(header->version) + ", expected " + std::to_string(kVersion);
-  } else if (header->ring_bytes < kMinRingBytes || header->ring_bytes > kMaxRingBytes ||
-             header->ring_bytes % kPage != 0 || TotalBytes(header->ring_bytes) != size ||
-             header->input_offset != kHeaderBytes ||
-             header->output_offset != kHeaderBytes + kRingHeaderBytes + header->ring_bytes) {
+  } else if (version != kVersion) {
+    problem = "version " + std::to_string(version) + ", expected " + std::to_string(kVersion);
+  } else if (ring_bytes < kMinRingBytes || ring_bytes > kMaxRingBytes || ring_bytes % kPage != 0 ||
+             TotalBytes(ring_bytes) != size || input_offset != kHeaderBytes ||
+             output_offset != kHeaderBytes + kRingHeaderBytes + ring_bytes) {
     problem = "inconsistent sizes";
   }
   if (!problem.empty()) {
     ::munmap(base, size);
     return fail(problem);
   }
-  PrefaultInputRing(base, header->ring_bytes);
-  return ShmChannel(fd, base, size);
+  PrefaultInputRing(base, ring_bytes);
+  return ShmChannel(fd, base, size, ring_bytes);
 }
 
 ShmChannel::ShmChannel(ShmChannel&& other) noexcept
     : fd_(std::exchange(other.fd_, -1)),
       base_(std::exchange(other.base_, nullptr)),
-      size_(std::exchange(other.size_, 0)) {}
+      size_(std::exchange(other.size_, 0)),
+      ring_bytes_(std::exchange(other.ring_bytes_, 0)) {}
 
 ShmChannel& ShmChannel::operator=(ShmChannel&& other) noexcept {
   if (this != &other) {
@@ -232,6 +242,7 @@ ShmChannel& ShmChannel::operator=(ShmChannel&& other) noexcept {
     fd_ = std::exchange(other.fd_, -1);
     base_ = std::exchange(other.base_, nullptr);
     size_ = std::exchange(other.size_, 0);
+    ring_bytes_ = std::exchange(other.ring_bytes_, 0);
   }
   return *this;
 }
@@ -241,23 +252,23 @@ ShmChannel::~ShmChannel() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+// The rings' places follow from ring_bytes_ alone (checked when created or
+// mapped), never from the header's offsets, which anyone may overwrite.
 ChannelHeader* ShmChannel::header() const {
   return static_cast<ChannelHeader*>(base_);
 }
-uint64_t ShmChannel::ring_bytes() const {
-  return header()->ring_bytes;
-}
 RingHeader* ShmChannel::input() const {
-  return reinterpret_cast<RingHeader*>(static_cast<char*>(base_) + header()->input_offset);
+  return reinterpret_cast<RingHeader*>(static_cast<char*>(base_) + kHeaderBytes);
 }
 RingHeader* ShmChannel::output() const {
-  return reinterpret_cast<RingHeader*>(static_cast<char*>(base_) + header()->output_offset);
+  return reinterpret_cast<RingHeader*>(static_cast<char*>(base_) + kHeaderBytes + kRingHeaderBytes +
+                                       ring_bytes_);
 }
 char* ShmChannel::input_data() const {
-  return static_cast<char*>(base_) + header()->input_offset + kRingHeaderBytes;
+  return static_cast<char*>(base_) + kHeaderBytes + kRingHeaderBytes;
 }
 char* ShmChannel::output_data() const {
-  return static_cast<char*>(base_) + header()->output_offset + kRingHeaderBytes;
+  return reinterpret_cast<char*>(output()) + kRingHeaderBytes;
 }
 
 RunState ShmChannel::state() const {
@@ -336,7 +347,26 @@ RingWriter::RingWriter(ShmChannel& channel, bool input_ring)
     : channel_(&channel),
       ring_(input_ring ? channel.input() : channel.output()),
       data_(input_ring ? channel.input_data() : channel.output_data()),
-      capacity_(channel.ring_bytes()) {}
+      capacity_(channel.ring_bytes()),
+      write_pos_(Atomic(ring_->write_pos).load(std::memory_order_acquire)) {
+  // Batches start at multiples of 8, so the pad marker always fits before
+  // the end of the data area.
+  if (write_pos_ % 8 != 0) {
+    corrupt_ = Status::Internal("the reader corrupted the queue header: write_pos " +
+                                std::to_string(write_pos_) + " is not a multiple of 8");
+  }
+}
+
+Status RingWriter::CheckPositions(uint64_t read_pos) const {
+  if (!corrupt_.ok()) return corrupt_;
+  if (read_pos > write_pos_ || write_pos_ - read_pos > capacity_) {
+    return Status::Internal("the reader corrupted the queue header: read_pos " +
+                            std::to_string(read_pos) + " is not within the " +
+                            std::to_string(capacity_) + " bytes before write_pos " +
+                            std::to_string(write_pos_));
+  }
+  return Status::Ok();
+}
 
 Result<char*> RingWriter::Reserve(size_t payload_bytes, Deadline deadline) {
   const uint64_t need = AlignUp(sizeof(BatchHeader) + payload_bytes, 8);
@@ -350,16 +380,21 @@ Result<char*> RingWriter::Reserve(size_t payload_bytes, Deadline deadline) {
     return Status::Unavailable(std::string("the feed is ") +
                                std::string(RunStateName(channel_->state())));
   }
-  const uint64_t write_pos = Atomic(ring_->write_pos).load(std::memory_order_relaxed);
+  const uint64_t write_pos = write_pos_;
   const uint64_t offset = write_pos % capacity_;
   wrap_ = capacity_ - offset < need;
   // A batch never straddles the end: it starts the next lap instead.
   const uint64_t span = (wrap_ ? capacity_ - offset : 0) + need;
+  Status positions;
   auto has_room = [&] {
     uint64_t read_pos = Atomic(ring_->read_pos).load(std::memory_order_acquire);
-    return capacity_ - (write_pos - read_pos) >= span;
+    positions = CheckPositions(read_pos);
+    return !positions.ok() || capacity_ - (write_pos - read_pos) >= span;
   };
-  if (!WaitFor(*channel_, ring_->space_seq, ring_->writers_waiting, deadline, has_room)) {
+  const bool ready =
+      WaitFor(*channel_, ring_->space_seq, ring_->writers_waiting, deadline, has_room);
+  if (!positions.ok()) return positions;
+  if (!ready) {
     if (channel_->state() != RunState::kRunning) {
       return Status::Unavailable(std::string("the feed is ") +
                                  std::string(RunStateName(channel_->state())));
@@ -373,7 +408,7 @@ Result<char*> RingWriter::Reserve(size_t payload_bytes, Deadline deadline) {
 
 void RingWriter::Commit(const BatchInfo& info, size_t payload_bytes, uint64_t source_offset) {
   payload_bytes = std::min(payload_bytes, reserved_);
-  const uint64_t write_pos = Atomic(ring_->write_pos).load(std::memory_order_relaxed);
+  const uint64_t write_pos = write_pos_;
   if (wrap_) {
     uint32_t pad = kPadMarker;
     std::memcpy(data_ + write_pos % capacity_, &pad, sizeof(pad));
@@ -413,6 +448,7 @@ void RingWriter::Commit(const BatchInfo& info, size_t payload_bytes, uint64_t so
   slot.source_offset = source_offset;
   Atomic(slot.seq).store(count, std::memory_order_release);
   ring_->commit_count = count;
+  write_pos_ = new_pos;
   Atomic(ring_->write_pos).store(new_pos, std::memory_order_release);
   Publish(ring_->data_seq, ring_->readers_waiting);
   reserved_ = 0;
@@ -425,8 +461,9 @@ void RingWriter::Close() {
 }
 
 uint64_t RingWriter::unread_bytes() const {
-  return Atomic(ring_->write_pos).load(std::memory_order_acquire) -
-         Atomic(ring_->read_pos).load(std::memory_order_acquire);
+  const uint64_t write_pos = Atomic(ring_->write_pos).load(std::memory_order_acquire);
+  const uint64_t read_pos = Atomic(ring_->read_pos).load(std::memory_order_acquire);
+  return write_pos >= read_pos ? std::min(write_pos - read_pos, capacity_) : 0;
 }
 
 Result<std::optional<CommitPoint>> RingWriter::LastCommit() const {
@@ -455,12 +492,20 @@ RingReader::RingReader(ShmChannel& channel, bool input_ring)
       ring_(input_ring ? channel.input() : channel.output()),
       data_(input_ring ? channel.input_data() : channel.output_data()),
       capacity_(channel.ring_bytes()),
-      cursor_(Atomic(ring_->read_pos).load(std::memory_order_acquire)) {}
+      cursor_(Atomic(ring_->read_pos).load(std::memory_order_acquire)),
+      released_(cursor_) {}
 
 Result<std::optional<BatchView>> RingReader::Read() {
   for (;;) {
     const uint64_t write_pos = Atomic(ring_->write_pos).load(std::memory_order_acquire);
-    if (cursor_ >= write_pos) return std::optional<BatchView>();
+    if (cursor_ == write_pos) return std::optional<BatchView>();
+    // Checked on every pass: it bounds the walk to one lap, whatever the
+    // pad markers say.
+    if (write_pos < cursor_ || write_pos - cursor_ > capacity_ || cursor_ % 8 != 0) {
+      return Status::Internal("corrupt feed queue header: write_pos " + std::to_string(write_pos) +
+                              " is not within the " + std::to_string(capacity_) +
+                              " bytes after the reader's position " + std::to_string(cursor_));
+    }
     const uint64_t offset = cursor_ % capacity_;
     uint32_t marker;
     std::memcpy(&marker, data_ + offset, sizeof(marker));
@@ -491,6 +536,10 @@ Result<std::optional<BatchView>> RingReader::Read() {
     const char* limit = data_ + offset + header.bytes;
     if (header.flags & kFixedSizeRecords) {
       const uint64_t payload = uint64_t{header.record_count} * header.record_bytes;
+      // Records of no bytes would let a small batch claim billions of them.
+      if (header.record_count > 0 && header.record_bytes == 0) {
+        return Status::Internal("corrupt feed queue: fixed-size records of 0 bytes");
+      }
       if (payload > static_cast<uint64_t>(limit - p)) {
         return Status::Internal("corrupt feed queue: records overrun their batch");
       }
@@ -509,15 +558,80 @@ Result<std::optional<BatchView>> RingReader::Read() {
       p += sizeof(length) + length;
     }
     view.bytes = static_cast<size_t>(p - view.records);
+    view.begin = cursor_;
     cursor_ += header.bytes;
     view.end = cursor_;
-    CountRead(view);
     return std::optional<BatchView>(view);
   }
 }
 
+Result<std::optional<BatchView>> RingReader::Deliver(Result<std::optional<BatchView>> next) {
+  if (!next.ok() || !next->has_value()) return next;
+  BatchView& batch = **next;
+  if (skip_to_ == 0 || batch.begin != skip_at_) {
+    CountRead(batch);
+    return next;
+  }
+  // The records were checked by Read; skip those the previous reader had.
+  const char* p = batch.records;
+  const char* const limit = batch.records + batch.bytes;
+  const uint64_t records_at = batch.begin + sizeof(BatchHeader);
+  uint32_t skipped = 0;
+  while (skipped < batch.info.record_count &&
+         records_at + static_cast<uint64_t>(p - batch.records) < skip_to_ && p < limit) {
+    if (batch.info.flags & kFixedSizeRecords) {
+      p += batch.info.record_bytes;
+    } else {
+      uint32_t length;
+      std::memcpy(&length, p, sizeof(length));
+      p += sizeof(length) + length;
+    }
+    ++skipped;
+  }
+  batch.bytes -= static_cast<size_t>(p - batch.records);
+  batch.records = p;
+  batch.info.first_record += skipped;
+  batch.info.record_count -= skipped;
+  skip_to_ = 0;
+  return next;
+}
+
 Result<std::optional<BatchView>> RingReader::TryNext() {
-  return Read();
+  return Deliver(Read());
+}
+
+void RingReader::MarkHanded(const BatchView& batch, const char* next) {
+  const uint64_t handed =
+      next >= batch.records + batch.bytes
+          ? batch.end
+          : batch.begin + sizeof(BatchHeader) + static_cast<uint64_t>(next - batch.records);
+  Atomic(ring_->handed_pos).store(handed, std::memory_order_release);
+}
+
+Status RingReader::Resume() {
+  const uint64_t handed = Atomic(ring_->handed_pos).load(std::memory_order_acquire);
+  if (handed <= cursor_) return Status::Ok();
+  const uint64_t write_pos = Atomic(ring_->write_pos).load(std::memory_order_acquire);
+  if (handed > write_pos) {
+    return Status::Internal("corrupt feed queue header: the last reader was handed records up to " +
+                            std::to_string(handed) + ", past the published " +
+                            std::to_string(write_pos));
+  }
+  for (;;) {
+    Result<std::optional<BatchView>> next = Read();
+    if (!next.ok()) return next.status();
+    if (!next->has_value()) break;
+    const BatchView& batch = **next;
+    if (batch.end <= handed) continue;  // it had all of it
+    cursor_ = batch.begin;
+    if (handed > batch.begin) {
+      skip_at_ = batch.begin;
+      skip_to_ = handed;
+    }
+    break;
+  }
+  Release(cursor_);
+  return Status::Ok();
 }
 
 Result<std::optional<BatchView>> RingReader::Next(Deadline deadline) {
@@ -529,19 +643,23 @@ Result<std::optional<BatchView>> RingReader::Next(Deadline deadline) {
     if (channel_->state() != RunState::kRunning) return std::optional<BatchView>();
     return Status::DeadlineExceeded("no batch arrived");
   }
-  return Read();
+  return Deliver(Read());
 }
 
 void RingReader::Release(uint64_t end) {
   end = std::min(end, cursor_);
-  auto read_pos = Atomic(ring_->read_pos);
-  if (end <= read_pos.load(std::memory_order_relaxed)) return;
-  read_pos.store(end, std::memory_order_release);
+  if (end <= released_) return;
+  released_ = end;
+  Atomic(ring_->read_pos).store(end, std::memory_order_release);
   Publish(ring_->space_seq, ring_->writers_waiting);
 }
 
 void RingReader::DiscardAll() {
-  cursor_ = std::max(cursor_, Atomic(ring_->write_pos).load(std::memory_order_acquire));
+  const uint64_t write_pos = Atomic(ring_->write_pos).load(std::memory_order_acquire);
+  // A write position out of range is not followed: nothing is released then.
+  if (write_pos > cursor_ && write_pos - cursor_ <= capacity_) cursor_ = write_pos;
+  skip_to_ = 0;
+  Atomic(ring_->handed_pos).store(cursor_, std::memory_order_release);
   Release(cursor_);
 }
 
@@ -569,13 +687,15 @@ RingProgress ReadRingProgress(const ShmChannel& channel, bool input_ring) {
   progress.epoch = Atomic(ring->last_epoch).load(std::memory_order_relaxed);
   const uint64_t read_pos = Atomic(ring->read_pos).load(std::memory_order_acquire);
   const uint64_t write_pos = Atomic(ring->write_pos).load(std::memory_order_acquire);
-  progress.queued_bytes = write_pos > read_pos ? write_pos - read_pos : 0;
+  // Both positions may have been written by the program: show at most the ring.
+  progress.queued_bytes =
+      write_pos > read_pos ? std::min(write_pos - read_pos, channel.ring_bytes()) : 0;
   progress.capacity_bytes = channel.ring_bytes();
   return progress;
 }
 
 uint64_t RingReader::held_bytes() const {
-  return cursor_ - Atomic(ring_->read_pos).load(std::memory_order_acquire);
+  return cursor_ - released_;
 }
 
 bool RingReader::writer_waiting() const {

@@ -60,7 +60,8 @@ struct BatchView {
   // record_count x [record_bytes bytes].
   const char* records = nullptr;
   size_t bytes = 0;
-  uint64_t end = 0;  // the ring position after this batch (for Release)
+  uint64_t begin = 0;  // the ring position of the batch's header
+  uint64_t end = 0;    // the ring position after this batch (for Release)
 };
 
 // Calls fn(std::string_view record) for each record of `batch`. The records
@@ -107,9 +108,11 @@ class ShmChannel {
   ~ShmChannel();
 
   int fd() const { return fd_; }
-  uint64_t ring_bytes() const;
+  // Checked once, when created or mapped, and kept here: the header's copy
+  // is in memory the other processes can write.
+  uint64_t ring_bytes() const { return ring_bytes_; }
   // The largest batch a ring takes (header included): half the ring.
-  uint64_t max_batch_bytes() const { return ring_bytes() / 2; }
+  uint64_t max_batch_bytes() const { return ring_bytes_ / 2; }
 
   RunState state() const;
   // Moves the state forward (running -> terminating -> stopped; never back)
@@ -126,16 +129,23 @@ class ShmChannel {
   char* output_data() const;
 
  private:
-  ShmChannel(int fd, void* base, size_t size) : fd_(fd), base_(base), size_(size) {}
+  ShmChannel(int fd, void* base, size_t size, uint64_t ring_bytes)
+      : fd_(fd), base_(base), size_(size), ring_bytes_(ring_bytes) {}
   ChannelHeader* header() const;
 
   int fd_ = -1;
   void* base_ = nullptr;
   size_t size_ = 0;
+  uint64_t ring_bytes_ = 0;
 };
 
 // The writing side of one ring. Not thread-safe; one writer per ring at a
 // time (a new one only after the old one's process is gone).
+//
+// The writer keeps its position in its own memory, from the header's at
+// construction on; positions the other side writes (read_pos) are checked
+// before use, and one out of range is kInternal "the reader corrupted the
+// queue header: ...", never a write outside the ring.
 class RingWriter {
  public:
   RingWriter(ShmChannel& channel, bool input_ring);
@@ -144,7 +154,7 @@ class RingWriter {
   // ring. Waits for the reader to free space: kDeadlineExceeded at
   // `deadline`; kUnavailable once the channel is no longer running;
   // kInvalidArgument when the batch can never fit (more than
-  // max_batch_bytes()).
+  // max_batch_bytes()); kInternal when the header's positions are corrupt.
   Result<char*> Reserve(size_t payload_bytes, Deadline deadline);
   // Publishes the records written at the reserved place (`payload_bytes`
   // <= the reserved size) and the commit point after them.
@@ -152,7 +162,8 @@ class RingWriter {
   // No more batches: the reader sees the end once it has read everything.
   void Close();
 
-  // Bytes published and not yet released by the reader.
+  // Bytes published and not yet released by the reader (at most the ring's
+  // size, whatever the header says).
   uint64_t unread_bytes() const;
 
   // The last commit point; nullopt when nothing was ever published.
@@ -160,16 +171,27 @@ class RingWriter {
   Result<std::optional<CommitPoint>> LastCommit() const;
 
  private:
+  // Ok, or why the header's positions cannot be written after.
+  Status CheckPositions(uint64_t read_pos) const;
+
   ShmChannel* channel_;
   RingHeader* ring_;
   char* data_;
   uint64_t capacity_;
+  uint64_t write_pos_;        // this writer's own copy
+  Status corrupt_;            // the header's write_pos, as found, was not usable
   uint64_t batch_start_ = 0;  // where the reserved batch's header goes
   size_t reserved_ = 0;
   bool wrap_ = false;  // the reserved batch starts at the next lap
 };
 
 // The reading side of one ring. Not thread-safe; one reader per ring.
+//
+// The reader keeps its cursor and what it released in its own memory; the
+// writer's position is checked before use (at most one ring ahead of the
+// cursor), and so is every batch header, so a corrupt header is kInternal
+// ("corrupt feed queue ..."), never a read outside the ring nor an endless
+// walk.
 class RingReader {
  public:
   RingReader(ShmChannel& channel, bool input_ring);
@@ -177,10 +199,22 @@ class RingReader {
   // The next published batch, valid until released. nullopt when the writer
   // closed the ring and every batch was read, or when the channel is no
   // longer running (check state()). kDeadlineExceeded at `deadline`;
-  // kInternal for a corrupt batch header.
+  // kInternal for a corrupt batch header or write position.
   Result<std::optional<BatchView>> Next(Deadline deadline);
   // Like Next but never waits: nullopt when nothing is published yet.
   Result<std::optional<BatchView>> TryNext();
+
+  // Records, for a reader that may come after this one, that the program was
+  // handed `batch`'s records before `next` (`batch.records + batch.bytes`:
+  // all of them). Call when a batch is taken from Next, and after handing
+  // out records of it.
+  void MarkHanded(const BatchView& batch, const char* next);
+  // Called once by a new reader of a ring that may have had one before
+  // (docs/shm_queue_format.md, "A new reader"): skips what the previous
+  // reader was handed, releasing the batches it had wholly, so that the next
+  // batch starts at the first record nobody was handed. kInternal when the
+  // previous reader's mark is outside the published batches.
+  Status Resume();
   // Frees every batch before ring position `end` for the writer.
   void Release(uint64_t end);
   // Frees everything read so far.
@@ -195,13 +229,21 @@ class RingReader {
 
  private:
   Result<std::optional<BatchView>> Read();
+  // What Next and TryNext hand out: Read's batch, counted, or the rest of
+  // the batch a previous reader was partly handed (counted by it).
+  Result<std::optional<BatchView>> Deliver(Result<std::optional<BatchView>> next);
   void CountRead(const BatchView& batch);
 
   ShmChannel* channel_;
   RingHeader* ring_;
   const char* data_;
   uint64_t capacity_;
-  uint64_t cursor_;  // the next batch's position
+  uint64_t cursor_;    // the next batch's position
+  uint64_t released_;  // the read_pos this reader last stored
+  // After Resume: the batch at skip_at_ is handed out without its records
+  // before ring position skip_to_ (0: none).
+  uint64_t skip_at_ = 0;
+  uint64_t skip_to_ = 0;
 };
 
 // What a ring's reader has been handed so far, and how full the ring is.

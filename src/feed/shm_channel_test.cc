@@ -24,8 +24,17 @@ namespace {
 using ::drover::feed::testing::Child;
 using ::drover::feed::testing::ExitedWith;
 using ::drover::feed::testing::In;
+using ::drover::feed::testing::kInputOffsetOffset;
+using ::drover::feed::testing::kInputRingHeader;
+using ::drover::feed::testing::kOutputOffsetOffset;
+using ::drover::feed::testing::kReadPos;
+using ::drover::feed::testing::kRingBytesOffset;
+using ::drover::feed::testing::kWritePos;
+using ::drover::feed::testing::OutputRingHeader;
+using ::drover::feed::testing::Peek;
 using ::drover::feed::testing::PublishBatch;
 using ::drover::feed::testing::RecordsOf;
+using ::drover::feed::testing::Scribble;
 using ::drover::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -608,6 +617,231 @@ TEST(ShmChannelTest, MapRefusesWhatIsNotAChannel) {
     ASSERT_GE(fd, 0);
     EXPECT_THAT(ShmChannel::Map(fd), StatusIs(Code::kInvalidArgument, HasSubstr("not sealed")));
   }
+}
+
+// Issue #15: the header is in memory the program can write. What was checked
+// when the channel was made or mapped is what the process uses.
+TEST(ShmChannelTest, SizesWrittenOverAfterMappingAreNotFollowed) {
+  ASSERT_OK_AND_ASSIGN(ShmChannel channel, ShmChannel::Create(64 << 10));
+  const int fd = channel.fd();
+  ASSERT_TRUE(Scribble<uint64_t>(fd, kRingBytesOffset, uint64_t{1} << 40));
+  ASSERT_TRUE(Scribble<uint64_t>(fd, kInputOffsetOffset, ~uint64_t{0}));
+  ASSERT_TRUE(Scribble<uint64_t>(fd, kOutputOffsetOffset, 12345));
+  EXPECT_EQ(channel.ring_bytes(), 64u << 10);
+  EXPECT_EQ(ReadRingProgress(channel, true).capacity_bytes, 64u << 10);
+  // Both rings still work, several laps round.
+  for (bool input : {true, false}) {
+    RingWriter writer(channel, input);
+    RingReader reader(channel, input);
+    for (int i = 0; i < 300; ++i) {
+      const std::string record(1000, static_cast<char>('a' + i % 26));
+      ASSERT_OK(PublishBatch(writer, BatchInfo{}, {record}, 0, In(seconds(5))));
+      ASSERT_OK_AND_ASSIGN(std::optional<BatchView> batch, reader.Next(In(seconds(5))));
+      ASSERT_TRUE(batch.has_value());
+      ASSERT_THAT(RecordsOf(*batch), ElementsAre(record));
+      reader.Release(batch->end);
+    }
+  }
+  // A process mapping it now is refused.
+  EXPECT_THAT(ShmChannel::Map(::dup(fd)),
+              StatusIs(Code::kInvalidArgument, HasSubstr("inconsistent sizes")));
+}
+
+TEST(ShmChannelTest, ReadPosOutOfRangeIsAnErrorForTheWriter) {
+  ASSERT_OK_AND_ASSIGN(ShmChannel channel, ShmChannel::Create(64 << 10));
+  const int fd = channel.fd();
+  const uint64_t read_pos_at = kInputRingHeader + kReadPos;
+  RingWriter writer(channel, /*input_ring=*/true);
+  RingReader reader(channel, /*input_ring=*/true);
+  // More than a lap, read and released.
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_OK(PublishBatch(writer, BatchInfo{}, {std::string(1000, 'x')}));
+    ASSERT_OK_AND_ASSIGN(std::optional<BatchView> batch, reader.Next(In(seconds(5))));
+    ASSERT_TRUE(batch.has_value());
+    reader.Release(batch->end);
+  }
+  const uint64_t write_pos = Peek<uint64_t>(fd, kInputRingHeader + kWritePos);
+  ASSERT_GT(write_pos, channel.ring_bytes());
+  // Released more than was written.
+  ASSERT_TRUE(Scribble<uint64_t>(fd, read_pos_at, write_pos + 8));
+  EXPECT_THAT(
+      writer.Reserve(100, In(seconds(5))),
+      StatusIs(Code::kInternal, HasSubstr("the reader corrupted the queue header: read_pos " +
+                                          std::to_string(write_pos + 8))));
+  // More than a ring behind: the writer would overwrite unread batches.
+  ASSERT_TRUE(Scribble<uint64_t>(fd, read_pos_at, 0));
+  EXPECT_THAT(PublishBatch(writer, BatchInfo{}, {"three"}),
+              StatusIs(Code::kInternal, HasSubstr("the reader corrupted the queue header")));
+  EXPECT_EQ(Peek<uint64_t>(fd, kInputRingHeader + kWritePos), write_pos) << "nothing written";
+  EXPECT_LE(writer.unread_bytes(), channel.ring_bytes());
+  // A write position that is not a batch boundary, found by a new writer.
+  ASSERT_TRUE(Scribble<uint64_t>(fd, read_pos_at, write_pos));
+  ASSERT_TRUE(Scribble<uint64_t>(fd, kInputRingHeader + kWritePos, write_pos + 3));
+  RingWriter next(channel, /*input_ring=*/true);
+  EXPECT_THAT(next.Reserve(8, In(seconds(5))),
+              StatusIs(Code::kInternal, HasSubstr("is not a multiple of 8")));
+}
+
+TEST(ShmChannelTest, WritePosOutOfRangeIsAnErrorForTheReader) {
+  ASSERT_OK_AND_ASSIGN(ShmChannel channel, ShmChannel::Create(64 << 10));
+  const int fd = channel.fd();
+  const uint64_t write_pos_at = OutputRingHeader(channel) + kWritePos;
+  RingReader reader(channel, /*input_ring=*/false);
+  // The data area full of pad markers, and a write position far ahead: one
+  // error, not a walk around the ring for every lap it claims.
+  const uint32_t pad = 0x44444150;
+  for (uint64_t at = 0; at < channel.ring_bytes(); at += 8) {
+    ASSERT_TRUE(Scribble<uint32_t>(fd, OutputRingHeader(channel) + 4096 + at, pad));
+  }
+  ASSERT_TRUE(Scribble<uint64_t>(fd, write_pos_at, uint64_t{1} << 62));
+  EXPECT_THAT(reader.TryNext(),
+              StatusIs(Code::kInternal, HasSubstr("corrupt feed queue header: write_pos")));
+  EXPECT_THAT(reader.Next(In(seconds(5))), StatusIs(Code::kInternal, HasSubstr("write_pos")));
+  // One lap of pad markers is read as nothing.
+  ASSERT_TRUE(Scribble<uint64_t>(fd, write_pos_at, channel.ring_bytes()));
+  ASSERT_OK_AND_ASSIGN(std::optional<BatchView> batch, reader.TryNext());
+  EXPECT_FALSE(batch.has_value());
+  // Behind the reader.
+  ASSERT_TRUE(Scribble<uint64_t>(fd, write_pos_at, 8));
+  EXPECT_THAT(reader.TryNext(), StatusIs(Code::kInternal, HasSubstr("write_pos 8")));
+  reader.DiscardAll();  // not followed: only the lap read is released
+  EXPECT_EQ(Peek<uint64_t>(fd, OutputRingHeader(channel) + kReadPos), channel.ring_bytes());
+}
+
+// Found by shm_attach_fuzzer: a 40-byte batch claiming 2^32 - 1 fixed-size
+// records of 0 bytes had every reader (the agent's result writer among them)
+// loop over billions of empty records.
+TEST(ShmChannelTest, FixedSizeRecordsOfNoBytesAreCorrupt) {
+  ASSERT_OK_AND_ASSIGN(ShmChannel channel, ShmChannel::Create(64 << 10));
+  RingWriter writer(channel, /*input_ring=*/false);
+  ASSERT_OK_AND_ASSIGN(char* space, writer.Reserve(0, In(seconds(5))));
+  (void)space;
+  BatchInfo info;
+  info.flags = kFixedSizeRecords;
+  info.record_bytes = 0;
+  info.record_count = UINT32_MAX;
+  writer.Commit(info, 0, 0);
+  RingReader reader(channel, /*input_ring=*/false);
+  EXPECT_THAT(reader.TryNext(),
+              StatusIs(Code::kInternal, HasSubstr("fixed-size records of 0 bytes")));
+}
+
+// Random bytes over the headers and the data, again and again, and every
+// call of both sides on every ring: each returns, and none touches memory
+// outside the channel (the ASan build checks that).
+TEST(ShmChannelTest, GarbageHeadersNeverMakeASideLeaveTheRing) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  ASSERT_OK_AND_ASSIGN(ShmChannel channel, ShmChannel::Create(64 << 10));
+  const int fd = channel.fd();
+  const uint64_t ring = channel.ring_bytes();
+  auto value = [&](uint64_t near) -> uint64_t {
+    switch (rng() % 5) {
+      case 0:
+        return rng();
+      case 1:
+        return near + rng() % (2 * ring) - ring;
+      case 2:
+        return (near & ~uint64_t{7}) + 8 * (rng() % 64);
+      case 3:
+        return rng() % 64;
+      default:
+        return near;
+    }
+  };
+  uint64_t sink = 0;
+  for (int round = 0; round < 400; ++round) {
+    for (uint64_t header : {kInputRingHeader, OutputRingHeader(channel)}) {
+      const uint64_t write_pos = Peek<uint64_t>(fd, header + kWritePos);
+      for (int i = 0; i < 3; ++i) {
+        const uint64_t field = 8 * (rng() % 32);  // the first 256 bytes: both cache lines
+        ASSERT_TRUE(Scribble<uint64_t>(fd, header + field, value(write_pos)));
+      }
+      // A batch header's worth of garbage where the reader will look.
+      const uint64_t at = header + 4096 + (value(write_pos) % ring & ~uint64_t{7});
+      for (int i = 0; i < 5 && at + 8 * i + 8 <= header + 4096 + ring; ++i) {
+        ASSERT_TRUE(Scribble<uint64_t>(fd, at + 8 * i, rng() % 3 ? rng() % 4096 : rng()));
+      }
+    }
+    if (rng() % 4 == 0) {
+      ASSERT_TRUE(Scribble<uint32_t>(fd, 68, static_cast<uint32_t>(rng())));
+    }
+    for (bool input : {true, false}) {
+      RingReader reader(channel, input);
+      for (int i = 0; i < 64; ++i) {
+        Result<std::optional<BatchView>> next = reader.TryNext();
+        if (!next.ok() || !next->has_value()) break;
+        ForEachRecord(**next, [&](std::string_view record) {
+          sink += record.size() + (record.empty() ? 0 : static_cast<uint8_t>(record.back()));
+        });
+        reader.Release((*next)->end);
+      }
+      (void)reader.held_bytes();
+      (void)reader.closed_and_drained();
+      RingWriter writer(channel, input);
+      (void)writer.LastCommit();
+      (void)writer.unread_bytes();
+      const size_t bytes = rng() % 40000;
+      Result<char*> space = writer.Reserve(bytes, Clock::now());
+      if (space.ok()) {
+        std::memset(*space, 'g', bytes);
+        BatchInfo info;
+        writer.Commit(info, bytes, 0);
+      }
+      (void)ReadRingProgress(channel, input);
+    }
+    sink += channel.error().size();
+  }
+  RecordProperty("sink", std::to_string(sink));
+}
+
+// Issue #15: a new reader starts at the first record the previous one was
+// not handed, with fixed-size records too, and never counts a batch twice.
+TEST(ShmChannelTest, NewReaderResumesAfterWhatThePreviousOneWasHanded) {
+  ASSERT_OK_AND_ASSIGN(ShmChannel channel, ShmChannel::Create(64 << 10));
+  RingWriter writer(channel, /*input_ring=*/true);
+  {  // Fixed-size records: 6 of 4 bytes.
+    Result<char*> space = writer.Reserve(24, In(seconds(5)));
+    ASSERT_OK(space);
+    std::memcpy(*space, "r000r001r002r003r004r005", 24);
+    BatchInfo info;
+    info.flags = kFixedSizeRecords;
+    info.record_bytes = 4;
+    info.record_count = 6;
+    writer.Commit(info, 24, 0);
+  }
+  BatchInfo second;
+  second.first_record = 6;
+  ASSERT_OK(PublishBatch(writer, second, {"r006", "r007"}));
+  {
+    RingReader first(channel, true);
+    ASSERT_OK(first.Resume());
+    ASSERT_OK_AND_ASSIGN(std::optional<BatchView> batch, first.TryNext());
+    ASSERT_TRUE(batch.has_value());
+    first.MarkHanded(*batch, batch->records + 2 * 4);  // handed r000, r001
+  }
+  {
+    RingReader again(channel, true);
+    ASSERT_OK(again.Resume());
+    ASSERT_OK_AND_ASSIGN(std::optional<BatchView> batch, again.TryNext());
+    ASSERT_TRUE(batch.has_value());
+    EXPECT_THAT(RecordsOf(*batch), ElementsAre("r002", "r003", "r004", "r005"));
+    EXPECT_EQ(batch->info.first_record, 2u);
+    again.MarkHanded(*batch, batch->records + batch->bytes);  // all of it
+  }
+  RingReader last(channel, true);
+  ASSERT_OK(last.Resume());
+  ASSERT_OK_AND_ASSIGN(std::optional<BatchView> batch, last.TryNext());
+  ASSERT_TRUE(batch.has_value());
+  EXPECT_THAT(RecordsOf(*batch), ElementsAre("r006", "r007"));
+  EXPECT_EQ(ReadRingProgress(channel, true).records, 8u);
+  // The first batch was released when `last` resumed.
+  EXPECT_EQ(ReadRingProgress(channel, true).queued_bytes, batch->end - batch->begin);
+  // A mark past what was published.
+  ASSERT_TRUE(Scribble<uint64_t>(channel.fd(), kInputRingHeader + 216, batch->end + 64));
+  RingReader confused(channel, true);
+  EXPECT_THAT(confused.Resume(), StatusIs(Code::kInternal, HasSubstr("past the published")));
 }
 
 // Writes records first..last-1 (NumberedRecord) as feeds of kPerFeed records

@@ -173,6 +173,8 @@ const char* RefusalCode(Status::Code code) {
   }
 }
 
+constexpr char kBadAnswer[] = "bad answer from the feed socket";
+
 Status StatusFromCode(const std::string& code, std::string message) {
   if (code == "already_exists") return Status::AlreadyExists(std::move(message));
   if (code == "invalid_argument") return Status::InvalidArgument(std::move(message));
@@ -184,6 +186,11 @@ Status StatusFromCode(const std::string& code, std::string message) {
 
 }  // namespace
 
+// Names and messages may carry bytes that are not UTF-8 (a file name).
+std::string Dump(const nlohmann::json& json) {
+  return json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 std::string EncodeGrant(const FeedGrant& grant) {
   nlohmann::json json = {{"ok", true},
                          {"mode", grant.mode},
@@ -192,13 +199,56 @@ std::string EncodeGrant(const FeedGrant& grant) {
                          {"feed_timeout_ms", grant.feed_timeout_ms},
                          {"task", grant.task},
                          {"partitions", grant.partitions}};
-  return json.dump();
+  return Dump(json);
 }
 
 std::string EncodeRefusal(const Status& status) {
   nlohmann::json json = {
       {"ok", false}, {"code", RefusalCode(status.code())}, {"error", status.message()}};
-  return json.dump();
+  return Dump(json);
+}
+
+Status DecodeAnswer(const std::string& line, FeedGrant* grant) {
+  const Status bad = Status::Unavailable(kBadAnswer);
+  const nlohmann::json reply = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!reply.is_object() || !reply.contains("ok") || !reply["ok"].is_boolean()) return bad;
+  // json::value() throws for a field of another type: check each first.
+  auto string = [&](const char* key, std::string fallback, std::string* out) {
+    auto it = reply.find(key);
+    if (it == reply.end()) {
+      *out = std::move(fallback);
+      return true;
+    }
+    if (!it->is_string()) return false;
+    *out = it->get<std::string>();
+    return true;
+  };
+  if (!reply["ok"].get<bool>()) {
+    std::string code, error;
+    if (!string("code", "", &code) || !string("error", "refused", &error)) return bad;
+    return StatusFromCode(code, std::move(error));
+  }
+  FeedGrant decoded;
+  if (!string("mode", "train", &decoded.mode) || !string("format", "csv", &decoded.format) ||
+      !string("task", "", &decoded.task)) {
+    return bad;
+  }
+  if (auto it = reply.find("record_bytes"); it != reply.end()) {
+    if (!it->is_number_unsigned()) return bad;
+    decoded.record_bytes = it->get<uint64_t>();
+  }
+  decoded.feed_timeout_ms = 600'000;
+  if (auto it = reply.find("feed_timeout_ms"); it != reply.end()) {
+    if (!it->is_number_integer()) return bad;
+    decoded.feed_timeout_ms = it->get<int64_t>();
+  }
+  if (auto it = reply.find("partitions"); it != reply.end() && it->is_array()) {
+    for (const auto& name : *it) {
+      decoded.partitions.push_back(name.is_string() ? name.get<std::string>() : "?");
+    }
+  }
+  *grant = std::move(decoded);
+  return Status::Ok();
 }
 
 Status DecodeHello(const std::string& line, FeedRole* role, bool* train_mode, bool* external) {
@@ -232,31 +282,16 @@ Result<JoinedFeed> JoinFeed(const std::string& path, FeedRole role, bool train_m
   if (Status got = ReceiveMessage(socket, deadline, &line, &fd); !got.ok()) {
     return fail(got.WithContext("joining the feed at " + path));
   }
-  nlohmann::json reply = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (!reply.is_object() || !reply.contains("ok")) {
+  FeedGrant grant;
+  if (Status answer = DecodeAnswer(line, &grant); !answer.ok()) {
     if (fd >= 0) ::close(fd);
-    return fail(Status::Unavailable("bad answer from the feed socket " + path));
-  }
-  if (reply["ok"] != true) {
-    if (fd >= 0) ::close(fd);
-    return fail(StatusFromCode(reply.value("code", ""), reply.value("error", "refused")));
+    return fail(answer.message() == kBadAnswer ? Status::Unavailable(kBadAnswer + (" " + path))
+                                               : answer);
   }
   if (fd < 0) return fail(Status::Unavailable("the agent sent no feed channel"));
   Result<ShmChannel> channel = ShmChannel::Map(fd);
   if (!channel.ok()) return fail(channel.status());
-  JoinedFeed joined{socket, {}, std::move(channel).value()};
-  FeedGrant& grant = joined.grant;
-  grant.mode = reply.value("mode", "train");
-  grant.format = reply.value("format", "csv");
-  grant.record_bytes = reply.value("record_bytes", uint64_t{0});
-  grant.feed_timeout_ms = reply.value("feed_timeout_ms", int64_t{600'000});
-  grant.task = reply.value("task", "");
-  if (reply.contains("partitions") && reply["partitions"].is_array()) {
-    for (const auto& name : reply["partitions"]) {
-      grant.partitions.push_back(name.is_string() ? name.get<std::string>() : "?");
-    }
-  }
-  return joined;
+  return JoinedFeed{socket, std::move(grant), std::move(channel).value()};
 }
 
 }  // namespace drover::feed

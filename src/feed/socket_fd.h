@@ -55,9 +55,14 @@ struct FeedGrant {
 std::string EncodeGrant(const FeedGrant& grant);
 std::string EncodeRefusal(const Status& status);
 // Parses a client's hello line; *external (when given) gets the writer's
-// "external" flag.
+// "external" flag. kInvalidArgument for anything else (fuzzed).
 Status DecodeHello(const std::string& line, FeedRole* role, bool* train_mode,
                    bool* external = nullptr);
+// Parses the agent's answer: Ok with *grant filled (absent fields take their
+// defaults), the refusal it carries with its code, or kUnavailable "bad
+// answer" for a line that is neither, a field of the wrong type included
+// (fuzzed).
+Status DecodeAnswer(const std::string& line, FeedGrant* grant);
 
 // A joined feed: the connection (kept open: closing it tells the agent this
 // side is gone), the grant and the mapped channel.

@@ -18,6 +18,24 @@ using resolver_internal::JobSlot;
 
 constexpr std::string_view kNotInStep = "not running inside a Slurm step?";
 
+// TensorFlow's SlurmClusterResolver raises RuntimeError for a variable that
+// is missing and for variables (or jobs) that disagree with each other, and
+// ValueError for one that is garbled: the first two are
+// kFailedPrecondition here (RuntimeError in Python), the message unchanged.
+Status StepError(const std::string& message) {
+  return Status::FailedPrecondition(message);
+}
+Status MissingIsStepError(Status status) {
+  if (status.code() != Status::Code::kNotFound) return status;
+  return StepError(status.message());
+}
+
+Result<int> ReadRank(const Environment& env) {
+  Result<int> rank = resolver_internal::RequireIntVar(env, "SLURM_PROCID", kNotInStep);
+  if (!rank.ok()) return MissingIsStepError(rank.status());
+  return rank;
+}
+
 // How Slurm spread the ranks over the nodes (SLURM_DISTRIBUTION's first part).
 struct Distribution {
   enum Kind { kBlock, kCyclic, kPlane } kind = kBlock;
@@ -47,8 +65,8 @@ Result<Distribution> ReadDistribution(const Environment& env) {
       size_text = *size;
       size_name = "SLURM_DIST_PLANESIZE";
     } else {
-      return Status::NotFound("SLURM_DISTRIBUTION=" + *value +
-                              " without a plane size (plane=<N> or SLURM_DIST_PLANESIZE)");
+      return StepError("SLURM_DISTRIBUTION=" + *value +
+                       " without a plane size (plane=<N> or SLURM_DIST_PLANESIZE)");
     }
     DROVER_ASSIGN_OR_RETURN(distribution.plane_size,
                             resolver_internal::ParseIntVar(size_name, size_text, 1));
@@ -76,8 +94,7 @@ struct Layout {
 
 Result<Layout> ReadLayout(const SlurmClusterResolver::Options& options, const Environment& env) {
   Layout layout;
-  DROVER_ASSIGN_OR_RETURN(layout.rank,
-                          resolver_internal::RequireIntVar(env, "SLURM_PROCID", kNotInStep));
+  DROVER_ASSIGN_OR_RETURN(layout.rank, ReadRank(env));
   // Step-level variables describe the srun step this task belongs to; the
   // job-level ones (sbatch script without srun) the whole allocation. Never
   // pair a step nodelist with job counts: they can disagree.
@@ -96,8 +113,8 @@ Result<Layout> ReadLayout(const SlurmClusterResolver::Options& options, const En
     auto nodelist = step_level ? FirstVar(env, {"SLURM_STEP_NODELIST"})
                                : FirstVar(env, {"SLURM_JOB_NODELIST", "SLURM_NODELIST"});
     if (!nodelist) {
-      return Status::NotFound("SLURM_STEP_NODELIST (or SLURM_JOB_NODELIST) is not set (" +
-                              std::string(kNotInStep) + ")");
+      return StepError("SLURM_STEP_NODELIST (or SLURM_JOB_NODELIST) is not set (" +
+                       std::string(kNotInStep) + ")");
     }
     Result<std::vector<std::string>> hosts = ExpandHostlist(nodelist->second);
     if (!hosts.ok()) return hosts.status().WithContext(nodelist->first);
@@ -116,7 +133,7 @@ Result<Layout> ReadLayout(const SlurmClusterResolver::Options& options, const En
       auto tasks_var = step_level ? FirstVar(env, {"SLURM_STEP_TASKS_PER_NODE"})
                                   : FirstVar(env, {"SLURM_TASKS_PER_NODE"});
       if (!tasks_var) {
-        return Status::NotFound(
+        return StepError(
             std::string(step_level ? "SLURM_STEP_TASKS_PER_NODE" : "SLURM_TASKS_PER_NODE") +
             " is not set and tasks_per_node was not given (" + std::string(kNotInStep) + ")");
       }
@@ -124,10 +141,10 @@ Result<Layout> ReadLayout(const SlurmClusterResolver::Options& options, const En
       if (!counts.ok()) return counts.status().WithContext(tasks_var->first);
       layout.counts = std::move(counts).value();
       if (layout.counts.size() != layout.hosts.size()) {
-        return Status::InvalidArgument(
-            nodelist->first + "=" + nodelist->second + " names " +
-            std::to_string(layout.hosts.size()) + " nodes but " + tasks_var->first + "=" +
-            tasks_var->second + " gives task counts for " + std::to_string(layout.counts.size()));
+        return StepError(nodelist->first + "=" + nodelist->second + " names " +
+                         std::to_string(layout.hosts.size()) + " nodes but " + tasks_var->first +
+                         "=" + tasks_var->second + " gives task counts for " +
+                         std::to_string(layout.counts.size()));
       }
     }
   }
@@ -155,9 +172,8 @@ Result<Layout> ReadLayout(const SlurmClusterResolver::Options& options, const En
     layout.declared_name = declared->first;
   }
   if (layout.rank >= layout.total) {
-    return Status::InvalidArgument("SLURM_PROCID=" + std::to_string(layout.rank) + " must be < " +
-                                   std::to_string(layout.total) +
-                                   ", the number of tasks on the nodes");
+    return StepError("SLURM_PROCID=" + std::to_string(layout.rank) + " must be < " +
+                     std::to_string(layout.total) + ", the number of tasks on the nodes");
   }
 
   DROVER_ASSIGN_OR_RETURN(Distribution distribution, ReadDistribution(env));
@@ -214,14 +230,26 @@ Result<std::vector<SlurmClusterResolver::TaskPlacement>> SlurmClusterResolver::P
   if (layout.declared_tasks) {
     source += " (" + layout.declared_name + "=" + std::to_string(*layout.declared_tasks) + ")";
   }
-  DROVER_ASSIGN_OR_RETURN(std::vector<JobSlot> job_slots,
-                          resolver_internal::SplitIntoJobs(jobs, layout.total, source));
+  Result<std::vector<JobSlot>> split = resolver_internal::SplitIntoJobs(jobs, layout.total, source);
+  if (!split.ok()) {
+    // Names and counts that are fine but add up to another number of tasks
+    // than the step has: TensorFlow's "Requested N tasks but only M were
+    // assigned" (RuntimeError).
+    const bool jobs_valid = std::all_of(jobs.begin(), jobs.end(), [](const auto& job) {
+      return !job.first.empty() && job.second >= 0;
+    });
+    return jobs_valid ? StepError(split.status().message()) : split.status();
+  }
+  std::vector<JobSlot> job_slots = std::move(split).value();
   GpuPool pool;
   pool.per_node = gpus_per_node();
   pool.per_task = gpus_per_task();
   pool.ids = gpu_ids();
-  DROVER_RETURN_IF_ERROR(
-      resolver_internal::CheckGpusFit(pool, layout.max_per_host, layout.max_host));
+  // TensorFlow's "Requested more GPUs per node than available" is a RuntimeError too.
+  if (Status fits = resolver_internal::CheckGpusFit(pool, layout.max_per_host, layout.max_host);
+      !fits.ok()) {
+    return StepError(fits.message());
+  }
   if (static_cast<long long>(options_.port_base) + layout.max_per_host - 1 > 65535) {
     return Status::InvalidArgument("port_base=" + std::to_string(options_.port_base) + " with " +
                                    std::to_string(layout.max_per_host) +
@@ -245,7 +273,7 @@ Result<std::vector<SlurmClusterResolver::TaskPlacement>> SlurmClusterResolver::P
 }
 
 Result<int> SlurmClusterResolver::rank() const {
-  return resolver_internal::RequireIntVar(env(), "SLURM_PROCID", kNotInStep);
+  return ReadRank(env());
 }
 
 }  // namespace drover

@@ -273,7 +273,7 @@ TEST(SlurmClusterResolverTest, CyclicAndPlaneDistributions) {
             Spec({{"worker", {"a:8888", "a:8889", "a:8890", "b:8888", "b:8889"}}}));
   env.Unset("SLURM_DIST_PLANESIZE");
   EXPECT_THAT(resolver->cluster_spec(),
-              StatusIs(Status::Code::kNotFound, HasSubstr("SLURM_DIST_PLANESIZE")));
+              StatusIs(Status::Code::kFailedPrecondition, HasSubstr("SLURM_DIST_PLANESIZE")));
   env.Set("SLURM_DISTRIBUTION", "plane=0");
   EXPECT_THAT(resolver->cluster_spec(),
               StatusIs(Status::Code::kInvalidArgument, HasSubstr("must be >= 1")));
@@ -320,21 +320,23 @@ TEST(SlurmClusterResolverTest, EnvironmentIsReadOnEveryCall) {
   EXPECT_EQ(resolver->master().value_or("error"), "");
 }
 
+// Missing and inconsistent variables are kFailedPrecondition (RuntimeError in
+// Python, as TensorFlow raises); garbled ones kInvalidArgument (ValueError).
 TEST(SlurmClusterResolverTest, MissingVariablesAreNamed) {
   MapEnvironment env;
-  EXPECT_THAT(
-      SlurmClusterResolver::Create({}, env),
-      StatusIs(Status::Code::kNotFound, AllOf(HasSubstr("SLURM_PROCID"), HasSubstr("Slurm step"))));
+  EXPECT_THAT(SlurmClusterResolver::Create({}, env),
+              StatusIs(Status::Code::kFailedPrecondition,
+                       AllOf(HasSubstr("SLURM_PROCID"), HasSubstr("Slurm step"))));
   env.Set("SLURM_PROCID", "0");
   EXPECT_THAT(SlurmClusterResolver::Create({}, env),
-              StatusIs(Status::Code::kNotFound, HasSubstr("SLURM_STEP_NODELIST")));
+              StatusIs(Status::Code::kFailedPrecondition, HasSubstr("SLURM_STEP_NODELIST")));
   env.Set("SLURM_STEP_NODELIST", "a");
   EXPECT_THAT(SlurmClusterResolver::Create({}, env),
-              StatusIs(Status::Code::kNotFound, HasSubstr("SLURM_STEP_TASKS_PER_NODE")));
+              StatusIs(Status::Code::kFailedPrecondition, HasSubstr("SLURM_STEP_TASKS_PER_NODE")));
   env.Unset("SLURM_STEP_NODELIST");
   env.Set("SLURM_JOB_NODELIST", "a");
   EXPECT_THAT(SlurmClusterResolver::Create({}, env),
-              StatusIs(Status::Code::kNotFound, HasSubstr("SLURM_TASKS_PER_NODE")));
+              StatusIs(Status::Code::kFailedPrecondition, HasSubstr("SLURM_TASKS_PER_NODE")));
 }
 
 TEST(SlurmClusterResolverTest, GarbledVariablesAreNamed) {
@@ -350,7 +352,7 @@ TEST(SlurmClusterResolverTest, GarbledVariablesAreNamed) {
               StatusIs(Status::Code::kInvalidArgument, HasSubstr("SLURM_PROCID=-1 must be >= 0")));
   env.Set("SLURM_PROCID", "2");
   EXPECT_THAT(SlurmClusterResolver::Create({}, env),
-              StatusIs(Status::Code::kInvalidArgument, HasSubstr("SLURM_PROCID=2 must be < 2")));
+              StatusIs(Status::Code::kFailedPrecondition, HasSubstr("SLURM_PROCID=2 must be < 2")));
   env.Set("SLURM_PROCID", "0");
   env.Set("SLURM_STEP_NODELIST", "a[1-");
   EXPECT_THAT(SlurmClusterResolver::Create({}, env),
@@ -366,7 +368,7 @@ TEST(SlurmClusterResolverTest, GarbledVariablesAreNamed) {
                        HasSubstr("SLURM_STEP_TASKS_PER_NODE: invalid tasks-per-node")));
   env.Set("SLURM_STEP_TASKS_PER_NODE", "1(x2)");
   EXPECT_THAT(SlurmClusterResolver::Create({}, env),
-              StatusIs(Status::Code::kInvalidArgument,
+              StatusIs(Status::Code::kFailedPrecondition,
                        AllOf(HasSubstr("names 1 nodes"), HasSubstr("task counts for 2"))));
   env.Set("SLURM_STEP_TASKS_PER_NODE", "2");
   env.Set("SLURM_STEP_NUM_TASKS", "two");
@@ -387,7 +389,7 @@ TEST(SlurmClusterResolverTest, TooManyOrTooFewTasksRequested) {
   options.jobs = {{"ps", 1}, {"worker", 3}};
   options.auto_set_gpu = false;
   EXPECT_THAT(SlurmClusterResolver::Create(options, env),
-              StatusIs(Status::Code::kInvalidArgument,
+              StatusIs(Status::Code::kFailedPrecondition,
                        AllOf(HasSubstr("ask for 4 tasks"), HasSubstr("started 3"),
                              HasSubstr("ps: 1, worker: 3"))));
   options.jobs = {{"worker", -1}};
@@ -399,7 +401,7 @@ TEST(SlurmClusterResolverTest, TooManyOrTooFewTasksRequested) {
   // SLURM_STEP_NUM_TASKS disagreeing with the per-node counts.
   env.Set("SLURM_STEP_NUM_TASKS", "4");
   EXPECT_THAT(SlurmClusterResolver::Create({}, env),
-              StatusIs(Status::Code::kInvalidArgument, HasSubstr("SLURM_STEP_NUM_TASKS=4")));
+              StatusIs(Status::Code::kFailedPrecondition, HasSubstr("SLURM_STEP_NUM_TASKS=4")));
 }
 
 TEST(SlurmClusterResolverTest, NotEnoughGpus) {
@@ -412,7 +414,7 @@ TEST(SlurmClusterResolverTest, NotEnoughGpus) {
   options.gpus_per_task = 2;
   EXPECT_THAT(
       SlurmClusterResolver::Create(options, env),
-      StatusIs(Status::Code::kInvalidArgument,
+      StatusIs(Status::Code::kFailedPrecondition,
                AllOf(HasSubstr("more GPUs per node than available"), HasSubstr("2 tasks on a"))));
   // CUDA_VISIBLE_DEVICES narrower than gpus_per_node.
   env.Set("CUDA_VISIBLE_DEVICES", "0");

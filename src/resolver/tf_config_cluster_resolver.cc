@@ -96,6 +96,25 @@ bool IsBlank(std::string_view text) {
   return text.find_first_not_of(" \t\r\n") == std::string_view::npos;
 }
 
+// TF_CONFIG as a JSON object; unset or blank: {} (as TensorFlow reads it).
+Result<Json> ReadTfConfigObject(const Environment& env) {
+  std::optional<std::string> text = env.Get(kTfConfigVariable);
+  if (!text.has_value() || IsBlank(*text)) return Json::object();
+  auto parsed = ParseStrictJson(*text);
+  if (!parsed.ok()) return parsed.status().WithContext("TF_CONFIG");
+  if (!parsed->is_object()) return Malformed("must be a JSON object, got " + Quote(*parsed));
+  return std::move(parsed).value();
+}
+
+// TensorFlow: task_info = tf_config.get('task', {}); then the one key.
+Result<const Json*> TaskEntry(const Json& config, const char* key) {
+  auto task = config.find("task");
+  if (task == config.end()) return static_cast<const Json*>(nullptr);
+  if (!task->is_object()) return Malformed("task must be an object, got " + Quote(*task));
+  auto entry = task->find(key);
+  return entry == task->end() ? nullptr : &*entry;
+}
+
 }  // namespace
 
 Result<TfConfig> ParseTfConfig(std::string_view json) {
@@ -198,21 +217,44 @@ std::string TFConfigClusterResolver::environment() const {
 }
 
 std::optional<std::string> TFConfigClusterResolver::task_type() const {
-  if (task_type_.has_value()) return task_type_;
-  auto config = tf_config();
-  return config.ok() ? config->task_type : std::nullopt;
+  Result<std::optional<std::string>> type = ReadTaskType();
+  return type.ok() ? *type : std::nullopt;
 }
 
 std::optional<int> TFConfigClusterResolver::task_id() const {
-  if (task_id_.has_value()) return task_id_;
-  auto config = tf_config();
-  return config.ok() ? config->task_id : std::nullopt;
+  Result<std::optional<int>> id = ReadTaskId();
+  return id.ok() ? *id : std::nullopt;
 }
 
 std::optional<std::string> TFConfigClusterResolver::rpc_layer() const {
+  Result<std::optional<std::string>> layer = ReadRpcLayer();
+  return layer.ok() ? *layer : std::nullopt;
+}
+
+Result<std::optional<std::string>> TFConfigClusterResolver::ReadTaskType() const {
+  if (task_type_.has_value()) return task_type_;
+  DROVER_ASSIGN_OR_RETURN(Json config, ReadTfConfigObject(*env_));
+  DROVER_ASSIGN_OR_RETURN(const Json* type, TaskEntry(config, "type"));
+  if (type == nullptr) return std::optional<std::string>();
+  DROVER_ASSIGN_OR_RETURN(std::string parsed, ParseTaskType(*type));
+  return std::optional<std::string>(std::move(parsed));
+}
+
+Result<std::optional<int>> TFConfigClusterResolver::ReadTaskId() const {
+  if (task_id_.has_value()) return task_id_;
+  DROVER_ASSIGN_OR_RETURN(Json config, ReadTfConfigObject(*env_));
+  DROVER_ASSIGN_OR_RETURN(const Json* index, TaskEntry(config, "index"));
+  if (index == nullptr) return std::optional<int>();
+  DROVER_ASSIGN_OR_RETURN(int parsed, ParseTaskIndex(*index));
+  return std::optional<int>(parsed);
+}
+
+Result<std::optional<std::string>> TFConfigClusterResolver::ReadRpcLayer() const {
   if (rpc_layer_.has_value()) return rpc_layer_;
-  auto config = tf_config();
-  return config.ok() ? config->rpc_layer : std::nullopt;
+  DROVER_ASSIGN_OR_RETURN(Json config, ReadTfConfigObject(*env_));
+  std::optional<std::string> layer;
+  DROVER_RETURN_IF_ERROR(ParseOptionalString(config, "rpc_layer", &layer));
+  return layer;
 }
 
 }  // namespace drover

@@ -194,10 +194,43 @@ TEST(TFConfigClusterResolverTest, MalformedTfConfigFailsTheFallibleCalls) {
       StatusIs(Code::kWrongType, HasSubstr("TF_CONFIG: cluster: The tasks for job 'worker'")));
   EXPECT_THAT(resolver.master(), StatusIs(Code::kWrongType, HasSubstr("TF_CONFIG")));
   EXPECT_THAT(resolver.tf_config(), StatusIs(Code::kWrongType, ::testing::_));
-  // The infallible accessors say "unknown"; overrides still show.
-  EXPECT_EQ(resolver.task_type(), std::nullopt);
+  // As in TensorFlow, the task's own entries are read on their own: a broken
+  // cluster does not hide them.
+  EXPECT_EQ(resolver.task_type(), "w");
+  EXPECT_EQ(resolver.task_id(), std::nullopt);
   resolver.set_task_type("ps");
   EXPECT_EQ(resolver.task_type(), "ps");
+}
+
+// Issue #15: TensorFlow's task_type / task_id properties raise ValueError for
+// a TF_CONFIG that is not JSON or a task index that is not an integer.
+TEST(TFConfigClusterResolverTest, ReadTaskFailsForMalformedEntries) {
+  MapEnvironment env = EnvWithTfConfig("{not json");
+  TFConfigClusterResolver resolver({}, env);
+  EXPECT_THAT(resolver.ReadTaskType(), StatusIs(Code::kInvalidArgument, HasSubstr("TF_CONFIG")));
+  EXPECT_THAT(resolver.ReadTaskId(), StatusIs(Code::kInvalidArgument, HasSubstr("TF_CONFIG")));
+  EXPECT_THAT(resolver.ReadRpcLayer(), StatusIs(Code::kInvalidArgument, HasSubstr("TF_CONFIG")));
+  EXPECT_EQ(resolver.task_type(), std::nullopt);  // the infallible accessors say "unknown"
+  env.Set("TF_CONFIG", "[1]");
+  EXPECT_THAT(resolver.ReadTaskType(),
+              StatusIs(Code::kInvalidArgument, HasSubstr("must be a JSON object")));
+  env.Set("TF_CONFIG", R"({"task": {"type": "worker", "index": "one"}})");
+  EXPECT_THAT(resolver.ReadTaskId(),
+              StatusIs(Code::kInvalidArgument, HasSubstr("task.index must be an integer")));
+  EXPECT_EQ(resolver.ReadTaskType().value(), "worker");
+  env.Set("TF_CONFIG", R"({"task": "worker"})");
+  EXPECT_THAT(resolver.ReadTaskType(),
+              StatusIs(Code::kInvalidArgument, HasSubstr("task must be an object")));
+  env.Set("TF_CONFIG", R"({"task": {"type": "worker", "index": "3"}, "rpc_layer": 7})");
+  EXPECT_EQ(resolver.ReadTaskId().value(), 3);
+  EXPECT_THAT(resolver.ReadRpcLayer(), StatusIs(Code::kInvalidArgument, HasSubstr("rpc_layer")));
+  env.Unset("TF_CONFIG");
+  EXPECT_EQ(resolver.ReadTaskType().value(), std::nullopt);
+  EXPECT_EQ(resolver.ReadTaskId().value(), std::nullopt);
+  // Overrides are not read from TF_CONFIG at all.
+  env.Set("TF_CONFIG", "{not json");
+  resolver.set_task_id(4);
+  EXPECT_EQ(resolver.ReadTaskId().value(), 4);
 }
 
 TEST(TFConfigClusterResolverTest, MasterNeedsATask) {

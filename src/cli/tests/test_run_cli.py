@@ -147,3 +147,54 @@ def test_tensorboard_missing_is_a_clear_error(drover, tmp_path):
     assert result.returncode == 2
     assert "tensorboard" in result.stderr
     assert not (tmp_path / "logs").exists()
+
+
+def test_issue_15_output_without_a_newline_is_cut_and_the_driver_stays_small(tmp_path):
+    """500 MB without a newline (a progress bar that never ends its line): the driver shows
+    the first 64 KiB with a mark, logs every byte, and never holds the line."""
+    mark = marker()
+    size = 500_000_000
+    program = f"head -c {size} /dev/zero | tr '\\0' x; echo; echo after"
+    logs = tmp_path / "logs"
+    out_path, err_path = tmp_path / "out", tmp_path / "err"
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        proc = subprocess.Popen(
+            [drover_bin(), "run", "--nodes", "1", "--log-dir", str(logs), "--",
+             "sh", "-c", program, mark],
+            env=clean_env(), stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+    # wait4 gives the peak RSS of the driver and of everything it reaped (the agent,
+    # whose children it reaped in turn): none may come near the 500 MB.
+    deadline = time.time() + 300
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.time() > deadline:
+            proc.kill()
+            os.wait4(proc.pid, 0)
+            raise AssertionError("drover run did not finish within 300 s")
+        time.sleep(0.1)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    stderr = err_path.read_text(errors="replace")
+    assert proc.returncode == 0, stderr
+    peak_mb = usage.ru_maxrss / 1024  # KiB on Linux
+    assert peak_mb < 200, f"peak RSS {peak_mb:.0f} MB"
+
+    lines = out_path.read_text(encoding="utf-8").splitlines()
+    cut = "[worker:0] " + "x" * 65536 + "\u2026[line cut at 65536 bytes]"
+    assert lines.count(cut) == 1, [line[:80] for line in lines]
+    assert "[worker:0] after" in lines
+    assert not any(line.startswith("[worker:0] x") and line != cut for line in lines)
+
+    log = logs / "worker-0.log"
+    try:
+        with open(log, "rb") as f:
+            head = f.read(65536 + 16)
+            f.seek(-16, os.SEEK_END)
+            tail = f.read()
+        assert head.startswith(b"x" * (65536 + 16))
+        assert tail.endswith(b"x\nafter\n")
+        assert log.stat().st_size >= size + len(b"\nafter\n")
+    finally:
+        log.unlink()
+    assert_no_leftovers(mark)

@@ -1,0 +1,57 @@
+// Fuzzes the feed socket's handshake (docs/shm_queue_format.md, "The feed
+// socket handshake"): the hello line the agent reads from any process of its
+// user (DecodeHello), and the answer line a client reads (DecodeAnswer).
+// Each returns a status for any bytes, never throws; an answer that decodes
+// decodes the same once encoded again. Aborts on any violation.
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "feed/socket_fd.h"
+
+namespace {
+
+void Check(bool condition, const char* what) {
+  if (condition) return;
+  std::fprintf(stderr, "invariant broken: %s\n", what);
+  std::abort();
+}
+
+bool Same(const drover::feed::FeedGrant& a, const drover::feed::FeedGrant& b) {
+  return a.mode == b.mode && a.format == b.format && a.record_bytes == b.record_bytes &&
+         a.feed_timeout_ms == b.feed_timeout_ms && a.task == b.task && a.partitions == b.partitions;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace drover::feed;
+  using Code = drover::Status::Code;
+  const std::string line(reinterpret_cast<const char*>(data), size);
+  try {
+    FeedRole role = FeedRole::kReader;
+    bool train_mode = false;
+    bool external = false;
+    drover::Status hello = DecodeHello(line, &role, &train_mode, &external);
+    Check(hello.ok() || hello.code() == Code::kInvalidArgument, "hello: unexpected code");
+    // What the agent sends back for a bad hello must encode whatever it says.
+    if (!hello.ok()) {
+      FeedGrant none;
+      drover::Status refused = DecodeAnswer(EncodeRefusal(hello), &none);
+      Check(refused.code() == Code::kInvalidArgument, "refusal lost its code");
+    }
+
+    FeedGrant grant;
+    drover::Status answer = DecodeAnswer(line, &grant);
+    if (answer.ok()) {
+      FeedGrant again;
+      Check(DecodeAnswer(EncodeGrant(grant), &again).ok(), "grant does not decode again");
+      Check(Same(grant, again), "grant changed through a round trip");
+    }
+  } catch (...) {
+    Check(false, "threw");
+  }
+  return 0;
+}
