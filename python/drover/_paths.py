@@ -19,3 +19,11 @@ def drover_binary():
     if found:
         return found
     raise RuntimeError("cannot find the drover executable: set DROVER_BIN, or put drover on PATH")
+
+
+def guarded(argv, grace=10.0):
+    """`argv` under `drover guard --exit-with-stdin`: start it with
+    stdin=subprocess.PIPE and keep that pipe open. When this process ends,
+    however it ends (SIGKILL included), the pipe ends and the guard stops the
+    command and everything it started (docs/run.md, "Nothing left behind")."""
+    return [drover_binary(), "guard", "--exit-with-stdin", "--grace", str(grace), "--"] + list(argv)

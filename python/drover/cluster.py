@@ -454,8 +454,10 @@ class Cluster:
         with socket.socket() as probe:
             probe.bind(("", 0))
             port = probe.getsockname()[1]
-        self._tensorboard = subprocess.Popen([binary, "--logdir", logdir, "--port", str(port)],
-                                             stdin=subprocess.DEVNULL, start_new_session=True)
+        # Under a guard tied to this interpreter's life (its stdin).
+        self._tensorboard = subprocess.Popen(
+            _paths.guarded([binary, "--logdir", logdir, "--port", str(port)], grace=5.0),
+            stdin=subprocess.PIPE, start_new_session=True)
         # TensorBoard runs beside the driver, not on a node: its address is
         # tensorboard_url(), and the nodes' tb_port / tb_pid stay 0.
         self._tensorboard_url = "http://%s:%d" % (socket.gethostname(), port)

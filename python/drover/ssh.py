@@ -39,7 +39,7 @@ import threading
 import weakref
 
 from drover import _drover
-from drover._paths import drover_binary
+from drover._paths import drover_binary, guarded
 
 __all__ = ["SSHCluster"]
 
@@ -51,8 +51,10 @@ _FORMED = re.compile(r"^drover run: cluster \S*\s*formed\b")
 
 
 class _Run:
-    """A `drover run` child in its own process group; terminate() is idempotent
-    and registered with atexit, so an interpreter that exits stops it."""
+    """A `drover run` child in its own process group, under `drover guard`
+    tied to this interpreter's life; terminate() is idempotent and registered
+    with atexit, so an interpreter that exits stops it, and one that is
+    killed ends the guard's stdin, which stops it too."""
 
     def __init__(self, argv, log):
         self.argv = argv
@@ -60,8 +62,10 @@ class _Run:
         self._tail = collections.deque(maxlen=20)
         self._formed = threading.Event()
         self._ended = threading.Event()
-        self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                        start_new_session=True)
+        # Under a guard whose stdin is this process's lifeline: the run and
+        # its agents do not outlive the interpreter, even a SIGKILLed one.
+        self.process = subprocess.Popen(guarded(argv), stdin=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, start_new_session=True)
         atexit.register(self.terminate)
         self._reader = threading.Thread(target=self._read_stderr, name="drover-run-stderr",
                                         daemon=True)

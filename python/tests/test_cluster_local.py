@@ -245,3 +245,51 @@ def test_status_page_and_status_dict(tmp_path, mark):
     quiet = run(count_records, str(tmp_path / "quiet"), input_mode=drover.InputMode.FEED)
     assert quiet.status_url() is None
     quiet.shutdown()
+
+
+KILLED_DRIVER_SCRIPT = r'''
+import sys, time
+import drover
+
+def main(args, ctx):
+    import subprocess, time
+    subprocess.Popen(["setsid", "sleep", "300"])  # escapes the node's group and session
+    time.sleep(300)
+
+cluster = drover.Cluster.run(drover.engines.Local(), main, None, num_executors=2,
+                             tensorboard=True, reservation_timeout=60)
+print("started", cluster.tensorboard_url(), flush=True)
+time.sleep(300)
+'''
+
+
+def test_a_killed_interpreter_leaves_no_tensorboard_and_no_node(tmp_path, mark):
+    # A stand-in TensorBoard that starts a descendant of its own, in a new
+    # session, as a real server's workers might.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "tensorboard"
+    fake.write_text("#!/bin/sh\nsetsid sleep 300 &\necho tensorboard up\nexec sleep 300\n")
+    fake.chmod(0o755)
+    env = dict(os.environ, PATH="%s:%s" % (bin_dir, os.environ["PATH"]))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    script = tmp_path / "driver.py"
+    script.write_text(KILLED_DRIVER_SCRIPT)
+    import subprocess
+    process = subprocess.Popen(["/usr/bin/python3", str(script)], env=env, cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout.readline().startswith("started "), process.stderr.read()
+        # Progress before the fault: both nodes' programs and TensorBoard's
+        # descendant are up (each runs `sleep 300`).
+        cluster_util.wait_for(
+            lambda: sum(1 for _, cmdline in cluster_util.marked_processes(mark)
+                        if cmdline.startswith("sleep 300")) >= 4,
+            "the nodes' and TensorBoard's descendants")
+        process.kill()
+        process.wait(60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    # The mark fixture checks that nothing carrying the mark is left.

@@ -120,6 +120,22 @@ def test_killed_task_is_reported_with_node_and_task(slurm, mark):
                      r"its task on n\d was killed by SIGKILL", err), err
 
 
+def test_descendants_that_escape_their_group_do_not_outlive_a_killed_agent(slurm, mark):
+    command = ["sh", "-c", "sleep 300 & setsid sleep 300 & echo ready; wait"]
+    process = salloc(slurm, ["--nodes=3", "--ntasks-per-node=1"], command=command, popen=True)
+    try:
+        # Progress before the fault: every node's program started both sleeps.
+        wait_for(lambda: len(programs(mark, "sleep 300")) == 6, "two descendants on each node")
+        os.kill(agent_of(mark, 1), signal.SIGKILL)
+        out, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+    assert process.returncode == 1, err
+    assert_no_leftovers(mark, wait=30.0)
+
+
 def test_interrupted_driver_ends_every_step(slurm, mark):
     process = salloc(slurm, ["--nodes=3", "--ntasks-per-node=1"], command=["sleep", "300"],
                      popen=True)

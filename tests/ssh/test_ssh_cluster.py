@@ -292,6 +292,41 @@ def test_start_and_terminate(cluster, ssh_hosts, tmp_path, mark):
     assert "formed" in log.read_text()
 
 
+STARTER = r"""
+import sys, time
+from drover.ssh import SSHCluster
+cluster = SSHCluster(sys.argv[1], ssh_config=sys.argv[2])
+cluster.start(["sh", "-c", "setsid sleep 600 & echo ready; wait"], timeout=240, grace=2)
+print("started", flush=True)
+time.sleep(600)
+"""
+
+
+@needs_ssh_engine
+def test_start_does_not_outlive_a_killed_interpreter(ssh_hosts, tmp_path, mark):
+    spec = ssh_hosts.resource_spec(tmp_path / "spec.yml",
+                                   extra_ssh="    shared_envs: {%s: %s}" % (MARK_VARIABLE, mark))
+    script = tmp_path / "starter.py"
+    script.write_text(STARTER)
+    # The mark on this side too: the guard, drover run and its ssh clients.
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in __import__("sys").path if p),
+               **{MARK_VARIABLE: mark})
+    starter = subprocess.Popen(["/usr/bin/python3", str(script), str(spec), ssh_hosts.config],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert starter.stdout.readline() == "started\n", starter.stderr.read()
+        # Progress before the fault: the program runs on every host.
+        wait_for(lambda: len([p for p, c in marked_processes(mark) if c.startswith("sleep 600")])
+                 == 3, "a program on every host", timeout=120)
+        starter.kill()
+        starter.wait(60)
+    finally:
+        if starter.poll() is None:
+            starter.kill()
+            starter.wait()
+    # The mark fixture checks that nothing is left on any host.
+
+
 @needs_ssh_engine
 def test_start_that_cannot_form_raises(ssh_hosts, tmp_path):
     spec = ssh_hosts.resource_spec(tmp_path / "spec.yml",

@@ -151,6 +151,40 @@ def test_interrupted_driver_leaves_nothing_on_the_hosts(ssh_hosts, mark, how):
     assert_no_leftovers(mark, wait=30.0)
 
 
+# A program that leaves its process group and its session behind it.
+ESCAPING = ["sh", "-c", "sleep 300 & setsid sleep 300 & echo ready; wait"]
+
+
+def drover_tmp_entries():
+    return {p for p in Path("/tmp").glob("drover-*") if p.name != "drover-%d" % os.getuid()} | \
+        set(Path("/tmp/drover-%d" % os.getuid()).glob("*"))
+
+
+@pytest.mark.parametrize("victim", ["agent", "driver"])
+def test_descendants_that_escape_their_group_do_not_outlive_a_killed_agent_or_driver(
+        ssh_hosts, mark, victim):
+    before = drover_tmp_entries()
+    process = start_drover(ssh_hosts, "h1,h2,h3", command=ESCAPING)
+    try:
+        # Progress before the fault: every host's program started both sleeps.
+        wait_for(lambda: len([p for p, c in marked_processes(mark) if c.startswith("sleep 300")])
+                 == 6, "two descendants on each of the three hosts")
+        if victim == "agent":
+            pid = [p for p, c in agents(mark).items() if "--executor-id 1 " in c]
+            assert len(pid) == 1, agents(mark)
+            os.kill(pid[0], signal.SIGKILL)
+        else:
+            os.kill(process.pid, signal.SIGKILL)
+        process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    # The fixture checks that no process is left on any host; no file either.
+    assert_no_leftovers(mark, wait=30.0)
+    wait_for(lambda: not drover_tmp_entries() - before, "drover's /tmp files to go", timeout=30)
+
+
 def test_preflight_names_the_host_that_refuses_ssh(ssh_hosts, mark, tmp_path):
     spec = tmp_path / "spec.yml"
     spec.write_text(
