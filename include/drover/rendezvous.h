@@ -49,6 +49,39 @@ struct ClusterToken {
   std::string ToHex() const;
 };
 
+// What a peer authenticates with (docs/security.md). The cluster token
+// itself may do everything; every other credential is derived from it
+// (HKDF-SHA256) for one purpose and reveals nothing of it:
+//   kNode    authenticates to the rendezvous as `executor_id` only: it may
+//            register that slot alone, heartbeat and report for it, use the
+//            key-value store and read the state; not stop nodes;
+//   kStatus  the status server's bearer token; nothing on the rendezvous.
+// As text (a file of mode 0600, or a line on stdin), one line:
+//   <64 hex>                            the cluster token
+//   drover-node-v1 <executor id> <64 hex>
+//   drover-status-v1-<64 hex>           (one word: the status page's bearer token)
+struct Credential {
+  enum class Kind { kCluster, kNode, kStatus };
+  Kind kind = Kind::kCluster;
+  std::string executor_id;         // kNode only
+  std::vector<unsigned char> key;  // 32 bytes
+
+  static Credential Cluster(const ClusterToken& token);
+  // kInvalidArgument for a token not 32 bytes, or an executor id that is
+  // empty, over 256 bytes, or holds whitespace or control characters.
+  static Result<Credential> ForNode(const ClusterToken& token, const std::string& executor_id);
+  static Result<Credential> ForStatus(const ClusterToken& token);
+  static Result<Credential> Parse(std::string_view text);
+  // Refuses a group/world-readable file, like ClusterToken::ReadFile.
+  static Result<Credential> ReadFile(const std::string& path);
+  std::string ToText() const;
+  Status WriteFile(const std::string& path) const;  // mode 0600
+  // 64 lower-case hex characters of the key (the status server's bearer token).
+  std::string KeyHex() const;
+  // "the cluster token", "the node credential of executor 3", "the status key".
+  std::string Describe() const;
+};
+
 // Which roles the N slots get, in TensorFlowOnSpark's order: num_ps "ps"
 // tasks, then one chief (or "master"), then one "evaluator", then "worker"s.
 struct ClusterTemplate {
