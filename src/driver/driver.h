@@ -92,8 +92,6 @@ struct DriverOptions {
 
   // The cluster token; nullopt: a new one for this run.
   std::optional<ClusterToken> token;
-  // Where the token was read from (told to `drover status`); "" : nowhere.
-  std::string token_file;
   // The status server (docs/status.md): off unless status_port >= 0.
   int status_port = -1;  // 0: any free port
   std::string status_address = "127.0.0.1";
@@ -149,7 +147,7 @@ class Driver {
   std::ostream& err_;
   RunStatus status_;
   std::unique_ptr<StatusServer> status_server_;
-  std::string status_token_file_;  // written for a server beyond loopback
+  std::string status_token_file_;  // the status key, written for a server beyond loopback
   Clock::time_point started_at_;
   double started_at_unix_ = 0;
   Clock::time_point last_publish_{};

@@ -21,11 +21,10 @@ class StatusServerTest : public ::testing::Test {
     status_.AppendLog("0", {"one", "two", "bad \xff utf-8"});
   }
 
-  std::unique_ptr<StatusServer> Serve(const std::string& address,
-                                      std::optional<ClusterToken> token) {
+  std::unique_ptr<StatusServer> Serve(const std::string& address, std::string bearer_token = "") {
     StatusServerOptions options;
     options.address = address;
-    options.token = std::move(token);
+    options.bearer_token = std::move(bearer_token);
     auto server = StatusServer::Start(options, status_);
     EXPECT_TRUE(server.ok()) << server.status().ToString();
     return server.ok() ? std::move(server).value() : nullptr;
@@ -35,7 +34,7 @@ class StatusServerTest : public ::testing::Test {
 };
 
 TEST_F(StatusServerTest, LoopbackServesThePageTheJsonTheLogAndMetrics) {
-  auto server = Serve("127.0.0.1", std::nullopt);
+  auto server = Serve("127.0.0.1");
   ASSERT_NE(server, nullptr);
   EXPECT_FALSE(server->needs_token());
   EXPECT_EQ(server->url(), "http://127.0.0.1:" + std::to_string(server->port()) + "/");
@@ -63,9 +62,12 @@ TEST_F(StatusServerTest, LoopbackServesThePageTheJsonTheLogAndMetrics) {
 }
 
 TEST_F(StatusServerTest, BeyondLoopbackDataWantsTheToken) {
-  auto token = ClusterToken::Generate();
-  ASSERT_TRUE(token.ok());
-  auto server = Serve("0.0.0.0", *token);
+  auto cluster = ClusterToken::Generate();
+  ASSERT_TRUE(cluster.ok());
+  auto status_key = Credential::ForStatus(*cluster);
+  ASSERT_TRUE(status_key.ok());
+  const std::string token = status_key->ToText();
+  auto server = Serve("0.0.0.0", token);
   ASSERT_NE(server, nullptr);
   EXPECT_TRUE(server->needs_token());
   httplib::Client client("127.0.0.1", server->port());
@@ -77,8 +79,10 @@ TEST_F(StatusServerTest, BeyondLoopbackDataWantsTheToken) {
     EXPECT_EQ(refused->get_header_value("WWW-Authenticate"), "Bearer realm=\"drover\"");
     auto other = ClusterToken::Generate();
     EXPECT_EQ(client.Get(path, {{"Authorization", "Bearer " + other->ToHex()}})->status, 401);
-    EXPECT_EQ(client.Get(path, {{"Authorization", token->ToHex()}})->status, 401);
-    EXPECT_EQ(client.Get(path, {{"Authorization", "Bearer " + token->ToHex()}})->status, 200);
+    // The cluster token the status key was derived from opens nothing.
+    EXPECT_EQ(client.Get(path, {{"Authorization", "Bearer " + cluster->ToHex()}})->status, 401);
+    EXPECT_EQ(client.Get(path, {{"Authorization", token}})->status, 401);
+    EXPECT_EQ(client.Get(path, {{"Authorization", "Bearer " + token}})->status, 200);
   }
 }
 
@@ -91,7 +95,7 @@ TEST_F(StatusServerTest, BeyondLoopbackWithoutATokenIsRefused) {
 }
 
 TEST_F(StatusServerTest, APortInUseIsAClearError) {
-  auto first = Serve("127.0.0.1", std::nullopt);
+  auto first = Serve("127.0.0.1");
   ASSERT_NE(first, nullptr);
   StatusServerOptions options;
   options.port = first->port();
@@ -101,7 +105,7 @@ TEST_F(StatusServerTest, APortInUseIsAClearError) {
 }
 
 TEST_F(StatusServerTest, StopsAndStopsAgain) {
-  auto server = Serve("127.0.0.1", std::nullopt);
+  auto server = Serve("127.0.0.1");
   ASSERT_NE(server, nullptr);
   int port = server->port();
   server->Stop();
