@@ -224,8 +224,10 @@ class RendezvousServer {
 
 struct RendezvousClientOptions {
   std::string address;  // "host:port"
-  ClusterToken token;
-  std::string name;  // for the server's logs
+  // The cluster token (Credential::Cluster: every message), or a node
+  // credential (only that node's slot; docs/security.md).
+  Credential credential;
+  std::string name;  // for the server's logs; cut to 256 bytes
   // Connection retries: exponential backoff with jitter between these.
   Milliseconds initial_backoff{100};
   Milliseconds max_backoff{2'000};
@@ -233,18 +235,23 @@ struct RendezvousClientOptions {
 };
 
 // Errors: an ERROR frame from the server keeps the server's message and maps
-// AUTH_FAILED to kPermissionDenied, RESERVATION_TIMEOUT to kDeadlineExceeded,
-// CLUSTER_FORMED to kAlreadyExists, STOPPED to kUnavailable. After any ERROR
+// AUTH_FAILED, PERMISSION_DENIED and FRAME_AUTH_FAILED to kPermissionDenied,
+// RESERVATION_TIMEOUT to kDeadlineExceeded, CLUSTER_FORMED to
+// kAlreadyExists, STOPPED to kUnavailable. After any ERROR
 // frame, a closed or reset connection, a bad frame or a failed write, the
 // connection is closed and every later call returns that same Status. A call
 // that only ran out of its deadline, and a KV reply's error (e.g. a WAIT's
 // kDeadlineExceeded), leave the connection usable.
 class RendezvousClient {
  public:
-  // Connects (retrying until `deadline`) and authenticates.
+  // Connects (retrying until `deadline`) and authenticates; from then on
+  // every frame either way is sealed (docs/protocol.md).
   // kDeadlineExceeded names the address; kPermissionDenied for a wrong token
   // or a server that cannot prove it holds the token; kInvalidArgument for an
-  // address that is not HOST:PORT or [V6ADDR]:PORT, or a token not 32 bytes.
+  // address that is not HOST:PORT or [V6ADDR]:PORT, a key not 32 bytes, or
+  // the status key. With a node credential, a call its node may not make
+  // (registering another executor, StopAll) is kPermissionDenied, and the
+  // server closes the connection.
   static Result<std::unique_ptr<RendezvousClient>> Connect(RendezvousClientOptions options,
                                                            Deadline deadline);
   ~RendezvousClient();

@@ -138,6 +138,23 @@ class ServerTest : public ::testing::Test {
     return peer;
   }
 
+  // Authenticated with executor `id`'s node credential, as an agent is.
+  RawPeer AuthenticatedAsNode(const std::string& id) {
+    RawPeer peer = Connect();
+    Result<wire::Token> key = wire::DeriveNodeKey(TestToken(), id);
+    EXPECT_OK(key);
+    EXPECT_OK(peer.Handshake(*key, Soon(), "node " + id, id));
+    return peer;
+  }
+
+  RawPeer JoinAsNode(const std::string& id, uint32_t port) {
+    RawPeer peer = AuthenticatedAsNode(id);
+    EXPECT_OK(peer.Send(wire::REGISTER, RegisterBody(id, port)));
+    wire::Registered registered;
+    EXPECT_OK(peer.Read(wire::REGISTERED, &registered, Soon()));
+    return peer;
+  }
+
   static wire::Register RegisterBody(const std::string& executor_id, uint32_t port,
                                      const std::string& host = "127.0.0.1") {
     wire::Register request;
@@ -450,22 +467,74 @@ TEST_F(ServerTest, UnknownVersionIsRejectedNamingBothVersions) {
   std::array<char, wire::kHeaderBytes> header = wire::EncodeHeader(wire::HELLO, 0, 7);
   ASSERT_OK(bad.SendBytes(std::string_view(header.data(), header.size())));
   ExpectErrorAndClose(bad, wire::UNSUPPORTED_VERSION,
-                      "peer speaks protocol version 7; this drover speaks 1");
+                      "peer speaks protocol version 7; this drover speaks 2");
   EXPECT_TRUE(recorder_.WaitForRejection("version 7"));
   ExpectClusterFormsWith(first);
 }
 
 TEST_F(ServerTest, LengthOverTheLimitIsRejected) {
   RendezvousServerOptions options = Options(2);
-  options.max_frame_bytes = 1024;
+  options.max_frame_bytes = 2048;
   StartServer(std::move(options));
   RawPeer first = Join("0", 7000);
-  RawPeer bad = Connect();
-  std::array<char, wire::kHeaderBytes> header = wire::EncodeHeader(wire::HELLO, 4096);
+  RawPeer bad = Authenticated();
+  std::array<char, wire::kHeaderBytes> header = wire::EncodeHeader(wire::REGISTER, 4096);
   ASSERT_OK(bad.SendBytes(std::string_view(header.data(), header.size())));
-  ExpectErrorAndClose(bad, wire::FRAME_TOO_LARGE, "4096 bytes is over the limit of 1024");
+  ExpectErrorAndClose(bad, wire::FRAME_TOO_LARGE, "4096 bytes is over the limit of 2048");
   EXPECT_TRUE(recorder_.WaitForRejection("over the limit"));
   ExpectClusterFormsWith(first);
+}
+
+TEST_F(ServerTest, BeforeAuthenticationFramesAreSmall) {
+  // A frame an authenticated peer could send (under max_frame_bytes) is
+  // refused from a peer that has not authenticated, at its header: the
+  // server neither waits for nor buffers the body (#15).
+  StartServer(Options(2));
+  RawPeer first = Join("0", 7000);
+  RawPeer bad = Connect();
+  std::array<char, wire::kHeaderBytes> header = wire::EncodeHeader(wire::HELLO, 2 << 20);
+  ASSERT_OK(bad.SendBytes(std::string_view(header.data(), header.size())));
+  ExpectErrorAndClose(bad, wire::FRAME_TOO_LARGE, "2097152 bytes is over the limit of 1024");
+  ExpectClusterFormsWith(first);
+}
+
+TEST_F(ServerTest, TheLargestValidHelloFits) {
+  StartServer(Options(1));
+  RawPeer peer = Connect();
+  const std::string id(wire::kMaxCredentialIdBytes, '7');
+  ASSERT_OK_AND_ASSIGN(wire::Token key, wire::DeriveNodeKey(TestToken(), id));
+  ASSERT_OK(peer.Handshake(key, Soon(), std::string(wire::kMaxHelloNameBytes, 'n'), id));
+  wire::Hello longer;
+  longer.set_client_nonce(std::string(wire::kNonceBytes, 'n'));
+  longer.set_name(std::string(wire::kMaxHelloNameBytes + 1, 'n'));
+  RawPeer bad = Connect();
+  ASSERT_OK(bad.Send(wire::HELLO, longer));
+  ExpectErrorAndClose(bad, wire::MALFORMED, "HELLO name of 257 bytes is over the limit of 256");
+}
+
+TEST_F(ServerTest, TextFromAnUnauthenticatedPeerIsEscapedInTheLog) {
+  std::mutex mu;
+  std::vector<std::string> lines;
+  RendezvousServerOptions options = Options(1);
+  options.log = [&](const std::string& line) {
+    std::lock_guard<std::mutex> lock(mu);
+    lines.push_back(line);
+  };
+  StartServer(std::move(options));
+  RawPeer bad = Connect();
+  EXPECT_THAT(bad.Handshake(TestToken(99), Soon(), "\x1b]2;pwned\x07\x1b[31mred\r\n"),
+              StatusIs(Status::Code::kUnavailable, HasSubstr("wrong token")));
+  ASSERT_TRUE(recorder_.WaitForRejection("wrong token"));
+  RawPeer chatty = Connect();
+  ASSERT_OK(chatty.SendBytes(wire::EncodeError(wire::MALFORMED, "\x1b[2J\x1b[Hcleared")));
+  ASSERT_TRUE(recorder_.WaitForRejection("peer sent ERROR"));
+  server_->Shutdown();  // no more log lines after this
+  std::string all;
+  for (const std::string& line : lines) all += line + "\n";
+  EXPECT_THAT(all, HasSubstr("wrong token (\\x1b]2;pwned\\x07\\x1b[31mred\\x0d\\x0a)"));
+  EXPECT_THAT(all, HasSubstr("peer sent ERROR MALFORMED: \\x1b[2J\\x1b[Hcleared"));
+  EXPECT_EQ(all.find('\x1b'), std::string::npos);
+  EXPECT_EQ(all.find('\r'), std::string::npos);
 }
 
 TEST_F(ServerTest, FrameCutShortIsLoggedAndClosed) {
@@ -532,7 +601,7 @@ TEST_F(ServerTest, RegisterWithMalformedBodyIsRejected) {
   StartServer(Options(2));
   RawPeer first = Join("0", 7000);
   RawPeer bad = Authenticated();
-  ASSERT_OK(bad.SendBytes(wire::EncodeFrame(wire::REGISTER, std::string_view("\xff\xff\xff", 3))));
+  ASSERT_OK(bad.SendBytes(bad.Seal(wire::REGISTER, std::string_view("\xff\xff\xff", 3))));
   ExpectErrorAndClose(bad, wire::MALFORMED, "malformed REGISTER body (3 bytes)");
   EXPECT_TRUE(recorder_.WaitForRejection("malformed REGISTER body"));
   ExpectClusterFormsWith(first);
@@ -555,6 +624,156 @@ TEST_F(ServerTest, ServerToClientMessageFromAClientIsRejected) {
   ASSERT_OK(bad.Send(wire::CLUSTER, wire::Cluster()));
   ExpectErrorAndClose(bad, wire::UNKNOWN_MESSAGE, "CLUSTER is a server-to-client message");
   ExpectClusterFormsWith(first);
+}
+
+// ---------------------------------------------------------------------------
+// Node credentials: a node authenticates for its own slot only (#15).
+
+TEST_F(ServerTest, NodeCredentialRegistersItsOwnSlot) {
+  StartServer(Options(2));
+  RawPeer zero = JoinAsNode("0", 7000);
+  RawPeer one = JoinAsNode("1", 7100);
+  ASSERT_OK_AND_ASSIGN(ReceivedCluster got, ReadCluster(one));
+  EXPECT_EQ(got.shared.nodes_size(), 2);
+  ASSERT_OK(ReadCluster(zero));
+}
+
+TEST_F(ServerTest, NodeCredentialCannotRegisterOrTakeOverAnotherSlot) {
+  StartServer(Options(2));
+  RawPeer zero = JoinAsNode("0", 7000);
+  // Executor 1's credential claims executor 0's slot: refused, and the slot
+  // keeps its connection (a re-registration would have dropped it).
+  RawPeer intruder = AuthenticatedAsNode("1");
+  ASSERT_OK(intruder.Send(wire::REGISTER, RegisterBody("0", 7666, "evil-host")));
+  ExpectErrorAndClose(intruder, wire::PERMISSION_DENIED,
+                      "the node credential of executor 1 may not register executor 0");
+  EXPECT_TRUE(recorder_.WaitForRejection("executor 1's credential: the node credential"));
+  ClusterState state = server_->QueryState();
+  ASSERT_EQ(state.nodes.size(), 1u);
+  EXPECT_EQ(state.nodes[0].node.host, "127.0.0.1");
+  RawPeer one = JoinAsNode("1", 7100);
+  ASSERT_OK_AND_ASSIGN(ReceivedCluster got, ReadCluster(zero));
+  EXPECT_EQ(got.shared.nodes(0).host(), "127.0.0.1");
+  EXPECT_THAT(got.shared.nodes(0).ports(), ElementsAre(7000u, 7001u));
+}
+
+TEST_F(ServerTest, NodeCredentialOfAnotherClusterOrIdIsRefused) {
+  StartServer(Options(2));
+  RawPeer first = Join("0", 7000);
+  // Executor 1's credential, presented as executor 2's.
+  RawPeer swapped = Connect();
+  ASSERT_OK_AND_ASSIGN(wire::Token one, wire::DeriveNodeKey(TestToken(), "1"));
+  EXPECT_THAT(swapped.Handshake(one, Soon(), "node", "2"),
+              StatusIs(Status::Code::kUnavailable,
+                       "AUTH_FAILED: authentication failed: wrong node credential for executor 2"));
+  // Executor 1's credential of another cluster's token.
+  RawPeer other = Connect();
+  ASSERT_OK_AND_ASSIGN(wire::Token foreign, wire::DeriveNodeKey(TestToken(99), "1"));
+  EXPECT_THAT(other.Handshake(foreign, Soon(), "node", "1"),
+              StatusIs(Status::Code::kUnavailable, HasSubstr("wrong node credential")));
+  ExpectClusterFormsWith(first);
+}
+
+TEST_F(ServerTest, HelloWithABadExecutorIdIsMalformed) {
+  StartServer(Options(2));
+  RawPeer bad = Connect();
+  wire::Hello hello;
+  hello.set_client_nonce(std::string(wire::kNonceBytes, 'n'));
+  hello.set_executor_id("a b");
+  ASSERT_OK(bad.Send(wire::HELLO, hello));
+  ExpectErrorAndClose(bad, wire::MALFORMED, "HELLO executor_id: an executor id in a node");
+}
+
+// ---------------------------------------------------------------------------
+// Authenticated frames: after AUTH_OK a frame the session did not seal, or
+// one sealed out of order, ends that connection only (#15).
+
+wire::Control QueryStateBody() {
+  wire::Control control;
+  control.set_kind(wire::Control::QUERY_STATE);
+  return control;
+}
+
+wire::Control StopAllBody() {
+  wire::Control control;
+  control.set_kind(wire::Control::STOP_ALL);
+  return control;
+}
+
+TEST_F(ServerTest, AlteredFrameEndsTheConnection) {
+  StartServer(Options(2));
+  RawPeer first = Join("0", 7000);
+  RawPeer bad = AuthenticatedAsNode("5");
+  ASSERT_OK(bad.Send(wire::CONTROL, QueryStateBody()));
+  wire::State state;
+  ASSERT_OK(bad.Read(wire::STATE, &state, Soon()));
+  std::string frame = bad.Seal(wire::CONTROL, QueryStateBody().SerializeAsString());
+  frame[wire::kHeaderBytes] ^= 0x01;  // the body's first byte
+  ASSERT_OK(bad.SendBytes(frame));
+  ExpectErrorAndClose(bad, wire::FRAME_AUTH_FAILED, "frame MAC check failed (CONTROL, sequence 1)");
+  // The server's log line names the peer (Rejected's) and the credential.
+  EXPECT_TRUE(recorder_.WaitForRejection(
+      "executor 5's credential: frame MAC check failed (CONTROL, sequence 1): altered on the way"));
+  ExpectClusterFormsWith(first);
+}
+
+TEST_F(ServerTest, InjectedStopAllWithoutTheSessionKeyStopsNobody) {
+  // A hijacker on the path can write into the driver's (cluster token)
+  // connection, but cannot seal: its STOP_ALL ends that connection and
+  // reaches no node.
+  RendezvousServerOptions options = Options(1);
+  StartServer(std::move(options));
+  RawPeer node = Join("0", 7000);
+  ASSERT_OK(ReadCluster(node));
+  RawPeer driver = Authenticated();
+  wire::FrameSealer forged(TestToken(), wire::Direction::kClientToServer);
+  ASSERT_OK(driver.SendBytes(forged.Seal(wire::CONTROL, StopAllBody())));
+  ExpectErrorAndClose(driver, wire::FRAME_AUTH_FAILED, "frame MAC check failed");
+  // Frames on one connection are handled in order: had STOP_ALL been
+  // relayed, it would come before this STATE.
+  ASSERT_OK(node.Send(wire::CONTROL, QueryStateBody()));
+  wire::State state;
+  ASSERT_OK(node.Read(wire::STATE, &state, Soon()));
+  EXPECT_EQ(recorder_.CountEvents(NodeEvent::Kind::kStopped, ""), 0);
+}
+
+TEST_F(ServerTest, ReplayedFrameEndsTheConnection) {
+  StartServer(Options(2));
+  RawPeer first = Join("0", 7000);
+  RawPeer bad = Authenticated();
+  std::string frame = bad.Seal(wire::CONTROL, QueryStateBody().SerializeAsString());
+  ASSERT_OK(bad.SendBytes(frame));
+  wire::State state;
+  ASSERT_OK(bad.Read(wire::STATE, &state, Soon()));
+  ASSERT_OK(bad.SendBytes(frame));
+  ExpectErrorAndClose(bad, wire::FRAME_AUTH_FAILED,
+                      "frame out of order (CONTROL): sequence 0, expected 1 (replayed");
+  ExpectClusterFormsWith(first);
+}
+
+TEST_F(ServerTest, ReorderedFramesEndTheConnection) {
+  StartServer(Options(2));
+  RawPeer first = Join("0", 7000);
+  RawPeer bad = Authenticated();
+  std::string earlier = bad.Seal(wire::CONTROL, QueryStateBody().SerializeAsString());
+  std::string later = bad.Seal(wire::CONTROL, QueryStateBody().SerializeAsString());
+  ASSERT_OK(bad.SendBytes(later + earlier));
+  ExpectErrorAndClose(bad, wire::FRAME_AUTH_FAILED, "sequence 1, expected 0");
+  ExpectClusterFormsWith(first);
+}
+
+TEST_F(ServerTest, FramesFromTheServerAreSealedInOrder) {
+  // RawPeer checks every frame it reads; a STATE, a REGISTERED and a
+  // CLUSTER (sealed over a shared body) in a row all open.
+  StartServer(Options(1));
+  RawPeer node = Authenticated();
+  ASSERT_OK(node.Send(wire::CONTROL, QueryStateBody()));
+  wire::State state;
+  ASSERT_OK(node.Read(wire::STATE, &state, Soon()));
+  ASSERT_OK(node.Send(wire::REGISTER, RegisterBody("0", 7000)));
+  wire::Registered registered;
+  ASSERT_OK(node.Read(wire::REGISTERED, &registered, Soon()));
+  ASSERT_OK(ReadCluster(node));
 }
 
 // ---------------------------------------------------------------------------
@@ -707,6 +926,81 @@ TEST_F(FormedServerTest, StopAllFromTheDriverReachesEveryNode) {
   server_->Shutdown();
   EXPECT_EQ(recorder_.CountEvents(NodeEvent::Kind::kDead, "0"), 0);
   EXPECT_EQ(recorder_.CountEvents(NodeEvent::Kind::kDead, "1"), 0);
+}
+
+class NodeCredentialControlTest : public FormedServerTest {
+ protected:
+  // Two nodes that authenticated as agents do, with their own credentials.
+  void FormAsNodes() {
+    StartServer(Options(2));
+    peers_.push_back(JoinAsNode("0", 7000));
+    peers_.push_back(JoinAsNode("1", 7100));
+    for (RawPeer& peer : peers_) ASSERT_OK(ReadCluster(peer));
+  }
+
+  // Executor 0 still gets answers, and no STOP came before this one.
+  void ExpectNodeZeroUnaffected() {
+    ASSERT_OK(peers_[0].Send(wire::CONTROL, ControlBody(wire::Control::QUERY_STATE)));
+    wire::State state;
+    ASSERT_OK(peers_[0].Read(wire::STATE, &state, Soon()));
+    EXPECT_EQ(state.phase(), "formed");
+  }
+};
+
+TEST_F(NodeCredentialControlTest, ANodeCannotStopAll) {
+  FormAsNodes();
+  ASSERT_OK(peers_[1].Send(wire::CONTROL, ControlBody(wire::Control::STOP_ALL)));
+  ExpectErrorAndClose(peers_[1], wire::PERMISSION_DENIED,
+                      "the node credential of executor 1 may not stop all nodes");
+  ExpectNodeZeroUnaffected();
+  EXPECT_EQ(recorder_.CountEvents(NodeEvent::Kind::kStopped, "1"), 0);
+}
+
+TEST_F(NodeCredentialControlTest, ANodeCannotStopAnother) {
+  FormAsNodes();
+  ASSERT_OK(peers_[1].Send(wire::CONTROL, ControlBody(wire::Control::STOP_NODE, "0")));
+  ExpectErrorAndClose(peers_[1], wire::PERMISSION_DENIED, "may not stop executor 0");
+  ExpectNodeZeroUnaffected();
+}
+
+TEST_F(NodeCredentialControlTest, ANodeReportsErrorsForItselfOnly) {
+  FormAsNodes();
+  wire::Control own = ControlBody(wire::Control::REPORT_ERROR, "1");
+  own.set_message("exited with code 3");
+  own.add_last_log_lines("secret of node 1");
+  ASSERT_OK(peers_[1].Send(wire::CONTROL, own));
+  ASSERT_TRUE(recorder_.WaitForEvent(NodeEvent::Kind::kError, "1").has_value());
+  // Node 0 sees node 1's place and liveness, not its error or lines.
+  ASSERT_OK(peers_[0].Send(wire::CONTROL, ControlBody(wire::Control::QUERY_STATE)));
+  wire::State state;
+  ASSERT_OK(peers_[0].Read(wire::STATE, &state, Soon()));
+  ASSERT_EQ(state.nodes_size(), 2);
+  EXPECT_EQ(state.nodes(1).node().executor_id(), "1");
+  EXPECT_TRUE(state.nodes(1).alive());
+  EXPECT_EQ(state.nodes(1).error(), "");
+  EXPECT_EQ(state.nodes(1).last_log_lines_size(), 0);
+  // ... while node 1 sees its own.
+  ASSERT_OK(peers_[1].Send(wire::CONTROL, ControlBody(wire::Control::QUERY_STATE)));
+  ASSERT_OK(peers_[1].Read(wire::STATE, &state, Soon()));
+  EXPECT_EQ(state.nodes(1).error(), "exited with code 3");
+
+  wire::Control other = ControlBody(wire::Control::REPORT_ERROR, "0");
+  other.set_message("framed");
+  ASSERT_OK(peers_[1].Send(wire::CONTROL, other));
+  ExpectErrorAndClose(peers_[1], wire::PERMISSION_DENIED, "may not report an error for executor 0");
+  EXPECT_EQ(server_->QueryState().nodes[0].error, "");
+}
+
+TEST_F(NodeCredentialControlTest, ANodeUsesTheKeyValueStore) {
+  FormAsNodes();
+  wire::KvRequest set;
+  set.set_op(wire::KvRequest::SET);
+  set.set_key("rank0/addr");
+  set.set_value("10.0.0.1:29500");
+  ASSERT_OK(peers_[1].Send(wire::KV_REQUEST, set));
+  wire::KvReply reply;
+  ASSERT_OK(peers_[1].Read(wire::KV_REPLY, &reply, Soon()));
+  EXPECT_EQ(reply.code(), wire::ERROR_CODE_UNSPECIFIED) << reply.message();
 }
 
 TEST_F(FormedServerTest, ShutdownTellsNodesAndIsIdempotent) {
