@@ -3,8 +3,9 @@
 // with TensorFlowOnSpark's roles, and stops every node on every exit path
 // (docs/run.md).
 //
-// One round: write the token, start the server (ephemeral port), launch one
-// agent per slot through the Engine, wait for the barrier, then supervise:
+// One round (each node's credential written once, before the first): start
+// the server (ephemeral port), launch one agent per slot through the Engine,
+// wait for the barrier, then supervise:
 //  - every line an agent prints goes to `out` as "[job:index] line" (before
 //    the barrier "[executor i] line") and to <log_dir>/<job>-<index>.log;
 //  - when every chief/master/worker node has exited 0, the ps and evaluator
@@ -139,6 +140,8 @@ class Driver {
   void Finish(int code);
   Outcome RunRound(int round);
   std::vector<std::string> AgentArgv(int index, int round, uint16_t port) const;
+  // Where Prepare wrote executor `index`'s node credential (mode 0600).
+  std::string NodeCredentialFile(int index) const;
 
   DriverOptions options_;
   Engine& engine_;
@@ -154,7 +157,6 @@ class Driver {
   double last_history_t_ = -1;
   std::deque<RateSample> history_;
   std::map<std::string, RateMeter> rates_;  // by executor id
-  std::string token_file_;
   std::string feed_plan_file_;
   std::string private_dir_;  // removed at the end
   int interrupt_signal_ = 0;
