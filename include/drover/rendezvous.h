@@ -179,7 +179,15 @@ struct RendezvousServerOptions {
   ClusterTemplate cluster;
   std::string cluster_id;  // "" : generated
   Milliseconds reservation_timeout{600'000};
+  // From accept to AUTH; also how long a started frame may take to finish.
   Milliseconds handshake_timeout{10'000};
+  // Connections that have not authenticated yet, at most: at the limit the
+  // server stops accepting (others wait in the kernel's backlog) until one
+  // authenticates, fails or times out (docs/security.md).
+  size_t max_unauthenticated_connections = 1024;
+  // After an ERROR frame, how long the peer has to read it and close before
+  // the server closes anyway (a peer that stops reading holds nothing).
+  Milliseconds drain_timeout{2'000};
   Milliseconds heartbeat_interval{1'000};
   int missed_heartbeats_until_dead = 5;
   // Fits the largest valid request (a COMPARE_SET of two 1 MiB values).

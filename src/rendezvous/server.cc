@@ -43,10 +43,6 @@ constexpr size_t kReadChunk = 64 * 1024;
 constexpr int kMaxReadsPerWakeup = 16;
 using wire::kMaxKvKeyBytes;
 using wire::kMaxKvValueBytes;
-// After an ERROR frame the server stops sending and reads (discarding) until
-// the peer closes or this long passes: closing with unread bytes would make
-// the kernel send a reset, which can destroy the ERROR frame in flight.
-constexpr Milliseconds kDrainTimeout{1000};
 // A peer that sends requests but does not read the replies is cut off once
 // this much (not counting shared cluster bytes) waits to be written to it.
 constexpr size_t kMaxQueuedBytes = 64u << 20;
@@ -137,14 +133,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
   enum class State { kAwaitHello, kAwaitAuth, kReady, kDraining, kClosed };
 
   Connection(Server* server, tcp::socket socket, uint64_t id, std::string peer,
-             uint32_t max_frame_bytes)
+             uint32_t max_frame_bytes, Milliseconds drain_timeout)
       : server_(server),
         socket_(std::move(socket)),
         timer_(socket_.get_executor()),
         id_(id),
         peer_(std::move(peer)),
         reader_(wire::kHandshakeMaxFrameBytes),  // until StartSession
-        max_frame_bytes_(max_frame_bytes) {}
+        max_frame_bytes_(max_frame_bytes),
+        drain_timeout_(drain_timeout) {}
 
   void Start(Milliseconds handshake_timeout);
   void Send(OutFrame frame);
@@ -152,7 +149,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     Send(MakeFrame(type, body));
   }
   // Sends one ERROR frame, reports `reason` (log + on_rejected), then closes
-  // once the frame is out. The connection stops handling frames at once.
+  // once the frame is out and the peer has closed, or after drain_timeout
+  // whatever the peer does. The connection stops handling frames at once.
   void Reject(wire::ErrorCode code, const std::string& message, const std::string& reason);
   // Closes now. A non-empty `reason` is logged and passed to on_rejected.
   void Close(const std::string& reason = "");
@@ -173,13 +171,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void set_state(State state) { state_ = state; }
   bool open() const { return state_ != State::kClosed && state_ != State::kDraining; }
 
-  // Handshake and registration state, kept by Server.
+  // Handshake and registration state, kept by Server (declared below).
   std::string client_nonce;
   std::string server_nonce;
-  std::string name;           // from HELLO, escaped for logs
-  std::string credential_id;  // HELLO's executor_id: "" the cluster token
-  bool admin = false;         // authenticated with the cluster token
-  std::string executor_id;    // "" until REGISTER
+  std::string name;             // from HELLO, escaped for logs
+  std::string credential_id;    // HELLO's executor_id: "" the cluster token
+  bool admin = false;           // authenticated with the cluster token
+  bool unauthenticated = true;  // counted in Server::unauthenticated_
+  std::string executor_id;      // "" until REGISTER
   std::vector<uint64_t> kv_waiters;
 
  private:
@@ -205,6 +204,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   State state_ = State::kAwaitHello;
   wire::FrameReader reader_;
   uint32_t max_frame_bytes_;
+  Milliseconds drain_timeout_;
   std::optional<wire::FrameSealer> sealer_;  // set once the session starts
   std::optional<wire::FrameOpener> opener_;
   std::deque<OutFrame> out_;
@@ -245,6 +245,10 @@ class Server {
   void HandleFrame(Connection& conn, const wire::Frame& frame);
   void OnClosed(Connection& conn);
   void Rejected(const std::string& peer, const std::string& reason);
+  // `conn` no longer counts as waiting to authenticate: it did, or it is
+  // closed (a rejected one counts while it drains). Resumes accepting if
+  // the limit paused it. Idempotent.
+  void LeftHandshake(Connection& conn);
   std::vector<char>& read_buffer() { return read_buffer_; }
 
  private:
@@ -339,6 +343,8 @@ class Server {
   std::string stop_reason_;        // why the phase is kStopped
   std::vector<char> read_buffer_;  // shared by every connection's reads
   uint64_t next_connection_id_ = 1;
+  size_t unauthenticated_ = 0;  // connections accepted, not yet authenticated
+  bool accept_paused_ = false;  // at max_unauthenticated_connections
   std::unordered_map<uint64_t, std::shared_ptr<Connection>> connections_;
   uint64_t next_sequence_ = 1;
   // Before the barrier in registration order, after it in slot order.
@@ -481,6 +487,11 @@ void Connection::OnTimer(TimerKind kind) {
             " bytes of an unfinished frame, then nothing for " + FormatSeconds(handshake_timeout_));
       break;
     case TimerKind::kDrain:
+      if (writing_) {
+        server_->Log("closing connection from " + peer_ +
+                     ": it did not read its ERROR frame within " + FormatSeconds(drain_timeout_) +
+                     " (" + std::to_string(queued_bytes_) + " bytes unsent)");
+      }
       Close();
       break;
     case TimerKind::kNone:
@@ -557,6 +568,10 @@ void Connection::Reject(wire::ErrorCode code, const std::string& message,
       sealer_ ? sealer_->SealError(code, message) : wire::EncodeError(code, message), nullptr, {}});
   queued_bytes_ += out_.back().head.size();
   state_ = State::kDraining;
+  // One deadline for writing what is queued and the peer's close: a peer
+  // that stops reading cannot hold the connection (or the server's
+  // shutdown) longer.
+  ArmTimer(drain_timeout_, TimerKind::kDrain);
   if (!detached_) {
     detached_ = true;
     server_->OnClosed(*this);
@@ -564,10 +579,12 @@ void Connection::Reject(wire::ErrorCode code, const std::string& message,
   if (!writing_) WriteNext();
 }
 
+// All is written: read (discarding) until the peer closes or the drain
+// deadline passes. Closing with unread bytes would make the kernel send a
+// reset, which can destroy the ERROR frame in flight.
 void Connection::BeginDrain() {
   asio::error_code ec;
   socket_.shutdown(tcp::socket::shutdown_send, ec);
-  ArmTimer(kDrainTimeout, TimerKind::kDrain);
 }
 
 void Connection::SendErrorNowAndClose(wire::ErrorCode code, const std::string& message) {
@@ -598,6 +615,7 @@ void Connection::Close(const std::string& reason) {
     detached_ = true;
     server_->OnClosed(*this);
   }
+  server_->LeftHandshake(*this);
 }
 
 // ---------------------------------------------------------------------------
@@ -624,6 +642,9 @@ Status Server::Listen() {
                                    std::to_string(options_.token.bytes.size()));
   }
   std::copy(options_.token.bytes.begin(), options_.token.bytes.end(), token_.begin());
+  if (options_.max_unauthenticated_connections == 0) {
+    return Status::InvalidArgument("max_unauthenticated_connections must be at least 1");
+  }
   if (options_.heartbeat_interval.count() <= 0 || options_.missed_heartbeats_until_dead <= 0) {
     return Status::InvalidArgument(
         "heartbeat_interval and missed_heartbeats_until_dead must be positive");
@@ -789,11 +810,32 @@ void Server::Accept() {
                                    : JoinHostPort(remote.address().to_string(), remote.port());
     uint64_t id = next_connection_id_++;
     auto conn = std::make_shared<Connection>(this, std::move(socket), id, std::move(peer),
-                                             options_.max_frame_bytes);
+                                             options_.max_frame_bytes, options_.drain_timeout);
     connections_.emplace(id, conn);
+    ++unauthenticated_;
     conn->Start(options_.handshake_timeout);
+    if (unauthenticated_ >= options_.max_unauthenticated_connections) {
+      // Leave the rest in the kernel's backlog until one authenticates,
+      // fails or times out: a flood of silent peers costs the server at
+      // most this many connections (each gone within handshake_timeout).
+      accept_paused_ = true;
+      Log(std::to_string(unauthenticated_) +
+          " connections are waiting to authenticate, the limit; accepting more once one of "
+          "them finishes or times out");
+      return;
+    }
     Accept();
   });
+}
+
+void Server::LeftHandshake(Connection& conn) {
+  if (!conn.unauthenticated) return;
+  conn.unauthenticated = false;
+  --unauthenticated_;
+  if (accept_paused_ && !stopping_ && unauthenticated_ < options_.max_unauthenticated_connections) {
+    accept_paused_ = false;
+    Accept();
+  }
 }
 
 void Server::Rejected(const std::string& peer, const std::string& reason) {
@@ -952,6 +994,7 @@ void Server::HandleAuth(Connection& conn, const wire::Frame& frame) {
   }
   conn.set_state(Connection::State::kReady);
   conn.admin = conn.credential_id.empty();
+  LeftHandshake(conn);
   wire::AuthOk ok;
   ok.set_mac(wire::ServerMac(*key, conn.client_nonce, conn.server_nonce));
   conn.Send(wire::AUTH_OK, ok);

@@ -4,6 +4,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 #include <zlib.h>
 
 #include <condition_variable>
@@ -624,6 +625,97 @@ TEST_F(ServerTest, ServerToClientMessageFromAClientIsRejected) {
   ASSERT_OK(bad.Send(wire::CLUSTER, wire::Cluster()));
   ExpectErrorAndClose(bad, wire::UNKNOWN_MESSAGE, "CLUSTER is a server-to-client message");
   ExpectClusterFormsWith(first);
+}
+
+// ---------------------------------------------------------------------------
+// Bounds on what a peer can hold (#15).
+
+// The server's log lines, for tests to wait on.
+class LogLines {
+ public:
+  std::function<void(const std::string&)> Sink() {
+    return [this](const std::string& line) {
+      std::lock_guard<std::mutex> lock(mu_);
+      lines_.push_back(line);
+      cv_.notify_all();
+    };
+  }
+  bool WaitFor(const std::string& text) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_until(lock, Soon(), [&] {
+      for (const std::string& line : lines_) {
+        if (line.find(text) != std::string::npos) return true;
+      }
+      return false;
+    });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::string> lines_;
+};
+
+wire::Hello SomeHello() {
+  wire::Hello hello;
+  hello.set_client_nonce(std::string(wire::kNonceBytes, 'n'));
+  return hello;
+}
+
+TEST_F(ServerTest, UnauthenticatedConnectionsAreCapped) {
+  LogLines log;
+  RendezvousServerOptions options = Options(1);
+  options.max_unauthenticated_connections = 2;
+  options.log = log.Sink();
+  StartServer(std::move(options));
+  RawPeer silent = Connect();
+  RawPeer slow = Connect();
+  ASSERT_TRUE(log.WaitFor("2 connections are waiting to authenticate, the limit"));
+  // A third gets through TCP (the kernel's backlog) but is not served...
+  RawPeer third = Connect();
+  ASSERT_OK(third.Send(wire::HELLO, SomeHello()));
+  EXPECT_THAT(third.ReadFrame(Clock::now() + std::chrono::milliseconds(300)),
+              StatusIs(Status::Code::kDeadlineExceeded, HasSubstr("no frame")));
+  // ... until one of the two authenticates; then it is.
+  ASSERT_OK(slow.Handshake(TestToken(), Soon()));
+  wire::Challenge challenge;
+  ASSERT_OK(third.Read(wire::CHALLENGE, &challenge, Soon()));
+  // Authenticated connections do not count: with `silent` and `third`
+  // waiting, the limit is reached again; a close frees a place.
+  RawPeer fourth = Connect();
+  ASSERT_OK(fourth.Send(wire::HELLO, SomeHello()));
+  silent.Close();
+  ASSERT_OK(fourth.Read(wire::CHALLENGE, &challenge, Soon()));
+}
+
+TEST_F(ServerTest, ARejectedPeerThatStopsReadingIsClosedAtTheDrainDeadline) {
+  LogLines log;
+  RendezvousServerOptions options = Options(1);
+  options.drain_timeout = std::chrono::milliseconds(200);
+  options.log = log.Sink();
+  StartServer(std::move(options));
+  // A peer with a small receive buffer asks for far more than the socket
+  // buffers hold and never reads; then it sends a bad frame. Its ERROR frame
+  // waits behind the replies, which will never be written.
+  RawPeer greedy = Connect();
+  int small = 4096;
+  ASSERT_EQ(::setsockopt(greedy.fd(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
+  ASSERT_OK(greedy.Handshake(TestToken(), Soon()));
+  wire::KvRequest set;
+  set.set_op(wire::KvRequest::SET);
+  set.set_key("big");
+  set.set_value(std::string(wire::kMaxKvValueBytes, 'v'));
+  ASSERT_OK(greedy.Send(wire::KV_REQUEST, set));
+  wire::KvRequest get;
+  get.set_op(wire::KvRequest::GET);
+  get.set_key("big");
+  for (int i = 0; i < 16; ++i) ASSERT_OK(greedy.Send(wire::KV_REQUEST, get));
+  ASSERT_OK(greedy.SendBytes(greedy.Seal(wire::CONTROL, std::string_view("\xff", 1))));
+  ASSERT_TRUE(recorder_.WaitForRejection("malformed CONTROL body"));
+  EXPECT_TRUE(log.WaitFor("it did not read its ERROR frame within 0.2 s ("));
+  // The server has let go: other peers are served, and the cluster forms.
+  RawPeer node = Join("0", 7000);
+  ASSERT_OK(ReadCluster(node));
 }
 
 // ---------------------------------------------------------------------------
