@@ -188,6 +188,14 @@ struct RendezvousServerOptions {
   // After an ERROR frame, how long the peer has to read it and close before
   // the server closes anyway (a peer that stops reading holds nothing).
   Milliseconds drain_timeout{2'000};
+  // The key-value store's bounds (docs/security.md). A request past one is
+  // answered RESOURCE_EXHAUSTED (kFailedPrecondition at the client), naming
+  // it; the connection stays usable. max_kv_bytes counts stored keys and
+  // values and the keys parked WAITs name, each key 64 bytes more.
+  size_t max_kv_keys = 100'000;
+  uint64_t max_kv_bytes = uint64_t{256} << 20;
+  size_t max_kv_waits = 16'384;  // parked WAITs, all connections
+  size_t max_kv_waits_per_connection = 64;
   Milliseconds heartbeat_interval{1'000};
   int missed_heartbeats_until_dead = 5;
   // Fits the largest valid request (a COMPARE_SET of two 1 MiB values).

@@ -978,6 +978,21 @@ TEST(RendezvousEndToEndTest, ANodeCredentialActsForItsOwnSlotOnly) {
   EXPECT_EQ(server->QueryState().phase, "formed");
 }
 
+TEST(RendezvousEndToEndTest, AFullKeyValueStoreIsFailedPreconditionAndTheConnectionGoesOn) {
+  RendezvousServerOptions options;
+  options.max_kv_keys = 1;
+  auto server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  ASSERT_OK_AND_ASSIGN(auto client,
+                       RendezvousClient::Connect(Options(ServerAddress(*server)), Soon()));
+  EXPECT_OK(client->Set("a", "1", Soon()));
+  EXPECT_THAT(client->Set("b", "1", Soon()),
+              StatusIs(Status::Code::kFailedPrecondition,
+                       HasSubstr("the key-value store holds 1 keys, its limit")));
+  ASSERT_OK_AND_ASSIGN(std::optional<std::string> a, client->Get("a", Soon()));
+  EXPECT_EQ(a, "1");
+}
+
 TEST(RendezvousEndToEndTest, KeyValueWaitIsWokenByAnotherClientsSet) {
   RendezvousServerOptions options;
   auto server = StartServer(options);

@@ -46,6 +46,10 @@ using wire::kMaxKvValueBytes;
 // A peer that sends requests but does not read the replies is cut off once
 // this much (not counting shared cluster bytes) waits to be written to it.
 constexpr size_t kMaxQueuedBytes = 64u << 20;
+// What the key-value store charges a key for its bookkeeping, on top of its
+// bytes (and its value's), against max_kv_bytes: the map node, the string
+// headers, a waiter's index entry.
+constexpr uint64_t kKvEntryOverhead = 64;
 // Long lists in error messages (4,000 executors) are cut to this many items.
 constexpr size_t kMaxListedItems = 32;
 
@@ -270,6 +274,7 @@ class Server {
     Connection* conn = nullptr;
     uint64_t request_id = 0;
     std::vector<std::string> keys;
+    uint64_t bytes = 0;  // charged to kv_bytes_
     Milliseconds timeout{0};
     std::unique_ptr<asio::steady_timer> timer;
   };
@@ -310,6 +315,11 @@ class Server {
   ClusterState BuildState() const;
   void Publish(Result<FormedCluster> outcome);
 
+  // Stores `value` under `key` if the store's bounds allow; otherwise
+  // fills `reply` with RESOURCE_EXHAUSTED naming the bound and `what`.
+  bool KvStore(const std::string& key, std::string value, const std::string& what,
+               wire::KvReply* reply);
+  void KvErase(std::map<std::string, std::string>::iterator it);
   void KvNotify(const std::string& key);
   void KvFinishWaiter(uint64_t waiter_id, bool timed_out);
   std::vector<std::string> KvMissing(const KvWaiter& waiter) const;
@@ -357,6 +367,9 @@ class Server {
   size_t compressed_cluster_bytes_ = 0;
   uint64_t shared_uncompressed_bytes_ = 0;
   std::map<std::string, std::string> kv_;
+  // Charged against max_kv_bytes: stored keys and values and parked WAITs'
+  // keys, kKvEntryOverhead more per key.
+  uint64_t kv_bytes_ = 0;
   uint64_t next_waiter_id_ = 1;
   std::unordered_map<uint64_t, KvWaiter> kv_waiters_;
   std::unordered_multimap<std::string, uint64_t> kv_waiters_by_key_;
@@ -1549,7 +1562,7 @@ void Server::HandleKv(Connection& conn, const wire::Frame& frame) {
   }
   switch (request.op()) {
     case wire::KvRequest::SET:
-      kv_[key] = request.value();
+      if (!KvStore(key, request.value(), "SET", &reply)) return conn.Send(wire::KV_REPLY, reply);
       conn.Send(wire::KV_REPLY, reply);
       KvNotify(key);
       return;
@@ -1580,7 +1593,9 @@ void Server::HandleKv(Connection& conn, const wire::Frame& frame) {
       if (__builtin_add_overflow(current, request.delta(), &result)) {
         return fail(wire::MALFORMED, "ADD to key '" + Printable(key) + "' overflows int64");
       }
-      kv_[key] = std::to_string(result);
+      if (!KvStore(key, std::to_string(result), "ADD", &reply)) {
+        return conn.Send(wire::KV_REPLY, reply);
+      }
       reply.set_found(true);
       reply.set_number(result);
       reply.set_value(std::to_string(result));
@@ -1593,7 +1608,9 @@ void Server::HandleKv(Connection& conn, const wire::Frame& frame) {
       bool matches =
           it == kv_.end() ? request.expected().empty() : it->second == request.expected();
       if (matches) {
-        kv_[key] = request.value();
+        if (!KvStore(key, request.value(), "COMPARE_SET", &reply)) {
+          return conn.Send(wire::KV_REPLY, reply);
+        }
         it = kv_.find(key);
       }
       if (it != kv_.end()) {
@@ -1605,7 +1622,8 @@ void Server::HandleKv(Connection& conn, const wire::Frame& frame) {
       return;
     }
     case wire::KvRequest::DELETE: {
-      if (kv_.erase(key) > 0) {
+      if (auto it = kv_.find(key); it != kv_.end()) {
+        KvErase(it);
         reply.set_found(true);
       } else {
         reply.set_code(wire::NOT_FOUND);
@@ -1631,6 +1649,27 @@ void Server::HandleKv(Connection& conn, const wire::Frame& frame) {
         conn.Send(wire::KV_REPLY, reply);
         return;
       }
+      if (conn.kv_waiters.size() >= options_.max_kv_waits_per_connection) {
+        return fail(wire::RESOURCE_EXHAUSTED, "this connection has " +
+                                                  std::to_string(conn.kv_waiters.size()) +
+                                                  " WAITs parked, its limit; WAIT refused");
+      }
+      if (kv_waiters_.size() >= options_.max_kv_waits) {
+        return fail(wire::RESOURCE_EXHAUSTED, std::to_string(kv_waiters_.size()) +
+                                                  " WAITs are parked, the server's limit; WAIT "
+                                                  "refused");
+      }
+      for (const std::string& wait_key : waiter.keys) {
+        waiter.bytes += wait_key.size() + kKvEntryOverhead;
+      }
+      if (kv_bytes_ + waiter.bytes > options_.max_kv_bytes) {
+        return fail(wire::RESOURCE_EXHAUSTED,
+                    "the key-value store is full: " + std::to_string(kv_bytes_) + " of " +
+                        std::to_string(options_.max_kv_bytes) + " bytes used; WAIT for " +
+                        std::to_string(waiter.keys.size()) + " keys (" +
+                        std::to_string(waiter.bytes) + " bytes) refused");
+      }
+      kv_bytes_ += waiter.bytes;
       waiter.timeout =
           Milliseconds(std::min<uint64_t>(request.deadline_ms(), uint64_t{24} * 3600 * 1000 * 365));
       uint64_t waiter_id = next_waiter_id_++;
@@ -1651,6 +1690,39 @@ void Server::HandleKv(Connection& conn, const wire::Frame& frame) {
       return fail(wire::MALFORMED,
                   "KV_REQUEST with unknown op " + std::to_string(static_cast<int>(request.op())));
   }
+}
+
+bool Server::KvStore(const std::string& key, std::string value, const std::string& what,
+                     wire::KvReply* reply) {
+  auto it = kv_.find(key);
+  const uint64_t now = it == kv_.end() ? 0 : key.size() + it->second.size() + kKvEntryOverhead;
+  const uint64_t after = key.size() + value.size() + kKvEntryOverhead;
+  std::string refusal;
+  if (it == kv_.end() && kv_.size() >= options_.max_kv_keys) {
+    refusal = "the key-value store holds " + std::to_string(kv_.size()) + " keys, its limit; " +
+              what + " of new key '" + Printable(key) + "' refused";
+  } else if (after > now && kv_bytes_ - now + after > options_.max_kv_bytes) {
+    refusal = "the key-value store is full: " + std::to_string(kv_bytes_) + " of " +
+              std::to_string(options_.max_kv_bytes) + " bytes used; " + what + " of '" +
+              Printable(key) + "' (" + std::to_string(after) + " bytes) refused";
+  }
+  if (!refusal.empty()) {
+    reply->set_code(wire::RESOURCE_EXHAUSTED);
+    reply->set_message(std::move(refusal));
+    return false;
+  }
+  kv_bytes_ = kv_bytes_ - now + after;
+  if (it == kv_.end()) {
+    kv_.emplace(key, std::move(value));
+  } else {
+    it->second = std::move(value);
+  }
+  return true;
+}
+
+void Server::KvErase(std::map<std::string, std::string>::iterator it) {
+  kv_bytes_ -= it->first.size() + it->second.size() + kKvEntryOverhead;
+  kv_.erase(it);
 }
 
 std::vector<std::string> Server::KvMissing(const KvWaiter& waiter) const {
@@ -1679,6 +1751,7 @@ void Server::KvFinishWaiter(uint64_t waiter_id, bool timed_out) {
   if (it == kv_waiters_.end()) return;
   KvWaiter waiter = std::move(it->second);
   kv_waiters_.erase(it);
+  kv_bytes_ -= waiter.bytes;
   waiter.timer->cancel();
   for (const std::string& key : waiter.keys) {
     auto [begin, end] = kv_waiters_by_key_.equal_range(key);

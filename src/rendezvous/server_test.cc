@@ -1283,5 +1283,107 @@ TEST_F(KvTest, KvBeforeAuthIsRejected) {
   ExpectErrorAndClose(bad, wire::NOT_AUTHENTICATED, "KV_REQUEST before authentication");
 }
 
+// The store's bounds (#15): each refusal is an answer to that client, whose
+// connection stays usable, and the store is unchanged by it.
+class KvLimitTest : public KvTest {
+ protected:
+  void SetUp() override {}
+  void Start(RendezvousServerOptions options) {
+    StartServer(std::move(options));
+    peer_ = std::make_unique<RawPeer>(Authenticated());
+  }
+  static wire::KvRequest Wait(const std::string& key) {
+    wire::KvRequest wait;
+    wait.set_op(wire::KvRequest::WAIT);
+    wait.add_keys(key);
+    wait.set_deadline_ms(60'000);
+    return wait;
+  }
+};
+
+TEST_F(KvLimitTest, KeysAreCapped) {
+  RendezvousServerOptions options = Options(1);
+  options.max_kv_keys = 2;
+  Start(std::move(options));
+  EXPECT_EQ(Call(*peer_, Op(wire::KvRequest::SET, "a", "1")).code(), wire::ERROR_CODE_UNSPECIFIED);
+  EXPECT_EQ(Call(*peer_, Op(wire::KvRequest::SET, "b", "1")).code(), wire::ERROR_CODE_UNSPECIFIED);
+  wire::KvReply reply = Call(*peer_, Op(wire::KvRequest::SET, "c", "1"));
+  EXPECT_EQ(reply.code(), wire::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(reply.message(),
+            "the key-value store holds 2 keys, its limit; SET of new key 'c' refused");
+  wire::KvRequest add = Op(wire::KvRequest::ADD, "d");
+  add.set_delta(1);
+  EXPECT_EQ(Call(*peer_, add).code(), wire::RESOURCE_EXHAUSTED);
+  EXPECT_FALSE(Call(*peer_, Op(wire::KvRequest::GET, "c")).found());
+  // Keys already there still change; a deleted one frees its place.
+  EXPECT_EQ(Call(*peer_, Op(wire::KvRequest::SET, "a", "2")).code(), wire::ERROR_CODE_UNSPECIFIED);
+  EXPECT_TRUE(Call(*peer_, Op(wire::KvRequest::DELETE, "b")).found());
+  EXPECT_EQ(Call(*peer_, Op(wire::KvRequest::SET, "c", "1")).code(), wire::ERROR_CODE_UNSPECIFIED);
+}
+
+TEST_F(KvLimitTest, BytesAreCapped) {
+  RendezvousServerOptions options = Options(1);
+  options.max_kv_bytes = 1000;  // each key is charged its bytes and 64 more
+  Start(std::move(options));
+  EXPECT_EQ(Call(*peer_, Op(wire::KvRequest::SET, "a", std::string(800, 'v'))).code(),
+            wire::ERROR_CODE_UNSPECIFIED);  // 865 bytes
+  wire::KvReply reply = Call(*peer_, Op(wire::KvRequest::SET, "b", std::string(100, 'v')));
+  EXPECT_EQ(reply.code(), wire::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(reply.message(),
+            "the key-value store is full: 865 of 1000 bytes used; SET of 'b' (165 bytes) refused");
+  wire::KvRequest cas = Op(wire::KvRequest::COMPARE_SET, "a", std::string(950, 'w'));
+  cas.set_expected(std::string(800, 'v'));
+  EXPECT_EQ(Call(*peer_, cas).code(), wire::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(Call(*peer_, Op(wire::KvRequest::GET, "a")).value(), std::string(800, 'v'));
+  // Smaller values always fit; what they free is free again.
+  EXPECT_EQ(Call(*peer_, Op(wire::KvRequest::SET, "a", "x")).code(), wire::ERROR_CODE_UNSPECIFIED);
+  EXPECT_EQ(Call(*peer_, Op(wire::KvRequest::SET, "b", std::string(100, 'v'))).code(),
+            wire::ERROR_CODE_UNSPECIFIED);
+  // Parked WAITs' keys count too.
+  wire::KvReply wait = Call(*peer_, Wait(std::string(900, 'k')));
+  EXPECT_EQ(wait.code(), wire::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(wait.message(), HasSubstr("WAIT for 1 keys (964 bytes) refused"));
+}
+
+TEST_F(KvLimitTest, ParkedWaitsAreCappedPerConnectionAndOverall) {
+  RendezvousServerOptions options = Options(1);
+  options.max_kv_waits_per_connection = 2;
+  options.max_kv_waits = 3;
+  Start(std::move(options));
+  for (uint64_t id : {101, 102}) {
+    wire::KvRequest wait = Wait("go");
+    wait.set_request_id(id);
+    ASSERT_OK(peer_->Send(wire::KV_REQUEST, wait));
+  }
+  // The third on this connection is answered at once (the two parked ones
+  // are not), and the connection goes on.
+  wire::KvReply reply = Call(*peer_, Wait("go"));
+  EXPECT_EQ(reply.code(), wire::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(reply.message(), "this connection has 2 WAITs parked, its limit; WAIT refused");
+
+  RawPeer other = Authenticated();
+  wire::KvRequest third = Wait("go");
+  third.set_request_id(201);
+  ASSERT_OK(other.Send(wire::KV_REQUEST, third));
+  RawPeer late = Authenticated();
+  reply = Call(late, Wait("go"));
+  EXPECT_EQ(reply.code(), wire::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(reply.message(), "3 WAITs are parked, the server's limit; WAIT refused");
+
+  // The parked ones are all still there, and all answered.
+  EXPECT_EQ(Call(late, Op(wire::KvRequest::SET, "go", "1")).code(), wire::ERROR_CODE_UNSPECIFIED);
+  std::set<uint64_t> answered;
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_OK(peer_->Read(wire::KV_REPLY, &reply, Soon()));
+    EXPECT_EQ(reply.code(), wire::ERROR_CODE_UNSPECIFIED);
+    answered.insert(reply.request_id());
+  }
+  ASSERT_OK(other.Read(wire::KV_REPLY, &reply, Soon()));
+  answered.insert(reply.request_id());
+  EXPECT_EQ(answered, (std::set<uint64_t>{101, 102, 201}));
+  // Answered waits free their places.
+  EXPECT_EQ(Call(*peer_, Wait("go")).code(), wire::ERROR_CODE_UNSPECIFIED);
+}
+
 }  // namespace
 }  // namespace drover
