@@ -53,16 +53,21 @@ class Recorder {
     events_.push_back(event);
     cv_.notify_all();
   }
+  // A line of the server's log; shown on stderr too, as the server would.
+  void Log(const std::string& line) {
+    std::fprintf(stderr, "drover rendezvous: %s\n", line.c_str());
+    std::lock_guard<std::mutex> lock(mu_);
+    log_.push_back(line);
+    cv_.notify_all();
+  }
 
   // Waits for a rejection whose reason contains `text`.
-  bool WaitForRejection(const std::string& text) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_until(lock, Soon(), [&] {
-      for (const std::string& reason : rejected_) {
-        if (reason.find(text) != std::string::npos) return true;
-      }
-      return false;
-    });
+  bool WaitForRejection(const std::string& text) { return WaitForText(rejected_, text); }
+  // Waits for a log line that contains `text`.
+  bool WaitForLog(const std::string& text) { return WaitForText(log_, text); }
+  std::vector<std::string> log() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return log_;
   }
   std::optional<NodeEvent> WaitForEvent(NodeEvent::Kind kind, const std::string& executor_id) {
     std::unique_lock<std::mutex> lock(mu_);
@@ -92,10 +97,21 @@ class Recorder {
   }
 
  private:
+  bool WaitForText(const std::vector<std::string>& lines, const std::string& text) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_until(lock, Soon(), [&] {
+      for (const std::string& line : lines) {
+        if (line.find(text) != std::string::npos) return true;
+      }
+      return false;
+    });
+  }
+
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::string> rejected_;
   std::vector<NodeEvent> events_;
+  std::vector<std::string> log_;
 };
 
 struct ReceivedCluster {
@@ -117,6 +133,7 @@ class ServerTest : public ::testing::Test {
       recorder_.Rejected(peer, reason);
     };
     options.on_event = [this](const NodeEvent& event) { recorder_.Event(event); };
+    options.log = [this](const std::string& line) { recorder_.Log(line); };
     return options;
   }
 
@@ -514,14 +531,7 @@ TEST_F(ServerTest, TheLargestValidHelloFits) {
 }
 
 TEST_F(ServerTest, TextFromAnUnauthenticatedPeerIsEscapedInTheLog) {
-  std::mutex mu;
-  std::vector<std::string> lines;
-  RendezvousServerOptions options = Options(1);
-  options.log = [&](const std::string& line) {
-    std::lock_guard<std::mutex> lock(mu);
-    lines.push_back(line);
-  };
-  StartServer(std::move(options));
+  StartServer(Options(1));
   RawPeer bad = Connect();
   // Not even UTF-8: a HELLO's name is bytes.
   EXPECT_THAT(bad.Handshake(TestToken(99), Soon(), "\x1b]2;pwned\x07\x1b[31mred\r\n\xff"),
@@ -532,7 +542,7 @@ TEST_F(ServerTest, TextFromAnUnauthenticatedPeerIsEscapedInTheLog) {
   ASSERT_TRUE(recorder_.WaitForRejection("peer sent ERROR"));
   server_->Shutdown();  // no more log lines after this
   std::string all;
-  for (const std::string& line : lines) all += line + "\n";
+  for (const std::string& line : recorder_.log()) all += line + "\n";
   EXPECT_THAT(all, HasSubstr("wrong token (\\x1b]2;pwned\\x07\\x1b[31mred\\x0d\\x0a\\xff)"));
   EXPECT_THAT(all, HasSubstr("peer sent ERROR MALFORMED: \\x1b[2J\\x1b[Hcleared"));
   EXPECT_EQ(all.find('\x1b'), std::string::npos);
@@ -631,32 +641,6 @@ TEST_F(ServerTest, ServerToClientMessageFromAClientIsRejected) {
 // ---------------------------------------------------------------------------
 // Bounds on what a peer can hold (#15).
 
-// The server's log lines, for tests to wait on.
-class LogLines {
- public:
-  std::function<void(const std::string&)> Sink() {
-    return [this](const std::string& line) {
-      std::lock_guard<std::mutex> lock(mu_);
-      lines_.push_back(line);
-      cv_.notify_all();
-    };
-  }
-  bool WaitFor(const std::string& text) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_until(lock, Soon(), [&] {
-      for (const std::string& line : lines_) {
-        if (line.find(text) != std::string::npos) return true;
-      }
-      return false;
-    });
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::string> lines_;
-};
-
 wire::Hello SomeHello() {
   wire::Hello hello;
   hello.set_client_nonce(std::string(wire::kNonceBytes, 'n'));
@@ -664,14 +648,12 @@ wire::Hello SomeHello() {
 }
 
 TEST_F(ServerTest, UnauthenticatedConnectionsAreCapped) {
-  LogLines log;
   RendezvousServerOptions options = Options(1);
   options.max_unauthenticated_connections = 2;
-  options.log = log.Sink();
   StartServer(std::move(options));
   RawPeer silent = Connect();
   RawPeer slow = Connect();
-  ASSERT_TRUE(log.WaitFor("2 connections are waiting to authenticate, the limit"));
+  ASSERT_TRUE(recorder_.WaitForLog("2 connections are waiting to authenticate, the limit"));
   // A third gets through TCP (the kernel's backlog) but is not served...
   RawPeer third = Connect();
   ASSERT_OK(third.Send(wire::HELLO, SomeHello()));
@@ -690,10 +672,8 @@ TEST_F(ServerTest, UnauthenticatedConnectionsAreCapped) {
 }
 
 TEST_F(ServerTest, ARejectedPeerThatStopsReadingIsClosedAtTheDrainDeadline) {
-  LogLines log;
   RendezvousServerOptions options = Options(1);
   options.drain_timeout = std::chrono::milliseconds(200);
-  options.log = log.Sink();
   StartServer(std::move(options));
   // A peer with a small receive buffer asks for far more than the socket
   // buffers hold and never reads; then it sends a bad frame. Its ERROR frame
@@ -713,7 +693,7 @@ TEST_F(ServerTest, ARejectedPeerThatStopsReadingIsClosedAtTheDrainDeadline) {
   for (int i = 0; i < 16; ++i) ASSERT_OK(greedy.Send(wire::KV_REQUEST, get));
   ASSERT_OK(greedy.SendBytes(greedy.Seal(wire::CONTROL, std::string_view("\xff", 1))));
   ASSERT_TRUE(recorder_.WaitForRejection("malformed CONTROL body"));
-  EXPECT_TRUE(log.WaitFor("it did not read its ERROR frame within 0.2 s ("));
+  EXPECT_TRUE(recorder_.WaitForLog("it did not read its ERROR frame within 0.2 s ("));
   // The server has let go: other peers are served, and the cluster forms.
   RawPeer node = Join("0", 7000);
   ASSERT_OK(ReadCluster(node));
