@@ -175,7 +175,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void set_state(State state) { state_ = state; }
   bool open() const { return state_ != State::kClosed && state_ != State::kDraining; }
 
-  // Handshake and registration state, kept by Server (declared below).
+  // Handshake and registration state, kept by Server.
   std::string client_nonce;
   std::string server_nonce;
   std::string name;             // from HELLO, escaped for logs
@@ -355,6 +355,7 @@ class Server {
   uint64_t next_connection_id_ = 1;
   size_t unauthenticated_ = 0;  // connections accepted, not yet authenticated
   bool accept_paused_ = false;  // at max_unauthenticated_connections
+  Clock::time_point cap_logged_at_{};
   std::unordered_map<uint64_t, std::shared_ptr<Connection>> connections_;
   uint64_t next_sequence_ = 1;
   // Before the barrier in registration order, after it in slot order.
@@ -832,9 +833,15 @@ void Server::Accept() {
       // fails or times out: a flood of silent peers costs the server at
       // most this many connections (each gone within handshake_timeout).
       accept_paused_ = true;
-      Log(std::to_string(unauthenticated_) +
-          " connections are waiting to authenticate, the limit; accepting more once one of "
-          "them finishes or times out");
+      // Once a minute at most: a flood would hit the limit on every accept.
+      Clock::time_point now = Clock::now();
+      if (cap_logged_at_ == Clock::time_point{} ||
+          now - cap_logged_at_ >= std::chrono::minutes(1)) {
+        cap_logged_at_ = now;
+        Log(std::to_string(unauthenticated_) +
+            " connections are waiting to authenticate, the limit; accepting more once one of "
+            "them finishes or times out");
+      }
       return;
     }
     Accept();
