@@ -6,12 +6,15 @@
 // fuzzer gets through the handshake (it cannot guess a MAC) and on to what
 // comes after it.
 //
-// Checks, besides the sanitizers: the server keeps answering (QueryState)
-// and shuts down; a client that never authenticated registered nothing and
-// caused no event; a client with executor X's node credential registered
-// nothing but X and stopped nobody (docs/security.md).
+// Checks, besides the sanitizers: every frame the server sends after the
+// handshake opens; the server keeps answering (QueryState) and shuts down; a
+// client that never authenticated registered nothing and caused no event; a
+// client with executor X's node credential registered nothing but X and
+// stopped nobody (docs/security.md). A failed check says which on stderr.
 //
 // Each input gets a fresh server, so a crash reproduces from its input alone.
+// The client ends with a reset: no TIME_WAIT is left to use up the ports
+// over millions of runs.
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -44,7 +47,11 @@ using drover::wire::Direction;
 // came (a reply missed here is read later, or at the end).
 constexpr auto kReplyWait = std::chrono::milliseconds(200);
 constexpr auto kGlanceWait = std::chrono::milliseconds(2);
-constexpr auto kCloseWait = std::chrono::seconds(3);
+
+[[noreturn]] void Fail(const char* what) {
+  std::fprintf(stderr, "handshake_fuzzer: %s\n", what);
+  std::abort();
+}
 
 wire::Token ClusterKey() {
   wire::Token key;
@@ -79,7 +86,7 @@ class Client {
  public:
   explicit Client(uint16_t port) : reader_(wire::kHandshakeMaxFrameBytes) {
     fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd_ < 0) std::abort();
+    if (fd_ < 0) Fail("socket() failed");
     // A reset on close: no TIME_WAIT piling up over millions of runs.
     linger off{1, 0};
     ::setsockopt(fd_, SOL_SOCKET, SO_LINGER, &off, sizeof(off));
@@ -89,7 +96,9 @@ class Client {
     addr.sin_family = AF_INET;
     addr.sin_port = htons(port);
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) std::abort();
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      Fail("cannot connect to the server");
+    }
   }
   ~Client() { ::close(fd_); }
 
@@ -127,7 +136,8 @@ class Client {
       wire::FrameError error;
       switch (reader_.Next(&frame, &error)) {
         case wire::FrameReader::Step::kFrame:
-          if (opener_ && !opener_->Open(frame, &error)) std::abort();  // the server must seal
+          if (opener_ && !opener_->Open(frame, &error))
+            Fail("a frame from the server does not open");
           return frame;
         case wire::FrameReader::Step::kError:
           broken_ = true;
@@ -161,19 +171,17 @@ class Client {
     }
   }
 
-  // EOF to the server, then everything it sends until it closes.
+  // Makes sure the server has handled everything sent (a QUERY_STATE's
+  // answer comes after it), reading and checking what came; then the
+  // destructor resets the connection.
   void Finish() {
-    ::shutdown(fd_, SHUT_WR);
-    const auto deadline = std::chrono::steady_clock::now() + kCloseWait;
-    char buffer[65536];
-    for (;;) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      pollfd pfd{fd_, POLLIN, 0};
-      if (left.count() <= 0 || ::poll(&pfd, 1, static_cast<int>(left.count())) <= 0) {
-        std::abort();  // the server did not close a connection at its EOF
-      }
-      if (::recv(fd_, buffer, sizeof(buffer), 0) <= 0) return;
+    if (sealer_ && !broken_) {
+      wire::Control query;
+      query.set_kind(wire::Control::QUERY_STATE);
+      SendFrame(wire::CONTROL, query.SerializeAsString());
+      Await(wire::STATE);
+    }
+    while (Read(kGlanceWait)) {
     }
   }
 
@@ -288,7 +296,7 @@ void RunOps(Input& in, Client& client, Run& run) {
         std::optional<wire::Frame> frame = client.Await(wire::CHALLENGE);
         if (!frame) break;
         wire::Challenge challenge;
-        if (!challenge.ParseFromString(frame->body)) std::abort();
+        if (!challenge.ParseFromString(frame->body)) Fail("a CHALLENGE that does not parse");
         wire::Token key = cluster;
         if (!run.credential_id.empty()) {
           Result<wire::Token> node = wire::DeriveNodeKey(cluster, run.credential_id);
@@ -300,12 +308,10 @@ void RunOps(Input& in, Client& client, Run& run) {
         client.SendFrame(wire::AUTH, auth.SerializeAsString());
         std::optional<wire::Frame> ok = client.Await(wire::AUTH_OK);
         if (!ok) break;
-        // AUTH_OK with a wrong key, or with a HELLO the server refused,
-        // would be a broken handshake.
-        if (flags & 1) std::abort();
+        if (flags & 1) Fail("AUTH_OK for a wrong key");
         Result<wire::Token> session =
             wire::DeriveSessionKey(key, run.client_nonce, challenge.server_nonce());
-        if (!session.ok()) std::abort();
+        if (!session.ok()) Fail("no session key");
         client.StartSession(*session);
         run.authenticated = true;
         run.authenticated_as = run.credential_id;
@@ -373,7 +379,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (event.kind == NodeEvent::Kind::kStopped) stopped = true;
   };
   Result<std::unique_ptr<RendezvousServer>> started = RendezvousServer::Start(std::move(options));
-  if (!started.ok()) std::abort();
+  if (!started.ok()) Fail(started.status().ToString().c_str());
   std::unique_ptr<RendezvousServer> server = std::move(started).value();
 
   Run run;
@@ -383,15 +389,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     client.Finish();
   }
   ClusterState state = server->QueryState();
-  if (state.phase.empty()) std::abort();
+  if (state.phase.empty()) Fail("the server does not answer QueryState");
   for (const NodeStatus& node : state.nodes) {
-    if (!run.authenticated) std::abort();  // registered without authenticating
+    if (!run.authenticated) Fail("a node registered without authenticating");
     if (!run.authenticated_as.empty() && node.node.executor_id != run.authenticated_as) {
-      std::abort();  // a node credential registered another slot
+      Fail("a node credential registered another slot");
     }
   }
-  if (!run.authenticated && events != 0) std::abort();
-  if (!run.authenticated_as.empty() && stopped) std::abort();  // a node stopped the cluster
+  if (!run.authenticated && events != 0) Fail("an event without authenticating");
+  if (!run.authenticated_as.empty() && stopped) Fail("a node credential stopped the cluster");
   server->Shutdown();
   return 0;
 }
