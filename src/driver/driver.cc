@@ -542,8 +542,8 @@ Status Driver::Prepare() {
   }
   std::string pattern = (fs::temp_directory_path(ec) / "drover-run-XXXXXX").string();
   if (::mkdtemp(pattern.data()) == nullptr) {
-    return Status::IoError("cannot create a private directory for the node credentials (" + pattern +
-                           "): " + std::strerror(errno));
+    return Status::IoError("cannot create a private directory for the node credentials (" +
+                           pattern + "): " + std::strerror(errno));
   }
   private_dir_ = pattern;
   if (!options_.token) {
