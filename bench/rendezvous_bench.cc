@@ -8,9 +8,12 @@
 //
 // The simulated nodes are non-blocking sockets driven by one epoll thread in
 // the parent: drover's nodes do the real handshake (HMAC), REGISTER, and read
-// frames until CLUSTER; the naive nodes send one frame and read the reply.
-// A node "holds" the cluster when its last byte has arrived (decoding it is
-// each node's own work, done in parallel on real machines).
+// frames until CLUSTER, sealing what they send and checking every frame's MAC
+// after AUTH_OK (protocol version 2) but CLUSTER's; the naive nodes send one
+// frame and read the reply.
+// A node "holds" the cluster when its last byte has arrived (decoding it, and
+// hashing it to check its MAC, is each node's own work, done in parallel on
+// real machines).
 //
 // usage: rendezvous_bench [N ...]   (default 8 1000 4000); repetitions: 3, median.
 #include <arpa/inet.h>
@@ -31,12 +34,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "drover/rendezvous.h"
 #include "wire/auth.h"
 #include "wire/frame.h"
+#include "wire/session.h"
 
 namespace {
 
@@ -99,16 +104,26 @@ bool WriteAll(int fd, const std::string& bytes) {
 }
 
 // One simulated node: reads frames header-first and only keeps small bodies.
+// After AUTH_OK it seals what it sends and checks every frame's MAC and
+// sequence as it streams in, as the real client does.
 struct SimNode {
   enum class Phase { kChallenge, kAuthOk, kCluster, kNaiveReply, kDone };
   int fd = -1;
   Phase phase = Phase::kChallenge;
   std::string client_nonce;
+  std::string server_nonce;
   std::string header;  // the current frame's header bytes
   std::string body;    // kept only for handshake frames
   uint64_t body_seen = 0;
   uint32_t body_length = 0;
   uint16_t type = 0;
+  // The session, once authenticated.
+  std::optional<wire::FrameSealer> sealer;
+  wire::Token session{};
+  bool sealed = false;
+  uint64_t next_sequence = 0;
+  std::optional<wire::BodyDigest> digest;
+  std::string trailer;
   Clock::time_point done_at;
 };
 
@@ -199,19 +214,45 @@ class SimNodes {
             node.type = header.type;
             node.body.clear();
             node.body_seen = 0;
+            node.trailer.clear();
+            // The CLUSTER body is not hashed here: like decoding it, that
+            // is each node's own work, done in parallel on real machines.
+            if (node.sealed && node.type != wire::CLUSTER) node.digest.emplace();
           }
-          if (node.header.size() < wire::kHeaderBytes || node.body_length > 0) continue;
-        } else {
+          if (node.header.size() < wire::kHeaderBytes || node.body_length > 0 || node.sealed) {
+            continue;
+          }
+        } else if (node.body_seen < node.body_length) {
           size_t take = std::min<uint64_t>(node.body_length - node.body_seen, n - offset);
           if (node.body_length < 4096) node.body.append(buffer + offset, take);
+          if (node.digest) node.digest->Update(std::string_view(buffer + offset, take));
           node.body_seen += take;
           offset += take;
-          if (node.body_seen < node.body_length) continue;
+          if (node.body_seen < node.body_length || node.sealed) continue;
+        } else {
+          size_t take = std::min(wire::kTrailerBytes - node.trailer.size(), n - offset);
+          node.trailer.append(buffer + offset, take);
+          offset += take;
+          if (node.trailer.size() < wire::kTrailerBytes) continue;
+          CheckTrailer(node, i);
         }
         FrameDone(node, i);
         completed = true;
         node.header.clear();
       }
+    }
+  }
+
+  void CheckTrailer(SimNode& node, size_t i) {
+    uint64_t sequence = 0;
+    for (int b = 7; b >= 0; --b) sequence = (sequence << 8) | static_cast<uint8_t>(node.trailer[b]);
+    if (sequence != node.next_sequence++) Die("node " + std::to_string(i) + ": frame out of order");
+    if (!node.digest) return;  // CLUSTER
+    std::string mac = wire::FrameMac(node.session, wire::Direction::kServerToClient, sequence,
+                                     node.header, *node.digest);
+    node.digest.reset();
+    if (!wire::ConstantTimeEquals(mac, std::string_view(node.trailer).substr(8))) {
+      Die("node " + std::to_string(i) + " got a frame that does not open");
     }
   }
 
@@ -221,6 +262,7 @@ class SimNodes {
       case SimNode::Phase::kChallenge: {
         wire::Challenge challenge;
         challenge.ParseFromString(node.body);
+        node.server_nonce = challenge.server_nonce();
         wire::Auth auth;
         auth.set_mac(wire::ClientMac(token_, challenge.server_nonce(), node.client_nonce));
         WriteAll(node.fd, wire::EncodeFrame(wire::AUTH, auth));
@@ -228,12 +270,17 @@ class SimNodes {
         break;
       }
       case SimNode::Phase::kAuthOk: {
+        auto session = wire::DeriveSessionKey(token_, node.client_nonce, node.server_nonce);
+        if (!session.ok()) Die(session.status().ToString());
+        node.session = *session;
+        node.sealed = true;
+        node.sealer.emplace(node.session, wire::Direction::kClientToServer);
         wire::Register reg;
         reg.mutable_node()->set_executor_id(std::to_string(i));
         reg.mutable_node()->set_host("node" + std::to_string(i / 8) + ".cluster.example.com");
         reg.mutable_node()->add_ports(20000 + static_cast<uint32_t>(i % 8));
         reg.mutable_node()->set_pid(static_cast<int32_t>(100000 + i));
-        WriteAll(node.fd, wire::EncodeFrame(wire::REGISTER, reg));
+        WriteAll(node.fd, node.sealer->Seal(wire::REGISTER, reg));
         node.phase = SimNode::Phase::kCluster;
         break;
       }

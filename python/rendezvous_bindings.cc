@@ -1,4 +1,5 @@
-// drover.ClusterToken, drover.RendezvousServer, drover.RendezvousClient:
+// drover.ClusterToken, drover.Credential, drover.RendezvousServer,
+// drover.RendezvousClient:
 // forming a cluster from Python (a hand-launched node, a test, a notebook).
 // Blocking calls release the GIL and take `timeout` in seconds.
 #include <pybind11/functional.h>
@@ -88,7 +89,59 @@ void BindToken(py::module_& m) {
       .def(
           "write_file",
           [](const ClusterToken& token, const std::string& path) { Check(token.WriteFile(path)); },
-          py::arg("path"), "Writes the token as hex into a file of mode 0600.");
+          py::arg("path"), "Writes the token as hex into a file of mode 0600.")
+      .def(
+          "node_credential",
+          [](const ClusterToken& token, const std::string& executor_id) {
+            return Unwrap(Credential::ForNode(token, executor_id));
+          },
+          py::arg("executor_id"),
+          "The credential with which executor_id's node, and only it, joins the cluster: it "
+          "registers that slot alone and cannot stop other nodes (docs/security.md).")
+      .def(
+          "status_key",
+          [](const ClusterToken& token) { return Unwrap(Credential::ForStatus(token)); },
+          "The status server's bearer token, which reads the status and nothing else.");
+
+  py::class_<Credential>(m, "Credential",
+                         "What a client authenticates with: the cluster token, or a credential "
+                         "derived from it for one purpose (ClusterToken.node_credential). Its "
+                         "text is one line: 64 hex characters (the cluster token), "
+                         "'drover-node-v1 ID HEX' or 'drover-status-v1-HEX'.")
+      .def(py::init([](const ClusterToken& token) { return Credential::Cluster(token); }),
+           py::arg("token"))
+      .def_static(
+          "read_file", [](const std::string& path) { return Unwrap(Credential::ReadFile(path)); },
+          py::arg("path"), "Reads a credential file; refuses one others may read.")
+      .def_static(
+          "parse", [](const std::string& text) { return Unwrap(Credential::Parse(text)); },
+          py::arg("text"))
+      .def(
+          "write_file",
+          [](const Credential& credential, const std::string& path) {
+            Check(credential.WriteFile(path));
+          },
+          py::arg("path"), "Writes the credential's text into a file of mode 0600.")
+      .def("to_text", &Credential::ToText)
+      .def_property_readonly("kind",
+                             [](const Credential& credential) {
+                               switch (credential.kind) {
+                                 case Credential::Kind::kCluster:
+                                   return "cluster";
+                                 case Credential::Kind::kNode:
+                                   return "node";
+                                 case Credential::Kind::kStatus:
+                                   return "status";
+                               }
+                               return "unknown";
+                             })
+      .def_property_readonly("executor_id",
+                             [](const Credential& credential) { return credential.executor_id; })
+      .def("__repr__", [](const Credential& credential) {
+        return "<drover.Credential: " + credential.Describe() + ">";  // never the key
+      });
+  // Wherever a credential is taken, the cluster token is one.
+  py::implicitly_convertible<ClusterToken, Credential>();
 }
 
 void BindServer(py::module_& m) {
@@ -131,11 +184,11 @@ void BindServer(py::module_& m) {
 void BindClient(py::module_& m) {
   py::class_<RendezvousClient>(m, "RendezvousClient",
                                "One node's authenticated connection to the rendezvous server.")
-      .def(py::init([](const std::string& address, const ClusterToken& token,
-                       const std::string& name, double timeout) {
+      .def(py::init([](const std::string& address, const Credential& token, const std::string& name,
+                       double timeout) {
              RendezvousClientOptions options;
              options.address = address;
-             options.token = token;
+             options.credential = token;
              options.name = name;
              return WithoutGil<std::unique_ptr<RendezvousClient>>(
                  [&] { return RendezvousClient::Connect(std::move(options), After(timeout)); });

@@ -9,6 +9,9 @@
 # Seeds come from testing/fuzz_corpus/<target>/; new inputs go to a scratch
 # copy, so the checked-in corpus only changes by hand. A crash leaves its input
 # in build-fuzz/artifacts/ and fails the script.
+# handshake_fuzzer drives a real rendezvous server over loopback (a fresh one
+# per input: a few hundred runs a second); its inputs are operation lists
+# (src/rendezvous/handshake_fuzzer.cc), long enough at 2 KiB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-30}"
@@ -28,8 +31,13 @@ for fuzzer in "${fuzzers[@]}"; do
   work="build-fuzz/corpus/$name"
   mkdir -p "$work"
   if [ -d "testing/fuzz_corpus/$name" ]; then cp -n testing/fuzz_corpus/"$name"/* "$work"/ 2>/dev/null || true; fi
+  extra=()
+  case "$name" in
+    handshake_fuzzer) extra=(-max_len=2048) ;;
+  esac
   echo "fuzz: $name for ${seconds}s"
   if ! "$fuzzer" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=0 \
+      "${extra[@]}" \
       -artifact_prefix="build-fuzz/artifacts/$name-" "$work" >"build-fuzz/$name.log" 2>&1; then
     echo "fuzz: $name FAILED; see build-fuzz/$name.log and build-fuzz/artifacts/" >&2
     tail -n 30 "build-fuzz/$name.log" >&2

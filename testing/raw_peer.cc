@@ -50,7 +50,11 @@ Result<RawPeer> RawPeer::Connect(uint16_t port, Deadline deadline) {
   }
 }
 
-RawPeer::RawPeer(RawPeer&& other) noexcept : fd_(other.fd_), reader_(std::move(other.reader_)) {
+RawPeer::RawPeer(RawPeer&& other) noexcept
+    : fd_(other.fd_),
+      reader_(std::move(other.reader_)),
+      sealer_(std::move(other.sealer_)),
+      opener_(std::move(other.opener_)) {
   other.fd_ = -1;
 }
 
@@ -59,6 +63,8 @@ RawPeer& RawPeer::operator=(RawPeer&& other) noexcept {
     Close();
     fd_ = other.fd_;
     reader_ = std::move(other.reader_);
+    sealer_ = std::move(other.sealer_);
+    opener_ = std::move(other.opener_);
     other.fd_ = -1;
   }
   return *this;
@@ -90,7 +96,19 @@ Status RawPeer::SendBytes(std::string_view bytes) {
 }
 
 Status RawPeer::Send(wire::MessageType type, const google::protobuf::MessageLite& body) {
+  if (sealer_) return SendBytes(sealer_->Seal(type, body));
   return SendBytes(wire::EncodeFrame(type, body));
+}
+
+std::string RawPeer::Seal(uint16_t type, std::string_view body) {
+  std::array<char, wire::kHeaderBytes> header =
+      wire::EncodeHeader(type, static_cast<uint32_t>(body.size()));
+  wire::BodyDigest digest;
+  digest.Update(body);
+  std::string frame(header.data(), header.size());
+  frame.append(body);
+  frame += sealer_->Trailer(std::string_view(header.data(), header.size()), digest);
+  return frame;
 }
 
 Status RawPeer::Fill(Deadline deadline) {
@@ -128,6 +146,10 @@ Result<wire::Frame> RawPeer::ReadFrame(Deadline deadline) {
     wire::FrameError error;
     switch (reader_.Next(&frame, &error)) {
       case wire::FrameReader::Step::kFrame:
+        if (opener_ && !opener_->Open(frame, &error)) {
+          return Status::InvalidArgument("sealed frame from the server does not open: " +
+                                         error.message);
+        }
         return frame;
       case wire::FrameReader::Step::kError:
         return Status::InvalidArgument("bad frame from the server: " + error.message);
@@ -161,23 +183,30 @@ Result<wire::Error> RawPeer::ReadError(Deadline deadline) {
   return error;
 }
 
-Status RawPeer::Handshake(const wire::Token& token, Deadline deadline, std::string name) {
+Status RawPeer::Handshake(const wire::Token& key, Deadline deadline, std::string name,
+                          std::string executor_id) {
   DROVER_ASSIGN_OR_RETURN(std::string client_nonce, wire::RandomNonce());
   wire::Hello hello;
   hello.set_client_nonce(client_nonce);
   hello.set_name(std::move(name));
+  hello.set_executor_id(std::move(executor_id));
   DROVER_RETURN_IF_ERROR(Send(wire::HELLO, hello));
   wire::Challenge challenge;
   DROVER_RETURN_IF_ERROR(Read(wire::CHALLENGE, &challenge, deadline));
   wire::Auth auth;
-  auth.set_mac(wire::ClientMac(token, challenge.server_nonce(), client_nonce));
+  auth.set_mac(wire::ClientMac(key, challenge.server_nonce(), client_nonce));
   DROVER_RETURN_IF_ERROR(Send(wire::AUTH, auth));
   wire::AuthOk ok;
   DROVER_RETURN_IF_ERROR(Read(wire::AUTH_OK, &ok, deadline));
   if (!wire::ConstantTimeEquals(ok.mac(),
-                                wire::ServerMac(token, client_nonce, challenge.server_nonce()))) {
+                                wire::ServerMac(key, client_nonce, challenge.server_nonce()))) {
     return Status::PermissionDenied("the server's AUTH_OK proof does not match the token");
   }
+  DROVER_ASSIGN_OR_RETURN(wire::Token session,
+                          wire::DeriveSessionKey(key, client_nonce, challenge.server_nonce()));
+  sealer_.emplace(session, wire::Direction::kClientToServer);
+  opener_.emplace(session, wire::Direction::kServerToClient);
+  reader_.set_sealed(true);
   return Status::Ok();
 }
 

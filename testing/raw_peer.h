@@ -1,6 +1,8 @@
 // RawPeer: a drover protocol peer built from a blocking POSIX socket, the
 // frame codec and a hand-written handshake, for tests that must speak (or
 // break) the wire protocol of docs/protocol.md without the real client.
+// After Handshake() it seals what it sends and checks what it reads, as the
+// protocol wants; Seal() hands out sealed frames to send (or alter) by hand.
 //
 // Every call that waits takes a deadline. A RawPeer owns its socket (move-only)
 // and belongs to one thread at a time.
@@ -12,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,6 +22,7 @@
 #include "drover/status.h"
 #include "wire/auth.h"
 #include "wire/frame.h"
+#include "wire/session.h"
 
 namespace drover::testing {
 
@@ -36,7 +40,11 @@ class RawPeer {
   ~RawPeer();
 
   Status SendBytes(std::string_view bytes);
+  // Sealed once the handshake is done.
   Status Send(wire::MessageType type, const google::protobuf::MessageLite& body);
+  // The next sealed frame of any type (unknown ones too), not sent; uses up
+  // a sequence number. REQUIRES: Handshake() succeeded.
+  std::string Seal(uint16_t type, std::string_view body);
 
   // The next frame. kUnavailable "connection closed" at EOF (with how many
   // bytes of an unfinished frame came), kDeadlineExceeded at the deadline.
@@ -49,8 +57,11 @@ class RawPeer {
   // Reads the next frame, which must be ERROR.
   Result<wire::Error> ReadError(Deadline deadline);
 
-  // HELLO, CHALLENGE, AUTH, AUTH_OK; checks the server's proof.
-  Status Handshake(const wire::Token& token, Deadline deadline, std::string name = "raw peer");
+  // HELLO, CHALLENGE, AUTH, AUTH_OK; checks the server's proof, then starts
+  // the session. `key` is the cluster token, or with `executor_id` that
+  // executor's node credential.
+  Status Handshake(const wire::Token& key, Deadline deadline, std::string name = "raw peer",
+                   std::string executor_id = "");
 
   // Waits until the server closes the connection (EOF or reset), discarding
   // any frames that come first.
@@ -68,6 +79,8 @@ class RawPeer {
 
   int fd_ = -1;
   wire::FrameReader reader_;
+  std::optional<wire::FrameSealer> sealer_;
+  std::optional<wire::FrameOpener> opener_;
 };
 
 }  // namespace drover::testing

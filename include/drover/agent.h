@@ -27,7 +27,12 @@ namespace drover {
 
 struct AgentOptions {
   std::string rendezvous_address;  // "host:port"
-  ClusterToken token;
+  // This node's credential (Credential::ForNode for executor_id: what the
+  // engines hand each agent), or the cluster token, from which the agent
+  // derives that credential: either way it authenticates as its own node
+  // only (docs/security.md). Another executor's credential, or the status
+  // key, fails Run() before it connects.
+  Credential credential;
   std::string executor_id;
   std::string host;  // the node's address in the cluster; "" : gethostname()
   int num_ports = 1;

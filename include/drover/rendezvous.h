@@ -49,6 +49,39 @@ struct ClusterToken {
   std::string ToHex() const;
 };
 
+// What a peer authenticates with (docs/security.md). The cluster token
+// itself may do everything; every other credential is derived from it
+// (HKDF-SHA256) for one purpose and reveals nothing of it:
+//   kNode    authenticates to the rendezvous as `executor_id` only: it may
+//            register that slot alone, heartbeat and report for it, use the
+//            key-value store and read the state; not stop nodes;
+//   kStatus  the status server's bearer token; nothing on the rendezvous.
+// As text (a file of mode 0600, or a line on stdin), one line:
+//   <64 hex>                            the cluster token
+//   drover-node-v1 <executor id> <64 hex>
+//   drover-status-v1-<64 hex>           (one word: the status page's bearer token)
+struct Credential {
+  enum class Kind { kCluster, kNode, kStatus };
+  Kind kind = Kind::kCluster;
+  std::string executor_id;         // kNode only
+  std::vector<unsigned char> key;  // 32 bytes
+
+  static Credential Cluster(const ClusterToken& token);
+  // kInvalidArgument for a token not 32 bytes, or an executor id that is
+  // empty, over 256 bytes, or holds whitespace or control characters.
+  static Result<Credential> ForNode(const ClusterToken& token, const std::string& executor_id);
+  static Result<Credential> ForStatus(const ClusterToken& token);
+  static Result<Credential> Parse(std::string_view text);
+  // Refuses a group/world-readable file, like ClusterToken::ReadFile.
+  static Result<Credential> ReadFile(const std::string& path);
+  std::string ToText() const;
+  Status WriteFile(const std::string& path) const;  // mode 0600
+  // 64 lower-case hex characters of the key (the status server's bearer token).
+  std::string KeyHex() const;
+  // "the cluster token", "the node credential of executor 3", "the status key".
+  std::string Describe() const;
+};
+
 // Which roles the N slots get, in TensorFlowOnSpark's order: num_ps "ps"
 // tasks, then one chief (or "master"), then one "evaluator", then "worker"s.
 struct ClusterTemplate {
@@ -146,7 +179,23 @@ struct RendezvousServerOptions {
   ClusterTemplate cluster;
   std::string cluster_id;  // "" : generated
   Milliseconds reservation_timeout{600'000};
+  // From accept to AUTH; also how long a started frame may take to finish.
   Milliseconds handshake_timeout{10'000};
+  // Connections that have not authenticated yet, at most: at the limit the
+  // server stops accepting (others wait in the kernel's backlog) until one
+  // authenticates, fails or times out (docs/security.md).
+  size_t max_unauthenticated_connections = 1024;
+  // After an ERROR frame, how long the peer has to read it and close before
+  // the server closes anyway (a peer that stops reading holds nothing).
+  Milliseconds drain_timeout{2'000};
+  // The key-value store's bounds (docs/security.md). A request past one is
+  // answered RESOURCE_EXHAUSTED (kFailedPrecondition at the client), naming
+  // it; the connection stays usable. max_kv_bytes counts stored keys and
+  // values and the keys parked WAITs name, each key 64 bytes more.
+  size_t max_kv_keys = 100'000;
+  uint64_t max_kv_bytes = uint64_t{256} << 20;
+  size_t max_kv_waits = 16'384;  // parked WAITs, all connections
+  size_t max_kv_waits_per_connection = 64;
   Milliseconds heartbeat_interval{1'000};
   int missed_heartbeats_until_dead = 5;
   // Fits the largest valid request (a COMPARE_SET of two 1 MiB values).
@@ -191,8 +240,10 @@ class RendezvousServer {
 
 struct RendezvousClientOptions {
   std::string address;  // "host:port"
-  ClusterToken token;
-  std::string name;  // for the server's logs
+  // The cluster token (Credential::Cluster: every message), or a node
+  // credential (only that node's slot; docs/security.md).
+  Credential credential;
+  std::string name;  // for the server's logs; cut to 256 bytes
   // Connection retries: exponential backoff with jitter between these.
   Milliseconds initial_backoff{100};
   Milliseconds max_backoff{2'000};
@@ -200,18 +251,23 @@ struct RendezvousClientOptions {
 };
 
 // Errors: an ERROR frame from the server keeps the server's message and maps
-// AUTH_FAILED to kPermissionDenied, RESERVATION_TIMEOUT to kDeadlineExceeded,
-// CLUSTER_FORMED to kAlreadyExists, STOPPED to kUnavailable. After any ERROR
+// AUTH_FAILED, PERMISSION_DENIED and FRAME_AUTH_FAILED to kPermissionDenied,
+// RESERVATION_TIMEOUT to kDeadlineExceeded, CLUSTER_FORMED to
+// kAlreadyExists, STOPPED to kUnavailable. After any ERROR
 // frame, a closed or reset connection, a bad frame or a failed write, the
 // connection is closed and every later call returns that same Status. A call
 // that only ran out of its deadline, and a KV reply's error (e.g. a WAIT's
 // kDeadlineExceeded), leave the connection usable.
 class RendezvousClient {
  public:
-  // Connects (retrying until `deadline`) and authenticates.
+  // Connects (retrying until `deadline`) and authenticates; from then on
+  // every frame either way is sealed (docs/protocol.md).
   // kDeadlineExceeded names the address; kPermissionDenied for a wrong token
   // or a server that cannot prove it holds the token; kInvalidArgument for an
-  // address that is not HOST:PORT or [V6ADDR]:PORT, or a token not 32 bytes.
+  // address that is not HOST:PORT or [V6ADDR]:PORT, a key not 32 bytes, or
+  // the status key. With a node credential, a call its node may not make
+  // (registering another executor, StopAll) is kPermissionDenied, and the
+  // server closes the connection.
   static Result<std::unique_ptr<RendezvousClient>> Connect(RendezvousClientOptions options,
                                                            Deadline deadline);
   ~RendezvousClient();

@@ -104,6 +104,57 @@ def test_one_node_per_worker_fed_from_a_bag(dask_cluster, tmp_path):
     assert os.path.exists(tmp_path / "logs" / "worker-0.log")
 
 
+def _strings(value):
+    """Every str and bytes inside a task's arguments."""
+    if isinstance(value, (str, bytes)):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+
+
+def test_each_node_task_carries_only_its_own_credential(dask_cluster, tmp_path, monkeypatch):
+    """Task arguments go through the scheduler: they carry a node credential
+    that lets only that node join, never the cluster token (#15)."""
+    client = dask_cluster.client
+    submitted = []
+    submit = client.submit
+
+    def recording_submit(fn, *args, **kwargs):
+        submitted.append((getattr(fn, "__name__", repr(fn)), args))
+        return submit(fn, *args, **kwargs)
+
+    monkeypatch.setattr(client, "submit", recording_submit)
+    cluster = drover.Cluster.run(drover.engines.Dask(client), count_records, str(tmp_path),
+                                 num_executors=2, input_mode=drover.InputMode.FEED,
+                                 drover_log_dir=str(tmp_path / "logs"))
+    cluster.train(db.from_sequence(range(20), npartitions=2))
+    cluster.shutdown()
+
+    node_tasks = [args for name, args in submitted if name == "_run_agent"]
+    assert len(node_tasks) == 2
+    executors = set()
+    for argv, _payload, credential, *_rest in node_tasks:
+        executor = argv[argv.index("--executor-id") + 1]
+        parsed = drover.Credential.parse(credential.decode())
+        assert (parsed.kind, parsed.executor_id) == ("node", executor)
+        executors.add(executor)
+    assert executors == {"0", "1"}
+    # The cluster token is the only credential written as bare hex: no
+    # argument of any task (node or feeding) is one.
+    for name, args in submitted:
+        for text in _strings(args):
+            try:
+                found = drover.Credential.parse(
+                    text.decode("ascii") if isinstance(text, bytes) else text)
+            except (ValueError, UnicodeDecodeError):
+                continue
+            assert found.kind != "cluster", "task %s carries the cluster token" % name
+
+
 def echo_rows(args, ctx):
     feed = ctx.get_data_feed(train_mode=False, input_mapping={"a": "a"})
     while not feed.should_stop():

@@ -93,3 +93,34 @@ def test_token_files(tmp_path):
     (tmp_path / "token").chmod(0o644)
     with pytest.raises(PermissionError, match="chmod 600"):
         drover.ClusterToken.read_file(path)
+
+
+def test_a_node_credential_joins_as_its_own_node_only(token, tmp_path):
+    server = drover.RendezvousServer(2, token)
+    address = "127.0.0.1:%d" % server.port
+    credential = token.node_credential("1")
+    assert (credential.kind, credential.executor_id) == ("node", "1")
+    assert credential.to_text().startswith("drover-node-v1 1 ")
+    assert credential.to_text()[-64:] not in repr(credential)  # a repr never shows the key
+    path = str(tmp_path / "node-1.credential")
+    credential.write_file(path)
+    assert drover.Credential.read_file(path).executor_id == "1"
+
+    intruder = drover.RendezvousClient(address, credential)
+    with pytest.raises(PermissionError, match="may not register executor 0"):
+        intruder.register("0", "127.0.0.1", [30000], timeout=30)
+    results = {}
+    threads = [threading.Thread(target=lambda e=e: results.update(
+        {e: drover.RendezvousClient(address, token.node_credential(e)).register(
+            e, "127.0.0.1", [30000 + int(e)], timeout=30)})) for e in ("0", "1")]
+    for t in threads:
+        t.start()
+    formed = server.wait_for_cluster(timeout=30)
+    for t in threads:
+        t.join(30)
+    assert sorted(results) == ["0", "1"]
+    assert formed["cluster_spec"].as_dict() == {"worker": ["127.0.0.1:30000", "127.0.0.1:30001"]}
+    # A ClusterToken is taken wherever a credential is; the status key is not.
+    with pytest.raises(ValueError, match="status key"):
+        drover.RendezvousClient(address, token.status_key())
+    server.shutdown()

@@ -204,6 +204,25 @@ Status WriteFileAtomically(const std::string& path, const std::string& contents)
   return Status::Ok();
 }
 
+// The agent authenticates as its own node only, whatever it was given: the
+// cluster token (a node started by hand) gives it the node's credential.
+Result<Credential> OwnCredential(const Credential& given, const std::string& executor_id) {
+  switch (given.kind) {
+    case Credential::Kind::kCluster:
+      return Credential::ForNode(ClusterToken{given.key}, executor_id);
+    case Credential::Kind::kNode:
+      if (given.executor_id != executor_id) {
+        return Status::InvalidArgument("the credential given is " + given.Describe() +
+                                       ", not executor " + executor_id + "'s");
+      }
+      return given;
+    case Credential::Kind::kStatus:
+      break;
+  }
+  return Status::InvalidArgument(
+      "the status key cannot join a cluster: give the cluster token or this node's credential");
+}
+
 }  // namespace
 
 class Agent::Impl {
@@ -336,7 +355,9 @@ int Agent::Impl::Run() {
   const Deadline deadline = Clock::now() + o.reservation_timeout + kRegisterSlack;
   RendezvousClientOptions client_options;
   client_options.address = o.rendezvous_address;
-  client_options.token = o.token;
+  Result<Credential> credential = OwnCredential(o.credential, o.executor_id);
+  if (!credential.ok()) return Fail(credential.status());
+  client_options.credential = std::move(credential).value();
   client_options.name = o.executor_id;
   Result<std::unique_ptr<RendezvousClient>> connected =
       RendezvousClient::Connect(client_options, deadline);

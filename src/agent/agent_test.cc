@@ -85,7 +85,7 @@ class AgentTest : public ::testing::Test {
   AgentOptions Options(const std::string& id, const std::string& script) {
     AgentOptions options;
     options.rendezvous_address = "127.0.0.1:" + std::to_string(server_->port());
-    options.token = token_;
+    options.credential = Credential::Cluster(token_);
     options.executor_id = id;
     options.host = "127.0.0.1";
     options.grace = 10s;
@@ -432,10 +432,30 @@ TEST_F(AgentTest, ExitWithParentThatIsAlreadyGoneExitsAtOnce) {
 TEST_F(AgentTest, WrongTokenFailsWithOneLine) {
   StartServer(1);
   AgentOptions options = Options("exec-0", "echo never");
-  ASSERT_OK_AND_ASSIGN(options.token, ClusterToken::Generate());
+  ASSERT_OK_AND_ASSIGN(ClusterToken other, ClusterToken::Generate());
+  options.credential = Credential::Cluster(other);
   options.reservation_timeout = 1s;
   EXPECT_EQ(Agent(options).Run(), 1);
   EXPECT_THAT(ReadFile(dir_.File("exec-0.err")), StartsWith("drover agent exec-0: "));
+}
+
+TEST_F(AgentTest, RunsWithItsOwnNodeCredential) {
+  StartServer(1);
+  AgentOptions options = Options("exec-0", "echo hello from $DROVER_JOB_NAME");
+  ASSERT_OK_AND_ASSIGN(options.credential, Credential::ForNode(token_, "exec-0"));
+  EXPECT_EQ(Agent(options).Run(), 0);
+  EXPECT_THAT(ReadFile(dir_.File("exec-0.out")), HasSubstr("hello from worker"));
+}
+
+TEST_F(AgentTest, AnotherExecutorsCredentialFailsBeforeConnecting) {
+  StartServer(1);
+  AgentOptions options = Options("exec-0", "echo never");
+  ASSERT_OK_AND_ASSIGN(options.credential, Credential::ForNode(token_, "exec-1"));
+  EXPECT_EQ(Agent(options).Run(), 1);
+  EXPECT_EQ(ReadFile(dir_.File("exec-0.err")),
+            "drover agent exec-0: the credential given is the node credential of executor exec-1, "
+            "not executor exec-0's\n");
+  EXPECT_EQ(server_->QueryState().registered, 0);
 }
 
 }  // namespace

@@ -48,9 +48,9 @@ void OnSignal(int signal) {
   if (agent == nullptr || !agent->Interrupt(signal)) ::_exit(128 + signal);
 }
 
-// `--token-file -`: the token is the first line on stdin (an ssh engine's
-// agent: no secret in a file or in argv), read within `timeout`.
-Result<ClusterToken> ReadTokenFromStdin(Milliseconds timeout) {
+// `--token-file -`: the credential is the first line on stdin (an ssh or
+// slurm engine's agent: no secret in a file or in argv), read within `timeout`.
+Result<Credential> ReadCredentialFromStdin(Milliseconds timeout) {
   std::string line;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
@@ -59,22 +59,23 @@ Result<ClusterToken> ReadTokenFromStdin(Milliseconds timeout) {
     const auto left =
         std::chrono::duration_cast<Milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0 || ::poll(&in, 1, static_cast<int>(left.count())) == 0) {
-      return Status::DeadlineExceeded("no cluster token on stdin (--token-file -) within " +
+      return Status::DeadlineExceeded("no credential on stdin (--token-file -) within " +
                                       std::to_string(timeout.count() / 1000) + " s");
     }
     const ssize_t got = ::read(STDIN_FILENO, &c, 1);
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) {
-      return Status::InvalidArgument("stdin ended before the cluster token (--token-file -)");
+      return Status::InvalidArgument("stdin ended before the credential (--token-file -)");
     }
     if (c == '\n') break;
-    if (line.size() > 256) return Status::InvalidArgument("stdin holds no cluster token");
+    // The longest credential line: a node's, with a 256-byte executor id.
+    if (line.size() > 1024) return Status::InvalidArgument("stdin holds no credential");
     line.push_back(c);
   }
-  return ClusterToken::FromHex(line);
+  return Credential::Parse(line);
 }
 
-// After the token, stdin stays open as long as the driver (through ssh)
+// After the credential, stdin stays open as long as the driver (through ssh)
 // lives: its end of file stops the node as SIGTERM would, so a driver that
 // dies, even by SIGKILL, leaves nothing running on remote hosts.
 void StopAtEndOfStdin() {
@@ -127,10 +128,10 @@ int RunAgent(const AgentFlags& flags) {
   AgentOptions options;
   options.rendezvous_address = flags.rendezvous;
   const bool token_on_stdin = flags.token_file == "-";
-  Result<ClusterToken> token =
-      token_on_stdin ? ReadTokenFromStdin(Seconds(60)) : ClusterToken::ReadFile(flags.token_file);
-  if (!token.ok()) return fail(token.status(), kExitBadInput);
-  options.token = std::move(token).value();
+  Result<Credential> credential = token_on_stdin ? ReadCredentialFromStdin(Seconds(60))
+                                                 : Credential::ReadFile(flags.token_file);
+  if (!credential.ok()) return fail(credential.status(), kExitBadInput);
+  options.credential = std::move(credential).value();
   options.executor_id = flags.executor_id;
   options.host = flags.host;
   options.num_ports = flags.ports;
@@ -190,8 +191,9 @@ void AddAgentCommand(CLI::App& app, int* exit_code) {
       ->required();
   agent
       ->add_option("--token-file", flags->token_file,
-                   "The cluster token file (mode 0600); '-': the first line of stdin, and the\n"
-                   "node stops when stdin ends (the ssh engine)")
+                   "This node's credential, or the cluster token, from which the agent derives\n"
+                   "it (a file of mode 0600); '-': the first line of stdin, and the node stops\n"
+                   "when stdin ends (the ssh and slurm engines)")
       ->required();
   agent->add_option("--executor-id", flags->executor_id, "This node's stable id")->required();
   agent->add_option("--host", flags->host,

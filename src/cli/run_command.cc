@@ -157,7 +157,6 @@ bool SetStatusOptions(const RunFlags& flags, DriverOptions* options, std::ostrea
       return false;
     }
     options->token = std::move(token).value();
-    options->token_file = std::filesystem::absolute(flags.token_file).string();
   }
   options->status_port = flags.no_status ? -1 : flags.status_port;
   options->status_address = flags.status_address;
@@ -595,8 +594,8 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   seeing
       ->add_option("--status-address", flags->status_address,
-                   "Address to serve them on; beyond loopback they want the cluster token "
-                   "(--token-file, else <log-dir>/status.token)")
+                   "Address to serve them on; beyond loopback they want the run's status key "
+                   "(<log-dir>/status.token)")
       ->capture_default_str();
   seeing->add_option("--status-host", flags->status_hosts,
                      "Also answer requests that reach the status server by this name (a DNS name "

@@ -61,7 +61,9 @@ Fetched FetchCluster(const std::string& base, const std::string& token_hex) {
     return {json(), "cannot reach a status server at " + base + ": " + Why(response.error())};
   }
   if (response->status == 401) {
-    return {json(), base + " wants the cluster token: give --token-file FILE" +
+    return {json(), base +
+                        " wants the status key: give --token-file FILE (its status.token, or "
+                        "the cluster token)" +
                         std::string(token_hex.empty() ? "" : " (the one given was refused)")};
   }
   if (response->status != 200) {
@@ -128,6 +130,27 @@ Result<Server> FindServer(const RunStatusFlags& flags, std::ostream& err) {
   return Status::FailedPrecondition(list);
 }
 
+// The bearer token for a status server from a token file: the status key
+// itself (status.token beside a run's logs), or derived from the cluster
+// token, which never goes over HTTP.
+Result<std::string> StatusBearer(const std::string& path) {
+  DROVER_ASSIGN_OR_RETURN(Credential credential, Credential::ReadFile(path));
+  switch (credential.kind) {
+    case Credential::Kind::kStatus:
+      return credential.ToText();
+    case Credential::Kind::kCluster: {
+      DROVER_ASSIGN_OR_RETURN(Credential status_key,
+                              Credential::ForStatus(ClusterToken{credential.key}));
+      return status_key.ToText();
+    }
+    case Credential::Kind::kNode:
+      break;
+  }
+  return Status::PermissionDenied(path + " holds " + credential.Describe() +
+                                  ", which cannot read the status; give the run's status.token "
+                                  "or the cluster token");
+}
+
 }  // namespace
 
 int ShowRunStatus(const RunStatusFlags& flags, std::ostream& out, std::ostream& err) {
@@ -142,12 +165,12 @@ int ShowRunStatus(const RunStatusFlags& flags, std::ostream& out, std::ostream& 
   }
   std::string token_hex;
   if (!server->token_file.empty()) {
-    Result<ClusterToken> token = ClusterToken::ReadFile(server->token_file);
-    if (!token.ok()) {
-      err << "drover status: " << token.status().message() << "\n";
+    Result<std::string> bearer = StatusBearer(server->token_file);
+    if (!bearer.ok()) {
+      err << "drover status: " << bearer.status().message() << "\n";
       return kExitBadInput;
     }
-    token_hex = token->ToHex();
+    token_hex = std::move(bearer).value();
   }
   for (;;) {
     Fetched fetched = FetchCluster(server->url, token_hex);

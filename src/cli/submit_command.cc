@@ -503,7 +503,8 @@ void AddStatus(CLI::App& app, int* exit_code) {
                      "HOST:PORT of a driver's status server (drover run printed it), a run's\n"
                      "log directory, or a Slurm job id; none: the run going on here");
   status->add_option("--token-file", flags->token_file,
-                     "The cluster token, for a status server beyond loopback");
+                     "For a status server beyond loopback: the run's status.token, or the\n"
+                     "cluster token (only the status key derived from it is sent)");
   status->add_flag("--json", flags->json, "Print the status server's /api/cluster JSON");
   status->add_option("--watch", flags->watch, "Redraw every SECONDS until the run ends")
       ->check(CLI::PositiveNumber);

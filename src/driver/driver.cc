@@ -497,7 +497,7 @@ std::vector<std::string> Driver::AgentArgv(int index, int round, uint16_t port) 
                                    "--rendezvous",
                                    engine_.rendezvous_host() + ":" + std::to_string(port),
                                    "--token-file",
-                                   token_file_,
+                                   NodeCredentialFile(index),
                                    "--executor-id",
                                    std::to_string(index),
                                    "--host",
@@ -523,6 +523,10 @@ std::vector<std::string> Driver::AgentArgv(int index, int round, uint16_t port) 
   return argv;
 }
 
+std::string Driver::NodeCredentialFile(int index) const {
+  return private_dir_ + "/node-" + std::to_string(index) + ".credential";
+}
+
 std::string Driver::ClusterId() const {
   return options_.cluster_id.empty() ? fs::path(options_.log_dir).filename().string()
                                      : options_.cluster_id;
@@ -541,16 +545,22 @@ Status Driver::Prepare() {
   }
   std::string pattern = (fs::temp_directory_path(ec) / "drover-run-XXXXXX").string();
   if (::mkdtemp(pattern.data()) == nullptr) {
-    return Status::IoError("cannot create a private directory for the cluster token (" + pattern +
-                           "): " + std::strerror(errno));
+    return Status::IoError("cannot create a private directory for the node credentials (" +
+                           pattern + "): " + std::strerror(errno));
   }
   private_dir_ = pattern;
   if (janitor_) janitor_->Watch(private_dir_);
-  token_file_ = private_dir_ + "/token";
   if (!options_.token) {
     DROVER_ASSIGN_OR_RETURN(options_.token, ClusterToken::Generate());
   }
-  DROVER_RETURN_IF_ERROR(options_.token->WriteFile(token_file_));
+  // Each agent gets its own node's credential, which lets it join as that
+  // node only; the cluster token stays with the driver (docs/security.md).
+  // Engines hand the file's line on (ssh, slurm: stdin; Dask: the task).
+  for (int i = 0; i < options_.cluster.num_nodes; ++i) {
+    DROVER_ASSIGN_OR_RETURN(Credential credential,
+                            Credential::ForNode(*options_.token, std::to_string(i)));
+    DROVER_RETURN_IF_ERROR(credential.WriteFile(NodeCredentialFile(i)));
+  }
   if (options_.feed && !options_.feed->external) {
     feed_plan_file_ = private_dir_ + "/feed-plan.json";
     std::ofstream plan(feed_plan_file_, std::ios::trunc);
@@ -760,14 +770,9 @@ Driver::Outcome Driver::RunRound(int number) {
     if (tee) round.tee = &tee;
   }
 
-  auto token = ClusterToken::ReadFile(token_file_);
-  if (!token.ok()) {
-    err_ << "drover run: " << token.status().message() << "\n";
-    return Outcome::kNoRestart;
-  }
   RendezvousServerOptions server_options;
   server_options.bind_address = engine_.rendezvous_host();
-  server_options.token = std::move(token).value();
+  server_options.token = *options_.token;
   server_options.cluster = options_.cluster;
   server_options.cluster_id = ClusterId();
   if (number > 0) server_options.cluster_id += "-restart" + std::to_string(number);

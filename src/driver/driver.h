@@ -3,8 +3,9 @@
 // with TensorFlowOnSpark's roles, and stops every node on every exit path
 // (docs/run.md).
 //
-// One round: write the token, start the server (ephemeral port), launch one
-// agent per slot through the Engine, wait for the barrier, then supervise:
+// One round (each node's credential written once, before the first): start
+// the server (ephemeral port), launch one agent per slot through the Engine,
+// wait for the barrier, then supervise:
 //  - every line an agent prints goes to `out` as "[job:index] line" (before
 //    the barrier "[executor i] line") and to <log_dir>/<job>-<index>.log;
 //  - when every chief/master/worker node has exited 0, the ps and evaluator
@@ -93,8 +94,6 @@ struct DriverOptions {
 
   // The cluster token; nullopt: a new one for this run.
   std::optional<ClusterToken> token;
-  // Where the token was read from (told to `drover status`); "" : nowhere.
-  std::string token_file;
   // The status server (docs/status.md): off unless status_port >= 0.
   int status_port = -1;  // 0: any free port
   std::string status_address = "127.0.0.1";
@@ -149,6 +148,8 @@ class Driver {
   void Finish(int code);
   Outcome RunRound(int round);
   std::vector<std::string> AgentArgv(int index, int round, uint16_t port) const;
+  // Where Prepare wrote executor `index`'s node credential (mode 0600).
+  std::string NodeCredentialFile(int index) const;
 
   DriverOptions options_;
   Engine& engine_;
@@ -157,14 +158,13 @@ class Driver {
   std::ostream& err_;
   RunStatus status_;
   std::unique_ptr<StatusServer> status_server_;
-  std::string status_token_file_;  // written for a server beyond loopback
+  std::string status_token_file_;  // the status key, written for a server beyond loopback
   Clock::time_point started_at_;
   double started_at_unix_ = 0;
   Clock::time_point last_publish_{};
   double last_history_t_ = -1;
   std::deque<RateSample> history_;
   std::map<std::string, RateMeter> rates_;  // by executor id
-  std::string token_file_;
   std::string feed_plan_file_;
   std::string private_dir_;  // removed at the end
   // Removes private_dir_, the live-run record and the engine's temporary

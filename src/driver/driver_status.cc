@@ -30,19 +30,22 @@ Status Driver::StartStatusServer() {
   server.address = options_.status_address;
   server.port = options_.status_port;
   server.allowed_hosts = options_.status_hosts;
-  server.token = options_.token;
-  status_token_file_ = options_.token_file;
-  if (!IsLoopbackAddress(server.address) && status_token_file_.empty()) {
+  // The bearer token crosses plain HTTP, so it is the status key, derived for
+  // that purpose alone: whoever sees it can read the status, not join or
+  // stop the cluster (docs/security.md).
+  DROVER_ASSIGN_OR_RETURN(Credential status_key, Credential::ForStatus(*options_.token));
+  server.bearer_token = status_key.ToText();
+  if (!IsLoopbackAddress(server.address)) {
     // Whoever may read the logs on this host (0600: only this user) can
     // read the status; nobody else can.
     status_token_file_ = (fs::path(options_.log_dir) / "status.token").string();
-    DROVER_RETURN_IF_ERROR(options_.token->WriteFile(status_token_file_));
+    DROVER_RETURN_IF_ERROR(status_key.WriteFile(status_token_file_));
   }
   DROVER_ASSIGN_OR_RETURN(status_server_, StatusServer::Start(std::move(server), status_));
   err_ << "drover run: status page " << status_server_->url();
   if (status_server_->needs_token()) {
-    err_ << " (wants the cluster token in " << status_token_file_ << ": open "
-         << status_server_->url() << "#token=<its 64 hex characters>)";
+    err_ << " (wants the status key in " << status_token_file_ << ": open " << status_server_->url()
+         << "#token=<its content>)";
   }
   err_ << "\n" << std::flush;
   LiveRun live;

@@ -356,11 +356,11 @@ class StatusServer::Impl {
 
 Status StatusServer::Impl::Configure() {
   if (needs_token()) {
-    if (!options_.token) {
+    if (options_.bearer_token.empty()) {
       return Status::InvalidArgument("a status server on " + options_.address +
-                                     " (beyond loopback) needs the cluster token");
+                                     " (beyond loopback) needs the status key");
     }
-    token_hex_ = options_.token->ToHex();
+    token_hex_ = options_.bearer_token;
   }
   const StatusServerLimits& limits = options_.limits;
   if (limits.threads < 1 || limits.max_queued < 0 || limits.keep_alive_requests < 1 ||
@@ -520,8 +520,8 @@ bool StatusServer::Impl::Authorized(const httplib::Request& request,
   response.status = 401;
   response.set_header("WWW-Authenticate", "Bearer realm=\"drover\"");
   response.set_content(
-      "this status server wants the cluster token: send \"Authorization: Bearer <the 64 hex "
-      "characters of the token file>\"\n",
+      "this status server wants the status key: send \"Authorization: Bearer <the content of "
+      "the run's status.token>\"\n",
       "text/plain");
   return false;
 }

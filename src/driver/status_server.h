@@ -7,8 +7,10 @@
 //   GET /metrics                    the Prometheus text format
 //
 // Bound to loopback it answers anyone on this host. Bound to any other
-// address, /api/* and /metrics want the cluster token, as
-// "Authorization: Bearer <64 hex>", and answer 401 without it; the page
+// address, /api/* and /metrics want the status key (HKDF of the cluster
+// token for this purpose alone: the cluster token never crosses HTTP), as
+// "Authorization: Bearer drover-status-v1-<64 hex>", and answer 401
+// without it; the page
 // itself holds no data and reads the token from its URL's fragment
 // (#token=...), which browsers never send.
 //
@@ -57,8 +59,10 @@ struct StatusServerLimits {
 struct StatusServerOptions {
   std::string address = "127.0.0.1";
   int port = 0;  // 0: any free port
+  // What "Authorization: Bearer" must carry: the status key's text
+  // (Credential::ForStatus(...).ToText()), never the cluster token.
   // Required beyond loopback (kInvalidArgument without it).
-  std::optional<ClusterToken> token;
+  std::string bearer_token;
   // Names a request's Host header may carry besides "localhost", IP
   // literals and `address` (drover run --status-host, and this host's name).
   std::vector<std::string> allowed_hosts;

@@ -95,10 +95,10 @@ class StatusServerTest : public ::testing::Test {
     status_.AppendLog("0", {"one", "two", "bad \xff utf-8"});
   }
 
-  std::unique_ptr<StatusServer> Serve(const std::string& address, std::optional<ClusterToken> token,
+  std::unique_ptr<StatusServer> Serve(const std::string& address, std::string bearer_token = "",
                                       StatusServerOptions options = {}) {
     options.address = address;
-    options.token = std::move(token);
+    options.bearer_token = std::move(bearer_token);
     auto server = StatusServer::Start(options, status_);
     EXPECT_TRUE(server.ok()) << server.status().ToString();
     return server.ok() ? std::move(server).value() : nullptr;
@@ -108,7 +108,7 @@ class StatusServerTest : public ::testing::Test {
 };
 
 TEST_F(StatusServerTest, LoopbackServesThePageTheJsonTheLogAndMetrics) {
-  auto server = Serve("127.0.0.1", std::nullopt);
+  auto server = Serve("127.0.0.1");
   ASSERT_NE(server, nullptr);
   EXPECT_FALSE(server->needs_token());
   EXPECT_EQ(server->url(), "http://127.0.0.1:" + std::to_string(server->port()) + "/");
@@ -136,9 +136,12 @@ TEST_F(StatusServerTest, LoopbackServesThePageTheJsonTheLogAndMetrics) {
 }
 
 TEST_F(StatusServerTest, BeyondLoopbackDataWantsTheToken) {
-  auto token = ClusterToken::Generate();
-  ASSERT_TRUE(token.ok());
-  auto server = Serve("0.0.0.0", *token);
+  auto cluster = ClusterToken::Generate();
+  ASSERT_TRUE(cluster.ok());
+  auto status_key = Credential::ForStatus(*cluster);
+  ASSERT_TRUE(status_key.ok());
+  const std::string token = status_key->ToText();
+  auto server = Serve("0.0.0.0", token);
   ASSERT_NE(server, nullptr);
   EXPECT_TRUE(server->needs_token());
   httplib::Client client("127.0.0.1", server->port());
@@ -150,8 +153,10 @@ TEST_F(StatusServerTest, BeyondLoopbackDataWantsTheToken) {
     EXPECT_EQ(refused->get_header_value("WWW-Authenticate"), "Bearer realm=\"drover\"");
     auto other = ClusterToken::Generate();
     EXPECT_EQ(client.Get(path, {{"Authorization", "Bearer " + other->ToHex()}})->status, 401);
-    EXPECT_EQ(client.Get(path, {{"Authorization", token->ToHex()}})->status, 401);
-    EXPECT_EQ(client.Get(path, {{"Authorization", "Bearer " + token->ToHex()}})->status, 200);
+    // The cluster token the status key was derived from opens nothing.
+    EXPECT_EQ(client.Get(path, {{"Authorization", "Bearer " + cluster->ToHex()}})->status, 401);
+    EXPECT_EQ(client.Get(path, {{"Authorization", token}})->status, 401);
+    EXPECT_EQ(client.Get(path, {{"Authorization", "Bearer " + token}})->status, 200);
   }
 }
 
@@ -164,7 +169,7 @@ TEST_F(StatusServerTest, BeyondLoopbackWithoutATokenIsRefused) {
 }
 
 TEST_F(StatusServerTest, APortInUseIsAClearError) {
-  auto first = Serve("127.0.0.1", std::nullopt);
+  auto first = Serve("127.0.0.1");
   ASSERT_NE(first, nullptr);
   StatusServerOptions options;
   options.port = first->port();
@@ -174,7 +179,7 @@ TEST_F(StatusServerTest, APortInUseIsAClearError) {
 }
 
 TEST_F(StatusServerTest, StopsAndStopsAgain) {
-  auto server = Serve("127.0.0.1", std::nullopt);
+  auto server = Serve("127.0.0.1");
   ASSERT_NE(server, nullptr);
   int port = server->port();
   server->Stop();
@@ -188,7 +193,7 @@ TEST_F(StatusServerTest, StopsAndStopsAgain) {
 TEST_F(StatusServerTest, RequestsMustNameTheServerInTheirHost) {
   StatusServerOptions options;
   options.allowed_hosts = {"head.cluster"};
-  auto server = Serve("127.0.0.1", std::nullopt, options);
+  auto server = Serve("127.0.0.1", "", options);
   ASSERT_NE(server, nullptr);
   const int port = server->port();
   const std::string with_port = ":" + std::to_string(port);
@@ -263,7 +268,7 @@ TEST_F(StatusServerTest, ConnectionsBeyondTheQueueGet503) {
   options.limits.threads = 1;
   options.limits.max_queued = 2;
   options.limits.request_timeout = milliseconds(60'000);  // the idle ones stay
-  auto server = Serve("127.0.0.1", std::nullopt, options);
+  auto server = Serve("127.0.0.1", "", options);
   ASSERT_NE(server, nullptr);
   constexpr int kConnections = 8;  // at least 8 - 1 - 2 refused
   std::vector<int> fds;
@@ -307,7 +312,7 @@ TEST_F(StatusServerTest, ConnectionsBeyondTheQueueGet503) {
 TEST_F(StatusServerTest, OversizedAndEndlessRequestsEndTheirConnection) {
   StatusServerOptions options;
   options.limits.request_timeout = milliseconds(300);
-  auto server = Serve("127.0.0.1", std::nullopt, options);
+  auto server = Serve("127.0.0.1", "", options);
   ASSERT_NE(server, nullptr);
   const int port = server->port();
   {  // Half a request, then nothing.
@@ -341,7 +346,7 @@ TEST_F(StatusServerTest, OversizedAndEndlessRequestsEndTheirConnection) {
 TEST_F(StatusServerTest, KeepAliveServesAFewRequestsPerConnection) {
   StatusServerOptions options;
   options.limits.keep_alive_requests = 3;
-  auto server = Serve("127.0.0.1", std::nullopt, options);
+  auto server = Serve("127.0.0.1", "", options);
   ASSERT_NE(server, nullptr);
   std::string requests;
   for (int i = 0; i < 5; ++i) {

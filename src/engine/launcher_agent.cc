@@ -48,7 +48,7 @@ Result<std::string> TokenToStdin(std::vector<std::string>* agent_argv) {
   std::ifstream in(*(flag + 1));
   std::stringstream text;
   text << in.rdbuf();
-  if (!in) return Status::IoError("cannot read the cluster token " + *(flag + 1));
+  if (!in) return Status::IoError("cannot read the node credential " + *(flag + 1));
   std::string token = text.str();
   token.erase(token.find_last_not_of(" \t\r\n") + 1);
   token.erase(0, token.find_first_not_of(" \t\r\n"));
@@ -74,7 +74,7 @@ Result<std::unique_ptr<AgentProcess>> StartThroughLauncher(
   const std::string line = token + "\n";
   // A line into an empty pipe: never blocks.
   if (::write(process.stdin_fd(), line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
-    return Status::IoError("cannot send the cluster token to executor " + executor_id);
+    return Status::IoError("cannot send its credential to executor " + executor_id);
   }
   return std::unique_ptr<AgentProcess>(
       std::make_unique<LauncherAgentProcess>(executor_id, std::move(process), std::move(describe)));

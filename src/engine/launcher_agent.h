@@ -1,9 +1,10 @@
 // Agents started through a launcher that forwards stdin to them (ssh, srun).
 //
-// The agent gets the cluster token as the first line of its stdin (never in
-// argv, where `ps` shows it, nor in a file on the remote host) and keeps that
-// stdin open for as long as the launcher lives: its end of file stops the
-// node (`drover agent --token-file -`). So a driver that dies, even by
+// The agent gets its node credential (docs/security.md: it joins as that
+// node only; the cluster token stays with the driver) as the first line of
+// its stdin (never in argv, where `ps` shows it, nor in a file on the remote
+// host) and keeps that stdin open for as long as the launcher lives: its end
+// of file stops the node (`drover agent --token-file -`). So a driver that dies, even by
 // SIGKILL, takes the local launcher with it (PR_SET_PDEATHSIG) and every
 // remote agent stops its program. Signal(SIGTERM) closes that stdin, so the
 // agent stops with its grace and its last lines still arrive; any other
@@ -22,12 +23,13 @@
 namespace drover {
 
 // Replaces the path after --token-file in an agent's argv with "-" and
-// returns the token read from that file. kInvalidArgument without the flag,
-// kIoError when the file cannot be read.
+// returns the line read from that file (the node's credential).
+// kInvalidArgument without the flag, kIoError when the file cannot be read.
 Result<std::string> TokenToStdin(std::vector<std::string>* agent_argv);
 
 // Starts `launcher_argv` (ssh ... drover agent ..., srun ... drover agent ...)
-// with its output on one pipe and `token` + "\n" on its stdin. `describe`
+// with its output on one pipe and `token` (the credential line) + "\n" on
+// its stdin. `describe`
 // explains the launcher's exit status in failure reports.
 Result<std::unique_ptr<AgentProcess>> StartThroughLauncher(
     const std::string& executor_id, const std::vector<std::string>& launcher_argv,

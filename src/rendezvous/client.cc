@@ -9,13 +9,20 @@
 // STOP) may arrive while the caller waits for something else: every read loop
 // goes through Await(), which records it and keeps waiting.
 //
+// After AUTH_OK every frame either way is sealed (wire/session.h): the
+// sealer is used under write_mu_, so sequence numbers follow the order the
+// frames go out; the opener on the caller's thread, as the reader.
+//
 // Server ERROR codes map to Status codes as follows (the server's message is
-// kept in every case):
-//   AUTH_FAILED, NOT_AUTHENTICATED            -> kPermissionDenied
+// kept in every case; before authentication it is escaped, since anything
+// may be listening on the address):
+//   AUTH_FAILED, NOT_AUTHENTICATED,
+//   PERMISSION_DENIED, FRAME_AUTH_FAILED     -> kPermissionDenied
 //   RESERVATION_TIMEOUT, TIMEOUT              -> kDeadlineExceeded
 //   CLUSTER_FORMED                            -> kAlreadyExists (the cluster
 //                                                exists without this node)
 //   NOT_FOUND                                 -> kNotFound
+//   RESOURCE_EXHAUSTED (a KV bound)           -> kFailedPrecondition
 //   BAD_FRAME, UNSUPPORTED_VERSION, FRAME_TOO_LARGE, UNKNOWN_MESSAGE,
 //   MALFORMED                                 -> kInvalidArgument
 //   STOPPED and anything else                 -> kUnavailable
@@ -39,6 +46,7 @@
 #include <functional>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 #include <utility>
@@ -48,6 +56,7 @@
 #include "rendezvous/node_info_codec.h"
 #include "wire/auth.h"
 #include "wire/frame.h"
+#include "wire/session.h"
 
 namespace drover {
 namespace {
@@ -203,7 +212,11 @@ Status StatusFromServerError(wire::ErrorCode code, const std::string& server,
   switch (code) {
     case wire::AUTH_FAILED:
     case wire::NOT_AUTHENTICATED:
+    case wire::PERMISSION_DENIED:
+    case wire::FRAME_AUTH_FAILED:
       return Status::PermissionDenied(std::move(text));
+    case wire::RESOURCE_EXHAUSTED:
+      return Status::FailedPrecondition(std::move(text));
     case wire::RESERVATION_TIMEOUT:
     case wire::TIMEOUT:
       return Status::DeadlineExceeded(std::move(text));
@@ -235,11 +248,11 @@ std::string JoinKeys(const std::vector<std::string>& keys) {
 
 class RendezvousClient::Impl {
  public:
-  Impl(RendezvousClientOptions options, wire::Token token, UniqueFd fd)
+  Impl(RendezvousClientOptions options, wire::Token key, UniqueFd fd)
       : options_(std::move(options)),
-        token_(token),
+        key_(key),
         fd_(std::move(fd)),
-        reader_(options_.max_frame_bytes) {}
+        reader_(wire::kHandshakeMaxFrameBytes) {}
 
   ~Impl() {
     {
@@ -285,6 +298,9 @@ class RendezvousClient::Impl {
   }
 
   Status Send(wire::MessageType type, const google::protobuf::MessageLite& body, Deadline deadline);
+  // Tells the server why this client is closing, as any reader of this
+  // protocol does; best effort.
+  void SendError(const wire::FrameError& error);
   // REQUIRES: write_mu_ held.
   Status WriteAll(std::string_view bytes, Deadline deadline, std::string_view what);
 
@@ -304,11 +320,12 @@ class RendezvousClient::Impl {
   void HeartbeatLoop();
 
   const RendezvousClientOptions options_;
-  const wire::Token token_;
+  const wire::Token key_;  // the credential's: the cluster token or a node's
   UniqueFd fd_;
 
   // Caller's thread only.
   wire::FrameReader reader_;
+  std::optional<wire::FrameOpener> opener_;  // once authenticated
   bool deadline_passed_ = false;
   uint64_t next_request_id_ = 1;
   uint32_t registered_ = 0;
@@ -316,7 +333,8 @@ class RendezvousClient::Impl {
 
   std::atomic<bool> stop_received_{false};
 
-  std::mutex write_mu_;  // serializes whole frames on the socket
+  std::mutex write_mu_;                      // serializes whole frames on the socket
+  std::optional<wire::FrameSealer> sealer_;  // guarded by write_mu_; once authenticated
 
   std::mutex state_mu_;
   Status broken_;  // guarded by state_mu_; OK while the connection is usable
@@ -358,12 +376,19 @@ Status RendezvousClient::Impl::WriteAll(std::string_view bytes, Deadline deadlin
 Status RendezvousClient::Impl::Send(wire::MessageType type,
                                     const google::protobuf::MessageLite& body, Deadline deadline) {
   DROVER_RETURN_IF_ERROR(Broken());
-  std::string frame = wire::EncodeFrame(type, body);
   std::lock_guard<std::mutex> lock(write_mu_);
+  std::string frame = sealer_ ? sealer_->Seal(type, body) : wire::EncodeFrame(type, body);
   Status status = WriteAll(frame, deadline, wire::MessageType_Name(type));
   // Part of a frame may have gone out: nothing can follow it.
   if (!status.ok()) return MarkBroken(status);
   return Status::Ok();
+}
+
+void RendezvousClient::Impl::SendError(const wire::FrameError& error) {
+  std::lock_guard<std::mutex> lock(write_mu_);
+  std::string reply = sealer_ ? sealer_->SealError(error.code, error.message)
+                              : wire::EncodeError(error.code, error.message);
+  (void)WriteAll(reply, Clock::now() + Milliseconds(100), "ERROR");
 }
 
 Result<wire::Frame> RendezvousClient::Impl::ReadFrame(Deadline deadline, std::string_view what) {
@@ -375,14 +400,17 @@ Result<wire::Frame> RendezvousClient::Impl::ReadFrame(Deadline deadline, std::st
     wire::FrameError error;
     switch (reader_.Next(&frame, &error)) {
       case wire::FrameReader::Step::kFrame:
+        if (opener_ && !opener_->Open(frame, &error)) {
+          SendError(error);
+          return MarkBroken(
+              Status::PermissionDenied("rendezvous server " + server() +
+                                       ": a frame failed its authentication while this "
+                                       "client waited for " +
+                                       std::string(what) + ": " + error.message));
+        }
         return frame;
       case wire::FrameReader::Step::kError: {
-        // Tell the server why, as any reader of this protocol does, then close.
-        std::string reply = wire::EncodeError(error.code, error.message);
-        {
-          std::lock_guard<std::mutex> lock(write_mu_);
-          (void)WriteAll(reply, Clock::now() + Milliseconds(100), "ERROR");
-        }
+        SendError(error);
         return MarkBroken(Status::InvalidArgument("rendezvous server " + server() +
                                                   " sent a bad frame while this client waited "
                                                   "for " +
@@ -436,8 +464,10 @@ Result<wire::Frame> RendezvousClient::Impl::Await(
             Status::InvalidArgument("rendezvous server " + server() + ": " + error.message));
       }
       // The server closes the connection after every ERROR frame (a failed
-      // KV request is a KV_REPLY code instead).
-      return MarkBroken(StatusFromServerError(body.code(), server(), body.message()));
+      // KV request is a KV_REPLY code instead). Before authentication the
+      // text is from whatever listens there: escape it for the terminal.
+      std::string message = opener_ ? body.message() : wire::PrintableBytes(body.message(), 512);
+      return MarkBroken(StatusFromServerError(body.code(), server(), message));
     }
     if (frame.type() == wire::CONTROL) {
       wire::Control control;
@@ -469,7 +499,17 @@ Status RendezvousClient::Impl::Handshake(Deadline deadline) {
   DROVER_ASSIGN_OR_RETURN(std::string client_nonce, wire::RandomNonce());
   wire::Hello hello;
   hello.set_client_nonce(client_nonce);
-  hello.set_name(options_.name);
+  // The name is for the server's logs: cut to the protocol's limit, at a
+  // character boundary (a HELLO's strings must be UTF-8).
+  std::string name = options_.name.substr(0, wire::kMaxHelloNameBytes);
+  while (name.size() < options_.name.size() && !name.empty() &&
+         (static_cast<unsigned char>(options_.name[name.size()]) & 0xc0) == 0x80) {
+    name.pop_back();
+  }
+  hello.set_name(name);
+  if (options_.credential.kind == Credential::Kind::kNode) {
+    hello.set_executor_id(options_.credential.executor_id);
+  }
   DROVER_RETURN_IF_ERROR(Send(wire::HELLO, hello, deadline));
 
   auto is = [](wire::MessageType type) {
@@ -490,7 +530,7 @@ Status RendezvousClient::Impl::Handshake(Deadline deadline) {
   }
 
   wire::Auth auth;
-  auth.set_mac(wire::ClientMac(token_, challenge.server_nonce(), client_nonce));
+  auth.set_mac(wire::ClientMac(key_, challenge.server_nonce(), client_nonce));
   DROVER_RETURN_IF_ERROR(Send(wire::AUTH, auth, deadline));
 
   DROVER_ASSIGN_OR_RETURN(frame, Await(deadline, "AUTH_OK", is(wire::AUTH_OK)));
@@ -499,12 +539,22 @@ Status RendezvousClient::Impl::Handshake(Deadline deadline) {
     return MarkBroken(
         Status::InvalidArgument("rendezvous server " + server() + ": " + error.message));
   }
-  std::string expected = wire::ServerMac(token_, client_nonce, challenge.server_nonce());
+  std::string expected = wire::ServerMac(key_, client_nonce, challenge.server_nonce());
   if (!wire::ConstantTimeEquals(ok.mac(), expected)) {
     return MarkBroken(Status::PermissionDenied(
         "rendezvous server " + server() +
         ": server failed to prove it holds the cluster token (wrong AUTH_OK mac); it is not "
         "this cluster's server, or the tokens differ"));
+  }
+  DROVER_ASSIGN_OR_RETURN(wire::Token session,
+                          wire::DeriveSessionKey(key_, client_nonce, challenge.server_nonce()));
+  // Everything after AUTH_OK is sealed, and may be as large as a cluster.
+  reader_.set_sealed(true);
+  reader_.set_max_frame_bytes(options_.max_frame_bytes);
+  opener_.emplace(session, wire::Direction::kServerToClient);
+  {
+    std::lock_guard<std::mutex> lock(write_mu_);
+    sealer_.emplace(session, wire::Direction::kClientToServer);
   }
   return Status::Ok();
 }
@@ -727,12 +777,21 @@ RendezvousClient::~RendezvousClient() = default;
 
 Result<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(RendezvousClientOptions options,
                                                                     Deadline deadline) {
-  if (options.token.bytes.size() != wire::kTokenBytes) {
+  const Credential& credential = options.credential;
+  if (credential.key.size() != wire::kTokenBytes) {
     return Status::InvalidArgument("a cluster token is " + std::to_string(wire::kTokenBytes) +
-                                   " bytes; got " + std::to_string(options.token.bytes.size()));
+                                   " bytes; got " + std::to_string(credential.key.size()));
+  }
+  if (credential.kind == Credential::Kind::kStatus) {
+    return Status::InvalidArgument(
+        "the status key opens the status page only; the rendezvous wants the cluster token or a "
+        "node credential");
+  }
+  if (credential.kind == Credential::Kind::kNode) {
+    DROVER_RETURN_IF_ERROR(wire::ValidateCredentialId(credential.executor_id));
   }
   wire::Token token;
-  std::copy(options.token.bytes.begin(), options.token.bytes.end(), token.begin());
+  std::copy(credential.key.begin(), credential.key.end(), token.begin());
   DROVER_ASSIGN_OR_RETURN(HostPort target, ParseAddress(options.address));
 
   const Clock::time_point start = Clock::now();

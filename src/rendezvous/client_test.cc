@@ -26,6 +26,7 @@
 #include "testing/status_matchers.h"
 #include "wire/auth.h"
 #include "wire/frame.h"
+#include "wire/session.h"
 
 namespace drover {
 namespace {
@@ -53,7 +54,8 @@ wire::Token WireToken(const ClusterToken& token) {
   return out;
 }
 
-// One accepted connection of the fake server, with blocking helpers.
+// One accepted connection of the fake server, with blocking helpers. After
+// Handshake() it seals what it sends and checks what it reads.
 class FakeConnection {
  public:
   explicit FakeConnection(int fd) : fd_(fd), reader_(wire::kClientMaxFrameBytes) {}
@@ -67,6 +69,10 @@ class FakeConnection {
       wire::FrameError error;
       switch (reader_.Next(&frame, &error)) {
         case wire::FrameReader::Step::kFrame:
+          if (opener_ && !opener_->Open(frame, &error)) {
+            ADD_FAILURE() << "fake server read a frame that does not open: " << error.message;
+            return std::nullopt;
+          }
           return frame;
         case wire::FrameReader::Step::kError:
           ADD_FAILURE() << "fake server read a bad frame: " << error.message;
@@ -108,18 +114,24 @@ class FakeConnection {
     }
   }
   void Send(wire::MessageType type, const google::protobuf::MessageLite& body) {
-    SendRaw(wire::EncodeFrame(type, body));
+    SendRaw(sealer_ ? sealer_->Seal(type, body) : wire::EncodeFrame(type, body));
   }
   void SendError(wire::ErrorCode code, std::string_view message) {
-    SendRaw(wire::EncodeError(code, message));
+    SendRaw(sealer_ ? sealer_->SealError(code, message) : wire::EncodeError(code, message));
+  }
+  // The next sealed frame, not sent (to alter or send twice).
+  std::string Seal(wire::MessageType type, const google::protobuf::MessageLite& body) {
+    return sealer_->Seal(type, body);
   }
 
-  // The server's half of the handshake. With `forge_proof`, AUTH_OK carries a
-  // mac made without the token.
+  // The server's half of the handshake, then the session. With
+  // `forge_proof`, AUTH_OK carries a mac made without the token. A client
+  // with a node credential is checked against the key derived from `token`.
   bool Handshake(const ClusterToken& token, bool forge_proof = false) {
     wire::Hello hello;
     if (!Read(wire::HELLO, &hello)) return false;
     EXPECT_EQ(hello.client_nonce().size(), wire::kNonceBytes);
+    hello_ = hello;
     std::string server_nonce(wire::kNonceBytes, 's');
     wire::Challenge challenge;
     challenge.set_server_nonce(server_nonce);
@@ -127,13 +139,25 @@ class FakeConnection {
     wire::Auth auth;
     if (!Read(wire::AUTH, &auth)) return false;
     wire::Token key = WireToken(token);
+    if (!hello.executor_id().empty()) {
+      Result<wire::Token> node_key = wire::DeriveNodeKey(key, hello.executor_id());
+      EXPECT_OK(node_key);
+      key = *node_key;
+    }
     EXPECT_EQ(auth.mac(), wire::ClientMac(key, server_nonce, hello.client_nonce()));
     wire::AuthOk ok;
     ok.set_mac(forge_proof ? std::string(wire::kMacBytes, 'x')
                            : wire::ServerMac(key, hello.client_nonce(), server_nonce));
     Send(wire::AUTH_OK, ok);
+    Result<wire::Token> session = wire::DeriveSessionKey(key, hello.client_nonce(), server_nonce);
+    EXPECT_OK(session);
+    sealer_.emplace(*session, wire::Direction::kServerToClient);
+    opener_.emplace(*session, wire::Direction::kClientToServer);
+    reader_.set_sealed(true);
     return true;
   }
+
+  const wire::Hello& hello() const { return hello_; }
 
   // Reads until the client closes the connection.
   void WaitForClose() {
@@ -144,6 +168,9 @@ class FakeConnection {
  private:
   int fd_;
   wire::FrameReader reader_;
+  wire::Hello hello_;
+  std::optional<wire::FrameSealer> sealer_;
+  std::optional<wire::FrameOpener> opener_;
 };
 
 // A listening socket on 127.0.0.1 (or ::1) whose thread accepts one
@@ -226,7 +253,7 @@ uint16_t UnusedPort() {
 RendezvousClientOptions Options(const std::string& address) {
   RendezvousClientOptions options;
   options.address = address;
-  options.token = TestToken();
+  options.credential = Credential::Cluster(TestToken());
   options.name = "client test";
   options.initial_backoff = Milliseconds(5);
   options.max_backoff = Milliseconds(50);
@@ -332,7 +359,7 @@ TEST(RendezvousClientTest, RefusesMalformedAddressesAndTokens) {
         << address;
   }
   RendezvousClientOptions options = Options("127.0.0.1:1");
-  options.token.bytes.resize(5);
+  options.credential.key.resize(5);
   EXPECT_THAT(RendezvousClient::Connect(options, Soon()),
               StatusIs(Status::Code::kInvalidArgument, HasSubstr("32 bytes")));
 }
@@ -386,6 +413,70 @@ TEST(RendezvousClientTest, GarbageFromTheServerIsRefused) {
   });
   EXPECT_THAT(RendezvousClient::Connect(Options(server->address()), Soon()),
               StatusIs(Status::Code::kInvalidArgument, HasSubstr("not a drover frame")));
+}
+
+TEST(RendezvousClientTest, ErrorTextBeforeAuthenticationIsEscaped) {
+  // Whatever listens on the address may write anything; it reaches a terminal.
+  auto server = FakeServer::Start([](FakeConnection& peer) {
+    wire::Hello hello;
+    ASSERT_TRUE(peer.Read(wire::HELLO, &hello));
+    peer.SendError(wire::STOPPED, "\x1b]0;owned\x07\x1b[2Jgone\r\n");
+  });
+  Result<std::unique_ptr<RendezvousClient>> client =
+      RendezvousClient::Connect(Options(server->address()), Soon());
+  ASSERT_FALSE(client.ok());
+  EXPECT_THAT(client.status().message(), HasSubstr("\\x1b]0;owned\\x07\\x1b[2Jgone\\x0d\\x0a"));
+  EXPECT_EQ(client.status().message().find('\x1b'), std::string::npos);
+}
+
+TEST(RendezvousClientTest, ANodeCredentialNamesItsExecutorInHello) {
+  auto server = FakeServer::Start([](FakeConnection& peer) {
+    ASSERT_TRUE(peer.Handshake(TestToken()));  // checks the mac under node 3's key
+    EXPECT_EQ(peer.hello().executor_id(), "3");
+    wire::KvRequest request;
+    ASSERT_TRUE(peer.Read(wire::KV_REQUEST, &request));
+    wire::KvReply reply;
+    reply.set_request_id(request.request_id());
+    peer.Send(wire::KV_REPLY, reply);
+    peer.WaitForClose();
+  });
+  RendezvousClientOptions options = Options(server->address());
+  ASSERT_OK_AND_ASSIGN(options.credential, Credential::ForNode(TestToken(), "3"));
+  ASSERT_OK_AND_ASSIGN(auto client, RendezvousClient::Connect(options, Soon()));
+  EXPECT_OK(client->Set("k", "v", Soon()));
+}
+
+TEST(RendezvousClientTest, TheStatusKeyIsRefusedBeforeConnecting) {
+  RendezvousClientOptions options = Options("127.0.0.1:1");
+  ASSERT_OK_AND_ASSIGN(options.credential, Credential::ForStatus(TestToken()));
+  EXPECT_THAT(RendezvousClient::Connect(options, Soon()),
+              StatusIs(Status::Code::kInvalidArgument, HasSubstr("status key")));
+}
+
+TEST(RendezvousClientTest, AnAlteredFrameFromTheServerBreaksTheConnection) {
+  auto server = FakeServer::Start([](FakeConnection& peer) {
+    ASSERT_TRUE(peer.Handshake(TestToken()));
+    wire::Control control;
+    ASSERT_TRUE(peer.Read(wire::CONTROL, &control));
+    wire::State state;
+    state.set_phase("formed");
+    std::string frame = peer.Seal(wire::STATE, state);
+    frame[frame.size() - 1] ^= 0x01;  // the MAC's last byte
+    peer.SendRaw(frame);
+    // The client says why before it closes, sealed as it should be.
+    wire::Error error;
+    ASSERT_TRUE(peer.Read(wire::ERROR, &error));
+    EXPECT_EQ(error.code(), wire::FRAME_AUTH_FAILED);
+    EXPECT_THAT(error.message(), HasSubstr("frame MAC check failed (STATE, sequence 0)"));
+    peer.WaitForClose();
+  });
+  ASSERT_OK_AND_ASSIGN(auto client, RendezvousClient::Connect(Options(server->address()), Soon()));
+  EXPECT_THAT(client->QueryState(Soon()),
+              StatusIs(Status::Code::kPermissionDenied,
+                       HasSubstr("a frame failed its authentication while this client waited for "
+                                 "STATE: frame MAC check failed")));
+  EXPECT_THAT(client->Set("k", "v", Soon()),
+              StatusIs(Status::Code::kPermissionDenied, HasSubstr("MAC")));
 }
 
 // ---------------------------------------------------------------------------
@@ -844,9 +935,62 @@ TEST(RendezvousEndToEndTest, WrongTokenIsPermissionDenied) {
   auto server = StartServer(options);
   ASSERT_NE(server, nullptr);
   RendezvousClientOptions client_options = Options(ServerAddress(*server));
-  client_options.token = TestToken(9);
+  client_options.credential = Credential::Cluster(TestToken(9));
   EXPECT_THAT(RendezvousClient::Connect(client_options, Soon()),
               StatusIs(Status::Code::kPermissionDenied, HasSubstr("wrong token")));
+}
+
+TEST(RendezvousEndToEndTest, ANodeCredentialActsForItsOwnSlotOnly) {
+  RendezvousServerOptions options;
+  options.cluster.num_nodes = 2;
+  auto server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  auto as_node = [&](const std::string& id) {
+    RendezvousClientOptions client_options = Options(ServerAddress(*server));
+    client_options.credential = *Credential::ForNode(TestToken(), id);
+    return RendezvousClient::Connect(client_options, Soon());
+  };
+  ASSERT_OK_AND_ASSIGN(auto intruder, as_node("1"));
+  EXPECT_THAT(intruder->Register(Node(0), Soon()),
+              StatusIs(Status::Code::kPermissionDenied,
+                       HasSubstr("the node credential of executor 1 may not register executor 0")));
+
+  ASSERT_OK_AND_ASSIGN(auto stopper, as_node("1"));
+  EXPECT_OK(stopper->StopAll());  // sent; the refusal comes back on the connection
+  EXPECT_THAT(stopper->QueryState(Soon()),
+              StatusIs(Status::Code::kPermissionDenied, HasSubstr("may not stop all nodes")));
+
+  std::vector<std::unique_ptr<RendezvousClient>> nodes;
+  std::vector<std::thread> threads;
+  std::vector<Result<FormedCluster>> formed(2, Status::Unavailable("not yet"));
+  for (int i = 0; i < 2; ++i) {
+    auto client = as_node(std::to_string(i));
+    ASSERT_OK(client);
+    nodes.push_back(std::move(client).value());
+  }
+  for (int i = 0; i < 2; ++i) {
+    threads.emplace_back([&, i] { formed[i] = nodes[i]->Register(Node(i), Soon()); });
+  }
+  for (std::thread& thread : threads) thread.join();
+  ASSERT_OK(formed[0]);
+  ASSERT_OK(formed[1]);
+  EXPECT_EQ(formed[1]->task_index, 1);
+  EXPECT_EQ(server->QueryState().phase, "formed");
+}
+
+TEST(RendezvousEndToEndTest, AFullKeyValueStoreIsFailedPreconditionAndTheConnectionGoesOn) {
+  RendezvousServerOptions options;
+  options.max_kv_keys = 1;
+  auto server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  ASSERT_OK_AND_ASSIGN(auto client,
+                       RendezvousClient::Connect(Options(ServerAddress(*server)), Soon()));
+  EXPECT_OK(client->Set("a", "1", Soon()));
+  EXPECT_THAT(client->Set("b", "1", Soon()),
+              StatusIs(Status::Code::kFailedPrecondition,
+                       HasSubstr("the key-value store holds 1 keys, its limit")));
+  ASSERT_OK_AND_ASSIGN(std::optional<std::string> a, client->Get("a", Soon()));
+  EXPECT_EQ(a, "1");
 }
 
 TEST(RendezvousEndToEndTest, KeyValueWaitIsWokenByAnotherClientsSet) {

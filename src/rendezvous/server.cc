@@ -30,6 +30,7 @@
 #include "rendezvous/node_info_codec.h"
 #include "wire/auth.h"
 #include "wire/frame.h"
+#include "wire/session.h"
 
 namespace drover {
 namespace rendezvous_internal {
@@ -42,13 +43,13 @@ constexpr size_t kReadChunk = 64 * 1024;
 constexpr int kMaxReadsPerWakeup = 16;
 using wire::kMaxKvKeyBytes;
 using wire::kMaxKvValueBytes;
-// After an ERROR frame the server stops sending and reads (discarding) until
-// the peer closes or this long passes: closing with unread bytes would make
-// the kernel send a reset, which can destroy the ERROR frame in flight.
-constexpr Milliseconds kDrainTimeout{1000};
 // A peer that sends requests but does not read the replies is cut off once
 // this much (not counting shared cluster bytes) waits to be written to it.
 constexpr size_t kMaxQueuedBytes = 64u << 20;
+// What the key-value store charges a key for its bookkeeping, on top of its
+// bytes (and its value's), against max_kv_bytes: the map node, the string
+// headers, a waiter's index entry.
+constexpr uint64_t kKvEntryOverhead = 64;
 // Long lists in error messages (4,000 executors) are cut to this many items.
 constexpr size_t kMaxListedItems = 32;
 
@@ -101,15 +102,26 @@ NodeInfo RegisteredNode(const wire::NodeInfo& node) {
   return out;
 }
 
-// One frame to send: `head` then, if set, `shared` (bytes many frames share,
-// sent straight from the shared buffer with scatter-gather I/O).
+// Body bytes many frames share (the formed cluster), with their SHA-256
+// state, so that sealing a frame for each connection hashes them only once.
+struct SharedBody {
+  std::string bytes;
+  wire::BodyDigest digest;  // of `bytes`
+};
+
+// One frame to send: `head` (the header, then the body when nothing is
+// shared), then, if set, `shared` (the start of the body, sent straight from
+// the shared buffer with scatter-gather I/O; head is the header alone then),
+// then `tail` (the rest of the body; the trailer is added to it when the
+// frame is sealed).
 struct OutFrame {
   std::string head;
-  std::shared_ptr<const std::string> shared;
+  std::shared_ptr<const SharedBody> shared;
+  std::string tail;
 };
 
 OutFrame MakeFrame(wire::MessageType type, const google::protobuf::MessageLite& body) {
-  return OutFrame{wire::EncodeFrame(type, body), nullptr};
+  return OutFrame{wire::EncodeFrame(type, body), nullptr, {}};
 }
 
 }  // namespace
@@ -125,14 +137,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
   enum class State { kAwaitHello, kAwaitAuth, kReady, kDraining, kClosed };
 
   Connection(Server* server, tcp::socket socket, uint64_t id, std::string peer,
-             uint32_t max_frame_bytes)
+             uint32_t max_frame_bytes, Milliseconds drain_timeout)
       : server_(server),
         socket_(std::move(socket)),
         timer_(socket_.get_executor()),
         id_(id),
         peer_(std::move(peer)),
-        reader_(max_frame_bytes),
-        max_frame_bytes_(max_frame_bytes) {}
+        reader_(wire::kHandshakeMaxFrameBytes),  // until StartSession
+        max_frame_bytes_(max_frame_bytes),
+        drain_timeout_(drain_timeout) {}
 
   void Start(Milliseconds handshake_timeout);
   void Send(OutFrame frame);
@@ -140,12 +153,21 @@ class Connection : public std::enable_shared_from_this<Connection> {
     Send(MakeFrame(type, body));
   }
   // Sends one ERROR frame, reports `reason` (log + on_rejected), then closes
-  // once the frame is out. The connection stops handling frames at once.
+  // once the frame is out and the peer has closed, or after drain_timeout
+  // whatever the peer does. The connection stops handling frames at once.
   void Reject(wire::ErrorCode code, const std::string& message, const std::string& reason);
   // Closes now. A non-empty `reason` is logged and passed to on_rejected.
   void Close(const std::string& reason = "");
-  // Best-effort, non-blocking: for shutdown, where the loop will not wait.
-  void SendNowAndClose(const std::string& bytes);
+  // One ERROR frame, best-effort and non-blocking, then Close(): for
+  // shutdown, where the loop will not wait.
+  void SendErrorNowAndClose(wire::ErrorCode code, const std::string& message);
+  // The handshake succeeded and AUTH_OK is queued: from now on every frame
+  // either way is sealed under `session_key`, and frames may be as large as
+  // max_frame_bytes.
+  void StartSession(const wire::Token& session_key);
+  // `reason` for the log, after whose connection this is ("executor 3: ",
+  // "executor 3's credential: "), when known; the log line names the peer.
+  std::string Why(const std::string& reason) const;
 
   uint64_t id() const { return id_; }
   const std::string& peer() const { return peer_; }
@@ -156,8 +178,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Handshake and registration state, kept by Server.
   std::string client_nonce;
   std::string server_nonce;
-  std::string name;
-  std::string executor_id;  // "" until REGISTER
+  std::string name;             // from HELLO, escaped for logs
+  std::string credential_id;    // HELLO's executor_id: "" the cluster token
+  bool admin = false;           // authenticated with the cluster token
+  bool unauthenticated = true;  // counted in Server::unauthenticated_
+  std::string executor_id;      // "" until REGISTER
   std::vector<uint64_t> kv_waiters;
 
  private:
@@ -183,8 +208,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   State state_ = State::kAwaitHello;
   wire::FrameReader reader_;
   uint32_t max_frame_bytes_;
+  Milliseconds drain_timeout_;
+  std::optional<wire::FrameSealer> sealer_;  // set once the session starts
+  std::optional<wire::FrameOpener> opener_;
   std::deque<OutFrame> out_;
-  size_t queued_bytes_ = 0;  // sum of out_[i].head sizes
+  size_t queued_bytes_ = 0;  // sum of out_[i].head and .tail sizes
   bool writing_ = false;
   bool detached_ = false;  // Server::OnClosed already ran
 };
@@ -221,6 +249,10 @@ class Server {
   void HandleFrame(Connection& conn, const wire::Frame& frame);
   void OnClosed(Connection& conn);
   void Rejected(const std::string& peer, const std::string& reason);
+  // `conn` no longer counts as waiting to authenticate: it did, or it is
+  // closed (a rejected one counts while it drains). Resumes accepting if
+  // the limit paused it. Idempotent.
+  void LeftHandshake(Connection& conn);
   std::vector<char>& read_buffer() { return read_buffer_; }
 
  private:
@@ -242,6 +274,7 @@ class Server {
     Connection* conn = nullptr;
     uint64_t request_id = 0;
     std::vector<std::string> keys;
+    uint64_t bytes = 0;  // charged to kv_bytes_
     Milliseconds timeout{0};
     std::unique_ptr<asio::steady_timer> timer;
   };
@@ -265,13 +298,16 @@ class Server {
   void HandleHeartbeat(Connection& conn, const wire::Frame& frame);
   void HandleControl(Connection& conn, const wire::Frame& frame);
   void HandleKv(Connection& conn, const wire::Frame& frame);
+  // True when `conn` may act for `executor_id` ("" : for no node: STOP_ALL);
+  // otherwise rejects it with PERMISSION_DENIED, saying it may not `what`.
+  bool Permitted(Connection& conn, const std::string& executor_id, const std::string& what);
 
   void RemoveRegistration(size_t index);
   void RebuildIndex();
   void FormCluster();
   void SendCluster(NodeRecord& node);
   void DeclareDead(NodeRecord& node, const std::string& why);
-  bool RelayStop(NodeRecord& node, const std::shared_ptr<const std::string>& frame);
+  bool RelayStop(NodeRecord& node, const wire::Control& control);
   void RelayStopAll();
   NodeRecord* FindNode(const std::string& executor_id);
   std::string Describe(const NodeRecord& node) const;
@@ -279,6 +315,11 @@ class Server {
   ClusterState BuildState() const;
   void Publish(Result<FormedCluster> outcome);
 
+  // Stores `value` under `key` if the store's bounds allow; otherwise
+  // fills `reply` with RESOURCE_EXHAUSTED naming the bound and `what`.
+  bool KvStore(const std::string& key, std::string value, const std::string& what,
+               wire::KvReply* reply);
+  void KvErase(std::map<std::string, std::string>::iterator it);
   void KvNotify(const std::string& key);
   void KvFinishWaiter(uint64_t waiter_id, bool timed_out);
   std::vector<std::string> KvMissing(const KvWaiter& waiter) const;
@@ -312,15 +353,24 @@ class Server {
   std::string stop_reason_;        // why the phase is kStopped
   std::vector<char> read_buffer_;  // shared by every connection's reads
   uint64_t next_connection_id_ = 1;
+  size_t unauthenticated_ = 0;  // connections accepted, not yet authenticated
+  bool accept_paused_ = false;  // at max_unauthenticated_connections
+  Clock::time_point cap_logged_at_{};
   std::unordered_map<uint64_t, std::shared_ptr<Connection>> connections_;
   uint64_t next_sequence_ = 1;
   // Before the barrier in registration order, after it in slot order.
   std::vector<NodeRecord> nodes_;
   std::unordered_map<std::string, size_t> node_index_;
   std::string cluster_id_;
-  std::shared_ptr<const std::string> shared_cluster_;  // zlib(SharedCluster)
+  // Cluster field 4 (its tag, its length, then zlib(SharedCluster)), the
+  // same bytes in every node's CLUSTER frame, hashed once.
+  std::shared_ptr<const SharedBody> shared_cluster_;
+  size_t compressed_cluster_bytes_ = 0;
   uint64_t shared_uncompressed_bytes_ = 0;
   std::map<std::string, std::string> kv_;
+  // Charged against max_kv_bytes: stored keys and values and parked WAITs'
+  // keys, kKvEntryOverhead more per key.
+  uint64_t kv_bytes_ = 0;
   uint64_t next_waiter_id_ = 1;
   std::unordered_map<uint64_t, KvWaiter> kv_waiters_;
   std::unordered_multimap<std::string, uint64_t> kv_waiters_by_key_;
@@ -389,6 +439,10 @@ void Connection::HandleBuffered() {
     wire::FrameError error;
     switch (reader_.Next(&frame, &error)) {
       case wire::FrameReader::Step::kFrame:
+        if (opener_ && !opener_->Open(frame, &error)) {
+          Reject(error.code, error.message, Why(error.message));
+          return;
+        }
         server_->HandleFrame(*this, frame);
         continue;
       case wire::FrameReader::Step::kError:
@@ -407,7 +461,10 @@ void Connection::HandleBuffered() {
   } else {
     if (timer_kind_ == TimerKind::kFrame || timer_kind_ == TimerKind::kHandshake) CancelTimer();
     // Release the consumed bytes: a parked connection should hold no buffer.
-    if (reader_.buffered_bytes() == 0) reader_ = wire::FrameReader(max_frame_bytes_);
+    if (reader_.buffered_bytes() == 0) {
+      reader_ = wire::FrameReader(max_frame_bytes_);
+      reader_.set_sealed(opener_.has_value());
+    }
   }
 }
 
@@ -444,6 +501,11 @@ void Connection::OnTimer(TimerKind kind) {
             " bytes of an unfinished frame, then nothing for " + FormatSeconds(handshake_timeout_));
       break;
     case TimerKind::kDrain:
+      if (writing_) {
+        server_->Log("closing connection from " + peer_ +
+                     ": it did not read its ERROR frame within " + FormatSeconds(drain_timeout_) +
+                     " (" + std::to_string(queued_bytes_) + " bytes unsent)");
+      }
       Close();
       break;
     case TimerKind::kNone:
@@ -451,9 +513,31 @@ void Connection::OnTimer(TimerKind kind) {
   }
 }
 
+std::string Connection::Why(const std::string& reason) const {
+  if (!executor_id.empty()) return "executor " + Printable(executor_id) + ": " + reason;
+  if (!credential_id.empty()) return "executor " + credential_id + "'s credential: " + reason;
+  return reason;
+}
+
+void Connection::StartSession(const wire::Token& session_key) {
+  sealer_.emplace(session_key, wire::Direction::kServerToClient);
+  opener_.emplace(session_key, wire::Direction::kClientToServer);
+  reader_.set_sealed(true);
+  reader_.set_max_frame_bytes(max_frame_bytes_);
+}
+
 void Connection::Send(OutFrame frame) {
   if (!open()) return;
-  queued_bytes_ += frame.head.size();
+  if (sealer_) {
+    // The header is the first kHeaderBytes of head; the body follows it,
+    // in up to three pieces.
+    std::string_view head(frame.head);
+    wire::BodyDigest digest = frame.shared ? frame.shared->digest : wire::BodyDigest();
+    digest.Update(head.substr(wire::kHeaderBytes));
+    digest.Update(frame.tail);
+    frame.tail += sealer_->Trailer(head.substr(0, wire::kHeaderBytes), digest);
+  }
+  queued_bytes_ += frame.head.size() + frame.tail.size();
   if (queued_bytes_ > kMaxQueuedBytes) {
     Close("peer does not read its replies: over " + std::to_string(kMaxQueuedBytes) +
           " bytes queued for it");
@@ -471,19 +555,21 @@ void Connection::WriteNext() {
   }
   writing_ = true;
   const OutFrame& frame = out_.front();
-  std::array<asio::const_buffer, 2> buffers = {
-      asio::buffer(frame.head), frame.shared ? asio::buffer(*frame.shared) : asio::const_buffer()};
-  asio::async_write(socket_, buffers,
-                    [self = shared_from_this()](asio::error_code ec, size_t /*bytes*/) {
-                      if (self->state_ == State::kClosed) return;
-                      if (ec) {
-                        self->Close();
-                        return;
-                      }
-                      self->queued_bytes_ -= self->out_.front().head.size();
-                      self->out_.pop_front();
-                      self->WriteNext();
-                    });
+  std::array<asio::const_buffer, 3> buffers = {
+      asio::buffer(frame.head),
+      frame.shared ? asio::buffer(frame.shared->bytes) : asio::const_buffer(),
+      asio::buffer(frame.tail)};
+  asio::async_write(
+      socket_, buffers, [self = shared_from_this()](asio::error_code ec, size_t /*bytes*/) {
+        if (self->state_ == State::kClosed) return;
+        if (ec) {
+          self->Close();
+          return;
+        }
+        self->queued_bytes_ -= self->out_.front().head.size() + self->out_.front().tail.size();
+        self->out_.pop_front();
+        self->WriteNext();
+      });
 }
 
 void Connection::Reject(wire::ErrorCode code, const std::string& message,
@@ -492,9 +578,14 @@ void Connection::Reject(wire::ErrorCode code, const std::string& message,
   auto self = shared_from_this();  // OnClosed drops the server's reference
   server_->Rejected(peer_, reason);
   // Queue the ERROR frame first: Send() refuses once draining.
-  out_.push_back(OutFrame{wire::EncodeError(code, message), nullptr});
+  out_.push_back(OutFrame{
+      sealer_ ? sealer_->SealError(code, message) : wire::EncodeError(code, message), nullptr, {}});
   queued_bytes_ += out_.back().head.size();
   state_ = State::kDraining;
+  // One deadline for writing what is queued and the peer's close: a peer
+  // that stops reading cannot hold the connection (or the server's
+  // shutdown) longer.
+  ArmTimer(drain_timeout_, TimerKind::kDrain);
   if (!detached_) {
     detached_ = true;
     server_->OnClosed(*this);
@@ -502,15 +593,21 @@ void Connection::Reject(wire::ErrorCode code, const std::string& message,
   if (!writing_) WriteNext();
 }
 
+// All is written: read (discarding) until the peer closes or the drain
+// deadline passes. Closing with unread bytes would make the kernel send a
+// reset, which can destroy the ERROR frame in flight.
 void Connection::BeginDrain() {
   asio::error_code ec;
   socket_.shutdown(tcp::socket::shutdown_send, ec);
-  ArmTimer(kDrainTimeout, TimerKind::kDrain);
 }
 
-void Connection::SendNowAndClose(const std::string& bytes) {
+void Connection::SendErrorNowAndClose(wire::ErrorCode code, const std::string& message) {
   if (state_ == State::kClosed) return;
-  if (state_ != State::kDraining && socket_.is_open()) {
+  // Only onto an idle connection: bytes after part of a queued frame would
+  // garble the stream.
+  if (state_ != State::kDraining && !writing_ && socket_.is_open()) {
+    std::string bytes =
+        sealer_ ? sealer_->SealError(code, message) : wire::EncodeError(code, message);
     ::send(socket_.native_handle(), bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
   }
   Close();
@@ -532,6 +629,7 @@ void Connection::Close(const std::string& reason) {
     detached_ = true;
     server_->OnClosed(*this);
   }
+  server_->LeftHandshake(*this);
 }
 
 // ---------------------------------------------------------------------------
@@ -558,6 +656,9 @@ Status Server::Listen() {
                                    std::to_string(options_.token.bytes.size()));
   }
   std::copy(options_.token.bytes.begin(), options_.token.bytes.end(), token_.begin());
+  if (options_.max_unauthenticated_connections == 0) {
+    return Status::InvalidArgument("max_unauthenticated_connections must be at least 1");
+  }
   if (options_.heartbeat_interval.count() <= 0 || options_.missed_heartbeats_until_dead <= 0) {
     return Status::InvalidArgument(
         "heartbeat_interval and missed_heartbeats_until_dead must be positive");
@@ -634,8 +735,7 @@ Status Server::StopNode(const std::string& executor_id) {
         wire::Control control;
         control.set_kind(wire::Control::STOP_NODE);
         control.set_executor_id(executor_id);
-        auto frame = std::make_shared<const std::string>(wire::EncodeFrame(wire::CONTROL, control));
-        if (!RelayStop(*node, frame)) {
+        if (!RelayStop(*node, control)) {
           return Status::Unavailable("cannot stop " + Describe(*node) +
                                      ": its connection is closed");
         }
@@ -683,11 +783,12 @@ void Server::StopOnLoop() {
   for (auto& [id, waiter] : kv_waiters_) waiter.timer->cancel();
   kv_waiters_.clear();
   kv_waiters_by_key_.clear();
-  std::string bye = wire::EncodeError(wire::STOPPED, "the rendezvous server is shutting down");
   std::vector<std::shared_ptr<Connection>> all;
   all.reserve(connections_.size());
   for (auto& [id, conn] : connections_) all.push_back(conn);
-  for (auto& conn : all) conn->SendNowAndClose(bye);
+  for (auto& conn : all) {
+    conn->SendErrorNowAndClose(wire::STOPPED, "the rendezvous server is shutting down");
+  }
   connections_.clear();
   // With no work left, io_.run() returns once the cancelled handlers ran.
   work_.reset();
@@ -723,11 +824,38 @@ void Server::Accept() {
                                    : JoinHostPort(remote.address().to_string(), remote.port());
     uint64_t id = next_connection_id_++;
     auto conn = std::make_shared<Connection>(this, std::move(socket), id, std::move(peer),
-                                             options_.max_frame_bytes);
+                                             options_.max_frame_bytes, options_.drain_timeout);
     connections_.emplace(id, conn);
+    ++unauthenticated_;
     conn->Start(options_.handshake_timeout);
+    if (unauthenticated_ >= options_.max_unauthenticated_connections) {
+      // Leave the rest in the kernel's backlog until one authenticates,
+      // fails or times out: a flood of silent peers costs the server at
+      // most this many connections (each gone within handshake_timeout).
+      accept_paused_ = true;
+      // Once a minute at most: a flood would hit the limit on every accept.
+      Clock::time_point now = Clock::now();
+      if (cap_logged_at_ == Clock::time_point{} ||
+          now - cap_logged_at_ >= std::chrono::minutes(1)) {
+        cap_logged_at_ = now;
+        Log(std::to_string(unauthenticated_) +
+            " connections are waiting to authenticate, the limit; accepting more once one of "
+            "them finishes or times out");
+      }
+      return;
+    }
     Accept();
   });
+}
+
+void Server::LeftHandshake(Connection& conn) {
+  if (!conn.unauthenticated) return;
+  conn.unauthenticated = false;
+  --unauthenticated_;
+  if (accept_paused_ && !stopping_ && unauthenticated_ < options_.max_unauthenticated_connections) {
+    accept_paused_ = false;
+    Accept();
+  }
 }
 
 void Server::Rejected(const std::string& peer, const std::string& reason) {
@@ -770,7 +898,9 @@ void Server::HandleFrame(Connection& conn, const wire::Frame& frame) {
   if (type == wire::ERROR) {
     wire::Error error;
     error.ParseFromString(frame.body);
-    conn.Close("peer sent ERROR " + wire::ErrorCode_Name(error.code()) + ": " + error.message());
+    // Whatever the peer wrote reaches a terminal: escape it.
+    conn.Close("peer sent ERROR " + wire::ErrorCode_Name(error.code()) + ": " +
+               wire::PrintableBytes(error.message(), 256));
     return;
   }
   switch (type) {
@@ -829,6 +959,18 @@ void Server::HandleHello(Connection& conn, const wire::Frame& frame) {
                           " bytes, got " + std::to_string(hello.client_nonce().size());
     return conn.Reject(wire::MALFORMED, message, message);
   }
+  if (hello.name().size() > wire::kMaxHelloNameBytes) {
+    std::string message = "HELLO name of " + std::to_string(hello.name().size()) +
+                          " bytes is over the limit of " + std::to_string(wire::kMaxHelloNameBytes);
+    return conn.Reject(wire::MALFORMED, message, message);
+  }
+  if (!hello.executor_id().empty()) {
+    Status valid = wire::ValidateCredentialId(hello.executor_id());
+    if (!valid.ok()) {
+      std::string message = "HELLO executor_id: " + valid.message();
+      return conn.Reject(wire::MALFORMED, message, message);
+    }
+  }
   Result<std::string> nonce = wire::RandomNonce();
   if (!nonce.ok()) {
     Log("cannot make a nonce: " + nonce.status().ToString());
@@ -836,7 +978,9 @@ void Server::HandleHello(Connection& conn, const wire::Frame& frame) {
   }
   conn.client_nonce = hello.client_nonce();
   conn.server_nonce = *nonce;
-  conn.name = hello.name();
+  // From an unauthenticated peer, on its way to logs and terminals.
+  conn.name = wire::PrintableBytes(hello.name(), 64);
+  conn.credential_id = hello.executor_id();  // validated: printable, no spaces
   conn.set_state(Connection::State::kAwaitAuth);
   wire::Challenge challenge;
   challenge.set_server_nonce(conn.server_nonce);
@@ -848,16 +992,43 @@ void Server::HandleAuth(Connection& conn, const wire::Frame& frame) {
   wire::FrameError error;
   if (!wire::ParseBody(frame, &auth, &error))
     return conn.Reject(error.code, error.message, error.message);
-  std::string expected = wire::ClientMac(token_, conn.server_nonce, conn.client_nonce);
+  // The key HELLO named: the cluster token, or the node credential the
+  // driver derived for that executor id (docs/security.md).
+  Result<wire::Token> key = conn.credential_id.empty()
+                                ? Result<wire::Token>(token_)
+                                : wire::DeriveNodeKey(token_, conn.credential_id);
+  Result<wire::Token> session =
+      key.ok() ? wire::DeriveSessionKey(*key, conn.client_nonce, conn.server_nonce) : key;
+  if (!session.ok()) {
+    Log("cannot derive keys: " + session.status().ToString());
+    return conn.Close("server could not derive the session key");
+  }
+  std::string expected = wire::ClientMac(*key, conn.server_nonce, conn.client_nonce);
   if (!wire::ConstantTimeEquals(auth.mac(), expected)) {
     std::string who = conn.name.empty() ? "" : " (" + conn.name + ")";
-    return conn.Reject(wire::AUTH_FAILED, "authentication failed: wrong token",
-                       "authentication failed: wrong token" + who);
+    std::string message =
+        conn.credential_id.empty()
+            ? "authentication failed: wrong token"
+            : "authentication failed: wrong node credential for executor " + conn.credential_id;
+    return conn.Reject(wire::AUTH_FAILED, message, message + who);
   }
   conn.set_state(Connection::State::kReady);
+  conn.admin = conn.credential_id.empty();
+  LeftHandshake(conn);
   wire::AuthOk ok;
-  ok.set_mac(wire::ServerMac(token_, conn.client_nonce, conn.server_nonce));
+  ok.set_mac(wire::ServerMac(*key, conn.client_nonce, conn.server_nonce));
   conn.Send(wire::AUTH_OK, ok);
+  conn.StartSession(*session);
+}
+
+// A node's credential covers its own slot only (docs/security.md); the
+// cluster token covers everything. A refusal costs the sender its connection.
+bool Server::Permitted(Connection& conn, const std::string& executor_id, const std::string& what) {
+  if (conn.admin || executor_id == conn.credential_id) return true;
+  std::string message =
+      "the node credential of executor " + conn.credential_id + " may not " + what;
+  conn.Reject(wire::PERMISSION_DENIED, message, conn.Why(message));
+  return false;
 }
 
 void Server::HandleRegister(Connection& conn, const wire::Frame& frame) {
@@ -878,6 +1049,7 @@ void Server::HandleRegister(Connection& conn, const wire::Frame& frame) {
   if (!missing.empty()) return conn.Reject(wire::MALFORMED, missing, missing);
   NodeInfo info = RegisteredNode(request.node());
   const std::string id = info.executor_id;  // a copy: info is moved below
+  if (!Permitted(conn, id, "register executor " + wire::PrintableBytes(id, 64))) return;
 
   if (phase_ == Phase::kStopped) {
     std::string message = "executor " + id + " cannot register: " + stop_reason_;
@@ -1034,9 +1206,21 @@ void Server::FormCluster() {
   }
   compressed.resize(compressed_size);
   shared_uncompressed_bytes_ = plain.size();
-  shared_cluster_ = std::make_shared<const std::string>(std::move(compressed));
-  if (shared_cluster_->size() + 64 > wire::kClientMaxFrameBytes) {
-    Log("the compressed cluster is " + std::to_string(shared_cluster_->size()) +
+  compressed_cluster_bytes_ = compressed.size();
+  auto shared_body = std::make_shared<SharedBody>();
+  uint8_t field[16];
+  uint8_t* field_end = google::protobuf::io::CodedOutputStream::WriteTagToArray(
+      (wire::Cluster::kSharedFieldNumber << 3) | 2 /* length-delimited */, field);
+  field_end = google::protobuf::io::CodedOutputStream::WriteVarint32ToArray(
+      static_cast<uint32_t>(compressed.size()), field_end);
+  shared_body->bytes.reserve(static_cast<size_t>(field_end - field) + compressed.size());
+  shared_body->bytes.append(reinterpret_cast<const char*>(field),
+                            static_cast<size_t>(field_end - field));
+  shared_body->bytes.append(compressed);
+  shared_body->digest.Update(shared_body->bytes);
+  shared_cluster_ = std::move(shared_body);
+  if (compressed_cluster_bytes_ + 64 > wire::kClientMaxFrameBytes) {
+    Log("the compressed cluster is " + std::to_string(compressed_cluster_bytes_) +
         " bytes, over a client's frame limit of " + std::to_string(wire::kClientMaxFrameBytes));
   }
 
@@ -1045,7 +1229,7 @@ void Server::FormCluster() {
   for (NodeRecord& node : nodes_) SendCluster(node);
   Log("cluster " + cluster_id_ + " formed with " + std::to_string(nodes_.size()) + " nodes (" +
       std::to_string(plain.size()) + " bytes of shared cluster, " +
-      std::to_string(shared_cluster_->size()) + " compressed; " +
+      std::to_string(compressed_cluster_bytes_) + " compressed; " +
       std::to_string(
           std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count()) +
       " us to encode and queue)");
@@ -1053,12 +1237,12 @@ void Server::FormCluster() {
   ScheduleHeartbeatCheck();
 }
 
-// A node's CLUSTER frame is header | Cluster fields 1, 2, 3, 5 | field 4's
-// tag and length | the shared compressed bytes. Protobuf parsers accept
-// fields in any order, so this is a valid Cluster encoding, and it lets the
-// shared bytes (the same for every node) go out by scatter-gather straight
-// from one buffer: per node only a few dozen bytes are encoded, nothing is
-// copied.
+// A node's CLUSTER frame is header | Cluster field 4 (tag, length, the shared
+// compressed bytes) | fields 1, 2, 3, 5 | the trailer. Protobuf parsers
+// accept fields in any order, so this is a valid Cluster encoding, and it
+// lets the shared bytes (the same for every node) go out by scatter-gather
+// straight from one buffer and be hashed once: per node only a few dozen
+// bytes are encoded and hashed, nothing is copied.
 void Server::SendCluster(NodeRecord& node) {
   if (node.conn == nullptr || !shared_cluster_) return;
   wire::Cluster own;
@@ -1066,20 +1250,12 @@ void Server::SendCluster(NodeRecord& node) {
   own.set_task_index(node.info.task_index);
   own.set_heartbeat_interval_ms(static_cast<uint32_t>(options_.heartbeat_interval.count()));
   own.set_shared_uncompressed_bytes(shared_uncompressed_bytes_);
-  std::string prefix = own.SerializeAsString();
-  uint8_t field[16];
-  uint8_t* end = google::protobuf::io::CodedOutputStream::WriteTagToArray(
-      (wire::Cluster::kSharedFieldNumber << 3) | 2 /* length-delimited */, field);
-  end = google::protobuf::io::CodedOutputStream::WriteVarint32ToArray(
-      static_cast<uint32_t>(shared_cluster_->size()), end);
-  prefix.append(reinterpret_cast<const char*>(field), static_cast<size_t>(end - field));
-  size_t body_size = prefix.size() + shared_cluster_->size();
+  OutFrame frame;
+  frame.tail = own.SerializeAsString();
+  size_t body_size = shared_cluster_->bytes.size() + frame.tail.size();
   std::array<char, wire::kHeaderBytes> header =
       wire::EncodeHeader(wire::CLUSTER, static_cast<uint32_t>(body_size));
-  OutFrame frame;
-  frame.head.reserve(header.size() + prefix.size());
-  frame.head.append(header.data(), header.size());
-  frame.head.append(prefix);
+  frame.head.assign(header.data(), header.size());
   frame.shared = shared_cluster_;
   node.conn->Send(std::move(frame));
 }
@@ -1198,18 +1374,17 @@ void Server::HandleHeartbeat(Connection& conn, const wire::Frame& frame) {
     node->feed = rendezvous_internal::FeedProgressFromWire(heartbeat.feed());
 }
 
-bool Server::RelayStop(NodeRecord& node, const std::shared_ptr<const std::string>& frame) {
+bool Server::RelayStop(NodeRecord& node, const wire::Control& control) {
   node.stop_sent = true;
   if (node.conn == nullptr || !node.conn->open()) return false;
-  node.conn->Send(OutFrame{std::string(), frame});
+  node.conn->Send(wire::CONTROL, control);
   return true;
 }
 
 void Server::RelayStopAll() {
   wire::Control control;
   control.set_kind(wire::Control::STOP_ALL);
-  auto frame = std::make_shared<const std::string>(wire::EncodeFrame(wire::CONTROL, control));
-  for (NodeRecord& node : nodes_) RelayStop(node, frame);
+  for (NodeRecord& node : nodes_) RelayStop(node, control);
 }
 
 void Server::HandleControl(Connection& conn, const wire::Frame& frame) {
@@ -1220,6 +1395,9 @@ void Server::HandleControl(Connection& conn, const wire::Frame& frame) {
   switch (control.kind()) {
     case wire::Control::REPORT_ERROR: {
       std::string id = control.executor_id().empty() ? conn.executor_id : control.executor_id();
+      if (!Permitted(conn, id, "report an error for executor " + wire::PrintableBytes(id, 64))) {
+        return;
+      }
       NodeRecord* node = FindNode(id);
       NodeInfo info;
       info.executor_id = id;
@@ -1243,6 +1421,15 @@ void Server::HandleControl(Connection& conn, const wire::Frame& frame) {
     }
     case wire::Control::QUERY_STATE: {
       ClusterState state = BuildState();
+      if (!conn.admin) {
+        // A node sees every node's place and liveness (CLUSTER told it the
+        // places already), and only its own errors and last lines.
+        for (NodeStatus& status : state.nodes) {
+          if (status.node.executor_id == conn.credential_id) continue;
+          status.error.clear();
+          status.last_log_lines.clear();
+        }
+      }
       wire::State reply;
       reply.set_phase(state.phase);
       reply.set_registered(static_cast<uint32_t>(state.registered));
@@ -1264,6 +1451,7 @@ void Server::HandleControl(Connection& conn, const wire::Frame& frame) {
       return;
     }
     case wire::Control::STOP_ALL: {
+      if (!Permitted(conn, "", "stop all nodes")) return;
       NodeRecord* requester = conn.executor_id.empty() ? nullptr : FindNode(conn.executor_id);
       std::string who = requester != nullptr ? Describe(*requester) : conn.peer();
       Log(who + " asked to stop all nodes");
@@ -1294,6 +1482,10 @@ void Server::HandleControl(Connection& conn, const wire::Frame& frame) {
       return;
     }
     case wire::Control::STOP_NODE: {
+      if (!Permitted(conn, "",
+                     "stop executor " + wire::PrintableBytes(control.executor_id(), 64))) {
+        return;
+      }
       NodeRecord* node = FindNode(control.executor_id());
       if (node == nullptr) {
         Log("STOP_NODE from " + conn.peer() + " names unknown executor '" + control.executor_id() +
@@ -1303,8 +1495,7 @@ void Server::HandleControl(Connection& conn, const wire::Frame& frame) {
       wire::Control relay;
       relay.set_kind(wire::Control::STOP_NODE);
       relay.set_executor_id(control.executor_id());
-      auto bytes = std::make_shared<const std::string>(wire::EncodeFrame(wire::CONTROL, relay));
-      if (!RelayStop(*node, bytes)) Log("cannot stop " + Describe(*node) + ": connection closed");
+      if (!RelayStop(*node, relay)) Log("cannot stop " + Describe(*node) + ": connection closed");
       return;
     }
     default: {
@@ -1378,7 +1569,7 @@ void Server::HandleKv(Connection& conn, const wire::Frame& frame) {
   }
   switch (request.op()) {
     case wire::KvRequest::SET:
-      kv_[key] = request.value();
+      if (!KvStore(key, request.value(), "SET", &reply)) return conn.Send(wire::KV_REPLY, reply);
       conn.Send(wire::KV_REPLY, reply);
       KvNotify(key);
       return;
@@ -1409,7 +1600,9 @@ void Server::HandleKv(Connection& conn, const wire::Frame& frame) {
       if (__builtin_add_overflow(current, request.delta(), &result)) {
         return fail(wire::MALFORMED, "ADD to key '" + Printable(key) + "' overflows int64");
       }
-      kv_[key] = std::to_string(result);
+      if (!KvStore(key, std::to_string(result), "ADD", &reply)) {
+        return conn.Send(wire::KV_REPLY, reply);
+      }
       reply.set_found(true);
       reply.set_number(result);
       reply.set_value(std::to_string(result));
@@ -1422,7 +1615,9 @@ void Server::HandleKv(Connection& conn, const wire::Frame& frame) {
       bool matches =
           it == kv_.end() ? request.expected().empty() : it->second == request.expected();
       if (matches) {
-        kv_[key] = request.value();
+        if (!KvStore(key, request.value(), "COMPARE_SET", &reply)) {
+          return conn.Send(wire::KV_REPLY, reply);
+        }
         it = kv_.find(key);
       }
       if (it != kv_.end()) {
@@ -1434,7 +1629,8 @@ void Server::HandleKv(Connection& conn, const wire::Frame& frame) {
       return;
     }
     case wire::KvRequest::DELETE: {
-      if (kv_.erase(key) > 0) {
+      if (auto it = kv_.find(key); it != kv_.end()) {
+        KvErase(it);
         reply.set_found(true);
       } else {
         reply.set_code(wire::NOT_FOUND);
@@ -1460,6 +1656,27 @@ void Server::HandleKv(Connection& conn, const wire::Frame& frame) {
         conn.Send(wire::KV_REPLY, reply);
         return;
       }
+      if (conn.kv_waiters.size() >= options_.max_kv_waits_per_connection) {
+        return fail(wire::RESOURCE_EXHAUSTED, "this connection has " +
+                                                  std::to_string(conn.kv_waiters.size()) +
+                                                  " WAITs parked, its limit; WAIT refused");
+      }
+      if (kv_waiters_.size() >= options_.max_kv_waits) {
+        return fail(wire::RESOURCE_EXHAUSTED, std::to_string(kv_waiters_.size()) +
+                                                  " WAITs are parked, the server's limit; WAIT "
+                                                  "refused");
+      }
+      for (const std::string& wait_key : waiter.keys) {
+        waiter.bytes += wait_key.size() + kKvEntryOverhead;
+      }
+      if (kv_bytes_ + waiter.bytes > options_.max_kv_bytes) {
+        return fail(wire::RESOURCE_EXHAUSTED,
+                    "the key-value store is full: " + std::to_string(kv_bytes_) + " of " +
+                        std::to_string(options_.max_kv_bytes) + " bytes used; WAIT for " +
+                        std::to_string(waiter.keys.size()) + " keys (" +
+                        std::to_string(waiter.bytes) + " bytes) refused");
+      }
+      kv_bytes_ += waiter.bytes;
       waiter.timeout =
           Milliseconds(std::min<uint64_t>(request.deadline_ms(), uint64_t{24} * 3600 * 1000 * 365));
       uint64_t waiter_id = next_waiter_id_++;
@@ -1480,6 +1697,39 @@ void Server::HandleKv(Connection& conn, const wire::Frame& frame) {
       return fail(wire::MALFORMED,
                   "KV_REQUEST with unknown op " + std::to_string(static_cast<int>(request.op())));
   }
+}
+
+bool Server::KvStore(const std::string& key, std::string value, const std::string& what,
+                     wire::KvReply* reply) {
+  auto it = kv_.find(key);
+  const uint64_t now = it == kv_.end() ? 0 : key.size() + it->second.size() + kKvEntryOverhead;
+  const uint64_t after = key.size() + value.size() + kKvEntryOverhead;
+  std::string refusal;
+  if (it == kv_.end() && kv_.size() >= options_.max_kv_keys) {
+    refusal = "the key-value store holds " + std::to_string(kv_.size()) + " keys, its limit; " +
+              what + " of new key '" + Printable(key) + "' refused";
+  } else if (after > now && kv_bytes_ - now + after > options_.max_kv_bytes) {
+    refusal = "the key-value store is full: " + std::to_string(kv_bytes_) + " of " +
+              std::to_string(options_.max_kv_bytes) + " bytes used; " + what + " of '" +
+              Printable(key) + "' (" + std::to_string(after) + " bytes) refused";
+  }
+  if (!refusal.empty()) {
+    reply->set_code(wire::RESOURCE_EXHAUSTED);
+    reply->set_message(std::move(refusal));
+    return false;
+  }
+  kv_bytes_ = kv_bytes_ - now + after;
+  if (it == kv_.end()) {
+    kv_.emplace(key, std::move(value));
+  } else {
+    it->second = std::move(value);
+  }
+  return true;
+}
+
+void Server::KvErase(std::map<std::string, std::string>::iterator it) {
+  kv_bytes_ -= it->first.size() + it->second.size() + kKvEntryOverhead;
+  kv_.erase(it);
 }
 
 std::vector<std::string> Server::KvMissing(const KvWaiter& waiter) const {
@@ -1508,6 +1758,7 @@ void Server::KvFinishWaiter(uint64_t waiter_id, bool timed_out) {
   if (it == kv_waiters_.end()) return;
   KvWaiter waiter = std::move(it->second);
   kv_waiters_.erase(it);
+  kv_bytes_ -= waiter.bytes;
   waiter.timer->cancel();
   for (const std::string& key : waiter.keys) {
     auto [begin, end] = kv_waiters_by_key_.equal_range(key);

@@ -4,6 +4,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 #include <zlib.h>
 
 #include <condition_variable>
@@ -52,16 +53,21 @@ class Recorder {
     events_.push_back(event);
     cv_.notify_all();
   }
+  // A line of the server's log; shown on stderr too, as the server would.
+  void Log(const std::string& line) {
+    std::fprintf(stderr, "drover rendezvous: %s\n", line.c_str());
+    std::lock_guard<std::mutex> lock(mu_);
+    log_.push_back(line);
+    cv_.notify_all();
+  }
 
   // Waits for a rejection whose reason contains `text`.
-  bool WaitForRejection(const std::string& text) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_until(lock, Soon(), [&] {
-      for (const std::string& reason : rejected_) {
-        if (reason.find(text) != std::string::npos) return true;
-      }
-      return false;
-    });
+  bool WaitForRejection(const std::string& text) { return WaitForText(rejected_, text); }
+  // Waits for a log line that contains `text`.
+  bool WaitForLog(const std::string& text) { return WaitForText(log_, text); }
+  std::vector<std::string> log() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return log_;
   }
   std::optional<NodeEvent> WaitForEvent(NodeEvent::Kind kind, const std::string& executor_id) {
     std::unique_lock<std::mutex> lock(mu_);
@@ -91,10 +97,21 @@ class Recorder {
   }
 
  private:
+  bool WaitForText(const std::vector<std::string>& lines, const std::string& text) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_until(lock, Soon(), [&] {
+      for (const std::string& line : lines) {
+        if (line.find(text) != std::string::npos) return true;
+      }
+      return false;
+    });
+  }
+
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::string> rejected_;
   std::vector<NodeEvent> events_;
+  std::vector<std::string> log_;
 };
 
 struct ReceivedCluster {
@@ -116,6 +133,7 @@ class ServerTest : public ::testing::Test {
       recorder_.Rejected(peer, reason);
     };
     options.on_event = [this](const NodeEvent& event) { recorder_.Event(event); };
+    options.log = [this](const std::string& line) { recorder_.Log(line); };
     return options;
   }
 
@@ -135,6 +153,23 @@ class ServerTest : public ::testing::Test {
   RawPeer Authenticated() {
     RawPeer peer = Connect();
     EXPECT_OK(peer.Handshake(TestToken(), Soon()));
+    return peer;
+  }
+
+  // Authenticated with executor `id`'s node credential, as an agent is.
+  RawPeer AuthenticatedAsNode(const std::string& id) {
+    RawPeer peer = Connect();
+    Result<wire::Token> key = wire::DeriveNodeKey(TestToken(), id);
+    EXPECT_OK(key);
+    EXPECT_OK(peer.Handshake(*key, Soon(), "node " + id, id));
+    return peer;
+  }
+
+  RawPeer JoinAsNode(const std::string& id, uint32_t port) {
+    RawPeer peer = AuthenticatedAsNode(id);
+    EXPECT_OK(peer.Send(wire::REGISTER, RegisterBody(id, port)));
+    wire::Registered registered;
+    EXPECT_OK(peer.Read(wire::REGISTERED, &registered, Soon()));
     return peer;
   }
 
@@ -450,22 +485,68 @@ TEST_F(ServerTest, UnknownVersionIsRejectedNamingBothVersions) {
   std::array<char, wire::kHeaderBytes> header = wire::EncodeHeader(wire::HELLO, 0, 7);
   ASSERT_OK(bad.SendBytes(std::string_view(header.data(), header.size())));
   ExpectErrorAndClose(bad, wire::UNSUPPORTED_VERSION,
-                      "peer speaks protocol version 7; this drover speaks 1");
+                      "peer speaks protocol version 7; this drover speaks 2");
   EXPECT_TRUE(recorder_.WaitForRejection("version 7"));
   ExpectClusterFormsWith(first);
 }
 
 TEST_F(ServerTest, LengthOverTheLimitIsRejected) {
   RendezvousServerOptions options = Options(2);
-  options.max_frame_bytes = 1024;
+  options.max_frame_bytes = 2048;
   StartServer(std::move(options));
   RawPeer first = Join("0", 7000);
-  RawPeer bad = Connect();
-  std::array<char, wire::kHeaderBytes> header = wire::EncodeHeader(wire::HELLO, 4096);
+  RawPeer bad = Authenticated();
+  std::array<char, wire::kHeaderBytes> header = wire::EncodeHeader(wire::REGISTER, 4096);
   ASSERT_OK(bad.SendBytes(std::string_view(header.data(), header.size())));
-  ExpectErrorAndClose(bad, wire::FRAME_TOO_LARGE, "4096 bytes is over the limit of 1024");
+  ExpectErrorAndClose(bad, wire::FRAME_TOO_LARGE, "4096 bytes is over the limit of 2048");
   EXPECT_TRUE(recorder_.WaitForRejection("over the limit"));
   ExpectClusterFormsWith(first);
+}
+
+TEST_F(ServerTest, BeforeAuthenticationFramesAreSmall) {
+  // A frame an authenticated peer could send (under max_frame_bytes) is
+  // refused from a peer that has not authenticated, at its header: the
+  // server neither waits for nor buffers the body (#15).
+  StartServer(Options(2));
+  RawPeer first = Join("0", 7000);
+  RawPeer bad = Connect();
+  std::array<char, wire::kHeaderBytes> header = wire::EncodeHeader(wire::HELLO, 2 << 20);
+  ASSERT_OK(bad.SendBytes(std::string_view(header.data(), header.size())));
+  ExpectErrorAndClose(bad, wire::FRAME_TOO_LARGE, "2097152 bytes is over the limit of 1024");
+  ExpectClusterFormsWith(first);
+}
+
+TEST_F(ServerTest, TheLargestValidHelloFits) {
+  StartServer(Options(1));
+  RawPeer peer = Connect();
+  const std::string id(wire::kMaxCredentialIdBytes, '7');
+  ASSERT_OK_AND_ASSIGN(wire::Token key, wire::DeriveNodeKey(TestToken(), id));
+  ASSERT_OK(peer.Handshake(key, Soon(), std::string(wire::kMaxHelloNameBytes, 'n'), id));
+  wire::Hello longer;
+  longer.set_client_nonce(std::string(wire::kNonceBytes, 'n'));
+  longer.set_name(std::string(wire::kMaxHelloNameBytes + 1, 'n'));
+  RawPeer bad = Connect();
+  ASSERT_OK(bad.Send(wire::HELLO, longer));
+  ExpectErrorAndClose(bad, wire::MALFORMED, "HELLO name of 257 bytes is over the limit of 256");
+}
+
+TEST_F(ServerTest, TextFromAnUnauthenticatedPeerIsEscapedInTheLog) {
+  StartServer(Options(1));
+  RawPeer bad = Connect();
+  // Not even UTF-8: a HELLO's name is bytes.
+  EXPECT_THAT(bad.Handshake(TestToken(99), Soon(), "\x1b]2;pwned\x07\x1b[31mred\r\n\xff"),
+              StatusIs(Status::Code::kUnavailable, HasSubstr("wrong token")));
+  ASSERT_TRUE(recorder_.WaitForRejection("wrong token"));
+  RawPeer chatty = Connect();
+  ASSERT_OK(chatty.SendBytes(wire::EncodeError(wire::MALFORMED, "\x1b[2J\x1b[Hcleared")));
+  ASSERT_TRUE(recorder_.WaitForRejection("peer sent ERROR"));
+  server_->Shutdown();  // no more log lines after this
+  std::string all;
+  for (const std::string& line : recorder_.log()) all += line + "\n";
+  EXPECT_THAT(all, HasSubstr("wrong token (\\x1b]2;pwned\\x07\\x1b[31mred\\x0d\\x0a\\xff)"));
+  EXPECT_THAT(all, HasSubstr("peer sent ERROR MALFORMED: \\x1b[2J\\x1b[Hcleared"));
+  EXPECT_EQ(all.find('\x1b'), std::string::npos);
+  EXPECT_EQ(all.find('\r'), std::string::npos);
 }
 
 TEST_F(ServerTest, FrameCutShortIsLoggedAndClosed) {
@@ -532,7 +613,7 @@ TEST_F(ServerTest, RegisterWithMalformedBodyIsRejected) {
   StartServer(Options(2));
   RawPeer first = Join("0", 7000);
   RawPeer bad = Authenticated();
-  ASSERT_OK(bad.SendBytes(wire::EncodeFrame(wire::REGISTER, std::string_view("\xff\xff\xff", 3))));
+  ASSERT_OK(bad.SendBytes(bad.Seal(wire::REGISTER, std::string_view("\xff\xff\xff", 3))));
   ExpectErrorAndClose(bad, wire::MALFORMED, "malformed REGISTER body (3 bytes)");
   EXPECT_TRUE(recorder_.WaitForRejection("malformed REGISTER body"));
   ExpectClusterFormsWith(first);
@@ -555,6 +636,217 @@ TEST_F(ServerTest, ServerToClientMessageFromAClientIsRejected) {
   ASSERT_OK(bad.Send(wire::CLUSTER, wire::Cluster()));
   ExpectErrorAndClose(bad, wire::UNKNOWN_MESSAGE, "CLUSTER is a server-to-client message");
   ExpectClusterFormsWith(first);
+}
+
+// ---------------------------------------------------------------------------
+// Bounds on what a peer can hold (#15).
+
+wire::Hello SomeHello() {
+  wire::Hello hello;
+  hello.set_client_nonce(std::string(wire::kNonceBytes, 'n'));
+  return hello;
+}
+
+TEST_F(ServerTest, UnauthenticatedConnectionsAreCapped) {
+  RendezvousServerOptions options = Options(1);
+  options.max_unauthenticated_connections = 2;
+  StartServer(std::move(options));
+  RawPeer silent = Connect();
+  RawPeer slow = Connect();
+  ASSERT_TRUE(recorder_.WaitForLog("2 connections are waiting to authenticate, the limit"));
+  // A third gets through TCP (the kernel's backlog) but is not served...
+  RawPeer third = Connect();
+  ASSERT_OK(third.Send(wire::HELLO, SomeHello()));
+  EXPECT_THAT(third.ReadFrame(Clock::now() + std::chrono::milliseconds(300)),
+              StatusIs(Status::Code::kDeadlineExceeded, HasSubstr("no frame")));
+  // ... until one of the two authenticates; then it is.
+  ASSERT_OK(slow.Handshake(TestToken(), Soon()));
+  wire::Challenge challenge;
+  ASSERT_OK(third.Read(wire::CHALLENGE, &challenge, Soon()));
+  // Authenticated connections do not count: with `silent` and `third`
+  // waiting, the limit is reached again; a close frees a place.
+  RawPeer fourth = Connect();
+  ASSERT_OK(fourth.Send(wire::HELLO, SomeHello()));
+  silent.Close();
+  ASSERT_OK(fourth.Read(wire::CHALLENGE, &challenge, Soon()));
+}
+
+TEST_F(ServerTest, ARejectedPeerThatStopsReadingIsClosedAtTheDrainDeadline) {
+  RendezvousServerOptions options = Options(1);
+  options.drain_timeout = std::chrono::milliseconds(200);
+  StartServer(std::move(options));
+  // A peer with a small receive buffer asks for far more than the socket
+  // buffers hold and never reads; then it sends a bad frame. Its ERROR frame
+  // waits behind the replies, which will never be written.
+  RawPeer greedy = Connect();
+  int small = 4096;
+  ASSERT_EQ(::setsockopt(greedy.fd(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
+  ASSERT_OK(greedy.Handshake(TestToken(), Soon()));
+  wire::KvRequest set;
+  set.set_op(wire::KvRequest::SET);
+  set.set_key("big");
+  set.set_value(std::string(wire::kMaxKvValueBytes, 'v'));
+  ASSERT_OK(greedy.Send(wire::KV_REQUEST, set));
+  wire::KvRequest get;
+  get.set_op(wire::KvRequest::GET);
+  get.set_key("big");
+  for (int i = 0; i < 16; ++i) ASSERT_OK(greedy.Send(wire::KV_REQUEST, get));
+  ASSERT_OK(greedy.SendBytes(greedy.Seal(wire::CONTROL, std::string_view("\xff", 1))));
+  ASSERT_TRUE(recorder_.WaitForRejection("malformed CONTROL body"));
+  EXPECT_TRUE(recorder_.WaitForLog("it did not read its ERROR frame within 0.2 s ("));
+  // The server has let go: other peers are served, and the cluster forms.
+  RawPeer node = Join("0", 7000);
+  ASSERT_OK(ReadCluster(node));
+}
+
+// ---------------------------------------------------------------------------
+// Node credentials: a node authenticates for its own slot only (#15).
+
+TEST_F(ServerTest, NodeCredentialRegistersItsOwnSlot) {
+  StartServer(Options(2));
+  RawPeer zero = JoinAsNode("0", 7000);
+  RawPeer one = JoinAsNode("1", 7100);
+  ASSERT_OK_AND_ASSIGN(ReceivedCluster got, ReadCluster(one));
+  EXPECT_EQ(got.shared.nodes_size(), 2);
+  ASSERT_OK(ReadCluster(zero));
+}
+
+TEST_F(ServerTest, NodeCredentialCannotRegisterOrTakeOverAnotherSlot) {
+  StartServer(Options(2));
+  RawPeer zero = JoinAsNode("0", 7000);
+  // Executor 1's credential claims executor 0's slot: refused, and the slot
+  // keeps its connection (a re-registration would have dropped it).
+  RawPeer intruder = AuthenticatedAsNode("1");
+  ASSERT_OK(intruder.Send(wire::REGISTER, RegisterBody("0", 7666, "evil-host")));
+  ExpectErrorAndClose(intruder, wire::PERMISSION_DENIED,
+                      "the node credential of executor 1 may not register executor 0");
+  EXPECT_TRUE(recorder_.WaitForRejection("executor 1's credential: the node credential"));
+  ClusterState state = server_->QueryState();
+  ASSERT_EQ(state.nodes.size(), 1u);
+  EXPECT_EQ(state.nodes[0].node.host, "127.0.0.1");
+  RawPeer one = JoinAsNode("1", 7100);
+  ASSERT_OK_AND_ASSIGN(ReceivedCluster got, ReadCluster(zero));
+  EXPECT_EQ(got.shared.nodes(0).host(), "127.0.0.1");
+  EXPECT_THAT(got.shared.nodes(0).ports(), ElementsAre(7000u, 7001u));
+}
+
+TEST_F(ServerTest, NodeCredentialOfAnotherClusterOrIdIsRefused) {
+  StartServer(Options(2));
+  RawPeer first = Join("0", 7000);
+  // Executor 1's credential, presented as executor 2's.
+  RawPeer swapped = Connect();
+  ASSERT_OK_AND_ASSIGN(wire::Token one, wire::DeriveNodeKey(TestToken(), "1"));
+  EXPECT_THAT(swapped.Handshake(one, Soon(), "node", "2"),
+              StatusIs(Status::Code::kUnavailable,
+                       "AUTH_FAILED: authentication failed: wrong node credential for executor 2"));
+  // Executor 1's credential of another cluster's token.
+  RawPeer other = Connect();
+  ASSERT_OK_AND_ASSIGN(wire::Token foreign, wire::DeriveNodeKey(TestToken(99), "1"));
+  EXPECT_THAT(other.Handshake(foreign, Soon(), "node", "1"),
+              StatusIs(Status::Code::kUnavailable, HasSubstr("wrong node credential")));
+  ExpectClusterFormsWith(first);
+}
+
+TEST_F(ServerTest, HelloWithABadExecutorIdIsMalformed) {
+  StartServer(Options(2));
+  RawPeer bad = Connect();
+  wire::Hello hello;
+  hello.set_client_nonce(std::string(wire::kNonceBytes, 'n'));
+  hello.set_executor_id("a b");
+  ASSERT_OK(bad.Send(wire::HELLO, hello));
+  ExpectErrorAndClose(bad, wire::MALFORMED, "HELLO executor_id: an executor id in a node");
+}
+
+// ---------------------------------------------------------------------------
+// Authenticated frames: after AUTH_OK a frame the session did not seal, or
+// one sealed out of order, ends that connection only (#15).
+
+wire::Control QueryStateBody() {
+  wire::Control control;
+  control.set_kind(wire::Control::QUERY_STATE);
+  return control;
+}
+
+wire::Control StopAllBody() {
+  wire::Control control;
+  control.set_kind(wire::Control::STOP_ALL);
+  return control;
+}
+
+TEST_F(ServerTest, AlteredFrameEndsTheConnection) {
+  StartServer(Options(2));
+  RawPeer first = Join("0", 7000);
+  RawPeer bad = AuthenticatedAsNode("5");
+  ASSERT_OK(bad.Send(wire::CONTROL, QueryStateBody()));
+  wire::State state;
+  ASSERT_OK(bad.Read(wire::STATE, &state, Soon()));
+  std::string frame = bad.Seal(wire::CONTROL, QueryStateBody().SerializeAsString());
+  frame[wire::kHeaderBytes] ^= 0x01;  // the body's first byte
+  ASSERT_OK(bad.SendBytes(frame));
+  ExpectErrorAndClose(bad, wire::FRAME_AUTH_FAILED, "frame MAC check failed (CONTROL, sequence 1)");
+  // The server's log line names the peer (Rejected's) and the credential.
+  EXPECT_TRUE(recorder_.WaitForRejection(
+      "executor 5's credential: frame MAC check failed (CONTROL, sequence 1): altered on the way"));
+  ExpectClusterFormsWith(first);
+}
+
+TEST_F(ServerTest, InjectedStopAllWithoutTheSessionKeyStopsNobody) {
+  // A hijacker on the path can write into the driver's (cluster token)
+  // connection, but cannot seal: its STOP_ALL ends that connection and
+  // reaches no node.
+  RendezvousServerOptions options = Options(1);
+  StartServer(std::move(options));
+  RawPeer node = Join("0", 7000);
+  ASSERT_OK(ReadCluster(node));
+  RawPeer driver = Authenticated();
+  wire::FrameSealer forged(TestToken(), wire::Direction::kClientToServer);
+  ASSERT_OK(driver.SendBytes(forged.Seal(wire::CONTROL, StopAllBody())));
+  ExpectErrorAndClose(driver, wire::FRAME_AUTH_FAILED, "frame MAC check failed");
+  // Frames on one connection are handled in order: had STOP_ALL been
+  // relayed, it would come before this STATE.
+  ASSERT_OK(node.Send(wire::CONTROL, QueryStateBody()));
+  wire::State state;
+  ASSERT_OK(node.Read(wire::STATE, &state, Soon()));
+  EXPECT_EQ(recorder_.CountEvents(NodeEvent::Kind::kStopped, ""), 0);
+}
+
+TEST_F(ServerTest, ReplayedFrameEndsTheConnection) {
+  StartServer(Options(2));
+  RawPeer first = Join("0", 7000);
+  RawPeer bad = Authenticated();
+  std::string frame = bad.Seal(wire::CONTROL, QueryStateBody().SerializeAsString());
+  ASSERT_OK(bad.SendBytes(frame));
+  wire::State state;
+  ASSERT_OK(bad.Read(wire::STATE, &state, Soon()));
+  ASSERT_OK(bad.SendBytes(frame));
+  ExpectErrorAndClose(bad, wire::FRAME_AUTH_FAILED,
+                      "frame out of order (CONTROL): sequence 0, expected 1 (replayed");
+  ExpectClusterFormsWith(first);
+}
+
+TEST_F(ServerTest, ReorderedFramesEndTheConnection) {
+  StartServer(Options(2));
+  RawPeer first = Join("0", 7000);
+  RawPeer bad = Authenticated();
+  std::string earlier = bad.Seal(wire::CONTROL, QueryStateBody().SerializeAsString());
+  std::string later = bad.Seal(wire::CONTROL, QueryStateBody().SerializeAsString());
+  ASSERT_OK(bad.SendBytes(later + earlier));
+  ExpectErrorAndClose(bad, wire::FRAME_AUTH_FAILED, "sequence 1, expected 0");
+  ExpectClusterFormsWith(first);
+}
+
+TEST_F(ServerTest, FramesFromTheServerAreSealedInOrder) {
+  // RawPeer checks every frame it reads; a STATE, a REGISTERED and a
+  // CLUSTER (sealed over a shared body) in a row all open.
+  StartServer(Options(1));
+  RawPeer node = Authenticated();
+  ASSERT_OK(node.Send(wire::CONTROL, QueryStateBody()));
+  wire::State state;
+  ASSERT_OK(node.Read(wire::STATE, &state, Soon()));
+  ASSERT_OK(node.Send(wire::REGISTER, RegisterBody("0", 7000)));
+  wire::Registered registered;
+  ASSERT_OK(node.Read(wire::REGISTERED, &registered, Soon()));
+  ASSERT_OK(ReadCluster(node));
 }
 
 // ---------------------------------------------------------------------------
@@ -707,6 +999,81 @@ TEST_F(FormedServerTest, StopAllFromTheDriverReachesEveryNode) {
   server_->Shutdown();
   EXPECT_EQ(recorder_.CountEvents(NodeEvent::Kind::kDead, "0"), 0);
   EXPECT_EQ(recorder_.CountEvents(NodeEvent::Kind::kDead, "1"), 0);
+}
+
+class NodeCredentialControlTest : public FormedServerTest {
+ protected:
+  // Two nodes that authenticated as agents do, with their own credentials.
+  void FormAsNodes() {
+    StartServer(Options(2));
+    peers_.push_back(JoinAsNode("0", 7000));
+    peers_.push_back(JoinAsNode("1", 7100));
+    for (RawPeer& peer : peers_) ASSERT_OK(ReadCluster(peer));
+  }
+
+  // Executor 0 still gets answers, and no STOP came before this one.
+  void ExpectNodeZeroUnaffected() {
+    ASSERT_OK(peers_[0].Send(wire::CONTROL, ControlBody(wire::Control::QUERY_STATE)));
+    wire::State state;
+    ASSERT_OK(peers_[0].Read(wire::STATE, &state, Soon()));
+    EXPECT_EQ(state.phase(), "formed");
+  }
+};
+
+TEST_F(NodeCredentialControlTest, ANodeCannotStopAll) {
+  FormAsNodes();
+  ASSERT_OK(peers_[1].Send(wire::CONTROL, ControlBody(wire::Control::STOP_ALL)));
+  ExpectErrorAndClose(peers_[1], wire::PERMISSION_DENIED,
+                      "the node credential of executor 1 may not stop all nodes");
+  ExpectNodeZeroUnaffected();
+  EXPECT_EQ(recorder_.CountEvents(NodeEvent::Kind::kStopped, "1"), 0);
+}
+
+TEST_F(NodeCredentialControlTest, ANodeCannotStopAnother) {
+  FormAsNodes();
+  ASSERT_OK(peers_[1].Send(wire::CONTROL, ControlBody(wire::Control::STOP_NODE, "0")));
+  ExpectErrorAndClose(peers_[1], wire::PERMISSION_DENIED, "may not stop executor 0");
+  ExpectNodeZeroUnaffected();
+}
+
+TEST_F(NodeCredentialControlTest, ANodeReportsErrorsForItselfOnly) {
+  FormAsNodes();
+  wire::Control own = ControlBody(wire::Control::REPORT_ERROR, "1");
+  own.set_message("exited with code 3");
+  own.add_last_log_lines("secret of node 1");
+  ASSERT_OK(peers_[1].Send(wire::CONTROL, own));
+  ASSERT_TRUE(recorder_.WaitForEvent(NodeEvent::Kind::kError, "1").has_value());
+  // Node 0 sees node 1's place and liveness, not its error or lines.
+  ASSERT_OK(peers_[0].Send(wire::CONTROL, ControlBody(wire::Control::QUERY_STATE)));
+  wire::State state;
+  ASSERT_OK(peers_[0].Read(wire::STATE, &state, Soon()));
+  ASSERT_EQ(state.nodes_size(), 2);
+  EXPECT_EQ(state.nodes(1).node().executor_id(), "1");
+  EXPECT_TRUE(state.nodes(1).alive());
+  EXPECT_EQ(state.nodes(1).error(), "");
+  EXPECT_EQ(state.nodes(1).last_log_lines_size(), 0);
+  // ... while node 1 sees its own.
+  ASSERT_OK(peers_[1].Send(wire::CONTROL, ControlBody(wire::Control::QUERY_STATE)));
+  ASSERT_OK(peers_[1].Read(wire::STATE, &state, Soon()));
+  EXPECT_EQ(state.nodes(1).error(), "exited with code 3");
+
+  wire::Control other = ControlBody(wire::Control::REPORT_ERROR, "0");
+  other.set_message("framed");
+  ASSERT_OK(peers_[1].Send(wire::CONTROL, other));
+  ExpectErrorAndClose(peers_[1], wire::PERMISSION_DENIED, "may not report an error for executor 0");
+  EXPECT_EQ(server_->QueryState().nodes[0].error, "");
+}
+
+TEST_F(NodeCredentialControlTest, ANodeUsesTheKeyValueStore) {
+  FormAsNodes();
+  wire::KvRequest set;
+  set.set_op(wire::KvRequest::SET);
+  set.set_key("rank0/addr");
+  set.set_value("10.0.0.1:29500");
+  ASSERT_OK(peers_[1].Send(wire::KV_REQUEST, set));
+  wire::KvReply reply;
+  ASSERT_OK(peers_[1].Read(wire::KV_REPLY, &reply, Soon()));
+  EXPECT_EQ(reply.code(), wire::ERROR_CODE_UNSPECIFIED) << reply.message();
 }
 
 TEST_F(FormedServerTest, ShutdownTellsNodesAndIsIdempotent) {
@@ -895,6 +1262,108 @@ TEST_F(KvTest, KvBeforeAuthIsRejected) {
   RawPeer bad = Connect();
   ASSERT_OK(bad.Send(wire::KV_REQUEST, Op(wire::KvRequest::GET, "k")));
   ExpectErrorAndClose(bad, wire::NOT_AUTHENTICATED, "KV_REQUEST before authentication");
+}
+
+// The store's bounds (#15): each refusal is an answer to that client, whose
+// connection stays usable, and the store is unchanged by it.
+class KvLimitTest : public KvTest {
+ protected:
+  void SetUp() override {}
+  void Start(RendezvousServerOptions options) {
+    StartServer(std::move(options));
+    peer_ = std::make_unique<RawPeer>(Authenticated());
+  }
+  static wire::KvRequest Wait(const std::string& key) {
+    wire::KvRequest wait;
+    wait.set_op(wire::KvRequest::WAIT);
+    wait.add_keys(key);
+    wait.set_deadline_ms(60'000);
+    return wait;
+  }
+};
+
+TEST_F(KvLimitTest, KeysAreCapped) {
+  RendezvousServerOptions options = Options(1);
+  options.max_kv_keys = 2;
+  Start(std::move(options));
+  EXPECT_EQ(Call(*peer_, Op(wire::KvRequest::SET, "a", "1")).code(), wire::ERROR_CODE_UNSPECIFIED);
+  EXPECT_EQ(Call(*peer_, Op(wire::KvRequest::SET, "b", "1")).code(), wire::ERROR_CODE_UNSPECIFIED);
+  wire::KvReply reply = Call(*peer_, Op(wire::KvRequest::SET, "c", "1"));
+  EXPECT_EQ(reply.code(), wire::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(reply.message(),
+            "the key-value store holds 2 keys, its limit; SET of new key 'c' refused");
+  wire::KvRequest add = Op(wire::KvRequest::ADD, "d");
+  add.set_delta(1);
+  EXPECT_EQ(Call(*peer_, add).code(), wire::RESOURCE_EXHAUSTED);
+  EXPECT_FALSE(Call(*peer_, Op(wire::KvRequest::GET, "c")).found());
+  // Keys already there still change; a deleted one frees its place.
+  EXPECT_EQ(Call(*peer_, Op(wire::KvRequest::SET, "a", "2")).code(), wire::ERROR_CODE_UNSPECIFIED);
+  EXPECT_TRUE(Call(*peer_, Op(wire::KvRequest::DELETE, "b")).found());
+  EXPECT_EQ(Call(*peer_, Op(wire::KvRequest::SET, "c", "1")).code(), wire::ERROR_CODE_UNSPECIFIED);
+}
+
+TEST_F(KvLimitTest, BytesAreCapped) {
+  RendezvousServerOptions options = Options(1);
+  options.max_kv_bytes = 1000;  // each key is charged its bytes and 64 more
+  Start(std::move(options));
+  EXPECT_EQ(Call(*peer_, Op(wire::KvRequest::SET, "a", std::string(800, 'v'))).code(),
+            wire::ERROR_CODE_UNSPECIFIED);  // 865 bytes
+  wire::KvReply reply = Call(*peer_, Op(wire::KvRequest::SET, "b", std::string(100, 'v')));
+  EXPECT_EQ(reply.code(), wire::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(reply.message(),
+            "the key-value store is full: 865 of 1000 bytes used; SET of 'b' (165 bytes) refused");
+  wire::KvRequest cas = Op(wire::KvRequest::COMPARE_SET, "a", std::string(950, 'w'));
+  cas.set_expected(std::string(800, 'v'));
+  EXPECT_EQ(Call(*peer_, cas).code(), wire::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(Call(*peer_, Op(wire::KvRequest::GET, "a")).value(), std::string(800, 'v'));
+  // Smaller values always fit; what they free is free again.
+  EXPECT_EQ(Call(*peer_, Op(wire::KvRequest::SET, "a", "x")).code(), wire::ERROR_CODE_UNSPECIFIED);
+  EXPECT_EQ(Call(*peer_, Op(wire::KvRequest::SET, "b", std::string(100, 'v'))).code(),
+            wire::ERROR_CODE_UNSPECIFIED);
+  // Parked WAITs' keys count too.
+  wire::KvReply wait = Call(*peer_, Wait(std::string(900, 'k')));
+  EXPECT_EQ(wait.code(), wire::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(wait.message(), HasSubstr("WAIT for 1 keys (964 bytes) refused"));
+}
+
+TEST_F(KvLimitTest, ParkedWaitsAreCappedPerConnectionAndOverall) {
+  RendezvousServerOptions options = Options(1);
+  options.max_kv_waits_per_connection = 2;
+  options.max_kv_waits = 3;
+  Start(std::move(options));
+  for (uint64_t id : {101, 102}) {
+    wire::KvRequest wait = Wait("go");
+    wait.set_request_id(id);
+    ASSERT_OK(peer_->Send(wire::KV_REQUEST, wait));
+  }
+  // The third on this connection is answered at once (the two parked ones
+  // are not), and the connection goes on.
+  wire::KvReply reply = Call(*peer_, Wait("go"));
+  EXPECT_EQ(reply.code(), wire::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(reply.message(), "this connection has 2 WAITs parked, its limit; WAIT refused");
+
+  RawPeer other = Authenticated();
+  wire::KvRequest third = Wait("go");
+  third.set_request_id(201);
+  ASSERT_OK(other.Send(wire::KV_REQUEST, third));
+  RawPeer late = Authenticated();
+  reply = Call(late, Wait("go"));
+  EXPECT_EQ(reply.code(), wire::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(reply.message(), "3 WAITs are parked, the server's limit; WAIT refused");
+
+  // The parked ones are all still there, and all answered.
+  EXPECT_EQ(Call(late, Op(wire::KvRequest::SET, "go", "1")).code(), wire::ERROR_CODE_UNSPECIFIED);
+  std::set<uint64_t> answered;
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_OK(peer_->Read(wire::KV_REPLY, &reply, Soon()));
+    EXPECT_EQ(reply.code(), wire::ERROR_CODE_UNSPECIFIED);
+    answered.insert(reply.request_id());
+  }
+  ASSERT_OK(other.Read(wire::KV_REPLY, &reply, Soon()));
+  answered.insert(reply.request_id());
+  EXPECT_EQ(answered, (std::set<uint64_t>{101, 102, 201}));
+  // Answered waits free their places.
+  EXPECT_EQ(Call(*peer_, Wait("go")).code(), wire::ERROR_CODE_UNSPECIFIED);
 }
 
 }  // namespace

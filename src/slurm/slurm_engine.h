@@ -5,7 +5,7 @@
 // many per node as SLURM_TASKS_PER_NODE gives (--ntasks-per-node). The node's
 // cluster address is its NodeAddr (`scontrol show node`), since Slurm node
 // names need not resolve. srun passes the driver's environment, so the agents
-// find the rendezvous and their role from it; the cluster token goes in on
+// find the rendezvous and their role from it; the node credential goes in on
 // stdin (srun forwards it to the task) and its end of file stops the node, as
 // with the ssh engine. Killing srun cancels the step: nothing is left on the
 // nodes.

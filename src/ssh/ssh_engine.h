@@ -1,7 +1,7 @@
 // SshEngine: starts each agent on its host through the system's ssh client
 // (docs/ssh.md). Node i goes to slot i, hosts in their given order.
 //
-// The agent gets the cluster token as the first line of its stdin (never in
+// The agent gets its node credential as the first line of its stdin (never in
 // argv or a file) and keeps that stdin open for as long as the driver's ssh
 // lives: its end of file stops the node, so a driver that dies (even by
 // SIGKILL) or a dropped connection leaves no remote process behind.

@@ -1,9 +1,11 @@
 #include "wire/auth.h"
 
 #include <fcntl.h>
+#include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <openssl/kdf.h>
 #include <openssl/rand.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,11 +17,27 @@
 #include <fstream>
 #include <sstream>
 
+#include "wire/frame.h"
+
 namespace drover::wire {
 namespace {
 
 constexpr std::string_view kClientLabel = "drover-auth-v1";
 constexpr std::string_view kServerLabel = "drover-server-v1";
+constexpr std::string_view kNodeLabel = "drover-node-v1";
+constexpr std::string_view kStatusLabel = "drover-status-v1";
+constexpr std::string_view kSessionLabel = "drover-session-v2";
+
+std::string_view AsText(const Token& key) {
+  return std::string_view(reinterpret_cast<const char*>(key.data()), key.size());
+}
+
+Result<Token> DeriveKey(std::string_view ikm, std::string_view salt, std::string_view info) {
+  DROVER_ASSIGN_OR_RETURN(std::string bytes, Hkdf(ikm, salt, info, kTokenBytes));
+  Token key;
+  std::copy(bytes.begin(), bytes.end(), key.begin());
+  return key;
+}
 
 std::string Mac(const Token& token, std::string_view label, std::string_view first,
                 std::string_view second) {
@@ -98,7 +116,7 @@ Result<Token> ParseToken(std::string_view hex) {
   return token;
 }
 
-Status WriteTokenFile(const std::string& path, const Token& token) {
+Status WriteSecretFile(const std::string& path, std::string_view line) {
   // Create with 0600 from the start: a chmod after writing would leave a window.
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return Status::IoError("cannot write token file " + path + ": " + ErrnoText());
@@ -107,7 +125,7 @@ Status WriteTokenFile(const std::string& path, const Token& token) {
     ::close(fd);
     return Status::IoError("cannot chmod 600 token file " + path + ": " + reason);
   }
-  std::string text = TokenToHex(token) + "\n";
+  std::string text = std::string(line) + "\n";
   ssize_t written = ::write(fd, text.data(), text.size());
   std::string reason = ErrnoText();
   if (::close(fd) != 0 || written != static_cast<ssize_t>(text.size())) {
@@ -116,7 +134,11 @@ Status WriteTokenFile(const std::string& path, const Token& token) {
   return Status::Ok();
 }
 
-Result<Token> ReadTokenFile(const std::string& path) {
+Status WriteTokenFile(const std::string& path, const Token& token) {
+  return WriteSecretFile(path, TokenToHex(token));
+}
+
+Result<std::string> ReadSecretFile(const std::string& path) {
   struct stat info {};
   if (::stat(path.c_str(), &info) != 0) {
     if (errno == ENOENT) return Status::NotFound("token file " + path + " does not exist");
@@ -132,9 +154,139 @@ Result<Token> ReadTokenFile(const std::string& path) {
   if (!in) return Status::IoError("cannot read token file " + path + ": " + ErrnoText());
   std::stringstream text;
   text << in.rdbuf();
-  auto token = ParseToken(text.str());
-  if (!token.ok()) return token.status().WithContext("token file " + path);
-  return token;
+  return text.str();
+}
+
+Result<CredentialText> ReadCredentialFile(const std::string& path) {
+  DROVER_ASSIGN_OR_RETURN(std::string text, ReadSecretFile(path));
+  auto credential = ParseCredential(text);
+  if (!credential.ok()) return credential.status().WithContext("token file " + path);
+  return credential;
+}
+
+Result<Token> ReadTokenFile(const std::string& path) {
+  DROVER_ASSIGN_OR_RETURN(CredentialText credential, ReadCredentialFile(path));
+  switch (credential.kind) {
+    case CredentialKind::kCluster:
+      return credential.key;
+    case CredentialKind::kNode:
+      return Status::InvalidArgument("token file " + path +
+                                     " holds the node credential of executor " +
+                                     credential.executor_id + ", not the cluster token");
+    case CredentialKind::kStatus:
+      return Status::InvalidArgument("token file " + path +
+                                     " holds the status page's key, not the cluster token");
+  }
+  return Status::Internal("unknown credential kind");
+}
+
+Status ValidateCredentialId(std::string_view id) {
+  if (id.empty() || id.size() > kMaxCredentialIdBytes) {
+    return Status::InvalidArgument("an executor id in a node credential is 1 to " +
+                                   std::to_string(kMaxCredentialIdBytes) + " bytes; got " +
+                                   std::to_string(id.size()));
+  }
+  for (unsigned char c : id) {
+    if (c <= 0x20 || c == 0x7f) {
+      return Status::InvalidArgument(
+          "an executor id in a node credential has no spaces or "
+          "control characters; got '" +
+          PrintableBytes(id, 64) + "'");
+    }
+  }
+  return Status::Ok();
+}
+
+Result<CredentialText> ParseCredential(std::string_view text) {
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) {
+    text.remove_suffix(1);
+  }
+  CredentialText out;
+  auto take_word = [&text]() {
+    size_t space = text.find(' ');
+    std::string_view word = text.substr(0, space);
+    text.remove_prefix(space == std::string_view::npos ? text.size() : space + 1);
+    return word;
+  };
+  if (text.starts_with(kNodeLabel) && text.substr(kNodeLabel.size()).starts_with(' ')) {
+    take_word();
+    out.kind = CredentialKind::kNode;
+    out.executor_id = std::string(take_word());
+    DROVER_RETURN_IF_ERROR(ValidateCredentialId(out.executor_id));
+  } else if (text.starts_with(kStatusLabel) && text.substr(kStatusLabel.size()).starts_with('-')) {
+    // One word, so that it is the bearer token as it stands (a browser's
+    // #token=, Prometheus' credentials_file).
+    text.remove_prefix(kStatusLabel.size() + 1);
+    out.kind = CredentialKind::kStatus;
+  }
+  auto key = ParseToken(text);
+  if (!key.ok()) {
+    std::string form = out.kind == CredentialKind::kCluster ? "a cluster token"
+                       : out.kind == CredentialKind::kNode  ? "\"drover-node-v1 ID KEY\""
+                                                            : "\"drover-status-v1-KEY\"";
+    return key.status().WithContext(form);
+  }
+  out.key = *key;
+  return out;
+}
+
+std::string FormatCredential(const CredentialText& credential) {
+  switch (credential.kind) {
+    case CredentialKind::kNode:
+      return std::string(kNodeLabel) + " " + credential.executor_id + " " +
+             TokenToHex(credential.key);
+    case CredentialKind::kStatus:
+      return std::string(kStatusLabel) + "-" + TokenToHex(credential.key);
+    case CredentialKind::kCluster:
+      break;
+  }
+  return TokenToHex(credential.key);
+}
+
+Result<std::string> Hkdf(std::string_view ikm, std::string_view salt, std::string_view info,
+                         size_t length) {
+  // Fetched once: a provider lookup per connection would cost more than the HMACs.
+  static EVP_KDF* const kdf = EVP_KDF_fetch(nullptr, "HKDF", nullptr);
+  if (kdf == nullptr) return Status::Internal("OpenSSL has no HKDF");
+  EVP_KDF_CTX* ctx = EVP_KDF_CTX_new(kdf);
+  if (ctx == nullptr) return Status::Internal("OpenSSL EVP_KDF_CTX_new failed");
+  char digest[] = "SHA256";
+  OSSL_PARAM params[5];
+  size_t n = 0;
+  params[n++] = OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, digest, 0);
+  params[n++] = OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, const_cast<char*>(ikm.data()),
+                                                  ikm.size());
+  if (!salt.empty()) {
+    params[n++] = OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SALT,
+                                                    const_cast<char*>(salt.data()), salt.size());
+  }
+  params[n++] = OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO,
+                                                  const_cast<char*>(info.data()), info.size());
+  params[n] = OSSL_PARAM_construct_end();
+  std::string out(length, '\0');
+  int ok = EVP_KDF_derive(ctx, reinterpret_cast<unsigned char*>(out.data()), out.size(), params);
+  EVP_KDF_CTX_free(ctx);
+  if (ok != 1) return Status::Internal("OpenSSL HKDF-SHA256 failed");
+  return out;
+}
+
+Result<Token> DeriveNodeKey(const Token& cluster_token, std::string_view executor_id) {
+  std::string info(kNodeLabel);
+  info.push_back('\0');
+  info.append(executor_id);
+  return DeriveKey(AsText(cluster_token), "", info);
+}
+
+Result<Token> DeriveStatusKey(const Token& cluster_token) {
+  return DeriveKey(AsText(cluster_token), "", kStatusLabel);
+}
+
+Result<Token> DeriveSessionKey(const Token& credential_key, std::string_view client_nonce,
+                               std::string_view server_nonce) {
+  std::string salt;
+  salt.reserve(client_nonce.size() + server_nonce.size());
+  salt.append(client_nonce).append(server_nonce);
+  return DeriveKey(AsText(credential_key), salt, kSessionLabel);
 }
 
 std::string ClientMac(const Token& token, std::string_view server_nonce,

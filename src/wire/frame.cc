@@ -25,6 +25,12 @@ uint32_t GetLe32(const char* in) {
   return value;
 }
 
+uint64_t GetLe64(const char* in) {
+  uint64_t value = 0;
+  for (int i = 7; i >= 0; --i) value = (value << 8) | static_cast<uint8_t>(in[i]);
+  return value;
+}
+
 FrameError BadMagic(std::string_view got) {
   return {BAD_FRAME,
           "not a drover frame: expected magic \"DRVR\", got \"" + PrintableBytes(got) + "\""};
@@ -78,11 +84,14 @@ std::string EncodeError(ErrorCode code, std::string_view message) {
   Error error;
   error.set_code(code);
   error.set_message(std::string(message));
-  return EncodeFrame(ERROR, error);
+  std::string body = error.SerializeAsString();
+  std::array<char, kHeaderBytes> header =
+      EncodeHeader(ERROR, static_cast<uint32_t>(body.size()), kErrorFrameVersion);
+  return std::string(header.data(), header.size()) + body;
 }
 
 bool DecodeHeader(std::string_view bytes, uint32_t max_frame_bytes, FrameHeader* header,
-                  FrameError* error) {
+                  FrameError* error, bool sealed) {
   if (bytes.size() < kHeaderBytes) {
     *error = {MALFORMED, "frame header cut short at " + std::to_string(bytes.size()) + " of " +
                              std::to_string(kHeaderBytes) + " bytes"};
@@ -95,7 +104,9 @@ bool DecodeHeader(std::string_view bytes, uint32_t max_frame_bytes, FrameHeader*
   header->version = GetLe16(bytes.data() + 4);
   header->type = GetLe16(bytes.data() + 6);
   header->length = GetLe32(bytes.data() + 8);
-  if (header->version != kProtocolVersion) {
+  const bool readable_error =
+      !sealed && header->version == kErrorFrameVersion && header->type == ERROR;
+  if (header->version != kProtocolVersion && !readable_error) {
     *error = {UNSUPPORTED_VERSION, "peer speaks protocol version " +
                                        std::to_string(header->version) + "; this drover speaks " +
                                        std::to_string(kProtocolVersion)};
@@ -132,10 +143,21 @@ FrameReader::Step FrameReader::Next(Frame* frame, FrameError* error) {
     }
     return Step::kNeedMore;
   }
-  if (!DecodeHeader(pending, max_frame_bytes_, &frame->header, error)) return Step::kError;
-  if (pending.size() - kHeaderBytes < frame->header.length) return Step::kNeedMore;
+  if (!DecodeHeader(pending, max_frame_bytes_, &frame->header, error, sealed_)) {
+    return Step::kError;
+  }
+  const size_t trailer = sealed_ ? kTrailerBytes : 0;
+  if (pending.size() - kHeaderBytes < frame->header.length + trailer) return Step::kNeedMore;
   frame->body.assign(pending.substr(kHeaderBytes, frame->header.length));
-  consumed_ += kHeaderBytes + frame->header.length;
+  if (sealed_) {
+    std::string_view end = pending.substr(kHeaderBytes + frame->header.length, kTrailerBytes);
+    frame->sequence = GetLe64(end.data());
+    frame->mac.assign(end.substr(kSequenceBytes));
+  } else {
+    frame->sequence = 0;
+    frame->mac.clear();
+  }
+  consumed_ += kHeaderBytes + frame->header.length + trailer;
   // Compact once the consumed prefix dominates, so buffer_ does not grow forever.
   if (consumed_ > 4096 && consumed_ * 2 > buffer_.size()) {
     buffer_.erase(0, consumed_);

@@ -1,6 +1,7 @@
 // Framing of drover's wire protocol (docs/protocol.md): a 12-byte
-// little-endian header (magic "DRVR", version, type, length) and a protobuf
-// body from drover.proto.
+// little-endian header (magic "DRVR", version, type, length), a protobuf
+// body from drover.proto, and after the handshake a 40-byte trailer (the
+// frame's sequence number and MAC; wire/session.h checks them).
 //
 // FrameReader turns a byte stream into frames incrementally, checking every
 // header before it buffers a body, so a peer can never make it allocate more
@@ -24,8 +25,25 @@
 namespace drover::wire {
 
 inline constexpr std::array<char, 4> kMagic = {'D', 'R', 'V', 'R'};
-inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr uint16_t kProtocolVersion = 2;
+// Unsealed ERROR frames (before authentication, and the answer to a version
+// this drover does not speak) keep version 1's header, which every drover
+// can read; readers accept version 1 for them alone.
+inline constexpr uint16_t kErrorFrameVersion = 1;
 inline constexpr size_t kHeaderBytes = 12;
+// After the handshake every frame ends in its sequence number (uint64, LE)
+// and its MAC (HMAC-SHA256): wire/session.h.
+inline constexpr size_t kSequenceBytes = 8;
+inline constexpr size_t kFrameMacBytes = 32;
+inline constexpr size_t kTrailerBytes = kSequenceBytes + kFrameMacBytes;
+// A HELLO's name (for logs) is at most this long; its executor_id is at most
+// kMaxCredentialIdBytes (auth.h), 256 too.
+inline constexpr size_t kMaxHelloNameBytes = 256;
+// Until the handshake completes a reader takes frames of at most this size:
+// the largest valid HELLO (a 32-byte nonce, a name and an executor id of
+// 256 bytes each, 552 bytes encoded) fits, and an unauthenticated peer can
+// make the server buffer no more than one read.
+inline constexpr uint32_t kHandshakeMaxFrameBytes = 1024;
 // Key-value store limits (docs/protocol.md).
 inline constexpr uint32_t kMaxKvKeyBytes = 4u << 10;
 inline constexpr uint32_t kMaxKvValueBytes = 1u << 20;
@@ -44,6 +62,10 @@ struct FrameHeader {
 struct Frame {
   FrameHeader header;
   std::string body;
+  // A sealed frame's trailer (FrameReader::set_sealed); unchecked until
+  // FrameOpener::Open.
+  uint64_t sequence = 0;
+  std::string mac;
   MessageType type() const { return static_cast<MessageType>(header.type); }
 };
 
@@ -64,16 +86,19 @@ std::string PrintableBytes(std::string_view bytes, size_t max_bytes = SIZE_MAX);
 std::array<char, kHeaderBytes> EncodeHeader(uint16_t type, uint32_t length,
                                             uint16_t version = kProtocolVersion);
 
-// Header plus serialized body. REQUIRES: the body is under 4 GiB.
+// Header plus serialized body (an unsealed frame: the handshake).
+// REQUIRES: the body is under 4 GiB.
 std::string EncodeFrame(MessageType type, std::string_view body);
 std::string EncodeFrame(MessageType type, const google::protobuf::MessageLite& body);
-// An ERROR frame; always version 1 framing so any peer can read it.
+// An unsealed ERROR frame; always version 1 framing so any peer can read it.
+// After the handshake, errors go sealed (FrameSealer::SealError).
 std::string EncodeError(ErrorCode code, std::string_view message);
 
-// Checks magic, version, type and length of a complete header.
+// Checks magic, version, type and length of a complete header. Version 1 is
+// accepted for an unsealed ERROR frame only (kErrorFrameVersion).
 // Returns true and fills `header`, or false and fills `error`.
 bool DecodeHeader(std::string_view bytes, uint32_t max_frame_bytes, FrameHeader* header,
-                  FrameError* error);
+                  FrameError* error, bool sealed = false);
 
 // Parses a frame's body as `message`; kMalformed-style error text on failure.
 bool ParseBody(const Frame& frame, google::protobuf::MessageLite* message, FrameError* error);
@@ -95,8 +120,16 @@ class FrameReader {
   size_t buffered_bytes() const { return buffer_.size() - consumed_; }
   uint32_t max_frame_bytes() const { return max_frame_bytes_; }
 
+  // From the next frame on: the limit on a body, and whether frames carry
+  // the trailer (the handshake is done). Bytes already buffered are read
+  // under the new rules.
+  void set_max_frame_bytes(uint32_t max_frame_bytes) { max_frame_bytes_ = max_frame_bytes; }
+  void set_sealed(bool sealed) { sealed_ = sealed; }
+  bool sealed() const { return sealed_; }
+
  private:
   uint32_t max_frame_bytes_;
+  bool sealed_ = false;
   std::string buffer_;
   size_t consumed_ = 0;  // bytes of buffer_ already returned as frames
 };

@@ -1,6 +1,8 @@
 // Feeds arbitrary bytes to the frame reader and every message parser, in
-// arbitrary chunking: the reader must never crash, never allocate past its
-// limit, and a stream that decoded once must decode the same way again.
+// arbitrary chunking, both before the handshake and after it (sealed frames,
+// whose trailer FrameOpener checks): the reader must never crash, never
+// allocate past its limit, and a stream that decoded once must decode the
+// same way again.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -8,6 +10,7 @@
 #include <string_view>
 
 #include "wire/frame.h"
+#include "wire/session.h"
 
 namespace {
 
@@ -49,8 +52,11 @@ void ParseAsItsType(const drover::wire::Frame& frame) {
   }
 }
 
-std::string DecodeAll(std::string_view input, size_t chunk, int* frames) {
-  drover::wire::FrameReader reader(1u << 16);
+std::string DecodeAll(std::string_view input, size_t chunk, bool sealed, int* frames) {
+  drover::wire::FrameReader reader(sealed ? 1u << 16 : drover::wire::kHandshakeMaxFrameBytes);
+  reader.set_sealed(sealed);
+  drover::wire::Token key{};
+  drover::wire::FrameOpener opener(key, drover::wire::Direction::kClientToServer);
   std::string trace;
   drover::wire::Frame frame;
   drover::wire::FrameError error;
@@ -61,6 +67,12 @@ std::string DecodeAll(std::string_view input, size_t chunk, int* frames) {
       if (step == drover::wire::FrameReader::Step::kNeedMore) break;
       if (step == drover::wire::FrameReader::Step::kError) return trace + "E" + error.message;
       if (frame.body.size() > reader.max_frame_bytes()) std::abort();
+      if (sealed) {
+        if (frame.mac.size() != drover::wire::kFrameMacBytes) std::abort();
+        // A forged MAC never opens; the stream ends there, as a server's would.
+        drover::wire::FrameError open_error;
+        if (!opener.Open(frame, &open_error)) return trace + "M";
+      }
       ParseAsItsType(frame);
       ++*frames;
       trace += std::to_string(frame.header.type) + ":" + std::to_string(frame.body.size()) + ";";
@@ -73,11 +85,13 @@ std::string DecodeAll(std::string_view input, size_t chunk, int* frames) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view input(reinterpret_cast<const char*>(data), size);
-  int whole_frames = 0;
-  int chunked_frames = 0;
-  std::string whole = DecodeAll(input, input.empty() ? 1 : input.size(), &whole_frames);
-  std::string chunked = DecodeAll(input, 1 + size % 7, &chunked_frames);
-  // Chunking must not change what is decoded (an error may come earlier, never differ).
-  if (whole_frames != chunked_frames && whole.find('E') == std::string::npos) std::abort();
+  for (bool sealed : {false, true}) {
+    int whole_frames = 0;
+    int chunked_frames = 0;
+    std::string whole = DecodeAll(input, input.empty() ? 1 : input.size(), sealed, &whole_frames);
+    std::string chunked = DecodeAll(input, 1 + size % 7, sealed, &chunked_frames);
+    // Chunking must not change what is decoded (an error may come earlier, never differ).
+    if (whole_frames != chunked_frames && whole.find('E') == std::string::npos) std::abort();
+  }
   return 0;
 }

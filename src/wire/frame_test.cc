@@ -25,7 +25,7 @@ FrameError MustFail(FrameReader& reader) {
 TEST(FrameTest, HeaderIsLittleEndianAndFixedWidth) {
   auto header = EncodeHeader(/*type=*/0x0102, /*length=*/0x03040506);
   EXPECT_EQ(std::string(header.data(), header.size()),
-            std::string("DRVR\x01\x00\x02\x01\x06\x05\x04\x03", 12));
+            std::string("DRVR\x02\x00\x02\x01\x06\x05\x04\x03", 12));
 }
 
 TEST(FrameTest, RoundTripsMessages) {
@@ -82,7 +82,25 @@ TEST(FrameTest, RejectsOtherVersionsNamingBoth) {
   FrameError error = MustFail(reader);
   EXPECT_EQ(error.code, UNSUPPORTED_VERSION);
   EXPECT_THAT(error.message, HasSubstr("version 7"));
-  EXPECT_THAT(error.message, HasSubstr("speaks 1"));
+  EXPECT_THAT(error.message, HasSubstr("speaks 2"));
+}
+
+TEST(FrameTest, SealedFramesCarryTheirTrailer) {
+  std::string bytes = EncodeFrame(HEARTBEAT, std::string_view("hb")) + "12345678" +
+                      std::string(kFrameMacBytes, 'm');
+  FrameReader reader(kServerMaxFrameBytes);
+  reader.set_sealed(true);
+  reader.Append(bytes.substr(0, bytes.size() - 1));
+  Frame frame;
+  FrameError error;
+  // The body is there; the frame is not whole until its trailer is.
+  ASSERT_EQ(reader.Next(&frame, &error), FrameReader::Step::kNeedMore);
+  reader.Append(bytes.substr(bytes.size() - 1));
+  ASSERT_EQ(reader.Next(&frame, &error), FrameReader::Step::kFrame);
+  EXPECT_EQ(frame.body, "hb");
+  EXPECT_EQ(frame.sequence, 0x3837363534333231u);
+  EXPECT_EQ(frame.mac, std::string(kFrameMacBytes, 'm'));
+  EXPECT_FALSE(reader.mid_frame());
 }
 
 TEST(FrameTest, RejectsOversizeLengthBeforeBuffering) {

@@ -237,7 +237,14 @@ def test_api_and_metrics_want_the_token_beyond_loopback(tmp_path, slow_feed):
     try:
         url = run.wait_url()
         assert (token_file.stat().st_mode & 0o777) == 0o600
-        token = token_file.read_text().strip()
+        cluster_token = token_file.read_text().strip()
+        # The page wants the status key, written beside the logs; the cluster
+        # token itself never crosses HTTP and opens nothing there (#15).
+        status_file = run.log_dir / "status.token"
+        assert f"wants the status key in {status_file}" in run.stderr()
+        token = status_file.read_text().strip()
+        assert token.startswith("drover-status-v1-")
+        assert cluster_token not in token
         run.url = url.replace("0.0.0.0", "127.0.0.1")
         wait_for("the cluster to form", lambda: json.loads(
             run.get("/api/cluster", token=token)[1])["phase"] == "running")
@@ -245,20 +252,23 @@ def test_api_and_metrics_want_the_token_beyond_loopback(tmp_path, slow_feed):
             with pytest.raises(urllib.error.HTTPError) as refused:
                 run.get(path)
             assert refused.value.code == 401, path
-            with pytest.raises(urllib.error.HTTPError) as wrong:
-                run.get(path, token="0" * 64)
-            assert wrong.value.code == 401, path
+            for wrong_token in ("0" * 64, cluster_token):
+                with pytest.raises(urllib.error.HTTPError) as wrong:
+                    run.get(path, token=wrong_token)
+                assert wrong.value.code == 401, path
             assert run.get(path, token=token)[0] == 200, path
         assert run.get("/")[0] == 200  # the page holds no data
         address = run.url.split("//", 1)[1].rstrip("/")
         refused = subprocess.run([DROVER, "status", address], env=run.env, capture_output=True,
                                  text=True, timeout=30)
         assert refused.returncode == 1
-        assert "wants the cluster token" in refused.stderr
-        shown = subprocess.run([DROVER, "status", address, "--token-file", str(token_file)],
-                               env=run.env, capture_output=True, text=True, timeout=30)
-        assert shown.returncode == 0, shown.stderr
-        assert "worker:1" in shown.stdout
+        assert "wants the status key" in refused.stderr
+        # Given the cluster token, drover status sends the status key derived from it.
+        for given in (token_file, status_file):
+            shown = subprocess.run([DROVER, "status", address, "--token-file", str(given)],
+                                   env=run.env, capture_output=True, text=True, timeout=30)
+            assert shown.returncode == 0, shown.stderr
+            assert "worker:1" in shown.stdout
         # With no address, drover status finds the run and its token file itself.
         found = subprocess.run([DROVER, "status"], env=run.env, capture_output=True, text=True,
                                timeout=30)
@@ -275,8 +285,9 @@ def test_beyond_loopback_without_a_token_file_writes_one_beside_the_logs(tmp_pat
     try:
         run.wait_url()
         token_file = run.log_dir / "status.token"
-        assert f"wants the cluster token in {token_file}" in run.stderr()
+        assert f"wants the status key in {token_file}" in run.stderr()
         assert (token_file.stat().st_mode & 0o777) == 0o600
+        assert token_file.read_text().startswith("drover-status-v1-")
     finally:
         run.stop()
 

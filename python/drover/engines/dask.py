@@ -35,13 +35,13 @@ _HELLO_TIMEOUT = 30.0
 _WORKER_CHECK_INTERVAL = 1.0
 
 
-def _localize(argv, payload_path, token_path):
+def _localize(argv, payload_path, credential_path):
     """The driver's agent argv made right for this host: this host's drover
-    binary and Python, this host's copies of the payload and the cluster
-    token, and the agent tied to this worker process."""
+    binary and Python, this host's copies of the payload and the node's
+    credential, and the agent tied to this worker process."""
     argv = list(argv)
     argv[0] = _paths.drover_binary()
-    argv[argv.index("--token-file") + 1] = token_path
+    argv[argv.index("--token-file") + 1] = credential_path
     separator = argv.index("--")
     argv[separator + 1] = sys.executable
     argv[-1] = payload_path
@@ -49,7 +49,7 @@ def _localize(argv, payload_path, token_path):
     return argv
 
 
-def _run_agent(argv, payload, token, log_host, log_port, nonce):
+def _run_agent(argv, payload, credential, log_host, log_port, nonce):
     """The node task: starts the agent, then waits for it outside the thread
     pool. Returns the agent's exit code (-N: killed by signal N)."""
     from distributed import secede
@@ -59,14 +59,16 @@ def _run_agent(argv, payload, token, log_host, log_port, nonce):
         payload_path = os.path.join(workdir, "main_fun.pkl")
         with open(payload_path, "wb") as out:
             out.write(payload)
-        token_path = os.path.join(workdir, "cluster.token")
-        with open(os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as out:
-            out.write(token)
+        credential_path = os.path.join(workdir, "node.credential")
+        with open(os.open(credential_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600),
+                  "wb") as out:
+            out.write(credential)
         with socket.create_connection((log_host, log_port), timeout=_HELLO_TIMEOUT) as relay:
             relay.sendall(nonce.encode() + b"\n")
             # The thread that starts the agent must outlive it: the agent's
             # parent-death signal follows this thread, which waits below.
-            process = subprocess.Popen(_localize(argv, payload_path, token_path), stdin=subprocess.DEVNULL,
+            process = subprocess.Popen(_localize(argv, payload_path, credential_path),
+                                       stdin=subprocess.DEVNULL,
                                        stdout=relay.fileno(), stderr=subprocess.STDOUT,
                                        start_new_session=True, close_fds=True)
         with _AGENTS_LOCK:
@@ -192,12 +194,14 @@ class Dask:
         worker = self._assignment[int(executor_id)]
         nonce = secrets.token_hex(16)
         log_host, log_port = self._listener.getsockname()[:2]
-        # The token file is in the driver's private directory; the worker's
-        # host may not share it, so its bytes travel with the task.
-        with open(argv[argv.index("--token-file") + 1], "rb") as token_file:
-            token = token_file.read()
+        # The driver wrote this node's credential (it joins as this node
+        # only; the cluster token never leaves the driver) to its private
+        # directory; the worker's host may not share it, so its bytes travel
+        # with the task, through the scheduler.
+        with open(argv[argv.index("--token-file") + 1], "rb") as credential_file:
+            credential = credential_file.read()
         future = self.client.submit(
-            _run_agent, list(argv), self._payload, token, log_host, log_port, nonce,
+            _run_agent, list(argv), self._payload, credential, log_host, log_port, nonce,
             key="drover-node-%s-%s" % (executor_id, nonce[:8]), workers=[worker],
             allow_other_workers=False, pure=False, retries=0)
         agent = _DaskAgent(self, executor_id, worker, nonce, future)

@@ -1,4 +1,6 @@
 """`drover agent` as a black box: started by hand against `drover rendezvous`."""
+import hashlib
+import hmac
 import json
 import os
 import signal
@@ -83,3 +85,50 @@ def test_feed_plan_file_and_inline_are_exclusive(tmp_path, drover):
                     "--feed-plan-json", plan, "--", "/bin/true")
     assert result.returncode == 2
     assert "--feed-plan and --feed-plan-json" in result.stderr
+
+
+def node_credential(token_file, executor_id):
+    """docs/security.md's node credential, derived here independently of
+    drover: HKDF-SHA256 (RFC 5869) of the token, no salt, info
+    "drover-node-v1" 0x00 executor_id."""
+    token = bytes.fromhex(token_file.read_text().strip())
+    prk = hmac.new(b"\0" * 32, token, hashlib.sha256).digest()
+    info = b"drover-node-v1\0" + executor_id.encode()
+    key = hmac.new(prk, info + b"\x01", hashlib.sha256).hexdigest()
+    return "drover-node-v1 %s %s\n" % (executor_id, key)
+
+
+def run_agent_with_credential_on_stdin(address, executor_id, line, *command):
+    """Runs `drover agent --token-file -` with `line` on its stdin, kept open
+    until the agent exits (its end would stop the node)."""
+    agent = subprocess.Popen(
+        [drover_bin(), "agent", "--rendezvous", address, "--token-file", "-", "--executor-id",
+         executor_id, "--host", "127.0.0.1", "--", *command],
+        env=clean_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    agent.stdin.write(line)
+    agent.stdin.flush()
+    try:
+        agent.wait(timeout=60)
+    finally:
+        agent.kill()
+        agent.stdin.close()
+    return agent.returncode, agent.stdout.read(), agent.stderr.read()
+
+
+def test_agent_with_its_node_credential_on_stdin_joins_and_another_executors_cannot(tmp_path):
+    """What the ssh and slurm engines do: the node's credential on stdin (#15)."""
+    server, token_file, address = start_server(tmp_path, "--nodes", "1", "--timeout", "60")
+    try:
+        code, _, err = run_agent_with_credential_on_stdin(
+            address, "0", node_credential(token_file, "1"), "/bin/true")
+        assert code == 1
+        assert err == ("drover agent 0: the credential given is the node credential of "
+                       "executor 1, not executor 0's\n")
+        code, out, err = run_agent_with_credential_on_stdin(
+            address, "0", node_credential(token_file, "0"), "/bin/echo", "joined")
+        assert code == 0, err
+        assert "joined" in out
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.communicate(timeout=30)

@@ -1,0 +1,131 @@
+#include "wire/session.h"
+
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+
+namespace drover::wire {
+namespace {
+
+void PutLe64(char* out, uint64_t value) {
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((value >> (8 * i)) & 0xff);
+}
+
+// OpenSSL fails these only when out of memory or misconfigured; a session
+// cannot go on without them, and a wrong MAC must never be sent.
+void Check(int ok, const char* what) {
+  if (ok != 1) {
+    std::fprintf(stderr, "drover: OpenSSL %s failed\n", what);
+    std::abort();
+  }
+}
+
+}  // namespace
+
+BodyDigest::BodyDigest() : ctx_(EVP_MD_CTX_new()) {
+  Check(ctx_ != nullptr ? 1 : 0, "EVP_MD_CTX_new");
+  Check(EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr), "SHA-256 init");
+}
+
+BodyDigest::~BodyDigest() {
+  EVP_MD_CTX_free(ctx_);
+}
+
+BodyDigest::BodyDigest(const BodyDigest& other) : ctx_(EVP_MD_CTX_new()) {
+  Check(ctx_ != nullptr ? 1 : 0, "EVP_MD_CTX_new");
+  Check(EVP_MD_CTX_copy_ex(ctx_, other.ctx_), "EVP_MD_CTX_copy_ex");
+}
+
+BodyDigest& BodyDigest::operator=(const BodyDigest& other) {
+  if (this != &other) Check(EVP_MD_CTX_copy_ex(ctx_, other.ctx_), "EVP_MD_CTX_copy_ex");
+  return *this;
+}
+
+void BodyDigest::Update(std::string_view bytes) {
+  if (!bytes.empty()) Check(EVP_DigestUpdate(ctx_, bytes.data(), bytes.size()), "SHA-256 update");
+}
+
+std::string BodyDigest::Finish() const {
+  BodyDigest copy(*this);
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  Check(EVP_DigestFinal_ex(copy.ctx_, out, &length), "SHA-256 final");
+  return std::string(reinterpret_cast<const char*>(out), length);
+}
+
+std::string FrameMac(const Token& session_key, Direction direction, uint64_t sequence,
+                     std::string_view header, const BodyDigest& body) {
+  std::array<char, 1 + kSequenceBytes + kHeaderBytes + 32> message{};
+  message[0] = static_cast<char>(direction);
+  PutLe64(message.data() + 1, sequence);
+  header.copy(message.data() + 1 + kSequenceBytes, kHeaderBytes);
+  std::string digest = body.Finish();
+  digest.copy(message.data() + 1 + kSequenceBytes + kHeaderBytes, 32);
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  Check(HMAC(EVP_sha256(), session_key.data(), static_cast<int>(session_key.size()),
+             reinterpret_cast<const unsigned char*>(message.data()), message.size(), out,
+             &length) != nullptr
+            ? 1
+            : 0,
+        "HMAC-SHA256");
+  return std::string(reinterpret_cast<const char*>(out), length);
+}
+
+std::string FrameSealer::Trailer(std::string_view header, const BodyDigest& body) {
+  std::string trailer(kSequenceBytes, '\0');
+  PutLe64(trailer.data(), next_);
+  trailer += FrameMac(key_, direction_, next_, header, body);
+  ++next_;
+  return trailer;
+}
+
+std::string FrameSealer::Seal(MessageType type, std::string_view body) {
+  std::string frame = EncodeFrame(type, body);
+  BodyDigest digest;
+  digest.Update(body);
+  frame += Trailer(std::string_view(frame).substr(0, kHeaderBytes), digest);
+  return frame;
+}
+
+std::string FrameSealer::Seal(MessageType type, const google::protobuf::MessageLite& body) {
+  return Seal(type, body.SerializeAsString());
+}
+
+std::string FrameSealer::SealError(ErrorCode code, std::string_view message) {
+  Error error;
+  error.set_code(code);
+  error.set_message(std::string(message));
+  return Seal(ERROR, error);
+}
+
+bool FrameOpener::Open(const Frame& frame, FrameError* error) {
+  std::array<char, kHeaderBytes> header =
+      EncodeHeader(frame.header.type, frame.header.length, frame.header.version);
+  BodyDigest digest;
+  digest.Update(frame.body);
+  std::string expected = FrameMac(key_, direction_, frame.sequence,
+                                  std::string_view(header.data(), header.size()), digest);
+  std::string type = IsKnownMessageType(frame.header.type)
+                         ? std::string(MessageType_Name(frame.type()))
+                         : "type " + std::to_string(frame.header.type);
+  if (!ConstantTimeEquals(frame.mac, expected)) {
+    *error = {FRAME_AUTH_FAILED, "frame MAC check failed (" + type + ", sequence " +
+                                     std::to_string(frame.sequence) +
+                                     "): altered on the way, or not from this session's peer"};
+    return false;
+  }
+  if (frame.sequence != next_) {
+    *error = {FRAME_AUTH_FAILED, "frame out of order (" + type + "): sequence " +
+                                     std::to_string(frame.sequence) + ", expected " +
+                                     std::to_string(next_) + " (replayed, dropped or reordered)"};
+    return false;
+  }
+  ++next_;
+  return true;
+}
+
+}  // namespace drover::wire
