@@ -206,8 +206,11 @@ struct Driver::Round {
   }
 
   // Waits up to `timeout` for output, a server event or a stop signal, reads
-  // what came, reaps exited agents. Returns the stop signal, or 0.
-  int Pump(Milliseconds timeout) {
+  // what came, reaps exited agents. Returns the stop signal, or 0. With
+  // `formation_first`, output that comes once the cluster formed (from the
+  // programs) waits until the caller took the formation (OnFormed opens the
+  // log files that get every byte of it).
+  int Pump(Milliseconds timeout, bool formation_first = false) {
     std::vector<pollfd> fds;
     std::vector<Node*> owners;
     if (driver.options_.signal_fd >= 0) fds.push_back({driver.options_.signal_fd, POLLIN, 0});
@@ -223,10 +226,12 @@ struct Driver::Round {
     int ready = ::poll(fds.data(), fds.size(), static_cast<int>(timeout.count()));
     int signal = 0;
     if (ready > 0) {
+      const bool defer_output =
+          formation_first && !formed && server->QueryState().phase != "reserving";
       for (size_t i = 0; i < fds.size(); ++i) {
         if (fds[i].revents == 0) continue;
         if (owners[i] != nullptr) {
-          ReadOutput(*owners[i]);
+          if (!defer_output) ReadOutput(*owners[i]);
         } else if (fds[i].fd == driver.options_.signal_fd) {
           signalfd_siginfo info;
           if (::read(fds[i].fd, &info, sizeof(info)) == sizeof(info)) {
@@ -815,7 +820,7 @@ Driver::Outcome Driver::RunRound(int number) {
   std::string failure_reason;
   Clock::time_point failure_deadline{};
   for (;;) {
-    int signal = round.Pump(kPollInterval);
+    int signal = round.Pump(kPollInterval, /*formation_first=*/true);
     if (signal != 0) {
       interrupt_signal_ = signal;
       round.Emit();
