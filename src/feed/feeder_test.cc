@@ -414,6 +414,10 @@ TEST_F(FeederTest, KilledFeederIsResumedExactlyOnce) {
       child.Kill();
       std::optional<int> status = child.Wait(seconds(20));
       ASSERT_TRUE(status.has_value());
+      // A feeder that never published would leave ReadAll waiting: say how
+      // it ended (2: RunFeeder failed, and its channel error says why).
+      ASSERT_FALSE(HasFailure()) << "round " << round << ": the feeder ended with wait status "
+                                 << *status << "; channel error: '" << channel_->error() << "'";
       if (WIFSIGNALED(*status)) ++killed;
     } else {
       ReadAll(reader, feeds, &seen, [](bool) { return false; });
