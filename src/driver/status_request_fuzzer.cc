@@ -40,7 +40,8 @@ drover::StatusServer& Server(bool beyond_loopback) {
   static drover::StatusServer* with_token = [] {
     drover::StatusServerOptions options;
     options.address = "0.0.0.0";
-    options.token = drover::ClusterToken::Generate().value();
+    options.bearer_token =
+        drover::Credential::ForStatus(drover::ClusterToken::Generate().value()).value().ToText();
     return drover::StatusServer::Unbound(options, Status()).value().release();
   }();
   return beyond_loopback ? *with_token : *loopback;
