@@ -1,5 +1,5 @@
 // The agent's FeedService against programs that misbehave: real processes
-// (a forked "program" that maps the queue as the reader) and the real
+// (a "program" process that maps the queue as the reader) and the real
 // service; issue #15.
 
 #include "agent/feed_service.h"
@@ -22,12 +22,12 @@
 #include "feed/partition_writer.h"
 #include "feed/shm_channel.h"
 #include "feed/socket_fd.h"
+#include "testing/child_process.h"
 #include "testing/status_matchers.h"
 
 namespace drover {
 namespace {
 
-using ::drover::feed::testing::Child;
 using ::drover::feed::testing::ExitedWith;
 using ::drover::feed::testing::kInputOffsetOffset;
 using ::drover::feed::testing::kOutputOffsetOffset;
@@ -35,6 +35,8 @@ using ::drover::feed::testing::kRingBytesOffset;
 using ::drover::feed::testing::kWritePos;
 using ::drover::feed::testing::OutputRingHeader;
 using ::drover::feed::testing::Scribble;
+using ::drover::testing::Child;
+using ::drover::testing::ChildBody;
 using ::drover::testing::TempDir;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
@@ -116,22 +118,25 @@ class FeedServiceTest : public ::testing::Test {
 // sizes and the results ring's write position. The agent keeps its own
 // copy of the sizes, refuses the position, and reports the feed as failed;
 // it never reads outside the queue (the ASan build checks).
+// The program of the test below: joins the feed at `path` as its reader and
+// scribbles over the queue's header.
+const ChildBody kHeaderScribbler("header_scribbler", [](const std::string& path) {
+  Result<feed::JoinedFeed> joined =
+      feed::JoinFeed(path, feed::FeedRole::kReader, /*train_mode=*/false,
+                     std::chrono::steady_clock::now() + seconds(10));
+  if (!joined.ok()) return 2;
+  const int fd = joined->channel.fd();
+  const uint64_t output = OutputRingHeader(joined->channel);
+  bool wrote = Scribble<uint64_t>(fd, kRingBytesOffset, uint64_t{1} << 40) &&
+               Scribble<uint64_t>(fd, kInputOffsetOffset, ~uint64_t{0}) &&
+               Scribble<uint64_t>(fd, kOutputOffsetOffset, 3) &&
+               Scribble<uint64_t>(fd, output + kWritePos, (uint64_t{1} << 62) + 8);
+  return wrote ? 0 : 3;
+});
+
 TEST_F(FeedServiceTest, ProgramThatCorruptsTheQueueHeaderFailsTheFeedNotTheAgent) {
   ASSERT_NO_FATAL_FAILURE(ServeInference());
-  const std::string path = service_->socket_path();
-  Child program([path] {
-    Result<feed::JoinedFeed> joined =
-        feed::JoinFeed(path, feed::FeedRole::kReader, /*train_mode=*/false,
-                       std::chrono::steady_clock::now() + seconds(10));
-    if (!joined.ok()) return 2;
-    const int fd = joined->channel.fd();
-    const uint64_t output = OutputRingHeader(joined->channel);
-    bool wrote = Scribble<uint64_t>(fd, kRingBytesOffset, uint64_t{1} << 40) &&
-                 Scribble<uint64_t>(fd, kInputOffsetOffset, ~uint64_t{0}) &&
-                 Scribble<uint64_t>(fd, kOutputOffsetOffset, 3) &&
-                 Scribble<uint64_t>(fd, output + kWritePos, (uint64_t{1} << 62) + 8);
-    return wrote ? 0 : 3;
-  });
+  Child program(kHeaderScribbler, service_->socket_path());
   ASSERT_TRUE(program.started());
   EXPECT_TRUE(ExitedWith(program.Wait(seconds(20)), 0));
 

@@ -1,6 +1,6 @@
 // Helpers shared by the feed tests (feed_test): a temporary directory, a
-// stand-in for the agent's side of the feed socket, forked children with a
-// bounded wait, and publishing a batch of records by hand.
+// stand-in for the agent's side of the feed socket, and publishing a batch
+// of records by hand. Child processes: testing/child_process.h.
 //
 // TestAgent serves one ShmChannel on a Unix socket the way the real agent
 // (src/agent/feed_service.cc) does: it reads the hello, refuses a second
@@ -124,62 +124,6 @@ inline std::vector<std::string> RecordsOf(const BatchView& batch) {
   ForEachRecord(batch, [&](std::string_view record) { records.emplace_back(record); });
   return records;
 }
-
-// A forked child running `body` (its return value is the exit code). The
-// child never returns into the test framework. Killed and reaped on
-// destruction if still running.
-class Child {
- public:
-  template <typename Body>
-  explicit Child(Body&& body) {
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      int code = 125;
-      try {
-        code = body();
-      } catch (...) {
-        code = 126;
-      }
-      ::_exit(code);
-    }
-  }
-  ~Child() {
-    if (pid_ > 0 && !reaped_) {
-      ::kill(pid_, SIGKILL);
-      Wait(std::chrono::seconds(10));
-    }
-  }
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
-
-  pid_t pid() const { return pid_; }
-  bool started() const { return pid_ > 0; }
-  void Kill() {
-    if (pid_ > 0 && !reaped_) ::kill(pid_, SIGKILL);
-  }
-  // The wait(2) status once the child is gone; nullopt if it still runs after
-  // `timeout` (it is left running).
-  std::optional<int> Wait(std::chrono::milliseconds timeout) {
-    if (reaped_) return status_;
-    const auto deadline = Clock::now() + timeout;
-    for (;;) {
-      int status = 0;
-      pid_t got = ::waitpid(pid_, &status, WNOHANG);
-      if (got == pid_ || (got < 0 && errno != EINTR)) {
-        reaped_ = true;
-        status_ = got == pid_ ? status : -1;
-        return status_;
-      }
-      if (Clock::now() >= deadline) return std::nullopt;
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-  }
-
- private:
-  pid_t pid_ = -1;
-  bool reaped_ = false;
-  int status_ = 0;
-};
 
 inline bool ExitedWith(std::optional<int> status, int code) {
   return status && WIFEXITED(*status) && WEXITSTATUS(*status) == code;

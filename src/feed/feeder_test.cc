@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,12 +19,12 @@
 #include "feed/record_io.h"
 #include "feed/shm_channel.h"
 #include "feed/socket_fd.h"
+#include "testing/child_process.h"
 #include "testing/status_matchers.h"
 
 namespace drover::feed {
 namespace {
 
-using ::drover::feed::testing::Child;
 using ::drover::feed::testing::ExitedWith;
 using ::drover::feed::testing::In;
 using ::drover::feed::testing::PublishBatch;
@@ -31,6 +32,8 @@ using ::drover::feed::testing::StopAndJoin;
 using ::drover::feed::testing::TempDir;
 using ::drover::feed::testing::TestAgent;
 using ::drover::feed::testing::WriteFile;
+using ::drover::testing::Child;
+using ::drover::testing::ChildBody;
 using ::drover::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
@@ -378,6 +381,35 @@ TEST_F(FeederTest, ReaderThatCorruptsItsReadPositionStopsTheFeeder) {
             write_pos);
 }
 
+// A feeder process, as the agent starts one: RunFeeder with the options
+// FeederArg wrote (one field a line, the plan's JSON last).
+const ChildBody kFeederProcess("feeder", [](const std::string& arg) {
+  std::istringstream in(arg);
+  FeederOptions options;
+  std::string share, shares, batch_bytes;
+  std::getline(in, options.socket_path);
+  std::getline(in, options.task);
+  std::getline(in, share);
+  std::getline(in, shares);
+  std::getline(in, batch_bytes);
+  const std::string plan_json((std::istreambuf_iterator<char>(in)), {});
+  Result<FeedPlan> plan = FeedPlan::FromJson(plan_json);
+  if (!plan.ok()) return 4;
+  options.plan = std::move(plan).value();
+  options.share = std::stoi(share);
+  options.shares = std::stoi(shares);
+  options.batch_bytes = std::stoul(batch_bytes);
+  Result<FeederReport> report = RunFeeder(options);
+  if (!report.ok()) return 2;
+  return report->finished ? 0 : 3;
+});
+
+std::string FeederArg(const FeederOptions& options) {
+  return options.socket_path + "\n" + options.task + "\n" + std::to_string(options.share) + "\n" +
+         std::to_string(options.shares) + "\n" + std::to_string(options.batch_bytes) + "\n" +
+         options.plan.ToJson();
+}
+
 // The feeder is SIGKILLed at random points while the reader reads; the next
 // feeder resumes after the last published batch. Every record arrives once.
 TEST_F(FeederTest, KilledFeederIsResumedExactlyOnce) {
@@ -396,11 +428,7 @@ TEST_F(FeederTest, KilledFeederIsResumedExactlyOnce) {
 
   for (int round = 0; round <= kKills && !seen.closed; ++round) {
     const size_t batches_before = seen.batches.size();
-    Child child([&options] {
-      Result<FeederReport> report = RunFeeder(options);
-      if (!report.ok()) return 2;
-      return report->finished ? 0 : 3;
-    });
+    Child child(kFeederProcess, FeederArg(options));
     ASSERT_TRUE(child.started());
     if (round < kKills) {
       // Read until this feeder has published something, then a little more.

@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <random>
@@ -16,12 +18,12 @@
 #include <vector>
 
 #include "feed/feed_test_util.h"
+#include "testing/child_process.h"
 #include "testing/status_matchers.h"
 
 namespace drover::feed {
 namespace {
 
-using ::drover::feed::testing::Child;
 using ::drover::feed::testing::ExitedWith;
 using ::drover::feed::testing::In;
 using ::drover::feed::testing::kInputOffsetOffset;
@@ -35,6 +37,9 @@ using ::drover::feed::testing::Peek;
 using ::drover::feed::testing::PublishBatch;
 using ::drover::feed::testing::RecordsOf;
 using ::drover::feed::testing::Scribble;
+using ::drover::testing::Child;
+using ::drover::testing::ChildBody;
+using ::drover::testing::InheritedFd;
 using ::drover::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -895,17 +900,27 @@ void CheckNumberedBatch(const BatchView& batch, uint64_t* expected) {
   *expected = number;
 }
 
+// A writer process: maps the channel it inherited as InheritedFd(0) and
+// writes "TOTAL SEED SLEEPY" numbered records.
+const ChildBody kNumberedWriter("numbered_writer", [](const std::string& arg) {
+  uint64_t total = 0;
+  uint32_t seed = 0;
+  int sleepy = 0;
+  if (std::sscanf(arg.c_str(), "%" SCNu64 " %" SCNu32 " %d", &total, &seed, &sleepy) != 3) return 4;
+  Result<ShmChannel> mapped = ShmChannel::Map(InheritedFd(0));
+  if (!mapped.ok()) return 2;
+  return WriteNumberedRecords(*mapped, total, seed, sleepy != 0);
+});
+
+std::string WriterArg(uint64_t total, uint32_t seed, bool sleepy) {
+  return std::to_string(total) + " " + std::to_string(seed) + " " + (sleepy ? "1" : "0");
+}
+
 TEST(ShmChannelTest, CrossProcessWriterAndReader) {
   constexpr uint64_t kTotal = 30000;
   ASSERT_OK_AND_ASSIGN(ShmChannel channel, ShmChannel::Create(64 << 10));
   RingReader reader(channel, true);
-  const int fd = channel.fd();
-  Child child([fd] {
-    // The child maps the descriptor it inherited.
-    Result<ShmChannel> mapped = ShmChannel::Map(::dup(fd));
-    if (!mapped.ok()) return 2;
-    return WriteNumberedRecords(*mapped, kTotal, 7, /*sleepy=*/false);
-  });
+  Child child(kNumberedWriter, WriterArg(kTotal, 7, /*sleepy=*/false), {channel.fd()});
   ASSERT_TRUE(child.started());
   uint64_t expected = 0;
   const Deadline give_up = In(seconds(60));
@@ -941,9 +956,7 @@ TEST(ShmChannelTest, KilledWriterResumesAfterItsLastPublishedBatch) {
   for (int round = 0; round <= kKills && !ended; ++round) {
     const bool last = round == kKills;
     const uint32_t child_seed = static_cast<uint32_t>(rng());
-    Child child([&channel, child_seed] {
-      return WriteNumberedRecords(channel, kTotal, child_seed, /*sleepy=*/true);
-    });
+    Child child(kNumberedWriter, WriterArg(kTotal, child_seed, /*sleepy=*/true), {channel.fd()});
     ASSERT_TRUE(child.started());
     // Kill a random time after this writer's first batch arrives.
     const uint64_t started_at = expected;
