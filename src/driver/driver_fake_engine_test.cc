@@ -101,7 +101,8 @@ TEST(DriverFakeEngineTest, FailingWorkerEndsTheRunNamingItsLastLinesAndStopsTheO
   EXPECT_THAT(err.str(), HasSubstr("worker:1"));
   EXPECT_THAT(err.str(), HasSubstr("exit code 3"));
   EXPECT_THAT(err.str(), HasSubstr("out of memory"));
-  const FakeNodeRecord* survivor = Find(engine.nodes(), "worker", 0);
+  const std::vector<FakeNodeRecord> nodes = engine.nodes();
+  const FakeNodeRecord* survivor = Find(nodes, "worker", 0);
   ASSERT_NE(survivor, nullptr);
   EXPECT_TRUE(survivor->stopped || survivor->signal.has_value())
       << "worker:0 kept running after worker:1 failed";
@@ -160,7 +161,8 @@ TEST(DriverFakeEngineTest, NodeWhoseConnectionDropsIsDeclaredLostAndSignalled) {
   EXPECT_EQ(Driver(options, engine, out, err).Run(), 1);
 
   EXPECT_THAT(err.str(), HasSubstr("worker:1"));
-  const FakeNodeRecord* lost = Find(engine.nodes(), "worker", 1);
+  const std::vector<FakeNodeRecord> nodes = engine.nodes();
+  const FakeNodeRecord* lost = Find(nodes, "worker", 1);
   ASSERT_NE(lost, nullptr);
   EXPECT_TRUE(lost->signal.has_value()) << "the lost node's agent was never signalled";
 }
