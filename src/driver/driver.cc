@@ -20,6 +20,7 @@
 #include "driver/line_splitter.h"
 #include "driver/status_text.h"
 #include "drover/framework_env.h"
+#include "drover/placement.h"
 #include "feed/shm_channel.h"
 
 namespace drover {
@@ -41,10 +42,6 @@ constexpr Milliseconds kEarlyExitWait{1'000};
 constexpr Milliseconds kStopBeforeTerm{1'000};
 // The most a node's output is read in one go (docs/run.md).
 constexpr size_t kMaxReadPerPump = 1 << 20;
-
-bool IsTrainingJob(const std::string& job) {
-  return job == "chief" || job == "master" || job == "worker";
-}
 
 std::string Seconds(Milliseconds ms) {
   char buffer[32];
