@@ -12,11 +12,11 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <random>
 #include <set>
 #include <sstream>
 
+#include "common/mutex.h"
 #include "driver/line_splitter.h"
 #include "driver/status_text.h"
 #include "drover/framework_env.h"
@@ -138,21 +138,22 @@ struct Driver::Node {
 
 // The server's events, handed from its loop thread to the driver's.
 struct EventQueue {
-  std::mutex mu;
-  std::vector<NodeEvent> events;
-  std::vector<std::string> logs;  // the server's lines, printed by the driver's thread
+  Mutex mu;
+  std::vector<NodeEvent> events GUARDED_BY(mu);
+  std::vector<std::string> logs
+      GUARDED_BY(mu);  // the server's lines, printed by the driver's thread
   int wake_fd = -1;
   void PushLog(const std::string& line) {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     logs.push_back(line);
   }
   std::vector<std::string> TakeLogs() {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     return std::exchange(logs, {});
   }
   void Push(const NodeEvent& event) {
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       events.push_back(event);
     }
     uint64_t one = 1;
@@ -163,7 +164,7 @@ struct EventQueue {
     uint64_t count;
     ssize_t ignored = ::read(wake_fd, &count, sizeof(count));
     (void)ignored;
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     return std::exchange(events, {});
   }
 };
