@@ -15,6 +15,7 @@
 #define DROVER_SRC_RENDEZVOUS_BARRIER_H_
 
 #include <string>
+#include <utility>
 
 #include "drover.pb.h"
 #include "drover/rendezvous.h"

@@ -16,7 +16,6 @@ namespace drover::rendezvous_internal {
 namespace {
 
 using ::drover::testing::StatusIs;
-using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 wire::Register RegisterBody(const std::string& executor_id, uint32_t port = 7000) {

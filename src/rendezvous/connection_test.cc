@@ -9,6 +9,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <condition_variable>
 #include <functional>
 #include <future>
@@ -28,7 +29,6 @@ namespace {
 using asio::ip::tcp;
 using ::drover::testing::RawPeer;
 using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 
 Deadline Soon() {
   return Clock::now() + std::chrono::seconds(20);

@@ -17,14 +17,6 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
-NodeInfo Node(const std::string& id) {
-  NodeInfo node;
-  node.executor_id = id;
-  node.host = "10.0.0.1";
-  node.ports = {7000};
-  return node;
-}
-
 wire::Control Message(wire::Control::Kind kind, const std::string& executor_id = "") {
   wire::Control control;
   control.set_kind(kind);
@@ -41,7 +33,7 @@ class ControlTest : public ::testing::Test {
       std::string id = peer == &zero_ ? "0" : "1";
       peer->AsNode(id);
       peer->executor_id = id;
-      table_.Register(Node(id), peer->id(), Clock::now());
+      table_.Register(TestNode(id), peer->id(), Clock::now());
     }
     table_.AssignSlots(Clock::now());
     table_.set_formed();

@@ -14,7 +14,6 @@
 namespace drover::rendezvous_internal {
 namespace {
 
-using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
 wire::Token TestToken() {

@@ -14,21 +14,13 @@
 namespace drover::rendezvous_internal {
 namespace {
 
-NodeInfo Node(const std::string& id) {
-  NodeInfo node;
-  node.executor_id = id;
-  node.host = "10.0.0.1";
-  node.ports = {7000};
-  return node;
-}
-
 class LivenessTest : public ::testing::Test {
  protected:
   LivenessTest() : table_(Template()), liveness_(Options(), table_, context_) {
     zero_.executor_id = "0";
     one_.executor_id = "1";
-    table_.Register(Node("0"), zero_.id(), start_);
-    table_.Register(Node("1"), one_.id(), start_);
+    table_.Register(TestNode("0"), zero_.id(), start_);
+    table_.Register(TestNode("1"), one_.id(), start_);
   }
 
   static ClusterTemplate Template() {

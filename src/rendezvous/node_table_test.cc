@@ -6,6 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "rendezvous/server_fakes.h"
+
 namespace drover::rendezvous_internal {
 namespace {
 
@@ -18,14 +20,6 @@ ClusterTemplate Template(int num_nodes, int num_ps = 0) {
   return cluster;
 }
 
-NodeInfo Node(const std::string& id, uint32_t port = 7000) {
-  NodeInfo node;
-  node.executor_id = id;
-  node.host = "10.0.0.1";
-  node.ports = {port};
-  return node;
-}
-
 std::vector<std::string> Ids(const NodeTable& table) {
   std::vector<std::string> ids;
   for (const NodeRecord& node : table.nodes()) ids.push_back(node.info.executor_id);
@@ -35,9 +29,9 @@ std::vector<std::string> Ids(const NodeTable& table) {
 TEST(NodeTableTest, RegistersInArrivalOrderAndARetriedTaskReplacesItsEntry) {
   NodeTable table(Template(3));
   Clock::time_point now = Clock::now();
-  table.Register(Node("b", 7000), 1, now);
-  table.Register(Node("a", 7100), 2, now);
-  table.Register(Node("b", 7200), 3, now);
+  table.Register(TestNode("b", 7000), 1, now);
+  table.Register(TestNode("a", 7100), 2, now);
+  table.Register(TestNode("b", 7200), 3, now);
 
   EXPECT_THAT(Ids(table), ElementsAre("b", "a"));
   NodeRecord* b = table.Find("b");
@@ -50,7 +44,7 @@ TEST(NodeTableTest, RegistersInArrivalOrderAndARetriedTaskReplacesItsEntry) {
 
 TEST(NodeTableTest, TheRoleIsTheServersToAssign) {
   NodeTable table(Template(2));
-  NodeInfo node = Node("0");
+  NodeInfo node = TestNode("0");
   node.job_name = "chief";
   node.task_index = 4;
   NodeRecord& record = table.Register(node, 1, Clock::now());
@@ -61,7 +55,7 @@ TEST(NodeTableTest, TheRoleIsTheServersToAssign) {
 
 TEST(NodeTableTest, RemoveForgetsOneRegistration) {
   NodeTable table(Template(3));
-  for (const char* id : {"0", "1", "2"}) table.Register(Node(id), 1, Clock::now());
+  for (const char* id : {"0", "1", "2"}) table.Register(TestNode(id), 1, Clock::now());
   table.Remove("0");
   table.Remove("missing");
   EXPECT_EQ(table.Find("0"), nullptr);
@@ -76,7 +70,8 @@ TEST(NodeTableTest, SlotsGoToIntegerIdsInNumericOrderThenToTheOthers) {
   cluster.eval_node = true;
   NodeTable table(cluster);
   Clock::time_point registered = Clock::now();
-  for (const char* id : {"10", "x", "2", "b", "01", "1"}) table.Register(Node(id), 1, registered);
+  for (const char* id : {"10", "x", "2", "b", "01", "1"})
+    table.Register(TestNode(id), 1, registered);
   Clock::time_point formed = registered + std::chrono::seconds(5);
   table.AssignSlots(formed);
 
@@ -95,14 +90,14 @@ TEST(NodeTableTest, SlotsGoToIntegerIdsInNumericOrderThenToTheOthers) {
 
 TEST(NodeTableTest, ATimeoutListsTheRegisteredInSlotOrderAndTheMissingSlots) {
   NodeTable table(Template(5, /*num_ps=*/1));
-  for (const char* id : {"3", "1", "01"}) table.Register(Node(id), 1, Clock::now());
+  for (const char* id : {"3", "1", "01"}) table.Register(TestNode(id), 1, Clock::now());
   EXPECT_THAT(table.RegisteredInSlotOrder(), ElementsAre("01", "1", "3"));
   EXPECT_THAT(table.MissingSlots(), ElementsAre("worker:2", "worker:3"));
 }
 
 TEST(NodeTableTest, RegistrationsAreListedWhileReservingAndCutWhenLong) {
   NodeTable table(Template(40));
-  for (int i = 0; i < 40; ++i) table.Register(Node(std::to_string(i)), 1, Clock::now());
+  for (int i = 0; i < 40; ++i) table.Register(TestNode(std::to_string(i)), 1, Clock::now());
   std::string text = table.DescribeRegistrations();
   EXPECT_EQ(text.rfind("40 of 40 nodes registered (executors 0, 1, 2, ", 0), 0u) << text;
   EXPECT_THAT(text, ::testing::EndsWith(", 31 and 8 more)"));
@@ -113,7 +108,7 @@ TEST(NodeTableTest, RegistrationsAreListedWhileReservingAndCutWhenLong) {
 TEST(NodeTableTest, StateNamesThePhaseAndEveryNodesHeartbeatAge) {
   NodeTable table(Template(2));
   Clock::time_point then = Clock::now();
-  NodeRecord& node = table.Register(Node("0"), 1, then);
+  NodeRecord& node = table.Register(TestNode("0"), 1, then);
   node.error = "boom";
   node.program_pid = 42;
 

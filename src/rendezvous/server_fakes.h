@@ -40,6 +40,15 @@ inline std::string BodyOf(const OutFrame& frame) {
   return body + frame.tail;
 }
 
+// A node as its agent registers it: one port on 10.0.0.1.
+inline NodeInfo TestNode(const std::string& executor_id, uint32_t port = 7000) {
+  NodeInfo node;
+  node.executor_id = executor_id;
+  node.host = "10.0.0.1";
+  node.ports = {port};
+  return node;
+}
+
 class FakePeer : public Peer {
  public:
   struct Rejection {
