@@ -146,7 +146,14 @@ Status Control::StopNode(const std::string& executor_id) {
 void Control::StopAll() {
   wire::Control control;
   control.set_kind(wire::Control::STOP_ALL);
-  for (NodeRecord& node : table_.nodes()) RelayStop(node, control);
+  // A send may close its connection (a peer over its write bound), and
+  // before the barrier a close removes the registration from the table:
+  // walk a copy of the ids, not the table.
+  std::vector<std::string> ids;
+  for (const NodeRecord& node : table_.nodes()) ids.push_back(node.info.executor_id);
+  for (const std::string& id : ids) {
+    if (NodeRecord* node = table_.Find(id)) RelayStop(*node, control);
+  }
 }
 
 bool Control::RelayStop(NodeRecord& node, const wire::Control& control) {
