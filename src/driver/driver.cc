@@ -20,7 +20,7 @@
 #include "driver/line_splitter.h"
 #include "driver/status_text.h"
 #include "drover/framework_env.h"
-#include "feed/shm_channel.h"
+#include "os/duration_text.h"
 
 namespace drover {
 namespace {
@@ -44,16 +44,6 @@ constexpr size_t kMaxReadPerPump = 1 << 20;
 
 bool IsTrainingJob(const std::string& job) {
   return job == "chief" || job == "master" || job == "worker";
-}
-
-std::string Seconds(Milliseconds ms) {
-  char buffer[32];
-  if (ms.count() % 1000 == 0) {
-    std::snprintf(buffer, sizeof(buffer), "%lld", static_cast<long long>(ms.count() / 1000));
-  } else {
-    std::snprintf(buffer, sizeof(buffer), "%.3f", static_cast<double>(ms.count()) / 1000.0);
-  }
-  return buffer;
 }
 
 std::string NewClusterId() {
@@ -435,7 +425,7 @@ struct Driver::Round {
     const Milliseconds wait = driver.options_.launcher_exit_wait;
     for (auto& node : nodes) {
       if (!node->left_at || !node->running() || now - *node->left_at < wait) continue;
-      driver.err_ << "drover run: " << node->tag << "'s agent finished " << feed::SecondsText(wait)
+      driver.err_ << "drover run: " << node->tag << "'s agent finished " << os::SecondsText(wait)
                   << " ago, but its " << driver.engine_.name() << " launcher (pid "
                   << node->process->pid() << ") has not exited; stopping it\n";
       node->process->Signal(SIGKILL);
@@ -519,9 +509,10 @@ std::vector<std::string> Driver::AgentArgv(int index, int round, uint16_t port) 
     argv.push_back(options_.feed->ToJson());
   }
   for (std::string arg :
-       {std::string("--log-dir"), options_.log_dir, std::string("--grace"), Seconds(options_.grace),
-        std::string("--reservation-timeout"), Seconds(options_.reservation_timeout),
-        std::string("--restart-count"), std::to_string(round), std::string("--")}) {
+       {std::string("--log-dir"), options_.log_dir, std::string("--grace"),
+        os::SecondsValue(options_.grace), std::string("--reservation-timeout"),
+        os::SecondsValue(options_.reservation_timeout), std::string("--restart-count"),
+        std::to_string(round), std::string("--")}) {
     argv.push_back(std::move(arg));
   }
   for (const std::string& arg : options_.command) argv.push_back(arg);
@@ -936,8 +927,8 @@ Driver::Outcome Driver::RunRound(int number) {
       return Outcome::kSuccess;
     }
     if (options_.shutdown_timeout.count() > 0 && now - formed_at >= options_.shutdown_timeout) {
-      err_ << "drover run: the workers were not done " << Seconds(options_.shutdown_timeout)
-           << " s after the cluster formed (--shutdown-timeout); stopping every node\n";
+      err_ << "drover run: the workers were not done " << os::SecondsText(options_.shutdown_timeout)
+           << " after the cluster formed (--shutdown-timeout); stopping every node\n";
       round.Stop(round.All(), true);
       return Outcome::kNoRestart;
     }
@@ -950,8 +941,8 @@ void Driver::PrintPlan(std::ostream& out) const {
   out << "engine: " << engine_.name() << "; rendezvous on " << engine_.rendezvous_host()
       << ":<ephemeral port>, " << cluster.num_nodes << " node"
       << (cluster.num_nodes == 1 ? "" : "s") << ", reservation timeout "
-      << Seconds(options_.reservation_timeout) << " s, grace " << Seconds(options_.grace)
-      << " s, max restarts " << options_.max_restarts << "\n";
+      << os::SecondsText(options_.reservation_timeout) << ", grace "
+      << os::SecondsText(options_.grace) << ", max restarts " << options_.max_restarts << "\n";
   out << "log dir: "
       << (options_.log_dir.empty() ? std::string("./drover-logs/<cluster-id>") : options_.log_dir)
       << "\n";
