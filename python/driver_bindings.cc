@@ -50,13 +50,13 @@ class PyAgentProcess : public AgentProcess {
   int pid() const override { return Call<int>("pid", /*attribute=*/true, -1); }
   int output_fd() const override { return Call<int>("output_fd", false, -1); }
   void CloseOutput() override { Call<py::object>("close_output", false, py::none()); }
-  std::optional<ExitStatus> Poll() override {
+  std::optional<os::ExitStatus> Poll() override {
     py::gil_scoped_acquire gil;
     try {
       py::object code = process_.attr("poll")();
       if (code.is_none()) return std::nullopt;
       int value = code.cast<int>();
-      return value < 0 ? ExitStatus::Signaled(-value) : ExitStatus::Exited(value);
+      return value < 0 ? os::ExitStatus::Signaled(-value) : os::ExitStatus::Exited(value);
     } catch (py::error_already_set& error) {
       error.discard_as_unraisable("drover: polling a remote agent");
       return std::nullopt;
@@ -315,8 +315,7 @@ void RegisterDriver(py::module_& m) {
                        std::string log_dir, double reservation_timeout, double grace,
                        double others_grace, int last_lines, std::string cluster_id,
                        std::optional<py::dict> external_feed, py::object engine,
-                       std::set<std::string> local_executors, std::string host,
-                       int status_port) {
+                       std::set<std::string> local_executors, std::string host, int status_port) {
              DriverOptions options;
              options.cluster.num_nodes = num_nodes;
              options.cluster.num_ps = num_ps;

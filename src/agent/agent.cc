@@ -24,10 +24,10 @@
 #include "agent/output_tail.h"
 #include "agent/port_reservation.h"
 #include "agent/process_guard.h"
-#include "agent/subprocess.h"
 #include "drover/data_feed.h"
 #include "drover/framework_env.h"
 #include "drover/node_context.h"
+#include "os/subprocess.h"
 
 extern char** environ;
 
@@ -277,10 +277,10 @@ class Agent::Impl {
                                                               const NodeContext& context,
                                                               const std::string& context_path);
   // Forwards the program's output and supervises it to its end.
-  Reason Supervise(Subprocess& child, OutputTail& tail, ExitStatus* status);
+  Reason Supervise(os::Subprocess& child, OutputTail& tail, os::ExitStatus* status);
   // Reads one chunk of the program's output pipe `stream` into its sink;
   // false at EOF.
-  bool Forward(Subprocess& child, int stream, OutputTail& tail, OutputSink& sink);
+  bool Forward(os::Subprocess& child, int stream, OutputTail& tail, OutputSink& sink);
   void WatchForStop(RendezvousClient* client);
   // REPORT_ERROR, then a QUERY_STATE round trip: the server handles frames
   // in order, so once the state comes back the report has been handled.
@@ -428,7 +428,7 @@ int Agent::Impl::Run() {
   if (::pipe2(report, O_CLOEXEC) != 0) {
     return Fail(Status::IoError(std::string("pipe2: ") + std::strerror(errno)));
   }
-  SubprocessOptions spawn;
+  os::SubprocessOptions spawn;
   // The program runs under `drover guard`, which stops every process it
   // starts, and stops them all if this agent dies (its death signal).
   spawn.argv = {*drover_binary,
@@ -457,7 +457,7 @@ int Agent::Impl::Run() {
     return 128 + signal;
   }
   ports.Release();
-  Result<Subprocess> spawned = Subprocess::Spawn(spawn);
+  Result<os::Subprocess> spawned = os::Subprocess::Spawn(spawn);
   ::close(report[1]);
   Result<int> program_pid = spawned.ok() ? ReadGuardReport(report[0], Clock::now() + kGuardStart)
                                          : Result<int>(spawned.status());
@@ -467,7 +467,7 @@ int Agent::Impl::Run() {
     Report(*client, message, {});
     return Fail(Status::NotFound(message));
   }
-  Subprocess child = std::move(spawned).value();
+  os::Subprocess child = std::move(spawned).value();
   // feed_ outlives the client (and so its heartbeat thread): ~Impl resets it.
   client->StartHeartbeats(cluster.heartbeat_interval, [this, program_pid = *program_pid] {
     HeartbeatPayload payload;
@@ -478,7 +478,7 @@ int Agent::Impl::Run() {
   std::thread watcher([this, &client] { WatchForStop(client.get()); });
 
   OutputTail tail(kTailLines);
-  ExitStatus status = ExitStatus::Exited(0);
+  os::ExitStatus status = os::ExitStatus::Exited(0);
   Reason reason = Supervise(child, tail, &status);
   quit_watcher_ = true;
   watcher.join();
@@ -684,7 +684,7 @@ void Agent::Impl::WatchForStop(RendezvousClient* client) {
   }
 }
 
-bool Agent::Impl::Forward(Subprocess& child, int stream, OutputTail& tail, OutputSink& sink) {
+bool Agent::Impl::Forward(os::Subprocess& child, int stream, OutputTail& tail, OutputSink& sink) {
   int fd = stream == 0 ? child.stdout_fd() : child.stderr_fd();
   char buffer[65536];
   for (;;) {
@@ -708,8 +708,8 @@ bool Agent::Impl::Forward(Subprocess& child, int stream, OutputTail& tail, Outpu
   }
 }
 
-Agent::Impl::Reason Agent::Impl::Supervise(Subprocess& child, OutputTail& tail,
-                                           ExitStatus* status) {
+Agent::Impl::Reason Agent::Impl::Supervise(os::Subprocess& child, OutputTail& tail,
+                                           os::ExitStatus* status) {
   using std::chrono::milliseconds;
   OutputSink sinks[2] = {OutputSink(options_.stdout_fd), OutputSink(options_.stderr_fd)};
   auto stream_fd = [&](int stream) { return stream == 0 ? child.stdout_fd() : child.stderr_fd(); };
@@ -717,7 +717,7 @@ Agent::Impl::Reason Agent::Impl::Supervise(Subprocess& child, OutputTail& tail,
   bool terminating = false;
   bool killed = false;
   Clock::time_point kill_at;
-  std::optional<ExitStatus> exited;
+  std::optional<os::ExitStatus> exited;
   for (;;) {
     pollfd fds[6];
     int count = 0;

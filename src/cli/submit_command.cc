@@ -22,10 +22,10 @@
 #include <thread>
 #include <vector>
 
-#include "agent/subprocess.h"
 #include "cli/resolve_command.h"
 #include "cli/status_command.h"
 #include "engine/local_engine.h"
+#include "os/subprocess.h"
 #include "slurm/slurm_jobs.h"
 
 namespace drover::cli {
@@ -106,7 +106,7 @@ Status WriteScript(const std::string& path, const std::string& text) {
 // "COMPLETED (exit code 0)", "CANCELLED (exit code 143, SIGTERM)".
 std::string Outcome(const slurm::JobInfo& job) {
   std::string text = job.state + " (exit code " + std::to_string(slurm::JobExitCode(job));
-  if (job.signal != 0) text += ", " + SignalName(job.signal);
+  if (job.signal != 0) text += ", " + os::SignalName(job.signal);
   return text + ")";
 }
 
@@ -338,7 +338,7 @@ void PrintJob(const slurm::JobInfo& job, const std::vector<slurm::JobStep>& step
   if (!job.reason.empty() && job.reason != "None") row("reason", job.reason);
   if (slurm::IsFinalState(job.state)) {
     std::string code = std::to_string(job.exit_code);
-    if (job.signal != 0) code += " (" + SignalName(job.signal) + ")";
+    if (job.signal != 0) code += " (" + os::SignalName(job.signal) + ")";
     row("exit code", code);
   }
   if (!job.std_out.empty()) row("output", job.std_out);

@@ -113,7 +113,7 @@ struct Driver::Node {
   bool log_failed = false;             // its log could not be opened: keep nothing for it
   std::deque<std::string> ring;
   std::ofstream log;
-  std::optional<ExitStatus> exit;
+  std::optional<os::ExitStatus> exit;
   bool stopping = false;
   bool stopped_while_running = false;  // by the driver: "stopped", not "finished"
   std::optional<Clock::time_point> dead_since;
@@ -397,7 +397,7 @@ struct Driver::Round {
       int signal = Pump(Milliseconds(50));
       driver.PublishStatus(*this, "stopping");
       if (signal != 0 && !killed) {
-        driver.err_ << "drover run: " << SignalName(signal) << " again; killing every node\n";
+        driver.err_ << "drover run: " << os::SignalName(signal) << " again; killing every node\n";
         for (Node* node : which) node->process->Signal(SIGKILL);
         killed = true;
         if (driver.interrupt_signal_ == 0) driver.interrupt_signal_ = signal;
@@ -429,7 +429,8 @@ struct Driver::Round {
                   << " ago, but its " << driver.engine_.name() << " launcher (pid "
                   << node->process->pid() << ") has not exited; stopping it\n";
       node->process->Signal(SIGKILL);
-      node->exit = node->error_message.empty() ? ExitStatus::Exited(0) : ExitStatus::Exited(1);
+      node->exit =
+          node->error_message.empty() ? os::ExitStatus::Exited(0) : os::ExitStatus::Exited(1);
     }
   }
 
@@ -620,7 +621,7 @@ int Driver::Run() {
     }
     if (outcome == Outcome::kInterrupted) {
       err_ << "drover run: stopped every node after "
-           << (stop_requested_ ? "a stop request" : SignalName(interrupt_signal_)) << "\n";
+           << (stop_requested_ ? "a stop request" : os::SignalName(interrupt_signal_)) << "\n";
       code = 128 + interrupt_signal_;
       break;
     }
@@ -648,7 +649,7 @@ int Driver::Run() {
 namespace {
 
 // The node's state as the status page shows it (docs/status.md).
-std::string NodeState(bool failed, const std::optional<ExitStatus>& exit, bool stopped,
+std::string NodeState(bool failed, const std::optional<os::ExitStatus>& exit, bool stopped,
                       const NodeStatus* registered, bool formed) {
   if (failed) return "failed";
   if (exit) return stopped ? "stopped" : (exit->success() ? "finished" : "failed");
@@ -816,7 +817,7 @@ Driver::Outcome Driver::RunRound(int number) {
       interrupt_signal_ = signal;
       round.Emit();
       err_ << "drover run: "
-           << (stop_requested_ ? "stop requested" : SignalName(signal) + " received")
+           << (stop_requested_ ? "stop requested" : os::SignalName(signal) + " received")
            << "; stopping every node\n"
            << std::flush;
       round.Stop(round.All(), true);

@@ -5,7 +5,7 @@
 // scontrol, squeue, scancel, sacct) run through PATH with a timeout each.
 //
 // Plain functions over values; the Slurm commands are run as child processes
-// (drover::Subprocess), so every call here may block up to
+// (drover::os::Subprocess), so every call here may block up to
 // SlurmTools::timeout_s. Nothing here keeps state; thread-safe.
 
 #ifndef DROVER_SLURM_SLURM_JOBS_H_

@@ -225,15 +225,15 @@ Result<std::string> SshCluster::RemoteExecCommand(const std::vector<std::string>
   return RemoteCommand(*host, {"bash", "-c", kWatchdog, "drover-remote-exec", joined}, {}, "");
 }
 
-Result<Subprocess> SshCluster::RemoteExec(const std::vector<std::string>& args,
-                                          std::string_view hostname) const {
+Result<os::Subprocess> SshCluster::RemoteExec(const std::vector<std::string>& args,
+                                              std::string_view hostname) const {
   DROVER_ASSIGN_OR_RETURN(std::string command, RemoteExecCommand(args, hostname));
   DROVER_ASSIGN_OR_RETURN(std::vector<std::string> argv, SshArgvFor(hostname, command));
-  SubprocessOptions spawn;
+  os::SubprocessOptions spawn;
   spawn.argv = std::move(argv);
   spawn.pipe_output = true;
   spawn.pipe_stdin = true;
-  Result<Subprocess> process = Subprocess::Spawn(spawn);
+  Result<os::Subprocess> process = os::Subprocess::Spawn(spawn);
   if (!process.ok()) {
     return process.status().WithContext("remote_exec on " + std::string(hostname));
   }
@@ -313,23 +313,23 @@ Status SshCluster::RemoteCopy(const std::string& local_path, const std::string& 
     }
   }
   tar_argv.insert(tar_argv.end(), {"--", member});
-  SubprocessOptions tar_spawn;
+  os::SubprocessOptions tar_spawn;
   tar_spawn.argv = std::move(tar_argv);
   tar_spawn.pipe_output = true;
-  Result<Subprocess> tar_started = Subprocess::Spawn(tar_spawn);
+  Result<os::Subprocess> tar_started = os::Subprocess::Spawn(tar_spawn);
   if (!tar_started.ok()) return tar_started.status().WithContext(what + ": local tar");
-  Subprocess tar = std::move(tar_started).value();
+  os::Subprocess tar = std::move(tar_started).value();
 
   const std::string dir = RemotePathWord(remote_dir);
   const std::string command =
       "mkdir -p -- " + dir + " && exec tar -C " + dir + " --no-same-owner -xpf -";
-  SubprocessOptions ssh_spawn;
+  os::SubprocessOptions ssh_spawn;
   ssh_spawn.argv = SshArgv(*host, options_.ssh, command);
   ssh_spawn.pipe_output = true;
   ssh_spawn.pipe_stdin = true;
-  Result<Subprocess> ssh_started = Subprocess::Spawn(ssh_spawn);
+  Result<os::Subprocess> ssh_started = os::Subprocess::Spawn(ssh_spawn);
   if (!ssh_started.ok()) return ssh_started.status().WithContext(what + ": ssh");
-  Subprocess ssh = std::move(ssh_started).value();
+  os::Subprocess ssh = std::move(ssh_started).value();
   ::fcntl(ssh.stdin_fd(), F_SETFL, ::fcntl(ssh.stdin_fd(), F_GETFL) | O_NONBLOCK);
 
   // Pumps tar's archive into ssh's stdin while collecting both stderrs.
@@ -394,8 +394,8 @@ Status SshCluster::RemoteCopy(const std::string& local_path, const std::string& 
       pending_at = 0;
     }
   }
-  std::optional<ExitStatus> tar_status = tar.Wait(deadline);
-  std::optional<ExitStatus> ssh_status = ssh.Wait(deadline);
+  std::optional<os::ExitStatus> tar_status = tar.Wait(deadline);
+  std::optional<os::ExitStatus> ssh_status = ssh.Wait(deadline);
   if (!tar_status || !ssh_status) {
     return Status::DeadlineExceeded(what + ": not done after " +
                                     std::to_string(options_.timeout_s) + " s");
@@ -438,7 +438,7 @@ Status SshCluster::Start(const std::vector<std::string>& command,
     spec << spec_text_;
     if (!spec) return Status::IoError("cannot write " + spec_path);
   }
-  SubprocessOptions spawn;
+  os::SubprocessOptions spawn;
   spawn.argv = {binary, "run", "--engine", "ssh", "--hosts", spec_path};
   if (!options_.ssh.config_file.empty()) {
     spawn.argv.insert(spawn.argv.end(), {"--ssh-config", options_.ssh.config_file});
@@ -452,7 +452,7 @@ Status SshCluster::Start(const std::vector<std::string>& command,
   spawn.argv.insert(spawn.argv.end(), command.begin(), command.end());
   spawn.pipe_output = true;  // stderr read here for "formed", then passed on
   spawn.parent_death_signal = SIGTERM;
-  DROVER_ASSIGN_OR_RETURN(Subprocess process, Subprocess::Spawn(spawn));
+  DROVER_ASSIGN_OR_RETURN(os::Subprocess process, os::Subprocess::Spawn(spawn));
   run_ = std::move(process);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::string partial, last_line;
@@ -503,7 +503,7 @@ Status SshCluster::Start(const std::vector<std::string>& command,
 
 std::optional<int> SshCluster::Terminate(std::chrono::milliseconds grace) {
   if (!run_) return std::nullopt;
-  const ExitStatus status = run_->Terminate(grace);
+  const os::ExitStatus status = run_->Terminate(grace);
   run_.reset();
   return status.ShellCode();
 }

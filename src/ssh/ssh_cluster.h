@@ -20,7 +20,7 @@
 //
 // Const methods may be called from several threads at once. Subprocesses
 // are started with PR_SET_PDEATHSIG tied to the calling thread (see
-// agent/subprocess.h): call RemoteExec from a thread that outlives the child.
+// os/subprocess.h): call RemoteExec from a thread that outlives the child.
 
 #ifndef DROVER_SSH_SSH_CLUSTER_H_
 #define DROVER_SSH_SSH_CLUSTER_H_
@@ -32,10 +32,10 @@
 #include <string_view>
 #include <vector>
 
-#include "agent/subprocess.h"
 #include "drover/environment.h"
 #include "drover/resource_spec_cluster_resolver.h"
 #include "drover/status.h"
+#include "os/subprocess.h"
 #include "ssh/ssh_command.h"
 #include "ssh/ssh_hosts.h"
 
@@ -95,8 +95,8 @@ class SshCluster {
   // Starts RemoteExecCommand through ssh: stdout and stderr piped to the
   // caller, stdin a pipe the handle holds (CloseStdin() or ending the
   // process stops the remote command). ssh's exit code 255 means ssh failed.
-  Result<Subprocess> RemoteExec(const std::vector<std::string>& args,
-                                std::string_view hostname) const;
+  Result<os::Subprocess> RemoteExec(const std::vector<std::string>& args,
+                                    std::string_view hostname) const;
 
   // Writes `data` (any bytes) to `remote_path` on the host, creating missing
   // parent directories. A relative path, or one starting with "~/", is in
@@ -140,7 +140,7 @@ class SshCluster {
   std::unique_ptr<ResourceSpecClusterResolver> resolver_;
   Options options_;  // options_.ssh.control_dir: owned, removed by the destructor
   std::string spec_text_;
-  std::optional<Subprocess> run_;  // Start()'s drover run
+  std::optional<os::Subprocess> run_;  // Start()'s drover run
 };
 
 // A remote path as one shell word: quoted, except that a leading "~/" stays

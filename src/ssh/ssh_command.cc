@@ -11,7 +11,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "agent/subprocess.h"
+#include "os/subprocess.h"
 
 namespace drover::ssh {
 namespace {
@@ -83,7 +83,7 @@ bool WriteSome(int fd, const std::string& data, size_t* done) {
 }
 
 // Reads what is there from `*fd` into `out`; closes it at end of file.
-void Drain(Subprocess& process, bool is_stdout, std::string* out) {
+void Drain(os::Subprocess& process, bool is_stdout, std::string* out) {
   const int fd = is_stdout ? process.stdout_fd() : process.stderr_fd();
   char buffer[16384];
   for (;;) {
@@ -155,15 +155,15 @@ std::string RemoteCommand(const SshHost& host, const std::vector<std::string>& a
 
 Result<CommandResult> RunProcess(const std::vector<std::string>& argv, const std::string& input,
                                  int timeout_s) {
-  SubprocessOptions spawn;
+  os::SubprocessOptions spawn;
   spawn.argv = argv;
   spawn.pipe_output = true;
   spawn.pipe_stdin = true;
-  Result<Subprocess> started = Subprocess::Spawn(spawn);
+  Result<os::Subprocess> started = os::Subprocess::Spawn(spawn);
   if (!started.ok()) {
     return Status::IoError("cannot run " + argv.front() + ": " + started.status().message());
   }
-  Subprocess process = std::move(started).value();
+  os::Subprocess process = std::move(started).value();
   const std::string timed_out =
       argv.front() + " gave no answer in " + std::to_string(timeout_s) + " s";
   // Input and output move together, so a command that answers before it has
@@ -194,7 +194,7 @@ Result<CommandResult> RunProcess(const std::vector<std::string>& argv, const std
     if (process.stderr_fd() >= 0) Drain(process, false, &result.error);
   }
   process.CloseStdin();
-  std::optional<ExitStatus> status = process.Wait(deadline);
+  std::optional<os::ExitStatus> status = process.Wait(deadline);
   if (!status) return Status::DeadlineExceeded(timed_out);
   result.exit_code = status->ShellCode();
   return result;
@@ -224,11 +224,11 @@ std::string ResolveAddress(const SshHost& host, const SshOptions& options) {
 void StopMasters(const std::vector<SshHost>& hosts, const SshOptions& options) {
   if (options.control_dir.empty()) return;
   for (const SshHost& host : hosts) {
-    SubprocessOptions spawn;
+    os::SubprocessOptions spawn;
     spawn.argv = CommonOptions(host, options);
     spawn.argv.insert(spawn.argv.end(), {"-O", "exit", "--", host.address});
     spawn.pipe_output = true;  // "Exit request sent." or "No ControlPath": not the user's business
-    Result<Subprocess> process = Subprocess::Spawn(spawn);
+    Result<os::Subprocess> process = os::Subprocess::Spawn(spawn);
     if (process.ok()) process->Wait(Clock::now() + std::chrono::seconds(5));
   }
 }

@@ -7,7 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "agent/subprocess.h"
+#include "os/subprocess.h"
 #include "ssh/ssh_engine.h"
 #include "testing/status_matchers.h"
 
@@ -21,10 +21,10 @@ using ::testing::Not;
 
 // Runs `sh -c` on a quoted word and returns what the shell saw.
 std::string ThroughShell(const std::string& command) {
-  SubprocessOptions options;
+  os::SubprocessOptions options;
   options.argv = {"sh", "-c", command};
   options.pipe_output = true;
-  Result<Subprocess> process = Subprocess::Spawn(options);
+  Result<os::Subprocess> process = os::Subprocess::Spawn(options);
   EXPECT_TRUE(process.ok());
   std::string output;
   char buffer[4096];

@@ -14,8 +14,8 @@
 #include <sstream>
 #include <thread>
 
-#include "agent/subprocess.h"
 #include "engine/launcher_agent.h"
+#include "os/subprocess.h"
 
 namespace drover::ssh {
 namespace {
@@ -260,7 +260,7 @@ Result<std::unique_ptr<AgentProcess>> SshEngine::Launch(const AgentLaunch& launc
   return StartThroughLauncher(
       launch.executor_id,
       SshArgv(host, options_.ssh, RemoteCommand(host, argv, options_.env, options_.working_dir)),
-      token, [name](const ExitStatus& status) {
+      token, [name](const os::ExitStatus& status) {
         // ssh's own failures and a remote command killed by a signal both
         // end the client with 255.
         if (!status.signaled() && status.exit_code() == 255) {

@@ -1,4 +1,4 @@
-#include "agent/subprocess.h"
+#include "os/subprocess.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -16,7 +16,7 @@
 
 extern char** environ;
 
-namespace drover {
+namespace drover::os {
 namespace {
 
 // What the child reports through the error pipe when it cannot exec.
@@ -369,4 +369,4 @@ ExitStatus Subprocess::Terminate(std::chrono::milliseconds grace) {
   return status;
 }
 
-}  // namespace drover
+}  // namespace drover::os

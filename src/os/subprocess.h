@@ -20,8 +20,8 @@
 // Move-only; the destructor SIGKILLs a group still running and reaps the
 // leader. Not thread-safe.
 
-#ifndef DROVER_AGENT_SUBPROCESS_H_
-#define DROVER_AGENT_SUBPROCESS_H_
+#ifndef DROVER_OS_SUBPROCESS_H_
+#define DROVER_OS_SUBPROCESS_H_
 
 #include <signal.h>
 #include <sys/types.h>
@@ -33,7 +33,7 @@
 
 #include "drover/status.h"
 
-namespace drover {
+namespace drover::os {
 
 // How a process ended: exited with a code, or killed by a signal.
 class ExitStatus {
@@ -153,6 +153,6 @@ class Subprocess {
   bool group_gone_ = false;
 };
 
-}  // namespace drover
+}  // namespace drover::os
 
-#endif  // DROVER_AGENT_SUBPROCESS_H_
+#endif  // DROVER_OS_SUBPROCESS_H_
