@@ -26,6 +26,7 @@
 #include "cli/status_command.h"
 #include "engine/local_engine.h"
 #include "os/subprocess.h"
+#include "os/unique_fd.h"
 #include "slurm/slurm_jobs.h"
 
 namespace drover::cli {
@@ -114,33 +115,29 @@ std::string Outcome(const slurm::JobInfo& job) {
 class OutputFollower {
  public:
   explicit OutputFollower(std::string path) : path_(std::move(path)) {}
-  ~OutputFollower() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  OutputFollower(const OutputFollower&) = delete;
-  OutputFollower& operator=(const OutputFollower&) = delete;
 
   // Before the file is opened, Slurm's StdOut is the better name.
   void SetPath(const std::string& path) {
-    if (fd_ < 0 && !path.empty()) path_ = path;
+    if (!fd_.valid() && !path.empty()) path_ = path;
   }
   const std::string& path() const { return path_; }
 
   // Copies what is new to `out`; whether anything was.
   bool Pump(std::ostream& out) {
-    if (fd_ < 0) {
-      fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd_ < 0) return false;
+    if (!fd_.valid()) {
+      fd_.Reset(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
+      if (!fd_.valid()) return false;
     }
+    const int fd = fd_.get();
     // A requeued job starts its output file again.
     struct stat info {};
-    if (::fstat(fd_, &info) == 0 && info.st_size < ::lseek(fd_, 0, SEEK_CUR)) {
-      ::lseek(fd_, 0, SEEK_SET);
+    if (::fstat(fd, &info) == 0 && info.st_size < ::lseek(fd, 0, SEEK_CUR)) {
+      ::lseek(fd, 0, SEEK_SET);
     }
     bool grew = false;
     char buffer[65536];
     for (;;) {
-      ssize_t got = ::read(fd_, buffer, sizeof(buffer));
+      ssize_t got = ::read(fd, buffer, sizeof(buffer));
       if (got < 0 && errno == EINTR) continue;
       if (got <= 0) break;
       out.write(buffer, got);
@@ -152,7 +149,7 @@ class OutputFollower {
 
  private:
   std::string path_;
-  int fd_ = -1;
+  os::UniqueFd fd_;
 };
 
 // --follow: the job's output until it ends, then its exit code.
