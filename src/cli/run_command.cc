@@ -23,6 +23,7 @@
 #include "engine/local_engine.h"
 #include "feed/feed_plan.h"
 #include "feed/record_io.h"
+#include "os/find_program.h"
 #include "slurm/slurm_engine.h"
 #include "ssh/ssh_engine.h"
 
@@ -175,23 +176,9 @@ bool SetStatusOptions(const RunFlags& flags, DriverOptions* options, std::ostrea
   return true;
 }
 
-bool OnPath(const std::string& name, std::string* found) {
-  const char* path = std::getenv("PATH");
-  if (path == nullptr) return false;
-  std::string dirs = path;
-  size_t start = 0;
-  while (start <= dirs.size()) {
-    size_t end = dirs.find(':', start);
-    if (end == std::string::npos) end = dirs.size();
-    std::string dir = dirs.substr(start, end - start);
-    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
-    if (::access(candidate.c_str(), X_OK) == 0) {
-      *found = candidate;
-      return true;
-    }
-    start = end + 1;
-  }
-  return false;
+// `name` on this process's PATH.
+std::optional<std::string> OnPath(const std::string& name) {
+  return os::FindProgram(name, ProcessEnvironment().Get("PATH"));
 }
 
 // A free TCP port: bind port 0, read it, release it (tensorboard cannot be given 0).
@@ -213,9 +200,9 @@ int FreePort() {
 
 // GPU indices from nvidia-smi, empty when it is absent or fails.
 std::vector<int> DetectGpus() {
-  std::string nvidia_smi;
-  if (!OnPath("nvidia-smi", &nvidia_smi)) return {};
-  std::string command = nvidia_smi + " --query-gpu=index --format=csv,noheader 2>/dev/null";
+  std::optional<std::string> nvidia_smi = OnPath("nvidia-smi");
+  if (!nvidia_smi) return {};
+  std::string command = *nvidia_smi + " --query-gpu=index --format=csv,noheader 2>/dev/null";
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) return {};
   std::string output;
@@ -431,8 +418,9 @@ int Run(RunFlags flags) {
     }
   }
 
-  std::string tensorboard_binary;
-  if (flags.tensorboard && !OnPath("tensorboard", &tensorboard_binary)) {
+  const std::optional<std::string> tensorboard_binary =
+      flags.tensorboard ? OnPath("tensorboard") : std::nullopt;
+  if (flags.tensorboard && !tensorboard_binary) {
     err << "drover run: --tensorboard: no 'tensorboard' executable on PATH (pip install "
            "tensorboard, or drop --tensorboard)\n";
     return kExitBadInput;
@@ -464,7 +452,7 @@ int Run(RunFlags flags) {
     std::filesystem::create_directories(options.log_dir);
     int port = FreePort();
     auto started = SpawnProcessGroup("tensorboard",
-                                     {tensorboard_binary, "--logdir", options.log_dir, "--host",
+                                     {*tensorboard_binary, "--logdir", options.log_dir, "--host",
                                       "127.0.0.1", "--port", std::to_string(port)},
                                      /*capture_output=*/false, SIGKILL);
     if (!started.ok()) {

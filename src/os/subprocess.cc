@@ -14,6 +14,8 @@
 #include <thread>
 #include <utility>
 
+#include "os/find_program.h"
+
 extern char** environ;
 
 namespace drover::os {
@@ -36,39 +38,25 @@ int PidfdOpen(pid_t pid) {
 #endif
 }
 
-bool IsExecutable(const std::string& path) {
-  return ::access(path.c_str(), X_OK) == 0;
-}
-
 // Resolves argv[0] against PATH (the child's, else ours) in the parent, so
 // the child only calls async-signal-safe functions between fork and exec.
-Result<std::string> FindProgram(const std::string& name,
-                                const std::optional<std::vector<std::string>>& env) {
+// A name with a '/' goes to execve as it is, which says why it cannot run.
+Result<std::string> ResolveProgram(const std::string& name,
+                                   const std::optional<std::vector<std::string>>& env) {
   if (name.find('/') != std::string::npos) return name;
-  std::string path_var;
-  bool found_path = false;
+  std::optional<std::string> path_var;
   if (env) {
     for (const std::string& entry : *env) {
-      if (entry.rfind("PATH=", 0) == 0) {
-        path_var = entry.substr(5);
-        found_path = true;
-      }
+      if (entry.rfind("PATH=", 0) == 0) path_var = entry.substr(5);
     }
   }
-  if (!found_path) {
+  if (!path_var) {
+    // This process's own, as execvp(3) reads it.
     const char* ours = std::getenv("PATH");
     path_var = ours ? ours : "/usr/local/bin:/usr/bin:/bin";
   }
-  size_t start = 0;
-  for (;;) {
-    size_t end = path_var.find(':', start);
-    std::string dir = path_var.substr(start, end == std::string::npos ? end : end - start);
-    std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + name;
-    if (IsExecutable(candidate)) return candidate;
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
-  return Status::NotFound("cannot run '" + name + "': not found in PATH (" + path_var + ")");
+  if (std::optional<std::string> found = FindProgram(name, path_var)) return *found;
+  return Status::NotFound("cannot run '" + name + "': not found in PATH (" + *path_var + ")");
 }
 
 // In the child: makes `fd` the descriptor `target`, without close-on-exec.
@@ -104,7 +92,7 @@ std::string SignalName(int signal) {
 
 Result<Subprocess> Subprocess::Spawn(const SubprocessOptions& options) {
   if (options.argv.empty()) return Status::InvalidArgument("no program to run: argv is empty");
-  DROVER_ASSIGN_OR_RETURN(std::string program, FindProgram(options.argv[0], options.env));
+  DROVER_ASSIGN_OR_RETURN(std::string program, ResolveProgram(options.argv[0], options.env));
 
   // Everything the child needs is built before fork().
   std::vector<char*> argv;

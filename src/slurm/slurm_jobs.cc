@@ -1,11 +1,10 @@
 #include "slurm/slurm_jobs.h"
 
-#include <unistd.h>
-
 #include <cctype>
 #include <cstdlib>
 #include <sstream>
 
+#include "os/find_program.h"
 #include "ssh/ssh_command.h"
 
 namespace drover::slurm {
@@ -132,19 +131,11 @@ JobInfo ParseJobLine(std::string_view line) {
   return job;
 }
 
-// The program's path: as given when it holds a '/', else the first match on PATH.
-std::optional<std::string> FindProgram(const std::string& name) {
-  if (name.find('/') != std::string::npos) {
-    if (::access(name.c_str(), X_OK) == 0) return name;
-    return std::nullopt;
-  }
+// Where the Slurm client commands are looked up: this process's PATH.
+std::optional<std::string> SearchPath() {
   const char* path = std::getenv("PATH");
   if (path == nullptr) return std::nullopt;
-  for (std::string_view dir : Split(path, ':')) {
-    std::string candidate = (dir.empty() ? std::string(".") : std::string(dir)) + "/" + name;
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  return std::nullopt;
+  return std::string(path);
 }
 
 std::string FirstLine(const std::string& text) {
@@ -314,7 +305,7 @@ std::vector<JobStep> ParseSteps(std::string_view squeue_output) {
 Result<SlurmCommandResult> RunSlurmCommand(const std::vector<std::string>& argv,
                                            const SlurmTools& tools) {
   if (argv.empty()) return Status::InvalidArgument("no Slurm command to run");
-  std::optional<std::string> program = FindProgram(argv.front());
+  std::optional<std::string> program = os::FindProgram(argv.front(), SearchPath());
   if (!program) {
     return Status::NotFound("'" + argv.front() +
                             "' is not on PATH: Slurm's client commands are not installed here "
