@@ -5,7 +5,7 @@
 
 #include "drover/hostlist.h"
 #include "engine/launcher_agent.h"
-#include "ssh/ssh_command.h"
+#include "os/run_process.h"
 #include "ssh/ssh_engine.h"
 
 namespace drover::slurm {
@@ -92,8 +92,8 @@ Result<std::unique_ptr<SlurmEngine>> SlurmEngine::Create(SlurmEngineOptions opti
       engine->slots_.push_back(allocation.nodes[i]);
     }
   }
-  Result<ssh::CommandResult> shown =
-      ssh::RunProcess({engine->options_.scontrol, "show", "node", "-o", nodes}, "", 30);
+  Result<os::CommandResult> shown =
+      os::RunProcess({engine->options_.scontrol, "show", "node", "-o", nodes}, "", 30);
   if (!shown.ok() || shown->exit_code != 0) {
     return Status::Unavailable(
         "cannot look up the allocation's node addresses with scontrol show node: " +

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -18,6 +17,9 @@
 #include <sstream>
 
 #include "engine/local_engine.h"
+#include "os/fd_io.h"
+#include "os/shell_quote.h"
+#include "os/sigpipe_block.h"
 
 namespace drover::ssh {
 namespace {
@@ -71,57 +73,18 @@ Result<std::string> ReadSpec(const std::string& path) {
   return text;
 }
 
-// Reads what is there from a non-blocking fd into `out`; false at end of file.
-bool ReadSome(int fd, std::string* out) {
-  char buffer[65536];
-  for (;;) {
-    ssize_t got = ::read(fd, buffer, sizeof(buffer));
-    if (got > 0) {
-      out->append(buffer, static_cast<size_t>(got));
-      if (got < static_cast<ssize_t>(sizeof(buffer))) return true;
-      continue;
-    }
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
-    return false;
-  }
-}
-
-// Blocks SIGPIPE on this thread while alive (a pipe whose reader exited
-// gives EPIPE instead), and drops one that came meanwhile.
-class SigpipeBlock {
- public:
-  SigpipeBlock() {
-    sigemptyset(&pipe_set_);
-    sigaddset(&pipe_set_, SIGPIPE);
-    ::pthread_sigmask(SIG_BLOCK, &pipe_set_, &old_set_);
-  }
-  ~SigpipeBlock() {
-    struct timespec zero {};
-    while (::sigtimedwait(&pipe_set_, nullptr, &zero) > 0) {
-    }
-    ::pthread_sigmask(SIG_SETMASK, &old_set_, nullptr);
-  }
-  SigpipeBlock(const SigpipeBlock&) = delete;
-  SigpipeBlock& operator=(const SigpipeBlock&) = delete;
-
- private:
-  sigset_t pipe_set_;
-  sigset_t old_set_;
-};
-
 }  // namespace
 
 std::string RemotePathWord(const std::string& path) {
   if (path == "~") return "~";
   if (path.rfind("~/", 0) == 0) {
     std::string rest = path.substr(2);
-    return rest.empty() ? "~/" : "~/" + ShellQuote(rest);
+    return rest.empty() ? "~/" : "~/" + os::ShellQuote(rest);
   }
-  return ShellQuote(path);
+  return os::ShellQuote(path);
 }
 
-Status RemoteFailure(const SshHost& host, std::string_view what, const CommandResult& result) {
+Status RemoteFailure(const SshHost& host, std::string_view what, const os::CommandResult& result) {
   std::string line = LastLine(result.error);
   if (line.empty()) line = "exit code " + std::to_string(result.exit_code) + ", no message";
   const bool denied = result.error.find("Permission denied") != std::string::npos;
@@ -252,7 +215,7 @@ Status SshCluster::RemoteFileWrite(const std::string& remote_path, const std::st
   const std::string parent = RemoteParent(remote_path);
   if (!parent.empty()) command += "mkdir -p -- " + RemotePathWord(parent) + " && ";
   command += "cat > " + target + " && wc -c < " + target;
-  DROVER_ASSIGN_OR_RETURN(CommandResult result,
+  DROVER_ASSIGN_OR_RETURN(os::CommandResult result,
                           RunSsh(*host, options_.ssh, command, data, options_.timeout_s));
   if (result.exit_code != 0) return RemoteFailure(*host, what, result);
   std::string count = LastLine(result.output);
@@ -333,7 +296,7 @@ Status SshCluster::RemoteCopy(const std::string& local_path, const std::string& 
   ::fcntl(ssh.stdin_fd(), F_SETFL, ::fcntl(ssh.stdin_fd(), F_GETFL) | O_NONBLOCK);
 
   // Pumps tar's archive into ssh's stdin while collecting both stderrs.
-  SigpipeBlock no_sigpipe;
+  os::SigpipeBlock no_sigpipe;
   const Clock::time_point deadline = Clock::now() + std::chrono::seconds(options_.timeout_s);
   std::string pending;  // read from tar, not yet written to ssh
   size_t pending_at = 0;
@@ -366,28 +329,18 @@ Status SshCluster::RemoteCopy(const std::string& local_path, const std::string& 
     if (pending_at == pending.size() && tar.stdout_fd() >= 0) {
       pending.clear();
       pending_at = 0;
-      if (!ReadSome(tar.stdout_fd(), &pending)) tar.CloseStdout();
+      if (!os::ReadAvailable(tar.stdout_fd(), &pending)) tar.CloseStdout();
       if (remote_gone) pending.clear();
     }
-    if (tar.stderr_fd() >= 0 && !ReadSome(tar.stderr_fd(), &tar_error)) tar.CloseStderr();
-    if (ssh.stdout_fd() >= 0 && !ReadSome(ssh.stdout_fd(), &ssh_output)) ssh.CloseStdout();
-    if (ssh.stderr_fd() >= 0 && !ReadSome(ssh.stderr_fd(), &ssh_error)) ssh.CloseStderr();
-    while (pending_at < pending.size() && ssh.stdin_fd() >= 0) {
-      ssize_t wrote =
-          ::write(ssh.stdin_fd(), pending.data() + pending_at, pending.size() - pending_at);
-      if (wrote > 0) {
-        pending_at += static_cast<size_t>(wrote);
-        continue;
-      }
-      if (wrote < 0 && errno == EINTR) continue;
-      if (wrote < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    if (tar.stderr_fd() >= 0 && !os::ReadAvailable(tar.stderr_fd(), &tar_error)) tar.CloseStderr();
+    if (ssh.stdout_fd() >= 0 && !os::ReadAvailable(ssh.stdout_fd(), &ssh_output)) ssh.CloseStdout();
+    if (ssh.stderr_fd() >= 0 && !os::ReadAvailable(ssh.stderr_fd(), &ssh_error)) ssh.CloseStderr();
+    if (pending_at < pending.size() && ssh.stdin_fd() >= 0 &&
+        !os::WriteAvailable(ssh.stdin_fd(), pending, &pending_at)) {
       // EPIPE: the remote side stopped reading; its stderr says why. Stop tar.
       remote_gone = true;
       ssh.CloseStdin();
-      pending.clear();
-      pending_at = 0;
       tar.SignalGroup(SIGTERM);
-      break;
     }
     if (remote_gone) {
       pending.clear();
@@ -400,7 +353,7 @@ Status SshCluster::RemoteCopy(const std::string& local_path, const std::string& 
     return Status::DeadlineExceeded(what + ": not done after " +
                                     std::to_string(options_.timeout_s) + " s");
   }
-  CommandResult remote{ssh_status->ShellCode(), ssh_output, ssh_error};
+  os::CommandResult remote{ssh_status->ShellCode(), ssh_output, ssh_error};
   if (!ssh_status->success()) return RemoteFailure(*host, what, remote);
   if (!tar_status->success()) {
     std::string line = LastLine(tar_error);

@@ -150,7 +150,7 @@ std::string RemotePathWord(const std::string& path);
 // The status for a remote command that ended with `result`: kUnavailable for
 // ssh's own failure (exit code 255), kPermissionDenied when stderr says so,
 // else kIoError; the message is "<what> on <host>: <stderr's last line>".
-Status RemoteFailure(const SshHost& host, std::string_view what, const CommandResult& result);
+Status RemoteFailure(const SshHost& host, std::string_view what, const os::CommandResult& result);
 
 }  // namespace drover::ssh
 

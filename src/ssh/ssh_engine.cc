@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "engine/launcher_agent.h"
+#include "os/shell_quote.h"
 #include "os/subprocess.h"
 #include "os/unique_fd.h"
 
@@ -82,18 +83,19 @@ HostCheck CheckHost(const SshHost& host, const std::string& address, const SshOp
   check.host = host.address;
   check.address = address;
   const std::string tcp = "/dev/tcp/" + driver_address + "/" + std::to_string(driver_port);
-  std::string script = "cd " + ShellQuote(working_dir) + " 2>/dev/null || cd; ";
+  std::string script = "cd " + os::ShellQuote(working_dir) + " 2>/dev/null || cd; ";
   if (!host.python_venv.empty()) script += host.python_venv + "; ";
-  script += "p=$(command -v " + ShellQuote(program) +
+  script += "p=$(command -v " + os::ShellQuote(program) +
             ") && echo \"drover-preflight program $p\"; "
             "[ -x " +
-            ShellQuote(agent_binary) +
+            os::ShellQuote(agent_binary) +
             " ] && echo 'drover-preflight agent'; "
             "timeout 5 bash -c " +
-            ShellQuote("exec 3<>" + tcp) +
+            os::ShellQuote("exec 3<>" + tcp) +
             " 2>/dev/null && echo 'drover-preflight driver'; "
             "echo drover-preflight-done";
-  Result<CommandResult> result = RunSsh(host, options, "bash -c " + ShellQuote(script), "", 30);
+  Result<os::CommandResult> result =
+      RunSsh(host, options, "bash -c " + os::ShellQuote(script), "", 30);
   if (!result.ok()) {
     check.ssh_error = result.status().message();
     return check;
