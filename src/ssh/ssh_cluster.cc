@@ -18,6 +18,7 @@
 
 #include "engine/local_engine.h"
 #include "os/fd_io.h"
+#include "os/read_file.h"
 #include "os/shell_quote.h"
 #include "os/sigpipe_block.h"
 
@@ -56,23 +57,6 @@ std::string RemoteParent(const std::string& path) {
   return parent;
 }
 
-Result<std::string> ReadSpec(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return Status::IoError("cannot read resource spec '" + path + "': " + std::strerror(errno));
-  }
-  std::string text;
-  char buffer[16384];
-  while (in.read(buffer, sizeof(buffer)) || in.gcount() > 0) {
-    text.append(buffer, static_cast<size_t>(in.gcount()));
-    if (text.size() > kMaxResourceSpecBytes) {
-      return Status::InvalidArgument("resource spec '" + path + "' is larger than " +
-                                     std::to_string(kMaxResourceSpecBytes) + " bytes");
-    }
-  }
-  return text;
-}
-
 }  // namespace
 
 std::string RemotePathWord(const std::string& path) {
@@ -98,7 +82,8 @@ Status RemoteFailure(const SshHost& host, std::string_view what, const os::Comma
 
 Result<std::unique_ptr<SshCluster>> SshCluster::Create(const std::string& path, Options options,
                                                        Environment& env) {
-  DROVER_ASSIGN_OR_RETURN(std::string text, ReadSpec(path));
+  DROVER_ASSIGN_OR_RETURN(std::string text,
+                          os::ReadFileCapped(path, kMaxResourceSpecBytes, "resource spec"));
   return FromText(text, path, std::move(options), env);
 }
 

@@ -1,11 +1,9 @@
 #include "ssh/ssh_hosts.h"
 
-#include <cerrno>
 #include <charconv>
 #include <climits>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
@@ -17,6 +15,7 @@
 
 #include "drover/environment.h"
 #include "drover/resource_spec_cluster_resolver.h"
+#include "os/read_file.h"
 
 namespace drover::ssh {
 namespace {
@@ -129,25 +128,6 @@ Result<HostSlots> ParseHostSlots(std::string_view entry) {
     out.slots = *value;
   }
   return out;
-}
-
-// Reads at most kMaxResourceSpecBytes of `path`.
-Result<std::string> ReadCapped(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) {
-    return Status::IoError("cannot open hosts file '" + path + "': " + std::strerror(errno));
-  }
-  std::string text;
-  char buffer[65536];
-  while (file.read(buffer, sizeof(buffer)) || file.gcount() > 0) {
-    text.append(buffer, static_cast<std::size_t>(file.gcount()));
-    if (text.size() > kMaxResourceSpecBytes) {
-      return Status::InvalidArgument("hosts file '" + path + "' is larger than " +
-                                     std::to_string(kMaxResourceSpecBytes) + " bytes");
-    }
-  }
-  if (file.bad()) return Status::IoError("cannot read hosts file '" + path + "'");
-  return text;
 }
 
 bool EndsWith(std::string_view text, std::string_view suffix) {
@@ -301,7 +281,8 @@ Result<std::vector<SshHost>> LoadHosts(const std::string& value) {
   std::filesystem::file_status status = std::filesystem::status(value, ec);
   bool yaml = EndsWith(value, ".yml") || EndsWith(value, ".yaml");
   if (!ec && std::filesystem::exists(status) && !std::filesystem::is_directory(status)) {
-    DROVER_ASSIGN_OR_RETURN(std::string text, ReadCapped(value));
+    DROVER_ASSIGN_OR_RETURN(std::string text,
+                            os::ReadFileCapped(value, kMaxResourceSpecBytes, "hosts file"));
     if (yaml) return HostsFromResourceSpec(text, value);
     return ParseHostfile(text, value);
   }
