@@ -249,7 +249,7 @@ Result<std::unique_ptr<ssh::SshEngine>> MakeSshEngine(const RunFlags& flags) {
         "--engine ssh needs --hosts: a resource spec (.yml), a hostfile, or h1:2,h2:2");
   }
   ssh::SshEngineOptions options;
-  DROVER_ASSIGN_OR_RETURN(options.hosts, ssh::LoadHosts(flags.hosts));
+  DROVER_ASSIGN_OR_RETURN(options.hosts, ssh::LoadHosts(flags.hosts, ProcessEnvironment()));
   options.ssh.config_file = flags.ssh_config;
   options.ssh.extra_options = flags.ssh_options;
   options.ssh.check_host_keys = !flags.no_host_key_check;

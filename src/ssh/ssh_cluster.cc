@@ -91,7 +91,7 @@ Result<std::unique_ptr<SshCluster>> SshCluster::FromText(std::string_view yaml,
                                                          std::string_view source, Options options,
                                                          Environment& env) {
   DROVER_ASSIGN_OR_RETURN(ResourceSpec spec, ParseResourceSpec(yaml, source));
-  DROVER_ASSIGN_OR_RETURN(std::vector<SshHost> hosts, HostsFromResourceSpec(yaml, source));
+  DROVER_ASSIGN_OR_RETURN(std::vector<SshHost> hosts, HostsFromResourceSpec(yaml, source, env));
   DROVER_ASSIGN_OR_RETURN(
       std::unique_ptr<ResourceSpecClusterResolver> resolver,
       ResourceSpecClusterResolver::Create(std::move(spec), options.resolver, env));

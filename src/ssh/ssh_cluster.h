@@ -57,11 +57,11 @@ class SshCluster {
   // kInvalidArgument for a bad spec, kIoError when the ControlMaster
   // directory cannot be made.
   static Result<std::unique_ptr<SshCluster>> Create(const std::string& path, Options options,
-                                                    Environment& env = ProcessEnvironment());
+                                                    Environment& env);
   // The same from the spec's text; `source` names it in errors.
   static Result<std::unique_ptr<SshCluster>> FromText(std::string_view yaml,
                                                       std::string_view source, Options options,
-                                                      Environment& env = ProcessEnvironment());
+                                                      Environment& env);
 
   SshCluster(const SshCluster&) = delete;
   SshCluster& operator=(const SshCluster&) = delete;

@@ -369,9 +369,10 @@ TEST_F(SshClusterTest, StartThatEndsBeforeFormingSaysWhy) {
 }
 
 TEST(SshClusterCreateTest, MissingSpecIsAnIoErrorNamingIt) {
-  EXPECT_THAT(SshCluster::Create("/nonexistent/spec.yml", {}).status(),
+  MapEnvironment env;
+  EXPECT_THAT(SshCluster::Create("/nonexistent/spec.yml", {}, env).status(),
               StatusIs(Status::Code::kIoError, HasSubstr("/nonexistent/spec.yml")));
-  EXPECT_THAT(SshCluster::FromText("nodes: []\n", "bad.yml", {}).status(),
+  EXPECT_THAT(SshCluster::FromText("nodes: []\n", "bad.yml", {}, env).status(),
               StatusIs(Status::Code::kInvalidArgument, HasSubstr("bad.yml")));
 }
 

@@ -134,9 +134,9 @@ bool EndsWith(std::string_view text, std::string_view suffix) {
   return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
 }
 
-std::string ExpandHome(const std::string& path) {
+std::string ExpandHome(const std::string& path, const Environment& env) {
   if (path != "~" && path.rfind("~/", 0) != 0) return path;
-  std::optional<std::string> home = ProcessEnvironment().Get("HOME");
+  std::optional<std::string> home = env.Get("HOME");
   if (!home || home->empty()) return path;  // ssh reports the unexpanded path
   return *home + path.substr(1);
 }
@@ -253,7 +253,8 @@ Result<std::vector<SshHost>> ParseHostfile(std::string_view text, std::string_vi
   return hosts;
 }
 
-Result<std::vector<SshHost>> HostsFromResourceSpec(std::string_view yaml, std::string_view source) {
+Result<std::vector<SshHost>> HostsFromResourceSpec(std::string_view yaml, std::string_view source,
+                                                   const Environment& env) {
   DROVER_ASSIGN_OR_RETURN(ResourceSpec spec, ParseResourceSpec(yaml, source));
   std::vector<SshHost> hosts;
   for (const ResourceNode& node : spec.nodes) {
@@ -267,7 +268,7 @@ Result<std::vector<SshHost>> HostsFromResourceSpec(std::string_view yaml, std::s
       const SshConfig& config = spec.ssh_configs.at(node.ssh_config);
       host.username = config.username;
       host.port = config.port;
-      host.key_file = ExpandHome(config.key_file);
+      host.key_file = ExpandHome(config.key_file, env);
       host.python_venv = config.python_venv;
       host.env = config.env;
     }
@@ -276,14 +277,14 @@ Result<std::vector<SshHost>> HostsFromResourceSpec(std::string_view yaml, std::s
   return hosts;
 }
 
-Result<std::vector<SshHost>> LoadHosts(const std::string& value) {
+Result<std::vector<SshHost>> LoadHosts(const std::string& value, const Environment& env) {
   std::error_code ec;
   std::filesystem::file_status status = std::filesystem::status(value, ec);
   bool yaml = EndsWith(value, ".yml") || EndsWith(value, ".yaml");
   if (!ec && std::filesystem::exists(status) && !std::filesystem::is_directory(status)) {
     DROVER_ASSIGN_OR_RETURN(std::string text,
                             os::ReadFileCapped(value, kMaxResourceSpecBytes, "hosts file"));
-    if (yaml) return HostsFromResourceSpec(text, value);
+    if (yaml) return HostsFromResourceSpec(text, value, env);
     return ParseHostfile(text, value);
   }
   // No host name holds a '/', and none ends in .yml: the user meant a file.
