@@ -2,8 +2,6 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
-#include <net/if.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
@@ -18,7 +16,9 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
+#include <utility>
 
 #include "agent/feed_service.h"
 #include "agent/output_tail.h"
@@ -29,36 +29,35 @@
 #include "drover/node_context.h"
 #include "os/subprocess.h"
 
-extern char** environ;
-
 namespace drover {
 namespace {
 
 namespace fs = std::filesystem;
 
+// An IP address in binary, so that two spellings of one IPv6 address match;
+// nullopt when `text` is not an IP address.
+std::optional<std::pair<int, in6_addr>> ParseIp(const std::string& text) {
+  in6_addr bytes{};  // large enough for either family
+  if (::inet_pton(AF_INET, text.c_str(), &bytes) == 1) return std::make_pair(AF_INET, bytes);
+  if (::inet_pton(AF_INET6, text.c_str(), &bytes) == 1) return std::make_pair(AF_INET6, bytes);
+  return std::nullopt;
+}
+
 // The name of the non-loopback interface that holds `address` ("" when none
 // does, or it is not an IP address).
-std::string InterfaceOf(const std::string& address) {
-  in6_addr wanted6{};
-  in_addr wanted4{};
-  const bool v4 = ::inet_pton(AF_INET, address.c_str(), &wanted4) == 1;
-  if (!v4 && ::inet_pton(AF_INET6, address.c_str(), &wanted6) != 1) return "";
-  ifaddrs* interfaces = nullptr;
-  if (::getifaddrs(&interfaces) != 0) return "";
-  std::string name;
-  for (ifaddrs* i = interfaces; i != nullptr && name.empty(); i = i->ifa_next) {
-    if (i->ifa_addr == nullptr || (i->ifa_flags & IFF_LOOPBACK) != 0) continue;
-    if (v4 && i->ifa_addr->sa_family == AF_INET &&
-        reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr == wanted4.s_addr) {
-      name = i->ifa_name;
-    } else if (!v4 && i->ifa_addr->sa_family == AF_INET6 &&
-               std::memcmp(&reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr, &wanted6,
-                           sizeof(wanted6)) == 0) {
-      name = i->ifa_name;
+std::string InterfaceOf(const std::string& address,
+                        const std::vector<InterfaceAddress>& interfaces) {
+  const std::optional<std::pair<int, in6_addr>> wanted = ParseIp(address);
+  if (!wanted) return "";
+  for (const InterfaceAddress& interface : interfaces) {
+    if (interface.loopback) continue;
+    std::optional<std::pair<int, in6_addr>> held = ParseIp(interface.address);
+    if (held && held->first == wanted->first &&
+        std::memcmp(&held->second, &wanted->second, sizeof(in6_addr)) == 0) {
+      return interface.name;
     }
   }
-  ::freeifaddrs(interfaces);
-  return name;
+  return "";
 }
 
 constexpr size_t kTailLines = 20;
@@ -147,12 +146,6 @@ class OutputSink {
   std::string pending_;
 };
 
-std::string Hostname() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof(name) - 1) != 0) return "localhost";
-  return name;
-}
-
 std::string JoinInts(const std::vector<int>& values) {
   std::string out;
   for (size_t i = 0; i < values.size(); ++i) {
@@ -227,7 +220,7 @@ Result<Credential> OwnCredential(const Credential& given, const std::string& exe
 
 class Agent::Impl {
  public:
-  explicit Impl(AgentOptions options) : options_(std::move(options)) {
+  Impl(AgentOptions options, const Environment& env) : options_(std::move(options)), env_(env) {
     event_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   }
   ~Impl() {
@@ -302,6 +295,7 @@ class Agent::Impl {
   Status PrepareFeeding(NodeInfo* node);
 
   AgentOptions options_;
+  const Environment& env_;  // variables, host name and interfaces come only from here
   int event_fd_ = -1;
   std::atomic<int> interrupt_signal_{0};
   std::atomic<bool> started_{false};
@@ -366,7 +360,7 @@ int Agent::Impl::Run() {
 
   NodeInfo node;
   node.executor_id = o.executor_id;
-  node.host = o.host.empty() ? Hostname() : o.host;
+  node.host = o.host.empty() ? env_.HostName() : o.host;
   for (int port : ports.ports()) node.ports.push_back(static_cast<uint32_t>(port));
   node.pid = static_cast<int32_t>(::getpid());
   if (o.gpus) node.gpus.assign(o.gpus->begin(), o.gpus->end());
@@ -606,13 +600,7 @@ Status Agent::Impl::StartFeeding(const FormedCluster& cluster, const std::string
 
 Result<std::map<std::string, std::string>> Agent::Impl::BuildEnvironment(
     const FormedCluster& cluster, const NodeContext& context, const std::string& context_path) {
-  std::map<std::string, std::string> env;
-  for (char** entry = environ; *entry != nullptr; ++entry) {
-    std::string_view text(*entry);
-    size_t equals = text.find('=');
-    if (equals == std::string_view::npos || equals == 0) continue;
-    env.emplace(std::string(text.substr(0, equals)), std::string(text.substr(equals + 1)));
-  }
+  std::map<std::string, std::string> env = env_.Variables();
   FrameworkEnvOptions framework;
   // Rank 0's first port is its cluster address (a TensorFlow server takes
   // it); when rank 0 reserved a second port, torch's store gets that one.
@@ -641,7 +629,8 @@ Result<std::map<std::string, std::string>> Agent::Impl::BuildEnvironment(
   // Gloo, NCCL and TensorPipe pick their interface from the host name, which
   // on many hosts resolves to 127.0.x.1: point them at the one holding the
   // node's cluster address, unless the user chose.
-  if (std::string interface = InterfaceOf(options_.host); !interface.empty()) {
+  if (std::string interface = InterfaceOf(options_.host, env_.InterfaceAddresses());
+      !interface.empty()) {
     for (const char* name : {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME"}) {
       env.emplace(name, interface);
     }
@@ -817,7 +806,8 @@ Agent::Impl::Reason Agent::Impl::Supervise(os::Subprocess& child, OutputTail& ta
   return reason;
 }
 
-Agent::Agent(AgentOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+Agent::Agent(AgentOptions options, const Environment& env)
+    : impl_(std::make_unique<Impl>(std::move(options), env)) {}
 Agent::~Agent() = default;
 int Agent::Run() {
   return impl_->Run();
