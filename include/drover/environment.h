@@ -1,9 +1,9 @@
 // Environment: the process environment and host facts (variables, host
 // name, network interfaces, GPUs), passed in as an interface so resolvers,
 // the agent and launchers can be tested with a fake (the way LevelDB passes
-// its Env). Nothing else in the libraries reads environ, gethostname(2) or
-// getifaddrs(3): main() and the Python module pass ProcessEnvironment();
-// tests use MapEnvironment.
+// its Env). They read environ, gethostname(2) and getifaddrs(3) only
+// through it; main() and the Python module pass ProcessEnvironment(), tests
+// a MapEnvironment.
 //
 // ProcessEnvironment reads and writes the real environ; like setenv(3) it is
 // not safe to call Set() while other threads read the environment.

@@ -214,17 +214,12 @@ std::vector<int> DetectGpus() {
 }
 
 // The variables every remote agent gets: PYTHONPATH, DROVER_*, and --env
-// NAME (this process's value) or NAME=VALUE.
-Result<std::map<std::string, std::string>> ForwardedEnv(const std::vector<std::string>& flags) {
+// NAME (its value in `here`, this process's environment) or NAME=VALUE.
+Result<std::map<std::string, std::string>> ForwardedEnv(const std::vector<std::string>& flags,
+                                                        const Environment& here) {
   std::map<std::string, std::string> env;
-  for (char** entry = environ; *entry != nullptr; ++entry) {
-    std::string_view text(*entry);
-    const size_t equals = text.find('=');
-    if (equals == std::string_view::npos) continue;
-    std::string name(text.substr(0, equals));
-    if (name == "PYTHONPATH" || name.rfind("DROVER_", 0) == 0) {
-      env[name] = std::string(text.substr(equals + 1));
-    }
+  for (const auto& [name, value] : here.Variables()) {
+    if (name == "PYTHONPATH" || name.rfind("DROVER_", 0) == 0) env[name] = value;
   }
   for (const std::string& flag : flags) {
     const size_t equals = flag.find('=');
@@ -233,8 +228,8 @@ Result<std::map<std::string, std::string>> ForwardedEnv(const std::vector<std::s
       return Status::InvalidArgument("--env takes NAME or NAME=VALUE, not '" + flag + "'");
     if (equals != std::string::npos) {
       env[name] = flag.substr(equals + 1);
-    } else if (const char* value = std::getenv(name.c_str()); value != nullptr) {
-      env[name] = value;
+    } else if (std::optional<std::string> value = here.Get(name)) {
+      env[name] = *value;
     } else {
       return Status::InvalidArgument("--env " + name + ": it is not set here; give " + name +
                                      "=VALUE");
@@ -254,7 +249,7 @@ Result<std::unique_ptr<ssh::SshEngine>> MakeSshEngine(const RunFlags& flags) {
   options.ssh.extra_options = flags.ssh_options;
   options.ssh.check_host_keys = !flags.no_host_key_check;
   options.driver_address = flags.driver_address;
-  DROVER_ASSIGN_OR_RETURN(options.env, ForwardedEnv(flags.env));
+  DROVER_ASSIGN_OR_RETURN(options.env, ForwardedEnv(flags.env, ProcessEnvironment()));
   return ssh::SshEngine::Create(std::move(options));
 }
 
