@@ -21,6 +21,7 @@
 
 #include "bindings.h"
 #include "driver/driver.h"
+#include "drover/placement.h"
 #include "engine/local_engine.h"
 
 namespace py = pybind11;
@@ -159,12 +160,21 @@ class TeeBuffer : public std::stringbuf {
   std::string captured_;
 };
 
-// The rendezvous dict plus TensorFlowOnSpark's port and addr.
-py::dict ClusterNodeDict(const NodeInfo& node) {
+// The rendezvous dict plus TensorFlowOnSpark's port and addr, and the node's
+// placement (drover/placement.h): chief, rank and feed_share (None for a node
+// that has no rank or input).
+py::dict ClusterNodeDict(const NodeInfo& node, const ClusterSpec& spec) {
   py::dict out = NodeDict(node);
   const uint32_t port = node.ports.empty() ? 0 : node.ports.front();
   out["port"] = port;
   out["addr"] = node.host + ":" + std::to_string(port);
+  Result<Placement> placement = PlacementOf(spec, node.job_name, node.task_index);
+  out["chief"] = placement.ok() && placement->chief;
+  out["rank"] = placement.ok() && placement->rank ? py::object(py::int_(placement->rank->rank))
+                                                  : py::object(py::none());
+  out["feed_share"] = placement.ok() && placement->feed
+                          ? py::object(py::int_(placement->feed->share))
+                          : py::object(py::none());
   return out;
 }
 
@@ -257,7 +267,9 @@ class ClusterDriver {
     out["cluster_id"] = formed_->cluster_id;
     out["cluster_spec"] = formed_->spec;
     py::list nodes;
-    for (const NodeInfo& node : formed_->nodes) nodes.append(ClusterNodeDict(node));
+    for (const NodeInfo& node : formed_->nodes) {
+      nodes.append(ClusterNodeDict(node, formed_->spec));
+    }
     out["nodes"] = nodes;
     return out;
   }

@@ -11,12 +11,10 @@
 //               JAX_NUM_PROCESSES, JAX_PROCESS_ID
 //   drover      DROVER_JOB_NAME, DROVER_TASK_INDEX, DROVER_CLUSTER_SPEC (JSON)
 //
-// Ranks: the tasks of the training jobs (by default chief, master, worker, in
-// that order, each by task index) are numbered 0..WORLD_SIZE-1; rank 0 is the
-// coordinator (MASTER_ADDR, JAX_COORDINATOR_ADDRESS). Tasks of other jobs (ps,
-// evaluator) get TF_CONFIG and drover's variables but no rank. LOCAL_RANK counts
-// earlier ranks on the same host; GROUP_RANK numbers hosts in order of their
-// first rank, as torchrun numbers nodes.
+// Ranks come from the task's Placement (drover/placement.h, the one home of
+// the role rule): rank 0 is the coordinator (MASTER_ADDR,
+// JAX_COORDINATOR_ADDRESS); tasks of other jobs (ps, evaluator) get TF_CONFIG
+// and drover's variables but no rank.
 //
 // Pure functions of their arguments; thread-safe.
 
@@ -31,6 +29,7 @@
 
 #include "drover/cluster_spec.h"
 #include "drover/host_port.h"
+#include "drover/placement.h"
 #include "drover/status.h"
 
 namespace drover {
@@ -38,7 +37,7 @@ namespace drover {
 struct FrameworkEnvOptions {
   // Jobs whose tasks get a rank, in rank order. Jobs absent from the cluster
   // are skipped.
-  std::vector<std::string> training_jobs = {"chief", "master", "worker"};
+  std::vector<std::string> training_jobs = TrainingJobs();
   // Written into TF_CONFIG when set.
   std::optional<std::string> rpc_layer;
   // Overrides rank 0's port for MASTER_PORT (rank 0's own port is normally
@@ -51,20 +50,6 @@ struct FrameworkEnvOptions {
   bool torch = true;
   bool jax = true;
   bool drover = true;
-};
-
-// One task's position among the ranked tasks.
-struct RankInfo {
-  int rank = 0;
-  int world_size = 0;
-  int local_rank = 0;
-  int local_world_size = 0;
-  int group_rank = 0;        // the host's index
-  int group_world_size = 0;  // number of hosts
-  int role_rank = 0;         // index among ranked tasks of the same job
-  int role_world_size = 0;
-  std::string master_host;
-  int master_port = 0;
 };
 
 // The TF_CONFIG JSON for one task. kNotFound when the task is not in the cluster.

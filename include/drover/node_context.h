@@ -60,10 +60,6 @@ struct NodeContext {
   // default_fs + working_dir ("x" -> "file:///work/dir/x"; the current
   // directory when working_dir is empty).
   std::string absolute_path(const std::string& path) const;
-
-  // Whether this node is the chief: job "chief" or "master", or worker 0 when
-  // the cluster has neither job.
-  static bool IsChief(const ClusterSpec& cluster, std::string_view job_name, int task_index);
 };
 
 }  // namespace drover

@@ -267,10 +267,9 @@ class Cluster:
 
     # --- feeding --------------------------------------------------------
     def _fed_nodes(self):
-        fed = [n for n in self._nodes if n["job_name"] in ("chief", "master")]
-        fed += sorted((n for n in self._nodes if n["job_name"] == "worker"),
-                      key=lambda n: n["task_index"])
-        return fed
+        # The driver gives each node its share (drover/placement.h's rule).
+        return sorted((n for n in self._nodes if n["feed_share"] is not None),
+                      key=lambda n: n["feed_share"])
 
     def _check_feedable(self, call):
         if self._shut_down:

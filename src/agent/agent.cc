@@ -27,6 +27,7 @@
 #include "drover/data_feed.h"
 #include "drover/framework_env.h"
 #include "drover/node_context.h"
+#include "drover/placement.h"
 #include "os/subprocess.h"
 
 namespace drover {
@@ -396,7 +397,7 @@ int Agent::Impl::Run() {
   }
   context.restart_count = o.restart_count;
   context.num_workers = cluster.spec.num_tasks("worker").value_or(0);
-  context.is_chief = NodeContext::IsChief(cluster.spec, cluster.job_name, cluster.task_index);
+  context.is_chief = IsChiefTask(cluster.spec, cluster.job_name, cluster.task_index);
 
   // The context file: beside the program's files, else the logs, else /tmp.
   std::string context_dir = !o.working_dir.empty() ? context.working_dir
@@ -551,7 +552,9 @@ Status Agent::Impl::StartFeeding(const FormedCluster& cluster, const std::string
                                  std::map<std::string, std::string>* env) {
   env->erase(kFeedSocketVariable);
   if (!plan_) return Status::Ok();
-  std::optional<FeedShare> share = FeedShareOf(cluster.spec, cluster.job_name, cluster.task_index);
+  DROVER_ASSIGN_OR_RETURN(Placement placement,
+                          PlacementOf(cluster.spec, cluster.job_name, cluster.task_index));
+  const std::optional<FeedShare>& share = placement.feed;
   if (!share) {  // ps and evaluator nodes are not fed
     feed_dir_ready_ = false;
     if (!feed_dir_.empty()) {

@@ -609,20 +609,4 @@ void FeedService::Stop(const std::string& reason) {
   impl_->Stop(reason);
 }
 
-std::optional<FeedShare> FeedShareOf(const ClusterSpec& cluster, const std::string& job,
-                                     int task_index) {
-  int shares = 0;
-  std::optional<int> share;
-  for (const char* fed : {"chief", "master", "worker"}) {
-    Result<std::vector<int>> indices = cluster.task_indices(fed);
-    if (!indices.ok()) continue;
-    for (int index : *indices) {
-      if (job == fed && index == task_index) share = shares;
-      ++shares;
-    }
-  }
-  if (!share) return std::nullopt;
-  return FeedShare{*share, shares};
-}
-
 }  // namespace drover

@@ -85,16 +85,6 @@ class FeedService {
   std::unique_ptr<Impl> impl_;
 };
 
-// Which share of the plan a node gets: fed nodes are the chief/master tasks
-// then the workers, in index order. nullopt for any other job (ps,
-// evaluator).
-struct FeedShare {
-  int share = 0;
-  int shares = 0;
-};
-std::optional<FeedShare> FeedShareOf(const ClusterSpec& cluster, const std::string& job,
-                                     int task_index);
-
 }  // namespace drover
 
 #endif  // DROVER_AGENT_FEED_SERVICE_H_

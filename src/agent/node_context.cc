@@ -136,10 +136,4 @@ std::string NodeContext::absolute_path(const std::string& path) const {
   return fs + (dir == "/" ? "" : dir) + "/" + path;
 }
 
-bool NodeContext::IsChief(const ClusterSpec& cluster, std::string_view job_name, int task_index) {
-  if (job_name == "chief" || job_name == "master") return true;
-  if (cluster.has_job("chief") || cluster.has_job("master")) return false;
-  return job_name == "worker" && task_index == 0;
-}
-
 }  // namespace drover

@@ -88,18 +88,6 @@ TEST(NodeContextTest, AbsolutePathLikeTensorFlowOnSpark) {
   EXPECT_EQ(context.absolute_path("x"), "hdfs://nn:8020/work/dir/x");
 }
 
-TEST(NodeContextTest, IsChief) {
-  ClusterSpec workers;
-  ASSERT_OK(workers.AddJob("worker", {"a:1", "b:2"}));
-  EXPECT_TRUE(NodeContext::IsChief(workers, "worker", 0));
-  EXPECT_FALSE(NodeContext::IsChief(workers, "worker", 1));
-  ClusterSpec with_chief = workers;
-  ASSERT_OK(with_chief.AddJob("chief", {"c:3"}));
-  EXPECT_TRUE(NodeContext::IsChief(with_chief, "chief", 0));
-  EXPECT_FALSE(NodeContext::IsChief(with_chief, "worker", 0));
-  EXPECT_TRUE(NodeContext::IsChief(workers, "master", 0));
-  EXPECT_FALSE(NodeContext::IsChief(workers, "ps", 0));
-}
 
 }  // namespace
 }  // namespace drover

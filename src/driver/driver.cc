@@ -12,14 +12,15 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <random>
 #include <set>
 #include <sstream>
 
+#include "common/mutex.h"
 #include "driver/line_splitter.h"
 #include "driver/status_text.h"
 #include "drover/framework_env.h"
+#include "drover/placement.h"
 #include "os/duration_text.h"
 
 namespace drover {
@@ -41,10 +42,6 @@ constexpr Milliseconds kEarlyExitWait{1'000};
 constexpr Milliseconds kStopBeforeTerm{1'000};
 // The most a node's output is read in one go (docs/run.md).
 constexpr size_t kMaxReadPerPump = 1 << 20;
-
-bool IsTrainingJob(const std::string& job) {
-  return job == "chief" || job == "master" || job == "worker";
-}
 
 std::string NewClusterId() {
   std::time_t now = std::time(nullptr);
@@ -131,21 +128,22 @@ struct Driver::Node {
 
 // The server's events, handed from its loop thread to the driver's.
 struct EventQueue {
-  std::mutex mu;
-  std::vector<NodeEvent> events;
-  std::vector<std::string> logs;  // the server's lines, printed by the driver's thread
+  Mutex mu;
+  std::vector<NodeEvent> events GUARDED_BY(mu);
+  std::vector<std::string> logs
+      GUARDED_BY(mu);  // the server's lines, printed by the driver's thread
   int wake_fd = -1;
   void PushLog(const std::string& line) {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     logs.push_back(line);
   }
   std::vector<std::string> TakeLogs() {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     return std::exchange(logs, {});
   }
   void Push(const NodeEvent& event) {
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       events.push_back(event);
     }
     uint64_t one = 1;
@@ -156,7 +154,7 @@ struct EventQueue {
     uint64_t count;
     ssize_t ignored = ::read(wake_fd, &count, sizeof(count));
     (void)ignored;
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     return std::exchange(events, {});
   }
 };

@@ -133,17 +133,17 @@ std::string NodeSnapshot::Task() const {
 }
 
 void RunStatus::Publish(RunSnapshot snapshot) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   snapshot_ = std::move(snapshot);
 }
 
 RunSnapshot RunStatus::Snapshot() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return snapshot_;
 }
 
 void RunStatus::AppendLog(const std::string& executor_id, const std::vector<std::string>& lines) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::deque<std::string>& log = logs_[executor_id];
   for (const std::string& line : lines) {
     log.push_back(line);
@@ -153,7 +153,7 @@ void RunStatus::AppendLog(const std::string& executor_id, const std::vector<std:
 
 std::optional<RunStatus::NodeLog> RunStatus::LogTail(const std::string& executor_id,
                                                      size_t count) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::optional<NodeLog> log;
   for (const NodeSnapshot& node : snapshot_.nodes) {
     if (node.executor_id == executor_id) log = NodeLog{node.Task(), {}};
@@ -168,7 +168,7 @@ std::optional<RunStatus::NodeLog> RunStatus::LogTail(const std::string& executor
 }
 
 void RunStatus::ClearLogs() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   logs_.clear();
 }
 

@@ -13,12 +13,12 @@
 #include <cstdint>
 #include <deque>
 #include <map>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
 #include "drover/rendezvous.h"
 
 namespace drover {
@@ -116,9 +116,9 @@ class RunStatus {
 
  private:
   const size_t log_lines_kept_;
-  mutable std::mutex mu_;
-  RunSnapshot snapshot_;                                 // guarded by mu_
-  std::map<std::string, std::deque<std::string>> logs_;  // guarded by mu_
+  mutable Mutex mu_;
+  RunSnapshot snapshot_ GUARDED_BY(mu_);
+  std::map<std::string, std::deque<std::string>> logs_ GUARDED_BY(mu_);
 };
 
 // Per-node feed rates from the counters of successive heartbeats, over a

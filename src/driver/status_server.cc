@@ -14,9 +14,9 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <mutex>
 #include <thread>
 
+#include "common/mutex.h"
 #include "wire/auth.h"
 
 namespace drover {
@@ -346,10 +346,10 @@ class StatusServer::Impl {
 
   // Connections accepted and not yet served: the listening thread adds,
   // the workers take.
-  std::mutex mu_;
-  std::condition_variable wake_;
-  std::deque<int> queued_;  // GUARDED_BY(mu_)
-  bool stopping_ = false;   // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::condition_variable_any wake_;
+  std::deque<int> queued_ GUARDED_BY(mu_);
+  bool stopping_ GUARDED_BY(mu_) = false;
   std::vector<std::thread> workers_;
   int stop_fd_ = -1;  // readable once stopping: ends every wait of a connection
 };
@@ -425,7 +425,7 @@ void StatusServer::Impl::Stop() {
     thread_.join();
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
   if (stop_fd_ >= 0) {
@@ -436,7 +436,7 @@ void StatusServer::Impl::Stop() {
   wake_.notify_all();
   for (std::thread& worker : workers_) worker.join();
   workers_.clear();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (int fd : queued_) ::close(fd);
   queued_.clear();
   if (stop_fd_ >= 0) ::close(stop_fd_);
@@ -448,7 +448,7 @@ void StatusServer::Impl::Accept(int fd) {
   // must not inherit a client's connection.
   ::fcntl(fd, F_SETFD, FD_CLOEXEC);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!stopping_ && queued_.size() < static_cast<size_t>(options_.limits.max_queued)) {
       queued_.push_back(fd);
       wake_.notify_one();
@@ -476,8 +476,11 @@ void StatusServer::Impl::Work() {
   for (;;) {
     int fd;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [this] { return stopping_ || !queued_.empty(); });
+      MutexLock lock(mu_);
+      wake_.wait(mu_, [this] {
+        mu_.AssertHeld();
+        return stopping_ || !queued_.empty();
+      });
       if (stopping_) return;
       fd = queued_.front();
       queued_.pop_front();

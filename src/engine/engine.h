@@ -1,6 +1,7 @@
-// Engine: how the driver starts one `drover agent` per node. The local engine
-// runs them as child processes of this host; ssh and slurm engines come later
-// behind the same interface, so the driver never touches fork/exec itself.
+// Engine: how the driver starts one `drover agent` per node: the local engine
+// as child processes of this host, the ssh engine through ssh, the slurm
+// engine as srun steps, the Python module's Dask engine as tasks, and
+// testing/fake_engine.h as threads; the driver never touches fork/exec itself.
 //
 // An Engine launches AgentProcess objects. An AgentProcess owns everything it
 // started (a process group, the read end of the agent's merged stdout+stderr

@@ -1,63 +1,8 @@
 #include "drover/framework_env.h"
 
-#include <algorithm>
 #include <nlohmann/json.hpp>
 
 namespace drover {
-namespace {
-
-struct RankedTask {
-  std::string job;
-  int index;
-  std::string host;
-  int port;
-};
-
-std::string TaskName(std::string_view job, int index) {
-  return std::string(job) + ":" + std::to_string(index);
-}
-
-Result<std::vector<RankedTask>> RankedTasks(const ClusterSpec& cluster,
-                                            const std::vector<std::string>& training_jobs) {
-  std::vector<RankedTask> ranked;
-  for (const std::string& job : training_jobs) {
-    if (!cluster.has_job(job)) continue;
-    DROVER_ASSIGN_OR_RETURN(ClusterSpec::TaskMap tasks, cluster.job_task_map(job));
-    for (const auto& [index, address] : tasks) {
-      auto host_port = SplitHostPort(address);
-      if (!host_port.ok()) return host_port.status().WithContext("task " + TaskName(job, index));
-      ranked.push_back({job, index, host_port->first, host_port->second});
-    }
-  }
-  return ranked;
-}
-
-RankInfo DescribeRank(const std::vector<RankedTask>& ranked, size_t rank) {
-  RankInfo info;
-  info.rank = static_cast<int>(rank);
-  info.world_size = static_cast<int>(ranked.size());
-  info.master_host = ranked.front().host;
-  info.master_port = ranked.front().port;
-  std::vector<std::string> hosts;  // in order of first appearance
-  for (size_t r = 0; r < ranked.size(); ++r) {
-    const RankedTask& task = ranked[r];
-    if (std::find(hosts.begin(), hosts.end(), task.host) == hosts.end()) hosts.push_back(task.host);
-    if (task.host == ranked[rank].host) {
-      if (r < rank) ++info.local_rank;
-      ++info.local_world_size;
-    }
-    if (task.job == ranked[rank].job) {
-      if (r < rank) ++info.role_rank;
-      ++info.role_world_size;
-    }
-  }
-  info.group_world_size = static_cast<int>(hosts.size());
-  info.group_rank =
-      static_cast<int>(std::find(hosts.begin(), hosts.end(), ranked[rank].host) - hosts.begin());
-  return info;
-}
-
-}  // namespace
 
 Result<std::string> MakeTfConfig(const ClusterSpec& cluster, std::string_view task_type,
                                  int task_index, const std::optional<std::string>& rpc_layer) {
@@ -74,15 +19,9 @@ Result<std::string> MakeTfConfig(const ClusterSpec& cluster, std::string_view ta
 
 Result<std::optional<RankInfo>> ComputeRank(const ClusterSpec& cluster, std::string_view task_type,
                                             int task_index, const FrameworkEnvOptions& options) {
-  DROVER_RETURN_IF_ERROR(cluster.task_address(task_type, task_index).status());
-  DROVER_ASSIGN_OR_RETURN(std::vector<RankedTask> ranked,
-                          RankedTasks(cluster, options.training_jobs));
-  for (size_t rank = 0; rank < ranked.size(); ++rank) {
-    if (ranked[rank].job == task_type && ranked[rank].index == task_index) {
-      return std::optional<RankInfo>(DescribeRank(ranked, rank));
-    }
-  }
-  return std::optional<RankInfo>();
+  DROVER_ASSIGN_OR_RETURN(Placement placement,
+                          PlacementOf(cluster, task_type, task_index, options.training_jobs));
+  return placement.rank;
 }
 
 Result<std::map<std::string, std::string>> FrameworkEnvironment(

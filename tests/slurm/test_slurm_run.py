@@ -145,6 +145,14 @@ def environ_of(pid):
         return dict(entry.split(b"=", 1) for entry in f.read().split(b"\0") if b"=" in entry)
 
 
+def node_of(pid):
+    """The SLURMD_NODENAME of a live process; None once it is gone."""
+    try:
+        return environ_of(pid).get(b"SLURMD_NODENAME")
+    except OSError:
+        return None
+
+
 def test_node_whose_slurmd_dies_is_reported_and_the_job_ends(slurm, mark):
     process = salloc(slurm, ["--nodes=3", "--ntasks-per-node=1"], command=["sleep", "300"],
                      popen=True)
@@ -158,9 +166,12 @@ def test_node_whose_slurmd_dies_is_reported_and_the_job_ends(slurm, mark):
         # The node goes down at once: its slurmd, the step daemon and the task.
         victims = [slurm.slurmd_pid(node), stepd]
         victims += [pid for pid, _ in marked_processes(mark)
-                    if environ_of(pid).get(b"SLURMD_NODENAME") == node.encode()]
+                    if node_of(pid) == node.encode()]
         for pid in victims:
-            os.kill(pid, signal.SIGKILL)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # gone with the step daemon killed just before (its death signal)
         out, err = process.communicate(timeout=180)
     finally:
         if process.poll() is None:

@@ -1,0 +1,84 @@
+// Placement: where one task of a cluster sits and what it is for: its job and
+// index, its host and address port, whether it is the chief, its ranks among
+// the training tasks and its share of the fed input.
+//
+// The role rule lives here and nowhere else:
+//  - the training jobs are chief, master and worker, in that order; their
+//    tasks are ranked in that order and by task index (rank 0 is the
+//    coordinator: MASTER_ADDR, JAX's coordinator) and each gets a share of
+//    the input, in the same order;
+//  - the chief is the chief or master task, or worker 0 in a cluster that
+//    has neither (TensorFlow's rule);
+//  - ps and evaluator tasks get neither a rank nor input.
+// LOCAL_RANK counts earlier ranks on the same host; GROUP_RANK numbers hosts
+// in order of their first rank, as torchrun numbers nodes.
+//
+// Values and pure functions; thread-safe.
+
+#ifndef DROVER_PLACEMENT_H_
+#define DROVER_PLACEMENT_H_
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "drover/cluster_spec.h"
+#include "drover/status.h"
+
+namespace drover {
+
+// One task's position among the ranked (training) tasks.
+struct RankInfo {
+  int rank = 0;
+  int world_size = 0;
+  int local_rank = 0;
+  int local_world_size = 0;
+  int group_rank = 0;        // the host's index
+  int group_world_size = 0;  // number of hosts
+  int role_rank = 0;         // index among ranked tasks of the same job
+  int role_world_size = 0;
+  std::string master_host;
+  int master_port = 0;
+  friend bool operator==(const RankInfo&, const RankInfo&) = default;
+};
+
+// Which share of the input a fed task gets, of how many.
+struct FeedShare {
+  int share = 0;
+  int shares = 0;
+  friend bool operator==(const FeedShare&, const FeedShare&) = default;
+};
+
+struct Placement {
+  std::string job;
+  int index = 0;
+  std::string host;
+  int port = 0;  // the task's address port
+  bool chief = false;
+  std::optional<RankInfo> rank;   // training tasks only
+  std::optional<FeedShare> feed;  // training tasks only
+};
+
+// The training jobs, in rank order: {"chief", "master", "worker"}.
+const std::vector<std::string>& TrainingJobs();
+bool IsTrainingJob(std::string_view job);
+
+// Whether task `job`:`index` is the chief of `cluster` (see above). True for
+// the chief and master jobs even when `cluster` lacks them.
+bool IsChiefTask(const ClusterSpec& cluster, std::string_view job, int index);
+
+// Every task's placement: the training tasks in rank order, then the others
+// in the cluster's job order, by index. `training_jobs` replaces TrainingJobs() (e.g. a
+// resolver's caller that ranks only "worker"). kInvalidArgument naming the
+// task when an address is not HOST:PORT.
+Result<std::vector<Placement>> LayOutPlacements(
+    const ClusterSpec& cluster, const std::vector<std::string>& training_jobs = TrainingJobs());
+
+// One task's placement; kNotFound when `cluster` has no such task.
+Result<Placement> PlacementOf(const ClusterSpec& cluster, std::string_view job, int index,
+                              const std::vector<std::string>& training_jobs = TrainingJobs());
+
+}  // namespace drover
+
+#endif  // DROVER_PLACEMENT_H_

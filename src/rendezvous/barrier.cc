@@ -1,0 +1,184 @@
+#include "rendezvous/barrier.h"
+
+#include <zlib.h>
+
+#include <chrono>
+#include <utility>
+#include <vector>
+
+#include "drover/host_port.h"
+#include "rendezvous/log_text.h"
+#include "rendezvous/node_info_codec.h"
+#include "wire/frame.h"
+
+namespace drover::rendezvous_internal {
+
+void Barrier::HandleRegister(Peer& peer, const wire::Register& request) {
+  std::string missing;
+  if (!request.has_node()) {
+    missing = "REGISTER needs a node";
+  } else if (request.node().executor_id().empty()) {
+    missing = "REGISTER needs an executor_id";
+  } else if (request.node().host().empty()) {
+    missing = "REGISTER needs a host (executor " + request.node().executor_id() + ")";
+  } else if (request.node().ports().empty()) {
+    missing = "REGISTER needs at least one port (executor " + request.node().executor_id() + ")";
+  }
+  if (!missing.empty()) return peer.Reject(wire::MALFORMED, missing, missing);
+  const std::string& id = request.node().executor_id();
+  if (!Permitted(peer, id, "register executor " + wire::PrintableBytes(id, 64))) return;
+  switch (table_.phase()) {
+    case Phase::kStopped: {
+      std::string message = "executor " + id + " cannot register: " + table_.stop_reason();
+      return peer.Reject(wire::STOPPED, message, message);
+    }
+    case Phase::kFormed:
+      return Rejoin(peer, id);
+    case Phase::kReserving:
+      return Reserve(peer, request.node());
+  }
+}
+
+// After the barrier: a member reconnecting (a retried agent) takes over its
+// slot and gets the cluster again; anyone else is too late.
+void Barrier::Rejoin(Peer& peer, const std::string& executor_id) {
+  NodeRecord* node = table_.Find(executor_id);
+  if (node == nullptr || !node->alive) {
+    std::string formed = "cluster already formed with " + std::to_string(table_.size()) + " nodes";
+    std::string message =
+        node == nullptr
+            ? formed + "; executor " + executor_id + " was not part of it"
+            : formed + "; executor " + executor_id + " was declared dead: " + node->error;
+    return peer.Reject(wire::CLUSTER_FORMED, message, message);
+  }
+  if (node->connection != 0 && node->connection != peer.id()) {
+    if (Peer* old = context_.FindPeer(node->connection)) {
+      old->executor_id.clear();  // its close is not the node's death
+      old->Close();
+    }
+  }
+  node->connection = peer.id();
+  node->last_seen = Clock::now();
+  peer.executor_id = executor_id;
+  Acknowledge(peer);
+  SendCluster(*node);
+}
+
+void Barrier::Reserve(Peer& peer, const wire::NodeInfo& request) {
+  const std::string& id = request.executor_id();
+  // A connection that registered under another id gives it up.
+  if (!peer.executor_id.empty() && peer.executor_id != id) {
+    NodeRecord* previous = table_.Find(peer.executor_id);
+    if (previous != nullptr && previous->connection == peer.id()) table_.Remove(peer.executor_id);
+    peer.executor_id.clear();
+  }
+  // A retried task is not a duplicate: the new registration replaces the old.
+  NodeRecord* existing = table_.Find(id);
+  if (existing != nullptr && existing->connection != 0 && existing->connection != peer.id()) {
+    Peer* old = context_.FindPeer(existing->connection);
+    existing->connection = 0;
+    if (old != nullptr) {
+      context_.Log("executor " + id + " registered again from " + peer.address() +
+                   "; dropping its earlier connection from " + old->address());
+      old->executor_id.clear();
+      old->Close();
+    }
+  }
+  table_.Register(NodeFromWire(request), peer.id(), Clock::now());
+  peer.executor_id = id;
+  Acknowledge(peer);
+  if (static_cast<int>(table_.size()) >= table_.expected()) FormCluster();
+}
+
+void Barrier::Acknowledge(Peer& peer) {
+  wire::Registered registered;
+  registered.set_registered(static_cast<uint32_t>(table_.size()));
+  registered.set_expected(static_cast<uint32_t>(table_.expected()));
+  peer.Send(wire::REGISTERED, registered);
+}
+
+void Barrier::Disconnected(const NodeRecord& node, const std::string& address) {
+  std::string id = node.info.executor_id;  // a copy: Remove frees the record
+  context_.Log("executor " + id + " at " + address +
+               " disconnected before the cluster formed; its registration is dropped");
+  table_.Remove(id);
+}
+
+void Barrier::FormCluster() {
+  Clock::time_point started = Clock::now();
+  table_.AssignSlots(started);
+  FormedCluster formed;
+  formed.cluster_id = options_.cluster_id;
+  formed.heartbeat_interval = options_.heartbeat_interval;
+  wire::SharedCluster shared;
+  shared.set_cluster_id(options_.cluster_id);
+  for (const NodeRecord& node : table_.nodes()) {
+    Status status = formed.spec.SetTask(node.info.job_name, node.info.task_index,
+                                        JoinHostPort(node.info.host, node.info.ports[0]));
+    if (!status.ok()) context_.Log("cluster spec: " + status.ToString());
+    formed.nodes.push_back(node.info);
+    *shared.add_nodes() = NodeToWire(node.info);
+  }
+  shared.set_cluster_def(formed.spec.AsClusterDef());
+
+  // Encode once, compress once; every node's frame borrows these bytes.
+  int rc = EncodeCluster(shared, &cluster_);
+  if (rc != Z_OK) {
+    context_.Log("zlib compress2 failed with code " + std::to_string(rc));
+    context_.Publish(
+        Status::Internal("compressing the cluster failed (zlib code " + std::to_string(rc) + ")"));
+    return;
+  }
+  if (cluster_.compressed_bytes + 64 > wire::kClientMaxFrameBytes) {
+    context_.Log("the compressed cluster is " + std::to_string(cluster_.compressed_bytes) +
+                 " bytes, over a client's frame limit of " +
+                 std::to_string(wire::kClientMaxFrameBytes));
+  }
+
+  table_.set_formed();
+  for (const NodeRecord& node : table_.nodes()) SendCluster(node);
+  context_.Log(
+      "cluster " + options_.cluster_id + " formed with " + std::to_string(table_.size()) +
+      " nodes (" + std::to_string(cluster_.uncompressed_bytes) + " bytes of shared cluster, " +
+      std::to_string(cluster_.compressed_bytes) + " compressed; " +
+      std::to_string(
+          std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count()) +
+      " us to encode and queue)");
+  context_.Publish(std::move(formed));
+}
+
+void Barrier::SendCluster(const NodeRecord& node) {
+  if (node.connection == 0 || !cluster_.body) return;
+  Peer* peer = context_.FindPeer(node.connection);
+  if (peer == nullptr) return;
+  peer->Send(ClusterFrame(cluster_, node.info, options_.heartbeat_interval));
+}
+
+void Barrier::OnReservationTimeout() {
+  if (table_.phase() != Phase::kReserving) return;
+  // The registered nodes would take the first slots in executor-id order;
+  // the slots after them are the missing ones.
+  std::vector<std::string> registered = table_.RegisteredInSlotOrder();
+  std::vector<std::string> missing = table_.MissingSlots();
+  std::string message = "reservation timed out after " +
+                        FormatSeconds(options_.reservation_timeout) + ": " +
+                        std::to_string(registered.size()) + " of " +
+                        std::to_string(table_.expected()) + " nodes registered";
+  if (!registered.empty()) message += " (executors " + JoinLimited(registered) + ")";
+  message += "; missing " + std::to_string(missing.size()) + " (" + JoinLimited(missing) + ")";
+  context_.Log(message);
+
+  table_.Stop(message);
+  std::vector<uint64_t> waiting;
+  for (const NodeRecord& node : table_.nodes()) {
+    if (node.connection != 0) waiting.push_back(node.connection);
+  }
+  for (uint64_t id : waiting) {
+    if (Peer* peer = context_.FindPeer(id)) {
+      peer->Reject(wire::RESERVATION_TIMEOUT, message, message);
+    }
+  }
+  context_.Publish(Status::DeadlineExceeded(message));
+}
+
+}  // namespace drover::rendezvous_internal

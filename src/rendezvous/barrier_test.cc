@@ -1,0 +1,223 @@
+// Barrier: registrations, retried tasks, forming the cluster, members that
+// reconnect, late and unauthorised registrations, the reservation timeout.
+// Peers and the server are fakes (server_fakes.h): no sockets.
+
+#include "rendezvous/barrier.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "rendezvous/server_fakes.h"
+#include "testing/status_matchers.h"
+
+namespace drover::rendezvous_internal {
+namespace {
+
+using ::drover::testing::StatusIs;
+using ::testing::HasSubstr;
+
+wire::Register RegisterBody(const std::string& executor_id, uint32_t port = 7000) {
+  wire::Register request;
+  wire::NodeInfo* node = request.mutable_node();
+  node->set_executor_id(executor_id);
+  node->set_host("10.0.0.1");
+  node->add_ports(port);
+  return request;
+}
+
+class BarrierTest : public ::testing::Test {
+ protected:
+  void Start(int num_nodes) {
+    ClusterTemplate cluster;
+    cluster.num_nodes = num_nodes;
+    table_ = std::make_unique<NodeTable>(cluster);
+    BarrierOptions options;
+    options.cluster_id = "c1";
+    options.heartbeat_interval = Milliseconds(250);
+    options.reservation_timeout = std::chrono::seconds(60);
+    barrier_ = std::make_unique<Barrier>(options, *table_, context_);
+  }
+
+  // A new peer registers `executor_id`.
+  FakePeer& Register(uint64_t peer_id, const std::string& executor_id) {
+    FakePeer& peer = context_.AddPeer(peer_id);
+    barrier_->HandleRegister(peer, RegisterBody(executor_id, 7000 + peer_id));
+    return peer;
+  }
+
+  FakeContext context_;
+  std::unique_ptr<NodeTable> table_;
+  std::unique_ptr<Barrier> barrier_;
+};
+
+TEST_F(BarrierTest, EveryRegistrationIsAcknowledgedAndTheLastSlotFormsTheCluster) {
+  Start(3);
+  FakePeer& two = Register(1, "2");
+  FakePeer& zero = Register(2, "0");
+  EXPECT_EQ(two.Last<wire::Registered>(wire::REGISTERED)->registered(), 1u);
+  EXPECT_EQ(zero.Last<wire::Registered>(wire::REGISTERED)->registered(), 2u);
+  EXPECT_EQ(zero.Count(wire::CLUSTER), 0u);
+  EXPECT_FALSE(context_.outcome().has_value());
+
+  FakePeer& one = Register(3, "1");
+  std::optional<wire::Registered> registered = one.Last<wire::Registered>(wire::REGISTERED);
+  ASSERT_TRUE(registered.has_value());
+  EXPECT_EQ(registered->registered(), 3u);
+  EXPECT_EQ(registered->expected(), 3u);
+  EXPECT_EQ(table_->phase(), Phase::kFormed);
+
+  // Every node gets its own role; the shared part is the same bytes.
+  std::optional<wire::Cluster> cluster = two.Last<wire::Cluster>(wire::CLUSTER);
+  ASSERT_TRUE(cluster.has_value());
+  EXPECT_EQ(cluster->job_name(), "worker");
+  EXPECT_EQ(cluster->task_index(), 2);
+  EXPECT_EQ(cluster->heartbeat_interval_ms(), 250u);
+  EXPECT_EQ(zero.Last<wire::Cluster>(wire::CLUSTER)->task_index(), 0);
+  EXPECT_EQ(zero.sent.back().shared.get(), two.sent.back().shared.get());
+
+  ASSERT_TRUE(context_.outcome().has_value());
+  ASSERT_OK_AND_ASSIGN(FormedCluster formed, *context_.outcome());
+  EXPECT_EQ(formed.cluster_id, "c1");
+  ASSERT_EQ(formed.nodes.size(), 3u);
+  EXPECT_EQ(formed.nodes[0].executor_id, "0");
+  ASSERT_OK_AND_ASSIGN(std::string address, formed.spec.task_address("worker", 1));
+  EXPECT_EQ(address, "10.0.0.1:7003");
+  EXPECT_TRUE(context_.Logged("cluster c1 formed with 3 nodes"));
+}
+
+TEST_F(BarrierTest, ARetriedTaskReplacesItsEntryAndItsEarlierConnection) {
+  Start(2);
+  FakePeer& first = Register(1, "0");
+  FakePeer& second = Register(2, "0");
+  EXPECT_TRUE(first.closed);
+  EXPECT_EQ(first.executor_id, "");  // so its close is not taken for the node's
+  EXPECT_EQ(second.executor_id, "0");
+  ASSERT_EQ(table_->size(), 1u);
+  EXPECT_EQ(table_->Find("0")->connection, 2u);
+  EXPECT_TRUE(
+      context_.Logged("executor 0 registered again from 192.0.2.1:5000; dropping its "
+                      "earlier connection from 192.0.2.1:5000"));
+  EXPECT_EQ(second.Last<wire::Registered>(wire::REGISTERED)->registered(), 1u);
+}
+
+TEST_F(BarrierTest, AConnectionThatRegistersAnotherIdGivesUpTheFirst) {
+  Start(3);
+  FakePeer& peer = Register(1, "0");
+  barrier_->HandleRegister(peer, RegisterBody("1"));
+  EXPECT_EQ(table_->Find("0"), nullptr);
+  ASSERT_NE(table_->Find("1"), nullptr);
+  EXPECT_EQ(peer.executor_id, "1");
+  EXPECT_EQ(table_->size(), 1u);
+}
+
+TEST_F(BarrierTest, ANodeCredentialRegistersItsOwnSlotOnly) {
+  Start(2);
+  FakePeer& peer = context_.AddPeer(1);
+  peer.AsNode("1");
+  barrier_->HandleRegister(peer, RegisterBody("0"));
+  ASSERT_TRUE(peer.rejection.has_value());
+  EXPECT_EQ(peer.rejection->code, wire::PERMISSION_DENIED);
+  EXPECT_EQ(peer.rejection->message,
+            "the node credential of executor 1 may not register executor 0");
+  EXPECT_EQ(table_->size(), 0u);
+
+  FakePeer& own = context_.AddPeer(2);
+  own.AsNode("1");
+  barrier_->HandleRegister(own, RegisterBody("1"));
+  EXPECT_FALSE(own.rejection.has_value());
+  EXPECT_EQ(table_->size(), 1u);
+}
+
+TEST_F(BarrierTest, ARegistrationWithoutItsFieldsIsMalformed) {
+  Start(2);
+  FakePeer& peer = context_.AddPeer(1);
+  wire::Register request = RegisterBody("0");
+  request.mutable_node()->clear_ports();
+  barrier_->HandleRegister(peer, request);
+  ASSERT_TRUE(peer.rejection.has_value());
+  EXPECT_EQ(peer.rejection->code, wire::MALFORMED);
+  EXPECT_EQ(peer.rejection->message, "REGISTER needs at least one port (executor 0)");
+
+  FakePeer& other = context_.AddPeer(2);
+  barrier_->HandleRegister(other, wire::Register());
+  ASSERT_TRUE(other.rejection.has_value());
+  EXPECT_EQ(other.rejection->message, "REGISTER needs a node");
+}
+
+TEST_F(BarrierTest, AfterTheBarrierAMemberRejoinsAndOthersAreTooLate) {
+  Start(2);
+  FakePeer& first = Register(1, "0");
+  Register(2, "1");
+  ASSERT_EQ(table_->phase(), Phase::kFormed);
+
+  // The agent of executor 0 reconnects: it takes over its slot.
+  FakePeer& again = Register(3, "0");
+  EXPECT_TRUE(first.closed);
+  EXPECT_FALSE(again.rejection.has_value());
+  EXPECT_EQ(table_->Find("0")->connection, 3u);
+  EXPECT_EQ(again.Count(wire::REGISTERED), 1u);
+  EXPECT_EQ(again.Last<wire::Cluster>(wire::CLUSTER)->task_index(), 0);
+
+  FakePeer& stranger = Register(4, "9");
+  ASSERT_TRUE(stranger.rejection.has_value());
+  EXPECT_EQ(stranger.rejection->code, wire::CLUSTER_FORMED);
+  EXPECT_EQ(stranger.rejection->message,
+            "cluster already formed with 2 nodes; executor 9 was not part of it");
+
+  table_->Find("1")->alive = false;
+  table_->Find("1")->error = "executor 1 (worker:1): connection closed";
+  FakePeer& dead = Register(5, "1");
+  ASSERT_TRUE(dead.rejection.has_value());
+  EXPECT_EQ(dead.rejection->message,
+            "cluster already formed with 2 nodes; executor 1 was declared dead: executor 1 "
+            "(worker:1): connection closed");
+}
+
+TEST_F(BarrierTest, TheReservationTimeoutNamesTheRegisteredAndTheMissing) {
+  Start(3);
+  FakePeer& one = Register(1, "1");
+  FakePeer& zero = Register(2, "0");
+  barrier_->OnReservationTimeout();
+
+  const std::string message =
+      "reservation timed out after 60 s: 2 of 3 nodes registered (executors 0, 1); missing 1 "
+      "(worker:2)";
+  for (FakePeer* peer : {&one, &zero}) {
+    ASSERT_TRUE(peer->rejection.has_value());
+    EXPECT_EQ(peer->rejection->code, wire::RESERVATION_TIMEOUT);
+    EXPECT_EQ(peer->rejection->message, message);
+  }
+  ASSERT_TRUE(context_.outcome().has_value());
+  EXPECT_THAT(*context_.outcome(), StatusIs(Status::Code::kDeadlineExceeded, HasSubstr(message)));
+  EXPECT_EQ(table_->phase(), Phase::kStopped);
+  EXPECT_TRUE(context_.Logged(message));
+
+  FakePeer& late = Register(3, "2");
+  ASSERT_TRUE(late.rejection.has_value());
+  EXPECT_EQ(late.rejection->code, wire::STOPPED);
+  EXPECT_EQ(late.rejection->message, "executor 2 cannot register: " + message);
+}
+
+TEST_F(BarrierTest, TheReservationTimeoutDoesNothingOnceFormed) {
+  Start(1);
+  FakePeer& peer = Register(1, "0");
+  barrier_->OnReservationTimeout();
+  EXPECT_FALSE(peer.rejection.has_value());
+  EXPECT_EQ(table_->phase(), Phase::kFormed);
+  EXPECT_EQ(context_.publications, 1);
+}
+
+TEST_F(BarrierTest, ANodeGoneBeforeTheBarrierDoesNotCount) {
+  Start(3);
+  Register(1, "0");
+  barrier_->Disconnected(*table_->Find("0"), "192.0.2.9:1234");
+  EXPECT_EQ(table_->size(), 0u);
+  EXPECT_TRUE(context_.Logged(
+      "executor 0 at 192.0.2.9:1234 disconnected before the cluster formed; its registration "
+      "is dropped"));
+}
+
+}  // namespace
+}  // namespace drover::rendezvous_internal

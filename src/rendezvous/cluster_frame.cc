@@ -1,0 +1,56 @@
+#include "rendezvous/cluster_frame.h"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <zlib.h>
+
+#include <array>
+#include <string>
+#include <utility>
+
+#include "wire/frame.h"
+
+namespace drover::rendezvous_internal {
+
+int EncodeCluster(const wire::SharedCluster& shared, EncodedCluster* out) {
+  std::string plain = shared.SerializeAsString();
+  uLongf compressed_size = compressBound(static_cast<uLong>(plain.size()));
+  std::string compressed(compressed_size, '\0');
+  int rc = compress2(reinterpret_cast<Bytef*>(compressed.data()), &compressed_size,
+                     reinterpret_cast<const Bytef*>(plain.data()), static_cast<uLong>(plain.size()),
+                     Z_BEST_SPEED);
+  if (rc != Z_OK) return rc;
+  compressed.resize(compressed_size);
+  auto body = std::make_shared<SharedBody>();
+  uint8_t field[16];
+  uint8_t* field_end = google::protobuf::io::CodedOutputStream::WriteTagToArray(
+      (wire::Cluster::kSharedFieldNumber << 3) | 2 /* length-delimited */, field);
+  field_end = google::protobuf::io::CodedOutputStream::WriteVarint32ToArray(
+      static_cast<uint32_t>(compressed.size()), field_end);
+  body->bytes.reserve(static_cast<size_t>(field_end - field) + compressed.size());
+  body->bytes.append(reinterpret_cast<const char*>(field), static_cast<size_t>(field_end - field));
+  body->bytes.append(compressed);
+  body->digest.Update(body->bytes);
+  out->body = std::move(body);
+  out->uncompressed_bytes = plain.size();
+  out->compressed_bytes = compressed.size();
+  return Z_OK;
+}
+
+OutFrame ClusterFrame(const EncodedCluster& cluster, const NodeInfo& node,
+                      Milliseconds heartbeat_interval) {
+  wire::Cluster own;
+  own.set_job_name(node.job_name);
+  own.set_task_index(node.task_index);
+  own.set_heartbeat_interval_ms(static_cast<uint32_t>(heartbeat_interval.count()));
+  own.set_shared_uncompressed_bytes(cluster.uncompressed_bytes);
+  OutFrame frame;
+  frame.tail = own.SerializeAsString();
+  size_t body_size = cluster.body->bytes.size() + frame.tail.size();
+  std::array<char, wire::kHeaderBytes> header =
+      wire::EncodeHeader(wire::CLUSTER, static_cast<uint32_t>(body_size));
+  frame.head.assign(header.data(), header.size());
+  frame.shared = cluster.body;
+  return frame;
+}
+
+}  // namespace drover::rendezvous_internal

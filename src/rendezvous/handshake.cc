@@ -1,0 +1,75 @@
+#include "rendezvous/handshake.h"
+
+#include <string>
+
+#include "wire/frame.h"
+
+namespace drover::rendezvous_internal {
+
+void Handshake::HandleHello(Peer& peer, const wire::Hello& hello) {
+  if (hello.client_nonce().size() != wire::kNonceBytes) {
+    std::string message = "HELLO client_nonce must be " + std::to_string(wire::kNonceBytes) +
+                          " bytes, got " + std::to_string(hello.client_nonce().size());
+    return peer.Reject(wire::MALFORMED, message, message);
+  }
+  if (hello.name().size() > wire::kMaxHelloNameBytes) {
+    std::string message = "HELLO name of " + std::to_string(hello.name().size()) +
+                          " bytes is over the limit of " + std::to_string(wire::kMaxHelloNameBytes);
+    return peer.Reject(wire::MALFORMED, message, message);
+  }
+  if (!hello.executor_id().empty()) {
+    Status valid = wire::ValidateCredentialId(hello.executor_id());
+    if (!valid.ok()) {
+      std::string message = "HELLO executor_id: " + valid.message();
+      return peer.Reject(wire::MALFORMED, message, message);
+    }
+  }
+  Result<std::string> nonce = wire::RandomNonce();
+  if (!nonce.ok()) {
+    context_.Log("cannot make a nonce: " + nonce.status().ToString());
+    return peer.Close("server could not make a nonce");
+  }
+  peer.client_nonce = hello.client_nonce();
+  peer.server_nonce = *nonce;
+  // From an unauthenticated peer, on its way to logs and terminals.
+  peer.name = wire::PrintableBytes(hello.name(), 64);
+  peer.credential_id = hello.executor_id();  // validated: printable, no spaces
+  peer.set_state(Peer::State::kAwaitAuth);
+  wire::Challenge challenge;
+  challenge.set_server_nonce(peer.server_nonce);
+  peer.Send(wire::CHALLENGE, challenge);
+}
+
+bool Handshake::HandleAuth(Peer& peer, const wire::Auth& auth) {
+  // The key HELLO named: the cluster token, or the node credential the
+  // driver derived for that executor id (docs/security.md).
+  Result<wire::Token> key = peer.credential_id.empty()
+                                ? Result<wire::Token>(token_)
+                                : wire::DeriveNodeKey(token_, peer.credential_id);
+  Result<wire::Token> session =
+      key.ok() ? wire::DeriveSessionKey(*key, peer.client_nonce, peer.server_nonce) : key;
+  if (!session.ok()) {
+    context_.Log("cannot derive keys: " + session.status().ToString());
+    peer.Close("server could not derive the session key");
+    return false;
+  }
+  std::string expected = wire::ClientMac(*key, peer.server_nonce, peer.client_nonce);
+  if (!wire::ConstantTimeEquals(auth.mac(), expected)) {
+    std::string who = peer.name.empty() ? "" : " (" + peer.name + ")";
+    std::string message =
+        peer.credential_id.empty()
+            ? "authentication failed: wrong token"
+            : "authentication failed: wrong node credential for executor " + peer.credential_id;
+    peer.Reject(wire::AUTH_FAILED, message, message + who);
+    return false;
+  }
+  peer.set_state(Peer::State::kReady);
+  peer.admin = peer.credential_id.empty();
+  wire::AuthOk ok;
+  ok.set_mac(wire::ServerMac(*key, peer.client_nonce, peer.server_nonce));
+  peer.Send(wire::AUTH_OK, ok);
+  peer.StartSession(*session);
+  return true;
+}
+
+}  // namespace drover::rendezvous_internal

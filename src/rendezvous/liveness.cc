@@ -1,0 +1,59 @@
+#include "rendezvous/liveness.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include "rendezvous/node_info_codec.h"
+
+namespace drover::rendezvous_internal {
+
+void Liveness::HandleHeartbeat(Peer& peer, const wire::Heartbeat& heartbeat) {
+  if (peer.executor_id.empty()) return;
+  NodeRecord* node = table_.Find(peer.executor_id);
+  if (node == nullptr || node->connection != peer.id()) return;
+  node->last_seen = Clock::now();
+  node->program_pid = heartbeat.program_pid();
+  if (heartbeat.has_feed()) node->feed = FeedProgressFromWire(heartbeat.feed());
+}
+
+void Liveness::CheckHeartbeats(Clock::time_point now) {
+  if (table_.phase() != Phase::kFormed) return;
+  auto limit = options_.heartbeat_interval * options_.missed_heartbeats_until_dead;
+  for (NodeRecord& node : table_.nodes()) {
+    if (!node.alive || node.stop_sent) continue;
+    auto silent = now - node.last_seen;
+    if (silent <= limit) continue;
+    double seconds = std::chrono::duration<double>(silent).count();
+    char age[32];
+    std::snprintf(age, sizeof(age), "%.1f s", seconds);
+    uint64_t connection = node.connection;
+    DeclareDead(node, "missed " + std::to_string(options_.missed_heartbeats_until_dead) +
+                          " heartbeats (last " + age + " ago)");
+    if (connection != 0) {
+      node.connection = 0;
+      if (Peer* peer = context_.FindPeer(connection)) {
+        peer->executor_id.clear();  // its close is not a second death
+        peer->Close();
+      }
+    }
+  }
+}
+
+void Liveness::Disconnected(NodeRecord& node) {
+  if (table_.phase() == Phase::kFormed && node.alive && !node.stop_sent) {
+    DeclareDead(node, "connection closed");
+  }
+}
+
+void Liveness::DeclareDead(NodeRecord& node, const std::string& why) {
+  if (!node.alive) return;
+  node.alive = false;
+  std::string message =
+      NodeTable::Describe(node) + (why.rfind("missed", 0) == 0 ? " " : ": ") + why;
+  // An error the node reported itself says more than how its connection ended.
+  if (node.error.empty()) node.error = message;
+  context_.Log(message + "; declared dead");
+  context_.Report(NodeEvent{NodeEvent::Kind::kDead, node.info, message, node.last_log_lines});
+}
+
+}  // namespace drover::rendezvous_internal

@@ -1,0 +1,139 @@
+// Liveness: heartbeats, missed heartbeats, closed connections, and the nodes
+// that are not dead (stopped, left, not yet formed). Fake peers and a fake
+// server (server_fakes.h); time is passed in.
+
+#include "rendezvous/liveness.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "rendezvous/server_fakes.h"
+
+namespace drover::rendezvous_internal {
+namespace {
+
+class LivenessTest : public ::testing::Test {
+ protected:
+  LivenessTest() : table_(Template()), liveness_(Options(), table_, context_) {
+    zero_.executor_id = "0";
+    one_.executor_id = "1";
+    table_.Register(TestNode("0"), zero_.id(), start_);
+    table_.Register(TestNode("1"), one_.id(), start_);
+  }
+
+  static ClusterTemplate Template() {
+    ClusterTemplate cluster;
+    cluster.num_nodes = 2;
+    return cluster;
+  }
+  static LivenessOptions Options() {
+    LivenessOptions options;
+    options.heartbeat_interval = std::chrono::seconds(1);
+    options.missed_heartbeats_until_dead = 5;
+    return options;
+  }
+  void Form() {
+    table_.AssignSlots(start_);
+    table_.set_formed();
+  }
+  int Deaths() const {
+    int count = 0;
+    for (const NodeEvent& event : context_.events) count += event.kind == NodeEvent::Kind::kDead;
+    return count;
+  }
+
+  const Clock::time_point start_ = Clock::now();
+  FakeContext context_;
+  FakePeer& zero_ = context_.AddPeer(1);
+  FakePeer& one_ = context_.AddPeer(2);
+  NodeTable table_;
+  Liveness liveness_;
+};
+
+TEST_F(LivenessTest, AHeartbeatRecordsLifeAndWhatTheAgentKnows) {
+  Form();
+  wire::Heartbeat heartbeat;
+  heartbeat.set_program_pid(77);
+  heartbeat.mutable_feed()->set_records(5);
+  liveness_.HandleHeartbeat(zero_, heartbeat);
+  NodeRecord* node = table_.Find("0");
+  EXPECT_GE(node->last_seen, start_);
+  EXPECT_EQ(node->program_pid, 77);
+  ASSERT_TRUE(node->feed.has_value());
+  EXPECT_EQ(node->feed->records, 5u);
+}
+
+TEST_F(LivenessTest, AHeartbeatFromAConnectionWithoutTheSlotIsIgnored) {
+  Form();
+  FakePeer& stale = context_.AddPeer(9);
+  stale.executor_id = "0";  // the slot is connection 1's now
+  wire::Heartbeat heartbeat;
+  heartbeat.set_program_pid(77);
+  liveness_.HandleHeartbeat(stale, heartbeat);
+  FakePeer& unregistered = context_.AddPeer(10);
+  liveness_.HandleHeartbeat(unregistered, heartbeat);
+  EXPECT_EQ(table_.Find("0")->program_pid, 0);
+  EXPECT_EQ(table_.Find("0")->last_seen, start_);
+}
+
+TEST_F(LivenessTest, ASilentNodeIsDeclaredDeadOnceAndDisconnected) {
+  Form();
+  table_.Find("1")->last_seen = start_ + std::chrono::seconds(6);
+  liveness_.CheckHeartbeats(start_ + std::chrono::seconds(5));  // at the limit: not yet
+  EXPECT_EQ(Deaths(), 0);
+
+  liveness_.CheckHeartbeats(start_ + Milliseconds(6500));
+  ASSERT_EQ(Deaths(), 1);
+  const NodeEvent& event = context_.events[0];
+  EXPECT_EQ(event.node.executor_id, "0");
+  EXPECT_EQ(event.message, "executor 0 (worker:0) missed 5 heartbeats (last 6.5 s ago)");
+  EXPECT_TRUE(context_.Logged(event.message + "; declared dead"));
+  NodeRecord* node = table_.Find("0");
+  EXPECT_FALSE(node->alive);
+  EXPECT_EQ(node->error, event.message);
+  EXPECT_EQ(node->connection, 0u);
+  EXPECT_TRUE(zero_.closed);
+  EXPECT_EQ(zero_.executor_id, "");  // its close is not a second death
+  EXPECT_FALSE(one_.closed);
+
+  liveness_.CheckHeartbeats(start_ + std::chrono::seconds(8));
+  EXPECT_EQ(Deaths(), 1);
+}
+
+TEST_F(LivenessTest, AClosedConnectionIsADeathButAReportedErrorStays) {
+  Form();
+  NodeRecord* node = table_.Find("1");
+  node->error = "out of memory";
+  node->connection = 0;
+  liveness_.Disconnected(*node);
+  ASSERT_EQ(Deaths(), 1);
+  EXPECT_EQ(context_.events[0].message, "executor 1 (worker:1): connection closed");
+  EXPECT_FALSE(node->alive);
+  EXPECT_EQ(node->error, "out of memory");
+  liveness_.Disconnected(*node);
+  EXPECT_EQ(Deaths(), 1);
+}
+
+TEST_F(LivenessTest, NodesToldToStopOrThatLeftAreNotDead) {
+  Form();
+  table_.Find("0")->stop_sent = true;
+  table_.Find("1")->alive = false;
+  table_.Find("1")->left = true;
+  liveness_.CheckHeartbeats(start_ + std::chrono::minutes(1));
+  liveness_.Disconnected(*table_.Find("0"));
+  liveness_.Disconnected(*table_.Find("1"));
+  EXPECT_EQ(Deaths(), 0);
+  EXPECT_FALSE(zero_.closed);
+}
+
+TEST_F(LivenessTest, NobodyDiesBeforeTheBarrier) {
+  liveness_.CheckHeartbeats(start_ + std::chrono::minutes(1));
+  liveness_.Disconnected(*table_.Find("0"));
+  EXPECT_EQ(Deaths(), 0);
+  EXPECT_TRUE(table_.Find("0")->alive);
+}
+
+}  // namespace
+}  // namespace drover::rendezvous_internal

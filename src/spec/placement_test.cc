@@ -1,0 +1,104 @@
+#include "drover/placement.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "testing/status_matchers.h"
+
+namespace drover {
+namespace {
+
+using ::drover::testing::StatusIs;
+using ::testing::HasSubstr;
+using Code = Status::Code;
+
+ClusterSpec Spec(const std::string& json) {
+  Result<ClusterSpec> spec = ClusterSpec::FromJson(json);
+  EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+  return spec.ok() ? *spec : ClusterSpec();
+}
+
+// The others follow in the spec's job order (ps, then evaluator here).
+TEST(PlacementTest, TrainingTasksAreRankedChiefMasterWorkersAndFedInTheSameOrder) {
+  const ClusterSpec spec = Spec(
+      R"({"ps": ["p0:1"], "worker": ["h1:10", "h2:11", "h1:12"], "chief": ["h2:9"],
+          "evaluator": ["e0:1"]})");
+  ASSERT_OK_AND_ASSIGN(std::vector<Placement> all, LayOutPlacements(spec));
+  ASSERT_EQ(all.size(), 6u);
+  const std::vector<std::pair<std::string, int>> order = {
+      {"chief", 0}, {"worker", 0}, {"worker", 1}, {"worker", 2}, {"ps", 0}, {"evaluator", 0}};
+  for (size_t i = 0; i < order.size(); ++i) {
+    EXPECT_EQ(all[i].job, order[i].first) << i;
+    EXPECT_EQ(all[i].index, order[i].second) << i;
+  }
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_TRUE(all[r].rank.has_value()) << r;
+    EXPECT_EQ(all[r].rank->rank, r);
+    EXPECT_EQ(all[r].rank->world_size, 4);
+    EXPECT_EQ(all[r].rank->master_host, "h2");
+    EXPECT_EQ(all[r].rank->master_port, 9);
+    EXPECT_EQ(all[r].feed, (FeedShare{r, 4}));
+  }
+  for (size_t i = 4; i < all.size(); ++i) {
+    EXPECT_FALSE(all[i].rank.has_value()) << all[i].job;
+    EXPECT_FALSE(all[i].feed.has_value()) << all[i].job;
+    EXPECT_FALSE(all[i].chief) << all[i].job;
+  }
+  EXPECT_TRUE(all[0].chief);
+  EXPECT_FALSE(all[1].chief);
+}
+
+TEST(PlacementTest, LocalAndGroupRanksFollowHostsInRankOrder) {
+  const ClusterSpec spec = Spec(R"({"worker": ["a:1", "b:1", "a:2", "c:1"]})");
+  ASSERT_OK_AND_ASSIGN(std::vector<Placement> all, LayOutPlacements(spec));
+  ASSERT_EQ(all.size(), 4u);
+  // worker:2 is the second task on host a, which is the first host.
+  EXPECT_EQ(all[2].rank->local_rank, 1);
+  EXPECT_EQ(all[2].rank->local_world_size, 2);
+  EXPECT_EQ(all[2].rank->group_rank, 0);
+  EXPECT_EQ(all[3].rank->group_rank, 2);
+  EXPECT_EQ(all[3].rank->group_world_size, 3);
+  EXPECT_EQ(all[3].rank->role_rank, 3);
+  EXPECT_EQ(all[3].rank->role_world_size, 4);
+}
+
+TEST(PlacementTest, WorkerZeroIsChiefOnlyWithoutAChiefOrMasterJob) {
+  const ClusterSpec workers = Spec(R"({"worker": ["a:1", "b:1"]})");
+  EXPECT_TRUE(IsChiefTask(workers, "worker", 0));
+  EXPECT_FALSE(IsChiefTask(workers, "worker", 1));
+  EXPECT_TRUE(IsChiefTask(workers, "master", 0));
+  EXPECT_FALSE(IsChiefTask(workers, "ps", 0));
+  const ClusterSpec with_master = Spec(R"({"master": ["m:1"], "worker": ["a:1"]})");
+  EXPECT_TRUE(IsChiefTask(with_master, "master", 0));
+  EXPECT_FALSE(IsChiefTask(with_master, "worker", 0));
+}
+
+TEST(PlacementTest, TrainingJobsAreChiefMasterWorker) {
+  EXPECT_EQ(TrainingJobs(), (std::vector<std::string>{"chief", "master", "worker"}));
+  EXPECT_TRUE(IsTrainingJob("master"));
+  EXPECT_FALSE(IsTrainingJob("ps"));
+  EXPECT_FALSE(IsTrainingJob("evaluator"));
+}
+
+TEST(PlacementTest, CustomTrainingJobsRankOnlyThose) {
+  const ClusterSpec spec = Spec(R"({"chief": ["c:1"], "worker": ["a:1"]})");
+  ASSERT_OK_AND_ASSIGN(Placement worker, PlacementOf(spec, "worker", 0, {"worker"}));
+  EXPECT_EQ(worker.rank->rank, 0);
+  ASSERT_OK_AND_ASSIGN(Placement chief, PlacementOf(spec, "chief", 0, {"worker"}));
+  EXPECT_FALSE(chief.rank.has_value());
+  EXPECT_TRUE(chief.chief);
+}
+
+TEST(PlacementTest, UnknownTaskAndBadRankedAddressAreNamed) {
+  const ClusterSpec spec = Spec(R"({"worker": ["a:1", "no-port"], "ps": ["p"]})");
+  EXPECT_THAT(PlacementOf(spec, "worker", 7).status(), StatusIs(Code::kNotFound, HasSubstr("7")));
+  EXPECT_THAT(LayOutPlacements(spec).status(),
+              StatusIs(Code::kInvalidArgument, HasSubstr("task worker:1")));
+  // A ps address needs no port: only ranks use it.
+  const ClusterSpec ps_without_port = Spec(R"({"worker": ["a:1"], "ps": ["p"]})");
+  ASSERT_OK_AND_ASSIGN(Placement ps, PlacementOf(ps_without_port, "ps", 0));
+  EXPECT_EQ(ps.host, "p");
+}
+
+}  // namespace
+}  // namespace drover
