@@ -9,7 +9,7 @@
 #include "drover/framework_env.h"
 
 int main() {
-  auto choice = drover::MakeClusterResolver("auto");
+  auto choice = drover::MakeClusterResolver("auto", drover::ProcessEnvironment());
   if (!choice.ok()) {
     std::cerr << choice.status().message() << "\n";
     return 2;

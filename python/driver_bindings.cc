@@ -51,13 +51,13 @@ class PyAgentProcess : public AgentProcess {
   int pid() const override { return Call<int>("pid", /*attribute=*/true, -1); }
   int output_fd() const override { return Call<int>("output_fd", false, -1); }
   void CloseOutput() override { Call<py::object>("close_output", false, py::none()); }
-  std::optional<ExitStatus> Poll() override {
+  std::optional<os::ExitStatus> Poll() override {
     py::gil_scoped_acquire gil;
     try {
       py::object code = process_.attr("poll")();
       if (code.is_none()) return std::nullopt;
       int value = code.cast<int>();
-      return value < 0 ? ExitStatus::Signaled(-value) : ExitStatus::Exited(value);
+      return value < 0 ? os::ExitStatus::Signaled(-value) : os::ExitStatus::Exited(value);
     } catch (py::error_already_set& error) {
       error.discard_as_unraisable("drover: polling a remote agent");
       return std::nullopt;

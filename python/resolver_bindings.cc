@@ -46,7 +46,7 @@ class PyClusterResolver : public ClusterResolver {
                                           OptInt task_id) const override {
     py::gil_scoped_acquire gil;
     py::function override = py::get_override(this, "num_accelerators");
-    if (!override) return ClusterResolver::num_accelerators(task_type, task_id);
+    if (!override) return LocalAccelerators(ProcessEnvironment());
     return override(task_type, task_id).cast<AcceleratorMap>();
   }
   std::string environment() const override {
@@ -151,7 +151,8 @@ void BindTfConfig(py::module_& m) {
                  options.task_id = task_id;
                  options.rpc_layer = std::move(rpc_layer);
                  options.environment = std::move(environment);
-                 return std::make_shared<TFConfigClusterResolver>(std::move(options));
+                 return std::make_shared<TFConfigClusterResolver>(std::move(options),
+                                                                  ProcessEnvironment());
                }),
            py::arg("task_type") = py::none(), py::arg("task_id") = py::none(),
            py::arg("rpc_layer") = py::none(), py::arg("environment") = py::none())
@@ -205,7 +206,7 @@ void BindSlurmAndMpi(py::module_& m) {
         options.auto_set_gpu = auto_set_gpu;
         options.rpc_layer = std::move(rpc_layer);
         return std::shared_ptr<SlurmClusterResolver>(
-            Unwrap(SlurmClusterResolver::Create(std::move(options))));
+            Unwrap(SlurmClusterResolver::Create(std::move(options), ProcessEnvironment())));
       }),
       py::arg("jobs") = py::none(), py::arg("port_base") = 8888,
       py::arg("gpus_per_node") = py::none(), py::arg("gpus_per_task") = py::none(),
@@ -226,8 +227,8 @@ void BindSlurmAndMpi(py::module_& m) {
             options.gpus_per_task = gpus_per_task;
             options.auto_set_gpu = auto_set_gpu;
             options.rpc_layer = std::move(rpc_layer);
-            return std::shared_ptr<MPIClusterResolver>(
-                Unwrap(MPIClusterResolver::CreateWithMpi(std::move(options))));
+            return std::shared_ptr<MPIClusterResolver>(Unwrap(
+                MPIClusterResolver::CreateWithMpi(std::move(options), ProcessEnvironment())));
           }),
           py::arg("jobs") = py::none(), py::arg("port_base") = 8888,
           py::arg("gpus_per_node") = py::none(), py::arg("gpus_per_task") = py::none(),
@@ -244,7 +245,7 @@ void BindTorchAndKubernetes(py::module_& m) {
              TorchEnvClusterResolver::Options options{std::move(job_name), port_base,
                                                       std::move(rpc_layer)};
              return std::shared_ptr<TorchEnvClusterResolver>(
-                 Unwrap(TorchEnvClusterResolver::Create(std::move(options))));
+                 Unwrap(TorchEnvClusterResolver::Create(std::move(options), ProcessEnvironment())));
            }),
            py::arg("job_name") = "worker", py::arg("port_base") = 8888,
            py::arg("rpc_layer") = "grpc")
@@ -272,8 +273,8 @@ void BindTorchAndKubernetes(py::module_& m) {
              options.cluster_domain = std::move(cluster_domain);
              options.port = port;
              options.rpc_layer = std::move(rpc_layer);
-             return std::shared_ptr<KubernetesClusterResolver>(
-                 Unwrap(KubernetesClusterResolver::Create(std::move(options))));
+             return std::shared_ptr<KubernetesClusterResolver>(Unwrap(
+                 KubernetesClusterResolver::Create(std::move(options), ProcessEnvironment())));
            }),
            py::arg("jobs") = py::none(), py::arg("num_tasks") = py::none(),
            py::arg("job_name") = "", py::arg("service") = "", py::arg("namespace") = "",
@@ -292,8 +293,9 @@ void BindResourceSpec(py::module_& m) {
       .def(
           py::init([](const std::string& resource_spec_file, int port_base, std::string rpc_layer) {
             ResourceSpecClusterResolver::Options options{port_base, std::move(rpc_layer)};
-            return std::shared_ptr<ResourceSpecClusterResolver>(Unwrap(
-                ResourceSpecClusterResolver::Create(resource_spec_file, std::move(options))));
+            return std::shared_ptr<ResourceSpecClusterResolver>(
+                Unwrap(ResourceSpecClusterResolver::Create(resource_spec_file, std::move(options),
+                                                           ProcessEnvironment())));
           }),
           py::arg("resource_spec_file"), py::arg("port_base") = 15000,
           py::arg("rpc_layer") = "grpc")
@@ -349,7 +351,8 @@ void BindFunctions(py::module_& m) {
   m.def(
       "resolve",
       [](const std::string& name) -> std::shared_ptr<ClusterResolver> {
-        return std::shared_ptr<ClusterResolver>(Unwrap(MakeClusterResolver(name)).resolver);
+        return std::shared_ptr<ClusterResolver>(
+            Unwrap(MakeClusterResolver(name, ProcessEnvironment())).resolver);
       },
       py::arg("resolver") = "auto",
       "The resolver `drover resolve --resolver NAME` would use (auto, tfconfig, slurm, ...).");

@@ -29,7 +29,7 @@ class PySshCluster {
     options.ssh.check_host_keys = check_host_keys;
     options.ssh.extra_options = std::move(ssh_options);
     options.timeout_s = timeout < 1 ? 1 : static_cast<int>(timeout);
-    cluster_ = Unwrap(SshCluster::Create(path, std::move(options)));
+    cluster_ = Unwrap(SshCluster::Create(path, std::move(options), ProcessEnvironment()));
   }
 
   const SshCluster& get() const {

@@ -74,7 +74,7 @@ class FakeAgent : public AgentProcess {
     read_fd_ = -1;
   }
 
-  std::optional<ExitStatus> Poll() override {
+  std::optional<os::ExitStatus> Poll() override {
     std::lock_guard<std::mutex> lock(mu_);
     return status_;
   }
@@ -85,7 +85,7 @@ class FakeAgent : public AgentProcess {
       if (status_) return;
       if (!signal_) signal_ = signal;
       // SIGKILL ends a process at once, whatever it was doing.
-      if (signal == SIGKILL) EndLocked(ExitStatus::Signaled(SIGKILL));
+      if (signal == SIGKILL) EndLocked(os::ExitStatus::Signaled(SIGKILL));
     }
     shared_->Update(record_, [signal](FakeNodeRecord& r) {
       if (!r.signal) r.signal = signal;
@@ -130,13 +130,13 @@ class FakeAgent : public AgentProcess {
     Status reported = (*client)->ReportError(id, message, script_.lines);
     if (reported.ok()) reported = (*client)->QueryState(Clock::now() + kReportLimit).status();
     if (!reported.ok()) Record(reported);
-    End(ExitStatus::Exited(script_.exit_code));
+    End(os::ExitStatus::Exited(script_.exit_code));
   }
 
   void RunUntilStop(RendezvousClient& client) {
     for (;;) {
       if (std::optional<int> signal = PendingSignal())
-        return End(ExitStatus::Exited(128 + *signal));
+        return End(os::ExitStatus::Exited(128 + *signal));
       Result<bool> stop = client.WaitForStop(Clock::now() + kStopPoll);
       if (!stop.ok()) return Fail(stop.status());
       if (*stop) {
@@ -150,19 +150,19 @@ class FakeAgent : public AgentProcess {
     Status left = client.Leave();
     if (left.ok()) left = client.QueryState(Clock::now() + kReportLimit).status();
     if (!left.ok()) Record(left);
-    End(ExitStatus::Exited(0));
+    End(os::ExitStatus::Exited(0));
   }
 
   // Hangs like a process that does nothing until the driver signals it.
   void EndBySignal() {
     std::unique_lock<std::mutex> lock(mu_);
     changed_.wait(lock, [this] { return signal_.has_value() || quit_; });
-    EndLocked(ExitStatus::Exited(128 + signal_.value_or(SIGKILL)));
+    EndLocked(os::ExitStatus::Exited(128 + signal_.value_or(SIGKILL)));
   }
 
   void Fail(const Status& status) {
     Record(status);
-    End(ExitStatus::Exited(1));
+    End(os::ExitStatus::Exited(1));
   }
 
   void Record(const Status& status) {
@@ -180,13 +180,13 @@ class FakeAgent : public AgentProcess {
     if (write_fd_ >= 0) ::send(write_fd_, text.data(), text.size(), MSG_NOSIGNAL);
   }
 
-  void End(ExitStatus status) {
+  void End(os::ExitStatus status) {
     std::lock_guard<std::mutex> lock(mu_);
     EndLocked(status);
   }
 
   // REQUIRES: mu_ held. The first end wins (a SIGKILL before the script's).
-  void EndLocked(ExitStatus status) {
+  void EndLocked(os::ExitStatus status) {
     if (!status_) status_ = status;
     if (write_fd_ >= 0) ::close(write_fd_);
     write_fd_ = -1;
@@ -206,10 +206,10 @@ class FakeAgent : public AgentProcess {
 
   std::mutex mu_;
   std::condition_variable changed_;
-  int write_fd_;                      // guarded by mu_
-  std::optional<int> signal_;         // guarded by mu_
-  std::optional<ExitStatus> status_;  // guarded by mu_
-  bool quit_ = false;                 // guarded by mu_
+  int write_fd_;                          // guarded by mu_
+  std::optional<int> signal_;             // guarded by mu_
+  std::optional<os::ExitStatus> status_;  // guarded by mu_
+  bool quit_ = false;                     // guarded by mu_
   std::thread thread_;
 };
 

@@ -11,6 +11,10 @@
 // program leaves behind are adopted and reaped by the agent, not by an init
 // that may be slow to. Interrupt() may be called from any thread or a signal
 // handler.
+//
+// The agent reads environment variables (the program inherits them), the
+// host name and the network interfaces only through the Environment it is
+// given, which must outlive it: `drover agent` passes ProcessEnvironment().
 
 #ifndef DROVER_AGENT_H_
 #define DROVER_AGENT_H_
@@ -21,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "drover/environment.h"
 #include "drover/rendezvous.h"
 
 namespace drover {
@@ -34,7 +39,7 @@ struct AgentOptions {
   // key, fails Run() before it connects.
   Credential credential;
   std::string executor_id;
-  std::string host;  // the node's address in the cluster; "" : gethostname()
+  std::string host;  // the node's address in the cluster; "" : the Environment's HostName()
   int num_ports = 1;
   // CUDA_VISIBLE_DEVICES: nullopt leaves it as inherited; {} sets it to "".
   std::optional<std::vector<int>> gpus;
@@ -71,7 +76,7 @@ struct AgentOptions {
 
 class Agent {
  public:
-  explicit Agent(AgentOptions options);
+  Agent(AgentOptions options, const Environment& env);
   ~Agent();
   Agent(const Agent&) = delete;
   Agent& operator=(const Agent&) = delete;

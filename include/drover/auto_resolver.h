@@ -41,8 +41,7 @@ const std::vector<std::pair<std::string, std::string>>& AutoResolverOrder();
 // Builds the resolver `name` names. kInvalidArgument for an unknown name or
 // a malformed static JSON; kNotFound when `auto` finds no source (the message
 // lists what was checked).
-Result<ResolverChoice> MakeClusterResolver(std::string_view name,
-                                           Environment& env = ProcessEnvironment());
+Result<ResolverChoice> MakeClusterResolver(std::string_view name, Environment& env);
 
 }  // namespace drover
 

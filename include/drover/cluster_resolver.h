@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "drover/cluster_spec.h"
+#include "drover/environment.h"
 #include "drover/status.h"
 
 namespace drover {
@@ -32,6 +33,10 @@ using AcceleratorMap = std::map<std::string, int>;
 
 // "grpc://host:port" when rpc_layer is non-empty, else the address unchanged.
 std::string FormatMasterUrl(const std::string& master, const std::string& rpc_layer);
+
+// This host's GPUs as `env` counts them: {"GPU": n}, or {} when there are
+// none (TensorFlow lists no type without devices).
+AcceleratorMap LocalAccelerators(const Environment& env);
 
 class ClusterResolver {
  public:
@@ -48,9 +53,10 @@ class ClusterResolver {
                                      const std::optional<std::string>& rpc_layer) const = 0;
   Result<std::string> master() const { return master(std::nullopt, std::nullopt, std::nullopt); }
 
-  // Accelerators per task. The default counts this host's GPUs.
+  // Accelerators per task (LocalAccelerators() for a resolver that only
+  // knows this host's).
   virtual Result<AcceleratorMap> num_accelerators(const std::optional<std::string>& task_type,
-                                                  std::optional<int> task_id) const;
+                                                  std::optional<int> task_id) const = 0;
   Result<AcceleratorMap> num_accelerators() const {
     return num_accelerators(std::nullopt, std::nullopt);
   }

@@ -62,8 +62,8 @@ class KubernetesClusterResolver : public ClusterResolver {
   };
 
   // Validates the environment once, so a missing variable fails early.
-  static Result<std::unique_ptr<KubernetesClusterResolver>> Create(
-      Options options, Environment& env = ProcessEnvironment());
+  static Result<std::unique_ptr<KubernetesClusterResolver>> Create(Options options,
+                                                                   Environment& env);
 
   Result<ClusterSpec> cluster_spec() const override;
   using ClusterResolver::master;
@@ -74,6 +74,10 @@ class KubernetesClusterResolver : public ClusterResolver {
   // The set value, else this pod's job/index from JOB_COMPLETION_INDEX.
   std::optional<std::string> task_type() const override;
   std::optional<int> task_id() const override;
+  using ClusterResolver::num_accelerators;
+  // This host's GPUs (LocalAccelerators).
+  Result<AcceleratorMap> num_accelerators(const std::optional<std::string>& task_type,
+                                          std::optional<int> task_id) const override;
 
   // JOB_COMPLETION_INDEX.
   Result<int> completion_index() const;

@@ -88,13 +88,13 @@ class MPIClusterResolver : public PlacedClusterResolver {
 
   // `exchange` may be null: then the ranks must all be on this host.
   // Collective when the ranks span hosts.
-  static Result<std::unique_ptr<MPIClusterResolver>> Create(
-      Options options, std::shared_ptr<HostExchange> exchange,
-      Environment& env = ProcessEnvironment());
+  static Result<std::unique_ptr<MPIClusterResolver>> Create(Options options,
+                                                            std::shared_ptr<HostExchange> exchange,
+                                                            Environment& env);
 
   // Create() with NewMpiHostExchange().
-  static Result<std::unique_ptr<MPIClusterResolver>> CreateWithMpi(
-      Options options, Environment& env = ProcessEnvironment());
+  static Result<std::unique_ptr<MPIClusterResolver>> CreateWithMpi(Options options,
+                                                                   Environment& env);
 
   // Every rank's placement, in rank order; local_index is the rank's local
   // rank.

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "drover/cluster_spec.h"
+#include "drover/environment.h"
 #include "drover/status.h"
 
 namespace drover {
@@ -42,9 +43,10 @@ struct NodeContext {
   int num_workers = 0;  // tasks of the "worker" job
   bool is_chief = false;
 
-  // Reads the file named by DROVER_CONTEXT_FILE. kNotFound naming the
-  // variable when it is unset or empty; otherwise as LoadFile().
-  static Result<NodeContext> Load();
+  // Reads the file that `env`'s DROVER_CONTEXT_FILE names (a program passes
+  // ProcessEnvironment()). kNotFound naming the variable when it is unset or
+  // empty; otherwise as LoadFile().
+  static Result<NodeContext> Load(const Environment& env);
   // kNotFound when the file cannot be opened, kInvalidArgument (naming the
   // file and the field) when it is not a context file.
   static Result<NodeContext> LoadFile(const std::string& path);

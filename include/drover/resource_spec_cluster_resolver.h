@@ -100,11 +100,13 @@ class ResourceSpecClusterResolver : public ClusterResolver {
     std::string rpc_layer = "grpc";
   };
 
-  static Result<std::unique_ptr<ResourceSpecClusterResolver>> Create(
-      const std::string& path, Options options, Environment& env = ProcessEnvironment());
+  static Result<std::unique_ptr<ResourceSpecClusterResolver>> Create(const std::string& path,
+                                                                     Options options,
+                                                                     Environment& env);
   // kInvalidArgument when the ports would pass 65535.
-  static Result<std::unique_ptr<ResourceSpecClusterResolver>> Create(
-      ResourceSpec spec, Options options, Environment& env = ProcessEnvironment());
+  static Result<std::unique_ptr<ResourceSpecClusterResolver>> Create(ResourceSpec spec,
+                                                                     Options options,
+                                                                     Environment& env);
 
   Result<ClusterSpec> cluster_spec() const override;
   using ClusterResolver::master;

@@ -75,8 +75,7 @@ class SlurmClusterResolver : public PlacedClusterResolver {
 
   // Reads the environment once to check it (as TensorFlow's constructor
   // raises) and to fix gpus_per_node/gpus_per_task.
-  static Result<std::unique_ptr<SlurmClusterResolver>> Create(
-      Options options, Environment& env = ProcessEnvironment());
+  static Result<std::unique_ptr<SlurmClusterResolver>> Create(Options options, Environment& env);
 
   // Every task's placement, in rank order, as the environment says now.
   Result<std::vector<TaskPlacement>> Placement() const override;

@@ -61,9 +61,7 @@ class TFConfigClusterResolver : public ClusterResolver {
     std::optional<std::string> environment;
   };
 
-  // Reads the process environment.
-  TFConfigClusterResolver();
-  explicit TFConfigClusterResolver(Options options, Environment& env = ProcessEnvironment());
+  explicit TFConfigClusterResolver(Options options, Environment& env);
 
   // TF_CONFIG as it reads now; an unset or blank variable gives TfConfig{}.
   Result<TfConfig> tf_config() const;

@@ -46,8 +46,7 @@ class TorchEnvClusterResolver : public ClusterResolver {
   };
 
   // Validates the environment once, so a missing variable fails early.
-  static Result<std::unique_ptr<TorchEnvClusterResolver>> Create(
-      Options options, Environment& env = ProcessEnvironment());
+  static Result<std::unique_ptr<TorchEnvClusterResolver>> Create(Options options, Environment& env);
 
   Result<ClusterSpec> cluster_spec() const override;
   using ClusterResolver::master;
@@ -59,6 +58,10 @@ class TorchEnvClusterResolver : public ClusterResolver {
   // The set value, else job_name / RANK (nullopt when RANK is unreadable).
   std::optional<std::string> task_type() const override;
   std::optional<int> task_id() const override;
+  using ClusterResolver::num_accelerators;
+  // This host's GPUs (LocalAccelerators).
+  Result<AcceleratorMap> num_accelerators(const std::optional<std::string>& task_type,
+                                          std::optional<int> task_id) const override;
 
   Result<int> rank() const;
   Result<int> world_size() const;

@@ -2,8 +2,6 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
-#include <net/if.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
@@ -18,48 +16,49 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
+#include <utility>
 
 #include "agent/feed_service.h"
 #include "agent/output_tail.h"
 #include "agent/port_reservation.h"
 #include "agent/process_guard.h"
-#include "agent/subprocess.h"
 #include "drover/data_feed.h"
 #include "drover/framework_env.h"
 #include "drover/node_context.h"
 #include "drover/placement.h"
-
-extern char** environ;
+#include "os/subprocess.h"
 
 namespace drover {
 namespace {
 
 namespace fs = std::filesystem;
 
+// An IP address in binary, so that two spellings of one IPv6 address match;
+// nullopt when `text` is not an IP address.
+std::optional<std::pair<int, in6_addr>> ParseIp(const std::string& text) {
+  in6_addr bytes{};  // large enough for either family
+  if (::inet_pton(AF_INET, text.c_str(), &bytes) == 1) return std::make_pair(AF_INET, bytes);
+  if (::inet_pton(AF_INET6, text.c_str(), &bytes) == 1) return std::make_pair(AF_INET6, bytes);
+  return std::nullopt;
+}
+
 // The name of the non-loopback interface that holds `address` ("" when none
 // does, or it is not an IP address).
-std::string InterfaceOf(const std::string& address) {
-  in6_addr wanted6{};
-  in_addr wanted4{};
-  const bool v4 = ::inet_pton(AF_INET, address.c_str(), &wanted4) == 1;
-  if (!v4 && ::inet_pton(AF_INET6, address.c_str(), &wanted6) != 1) return "";
-  ifaddrs* interfaces = nullptr;
-  if (::getifaddrs(&interfaces) != 0) return "";
-  std::string name;
-  for (ifaddrs* i = interfaces; i != nullptr && name.empty(); i = i->ifa_next) {
-    if (i->ifa_addr == nullptr || (i->ifa_flags & IFF_LOOPBACK) != 0) continue;
-    if (v4 && i->ifa_addr->sa_family == AF_INET &&
-        reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr == wanted4.s_addr) {
-      name = i->ifa_name;
-    } else if (!v4 && i->ifa_addr->sa_family == AF_INET6 &&
-               std::memcmp(&reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr, &wanted6,
-                           sizeof(wanted6)) == 0) {
-      name = i->ifa_name;
+std::string InterfaceOf(const std::string& address,
+                        const std::vector<InterfaceAddress>& interfaces) {
+  const std::optional<std::pair<int, in6_addr>> wanted = ParseIp(address);
+  if (!wanted) return "";
+  for (const InterfaceAddress& interface : interfaces) {
+    if (interface.loopback) continue;
+    std::optional<std::pair<int, in6_addr>> held = ParseIp(interface.address);
+    if (held && held->first == wanted->first &&
+        std::memcmp(&held->second, &wanted->second, sizeof(in6_addr)) == 0) {
+      return interface.name;
     }
   }
-  ::freeifaddrs(interfaces);
-  return name;
+  return "";
 }
 
 constexpr size_t kTailLines = 20;
@@ -148,12 +147,6 @@ class OutputSink {
   std::string pending_;
 };
 
-std::string Hostname() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof(name) - 1) != 0) return "localhost";
-  return name;
-}
-
 std::string JoinInts(const std::vector<int>& values) {
   std::string out;
   for (size_t i = 0; i < values.size(); ++i) {
@@ -228,7 +221,7 @@ Result<Credential> OwnCredential(const Credential& given, const std::string& exe
 
 class Agent::Impl {
  public:
-  explicit Impl(AgentOptions options) : options_(std::move(options)) {
+  Impl(AgentOptions options, const Environment& env) : options_(std::move(options)), env_(env) {
     event_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   }
   ~Impl() {
@@ -278,10 +271,10 @@ class Agent::Impl {
                                                               const NodeContext& context,
                                                               const std::string& context_path);
   // Forwards the program's output and supervises it to its end.
-  Reason Supervise(Subprocess& child, OutputTail& tail, ExitStatus* status);
+  Reason Supervise(os::Subprocess& child, OutputTail& tail, os::ExitStatus* status);
   // Reads one chunk of the program's output pipe `stream` into its sink;
   // false at EOF.
-  bool Forward(Subprocess& child, int stream, OutputTail& tail, OutputSink& sink);
+  bool Forward(os::Subprocess& child, int stream, OutputTail& tail, OutputSink& sink);
   void WatchForStop(RendezvousClient* client);
   // REPORT_ERROR, then a QUERY_STATE round trip: the server handles frames
   // in order, so once the state comes back the report has been handled.
@@ -303,6 +296,7 @@ class Agent::Impl {
   Status PrepareFeeding(NodeInfo* node);
 
   AgentOptions options_;
+  const Environment& env_;  // variables, host name and interfaces come only from here
   int event_fd_ = -1;
   std::atomic<int> interrupt_signal_{0};
   std::atomic<bool> started_{false};
@@ -367,7 +361,7 @@ int Agent::Impl::Run() {
 
   NodeInfo node;
   node.executor_id = o.executor_id;
-  node.host = o.host.empty() ? Hostname() : o.host;
+  node.host = o.host.empty() ? env_.HostName() : o.host;
   for (int port : ports.ports()) node.ports.push_back(static_cast<uint32_t>(port));
   node.pid = static_cast<int32_t>(::getpid());
   if (o.gpus) node.gpus.assign(o.gpus->begin(), o.gpus->end());
@@ -429,7 +423,7 @@ int Agent::Impl::Run() {
   if (::pipe2(report, O_CLOEXEC) != 0) {
     return Fail(Status::IoError(std::string("pipe2: ") + std::strerror(errno)));
   }
-  SubprocessOptions spawn;
+  os::SubprocessOptions spawn;
   // The program runs under `drover guard`, which stops every process it
   // starts, and stops them all if this agent dies (its death signal).
   spawn.argv = {*drover_binary,
@@ -458,7 +452,7 @@ int Agent::Impl::Run() {
     return 128 + signal;
   }
   ports.Release();
-  Result<Subprocess> spawned = Subprocess::Spawn(spawn);
+  Result<os::Subprocess> spawned = os::Subprocess::Spawn(spawn);
   ::close(report[1]);
   Result<int> program_pid = spawned.ok() ? ReadGuardReport(report[0], Clock::now() + kGuardStart)
                                          : Result<int>(spawned.status());
@@ -468,7 +462,7 @@ int Agent::Impl::Run() {
     Report(*client, message, {});
     return Fail(Status::NotFound(message));
   }
-  Subprocess child = std::move(spawned).value();
+  os::Subprocess child = std::move(spawned).value();
   // feed_ outlives the client (and so its heartbeat thread): ~Impl resets it.
   client->StartHeartbeats(cluster.heartbeat_interval, [this, program_pid = *program_pid] {
     HeartbeatPayload payload;
@@ -479,7 +473,7 @@ int Agent::Impl::Run() {
   std::thread watcher([this, &client] { WatchForStop(client.get()); });
 
   OutputTail tail(kTailLines);
-  ExitStatus status = ExitStatus::Exited(0);
+  os::ExitStatus status = os::ExitStatus::Exited(0);
   Reason reason = Supervise(child, tail, &status);
   quit_watcher_ = true;
   watcher.join();
@@ -609,13 +603,7 @@ Status Agent::Impl::StartFeeding(const FormedCluster& cluster, const std::string
 
 Result<std::map<std::string, std::string>> Agent::Impl::BuildEnvironment(
     const FormedCluster& cluster, const NodeContext& context, const std::string& context_path) {
-  std::map<std::string, std::string> env;
-  for (char** entry = environ; *entry != nullptr; ++entry) {
-    std::string_view text(*entry);
-    size_t equals = text.find('=');
-    if (equals == std::string_view::npos || equals == 0) continue;
-    env.emplace(std::string(text.substr(0, equals)), std::string(text.substr(equals + 1)));
-  }
+  std::map<std::string, std::string> env = env_.Variables();
   FrameworkEnvOptions framework;
   // Rank 0's first port is its cluster address (a TensorFlow server takes
   // it); when rank 0 reserved a second port, torch's store gets that one.
@@ -644,7 +632,8 @@ Result<std::map<std::string, std::string>> Agent::Impl::BuildEnvironment(
   // Gloo, NCCL and TensorPipe pick their interface from the host name, which
   // on many hosts resolves to 127.0.x.1: point them at the one holding the
   // node's cluster address, unless the user chose.
-  if (std::string interface = InterfaceOf(options_.host); !interface.empty()) {
+  if (std::string interface = InterfaceOf(options_.host, env_.InterfaceAddresses());
+      !interface.empty()) {
     for (const char* name : {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME"}) {
       env.emplace(name, interface);
     }
@@ -687,7 +676,7 @@ void Agent::Impl::WatchForStop(RendezvousClient* client) {
   }
 }
 
-bool Agent::Impl::Forward(Subprocess& child, int stream, OutputTail& tail, OutputSink& sink) {
+bool Agent::Impl::Forward(os::Subprocess& child, int stream, OutputTail& tail, OutputSink& sink) {
   int fd = stream == 0 ? child.stdout_fd() : child.stderr_fd();
   char buffer[65536];
   for (;;) {
@@ -711,8 +700,8 @@ bool Agent::Impl::Forward(Subprocess& child, int stream, OutputTail& tail, Outpu
   }
 }
 
-Agent::Impl::Reason Agent::Impl::Supervise(Subprocess& child, OutputTail& tail,
-                                           ExitStatus* status) {
+Agent::Impl::Reason Agent::Impl::Supervise(os::Subprocess& child, OutputTail& tail,
+                                           os::ExitStatus* status) {
   using std::chrono::milliseconds;
   OutputSink sinks[2] = {OutputSink(options_.stdout_fd), OutputSink(options_.stderr_fd)};
   auto stream_fd = [&](int stream) { return stream == 0 ? child.stdout_fd() : child.stderr_fd(); };
@@ -720,7 +709,7 @@ Agent::Impl::Reason Agent::Impl::Supervise(Subprocess& child, OutputTail& tail,
   bool terminating = false;
   bool killed = false;
   Clock::time_point kill_at;
-  std::optional<ExitStatus> exited;
+  std::optional<os::ExitStatus> exited;
   for (;;) {
     pollfd fds[6];
     int count = 0;
@@ -820,7 +809,8 @@ Agent::Impl::Reason Agent::Impl::Supervise(Subprocess& child, OutputTail& tail,
   return reason;
 }
 
-Agent::Agent(AgentOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+Agent::Agent(AgentOptions options, const Environment& env)
+    : impl_(std::make_unique<Impl>(std::move(options), env)) {}
 Agent::~Agent() = default;
 int Agent::Run() {
   return impl_->Run();

@@ -148,8 +148,8 @@ TEST_F(AgentTest, ProgramSeesTheClusterEnvironmentAndContext) {
   b.working_dir = dir_.path();
   b.gpus = std::vector<int>{};
   int code_a = -1, code_b = -1;
-  std::thread thread_a([&] { code_a = Agent(a).Run(); });
-  std::thread thread_b([&] { code_b = Agent(b).Run(); });
+  std::thread thread_a([&] { code_a = Agent(a, ProcessEnvironment()).Run(); });
+  std::thread thread_b([&] { code_b = Agent(b, ProcessEnvironment()).Run(); });
   thread_a.join();
   thread_b.join();
   ASSERT_EQ(code_a, 0) << ReadFile(dir_.File("exec-a.err"));
@@ -197,10 +197,46 @@ TEST_F(AgentTest, ProgramSeesTheClusterEnvironmentAndContext) {
   EXPECT_EQ(context.absolute_path("x"), "file://" + dir_.path() + "/x");
 }
 
+// Variables, the host name and the interfaces come from the Environment the
+// agent is given, never from the process itself.
+TEST_F(AgentTest, ReadsVariablesHostNameAndInterfacesThroughItsEnvironment) {
+  StartServer(2);
+  ::setenv("DROVER_TEST_ONLY_IN_PROCESS", "1", 1);
+  MapEnvironment env(std::map<std::string, std::string>{{"PATH", std::getenv("PATH")},
+                                                        {"DROVER_TEST_ONLY_IN_FAKE", "yes"}},
+                     "fake-node");
+  env.set_interfaces({{"lo", "10.9.8.7", /*loopback=*/true}, {"eth7", "10.9.8.7"}});
+  const std::string script = "env -0 > \"$DROVER_WORKING_DIR/env-$DROVER_EXECUTOR_ID\"";
+  AgentOptions a = Options("exec-a", script);
+  a.working_dir = dir_.path();
+  a.host = "";  // the Environment's host name
+  AgentOptions b = Options("exec-b", script);
+  b.working_dir = dir_.path();
+  b.host = "10.9.8.7";  // an address of the fake eth7
+  int code_a = -1, code_b = -1;
+  std::thread thread_a([&] { code_a = Agent(a, env).Run(); });
+  std::thread thread_b([&] { code_b = Agent(b, env).Run(); });
+  thread_a.join();
+  thread_b.join();
+  ::unsetenv("DROVER_TEST_ONLY_IN_PROCESS");
+  ASSERT_EQ(code_a, 0) << ReadFile(dir_.File("exec-a.err"));
+  ASSERT_EQ(code_b, 0) << ReadFile(dir_.File("exec-b.err"));
+
+  auto env_a = ParseEnv(ReadFile(dir_.File("env-exec-a")));
+  auto env_b = ParseEnv(ReadFile(dir_.File("env-exec-b")));
+  EXPECT_EQ(env_a["DROVER_TEST_ONLY_IN_FAKE"], "yes");
+  EXPECT_EQ(env_a.count("DROVER_TEST_ONLY_IN_PROCESS"), 0u);
+  EXPECT_THAT(env_a["DROVER_CLUSTER_SPEC"],
+              AllOf(HasSubstr("\"fake-node:"), HasSubstr("\"10.9.8.7:")));
+  EXPECT_EQ(env_a.count("NCCL_SOCKET_IFNAME"), 0u);  // no address given: no interface pinned
+  EXPECT_EQ(env_b["NCCL_SOCKET_IFNAME"], "eth7");    // the loopback entry is passed over
+  EXPECT_EQ(env_b["GLOO_SOCKET_IFNAME"], "eth7");
+}
+
 TEST_F(AgentTest, OutputIsPassedThroughUnchanged) {
   StartServer(1);
   AgentOptions options = Options("exec-0", "printf 'a\\nb'; printf 'e1\\n' >&2; printf 'c\\n'");
-  EXPECT_EQ(Agent(options).Run(), 0);
+  EXPECT_EQ(Agent(options, ProcessEnvironment()).Run(), 0);
   EXPECT_EQ(ReadFile(dir_.File("exec-0.out")), "a\nbc\n");
   EXPECT_EQ(ReadFile(dir_.File("exec-0.err")), "e1\n");
 }
@@ -209,7 +245,7 @@ TEST_F(AgentTest, FailureIsReportedWithTheLastLines) {
   StartServer(1);
   AgentOptions options =
       Options("exec-0", "i=1; while [ $i -le 25 ]; do echo line $i; i=$((i+1)); done; exit 3");
-  EXPECT_EQ(Agent(options).Run(), 3);
+  EXPECT_EQ(Agent(options, ProcessEnvironment()).Run(), 3);
   NodeEvent reported = ReportedError("exec-0");
   const NodeEvent* node = &reported;
   EXPECT_EQ(node->message, "worker:0 exited with exit code 3");
@@ -221,7 +257,7 @@ TEST_F(AgentTest, FailureIsReportedWithTheLastLines) {
 TEST_F(AgentTest, DeathBySignalIsReportedAndExitsWith128PlusSignal) {
   StartServer(1);
   AgentOptions options = Options("exec-0", "echo dying >&2; kill -KILL $$");
-  EXPECT_EQ(Agent(options).Run(), 128 + SIGKILL);
+  EXPECT_EQ(Agent(options, ProcessEnvironment()).Run(), 128 + SIGKILL);
   NodeEvent reported = ReportedError("exec-0");
   const NodeEvent* node = &reported;
   EXPECT_EQ(node->message, "worker:0 killed by SIGKILL");
@@ -233,7 +269,7 @@ TEST_F(AgentTest, StopFromTheDriverTerminatesTheProgramGroup) {
   const std::string marker = dir_.File("pid");
   AgentOptions options = Options("exec-0", "sleep 30 & echo $$ > " + marker + "; wait");
   int code = -1;
-  std::thread thread([&] { code = Agent(options).Run(); });
+  std::thread thread([&] { code = Agent(options, ProcessEnvironment()).Run(); });
   std::string pid_text = AwaitFile(marker);
   ASSERT_FALSE(pid_text.empty());
   pid_t pgid = std::stoi(pid_text);
@@ -254,7 +290,7 @@ TEST_F(AgentTest, StopEscalatesToSigkillAfterGrace) {
       Options("exec-0", "trap '' TERM; echo $$ > " + marker + "; while :; do sleep 0.05; done");
   options.grace = 100ms;
   int code = -1;
-  std::thread thread([&] { code = Agent(options).Run(); });
+  std::thread thread([&] { code = Agent(options, ProcessEnvironment()).Run(); });
   std::string pid_text = AwaitFile(marker);
   ASSERT_FALSE(pid_text.empty());
   server_->StopAll();
@@ -267,7 +303,7 @@ TEST_F(AgentTest, InterruptStopsTheProgramAndExitsWith128PlusSignal) {
   StartServer(1);
   const std::string marker = dir_.File("pid");
   AgentOptions options = Options("exec-0", "echo $$ > " + marker + "; exec sleep 30");
-  Agent agent(options);
+  Agent agent(options, ProcessEnvironment());
   int code = -1;
   std::thread thread([&] { code = agent.Run(); });
   std::string pid_text = AwaitFile(marker);
@@ -291,7 +327,7 @@ TEST_P(FloodTest, AgentWhoseReaderStoppedReadingStillStops) {
   options.stdout_fd = output[1];
   options.stderr_fd = output[1];
   options.grace = 1s;
-  Agent agent(options);
+  Agent agent(options, ProcessEnvironment());
   std::atomic<int> code{-1};
   std::thread thread([&] { code = agent.Run(); });
   // Progress, not time: the pipe to the "driver" is full.
@@ -328,7 +364,7 @@ TEST_F(AgentTest, LosingTheRendezvousStopsTheProgram) {
   const std::string marker = dir_.File("pid");
   AgentOptions options = Options("exec-0", "echo $$ > " + marker + "; exec sleep 30");
   int code = -1;
-  std::thread thread([&] { code = Agent(options).Run(); });
+  std::thread thread([&] { code = Agent(options, ProcessEnvironment()).Run(); });
   std::string pid_text = AwaitFile(marker);
   ASSERT_FALSE(pid_text.empty());
   server_->Shutdown();
@@ -342,7 +378,7 @@ TEST_F(AgentTest, LosingTheRendezvousStopsTheProgram) {
 TEST_F(AgentTest, ReservationTimeoutIsOneLineNamingTheMissingNode) {
   StartServer(2, 200ms);
   AgentOptions options = Options("exec-0", "echo never");
-  EXPECT_EQ(Agent(options).Run(), 1);
+  EXPECT_EQ(Agent(options, ProcessEnvironment()).Run(), 1);
   std::string err = ReadFile(dir_.File("exec-0.err"));
   EXPECT_THAT(err, StartsWith("drover agent exec-0: "));
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
@@ -354,7 +390,7 @@ TEST_F(AgentTest, MissingProgramIsReported) {
   StartServer(1);
   AgentOptions options = Options("exec-0", "");
   options.command = {"drover-no-such-program"};
-  EXPECT_EQ(Agent(options).Run(), 1);
+  EXPECT_EQ(Agent(options, ProcessEnvironment()).Run(), 1);
   EXPECT_THAT(ReadFile(dir_.File("exec-0.err")), HasSubstr("drover-no-such-program"));
   NodeEvent reported = ReportedError("exec-0");
   const NodeEvent* node = &reported;
@@ -375,8 +411,8 @@ TEST_F(AgentTest, ExternalFeedPlanPublishesTheFeedSocketOfEveryNode) {
   const std::string plan = R"({"mode": "train", "format": "pickle", "external": true})";
   a.feed_plan_json = b.feed_plan_json = plan;
   int code_a = -1, code_b = -1;
-  std::thread thread_a([&] { code_a = Agent(a).Run(); });
-  std::thread thread_b([&] { code_b = Agent(b).Run(); });
+  std::thread thread_a([&] { code_a = Agent(a, ProcessEnvironment()).Run(); });
+  std::thread thread_b([&] { code_b = Agent(b, ProcessEnvironment()).Run(); });
   Result<FormedCluster> formed = server_->WaitForCluster(Clock::now() + 60s);
   std::map<std::string, NodeInfo> nodes;
   if (formed.ok()) {
@@ -412,7 +448,7 @@ TEST_F(AgentTest, BadInlineFeedPlanIsReportedNamingTheFlag) {
   StartServer(1);
   AgentOptions options = Options("exec-0", "echo never");
   options.feed_plan_json = R"({"mode": "train", "format": "pickle", "partitions": []})";
-  EXPECT_EQ(Agent(options).Run(), 1);
+  EXPECT_EQ(Agent(options, ProcessEnvironment()).Run(), 1);
   NodeEvent reported = ReportedError("exec-0");
   EXPECT_THAT(reported.message, HasSubstr("--feed-plan-json"));
   EXPECT_THAT(reported.message, HasSubstr("format"));
@@ -423,7 +459,7 @@ TEST_F(AgentTest, ExitWithParentThatIsAlreadyGoneExitsAtOnce) {
   StartServer(1);
   AgentOptions options = Options("exec-0", "echo never");
   options.exit_with_parent = ::getppid() == 1 ? 2 : 1;  // not our parent
-  EXPECT_EQ(Agent(options).Run(), 1);
+  EXPECT_EQ(Agent(options, ProcessEnvironment()).Run(), 1);
   EXPECT_THAT(ReadFile(dir_.File("exec-0.err")),
               AllOf(StartsWith("drover agent exec-0: "), HasSubstr("--exit-with-parent")));
   EXPECT_EQ(ReadFile(dir_.File("exec-0.out")), "");
@@ -435,7 +471,7 @@ TEST_F(AgentTest, WrongTokenFailsWithOneLine) {
   ASSERT_OK_AND_ASSIGN(ClusterToken other, ClusterToken::Generate());
   options.credential = Credential::Cluster(other);
   options.reservation_timeout = 1s;
-  EXPECT_EQ(Agent(options).Run(), 1);
+  EXPECT_EQ(Agent(options, ProcessEnvironment()).Run(), 1);
   EXPECT_THAT(ReadFile(dir_.File("exec-0.err")), StartsWith("drover agent exec-0: "));
 }
 
@@ -443,7 +479,7 @@ TEST_F(AgentTest, RunsWithItsOwnNodeCredential) {
   StartServer(1);
   AgentOptions options = Options("exec-0", "echo hello from $DROVER_JOB_NAME");
   ASSERT_OK_AND_ASSIGN(options.credential, Credential::ForNode(token_, "exec-0"));
-  EXPECT_EQ(Agent(options).Run(), 0);
+  EXPECT_EQ(Agent(options, ProcessEnvironment()).Run(), 0);
   EXPECT_THAT(ReadFile(dir_.File("exec-0.out")), HasSubstr("hello from worker"));
 }
 
@@ -451,7 +487,7 @@ TEST_F(AgentTest, AnotherExecutorsCredentialFailsBeforeConnecting) {
   StartServer(1);
   AgentOptions options = Options("exec-0", "echo never");
   ASSERT_OK_AND_ASSIGN(options.credential, Credential::ForNode(token_, "exec-1"));
-  EXPECT_EQ(Agent(options).Run(), 1);
+  EXPECT_EQ(Agent(options, ProcessEnvironment()).Run(), 1);
   EXPECT_EQ(ReadFile(dir_.File("exec-0.err")),
             "drover agent exec-0: the credential given is the node credential of executor exec-1, "
             "not executor exec-0's\n");

@@ -18,10 +18,10 @@
 #include <set>
 #include <thread>
 
-#include "agent/subprocess.h"
 #include "drover/cluster_spec.h"
 #include "feed/shm_channel.h"
 #include "feed/socket_fd.h"
+#include "os/subprocess.h"
 
 namespace drover {
 namespace {
@@ -109,7 +109,7 @@ class FeedService::Impl {
   Status SpawnFeeder();
   void Loop();
   void Accept();
-  void OnFeederExit(const ExitStatus& status);
+  void OnFeederExit(const os::ExitStatus& status);
   // Starts the feeder again once the pause after its last death is over.
   void RestartFeederWhenDue();
   std::optional<feed::CommitPoint> Progress();
@@ -140,7 +140,7 @@ class FeedService::Impl {
   int reader_fd_ = -1;
   pid_t reader_pid_ = 0;
   int writer_fd_ = -1;
-  std::optional<Subprocess> feeder_;
+  std::optional<os::Subprocess> feeder_;
   bool feeder_done_ = false;
   bool input_ended_ = false;
   int stalled_restarts_ = 0;  // in a row, by any signal
@@ -220,7 +220,7 @@ void FeedService::Impl::Fail(const Status& status) {
 }
 
 Status FeedService::Impl::SpawnFeeder() {
-  SubprocessOptions spawn;
+  os::SubprocessOptions spawn;
   spawn.argv = {options_.drover_binary,
                 "feeder",
                 "--socket",
@@ -233,7 +233,7 @@ Status FeedService::Impl::SpawnFeeder() {
                 std::to_string(options_.shares),
                 "--task",
                 options_.task};
-  DROVER_ASSIGN_OR_RETURN(Subprocess feeder, Subprocess::Spawn(spawn));
+  DROVER_ASSIGN_OR_RETURN(os::Subprocess feeder, os::Subprocess::Spawn(spawn));
   feeder_.emplace(std::move(feeder));
   progress_at_start_ = Progress();
   return Status::Ok();
@@ -272,7 +272,7 @@ std::string FeedService::Impl::DescribeCommit(
          std::to_string(unit.epoch + 1) + " of " + std::to_string(options_.plan.epochs) + ")";
 }
 
-void FeedService::Impl::OnFeederExit(const ExitStatus& status) {
+void FeedService::Impl::OnFeederExit(const os::ExitStatus& status) {
   feeder_.reset();
   if (quit_ || channel_->state() == RunState::kStopped) return;
   if (status.success()) {
@@ -424,7 +424,7 @@ void FeedService::Impl::Loop() {
       }
     }
     if (feeder_) {
-      if (std::optional<ExitStatus> exited = feeder_->Poll()) OnFeederExit(*exited);
+      if (std::optional<os::ExitStatus> exited = feeder_->Poll()) OnFeederExit(*exited);
     }
     if (!feeder_ && !quit_ && channel_->state() != RunState::kStopped) RestartFeederWhenDue();
   }

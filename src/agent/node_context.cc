@@ -1,10 +1,10 @@
 #include "drover/node_context.h"
 
 #include <cctype>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 namespace drover {
@@ -59,13 +59,13 @@ bool HasScheme(const std::string& path) {
 
 }  // namespace
 
-Result<NodeContext> NodeContext::Load() {
-  const char* path = std::getenv(kContextFileVariable);
-  if (path == nullptr || *path == '\0') {
+Result<NodeContext> NodeContext::Load(const Environment& env) {
+  const std::optional<std::string> path = env.Get(kContextFileVariable);
+  if (!path || path->empty()) {
     return Status::NotFound(std::string(kContextFileVariable) +
                             " is not set: this process was not started by `drover agent`");
   }
-  return LoadFile(path);
+  return LoadFile(*path);
 }
 
 Result<NodeContext> NodeContext::LoadFile(const std::string& path) {

@@ -52,15 +52,17 @@ TEST(NodeContextTest, RoundTripsThroughAFile) {
   EXPECT_EQ(loaded.num_workers, 2);
   EXPECT_FALSE(loaded.is_chief);
 
-  ::setenv(kContextFileVariable, path.c_str(), 1);
-  ASSERT_OK_AND_ASSIGN(NodeContext from_env, NodeContext::Load());
+  MapEnvironment env(std::map<std::string, std::string>{{kContextFileVariable, path}});
+  ASSERT_OK_AND_ASSIGN(NodeContext from_env, NodeContext::Load(env));
   EXPECT_EQ(from_env.executor_id, "exec-1");
-  ::unsetenv(kContextFileVariable);
 }
 
-TEST(NodeContextTest, LoadNamesTheVariableWhenUnset) {
-  ::unsetenv(kContextFileVariable);
-  EXPECT_THAT(NodeContext::Load().status(),
+TEST(NodeContextTest, LoadNamesTheVariableWhenUnsetOrEmpty) {
+  MapEnvironment env;
+  EXPECT_THAT(NodeContext::Load(env).status(),
+              StatusIs(Status::Code::kNotFound, HasSubstr("DROVER_CONTEXT_FILE")));
+  env.Set(kContextFileVariable, "");
+  EXPECT_THAT(NodeContext::Load(env).status(),
               StatusIs(Status::Code::kNotFound, HasSubstr("DROVER_CONTEXT_FILE")));
 }
 

@@ -14,8 +14,8 @@
 #include <filesystem>
 #include <optional>
 
-#include "agent/subprocess.h"
 #include "os/process_tree.h"
+#include "os/subprocess.h"
 
 namespace drover {
 namespace {
@@ -51,7 +51,7 @@ bool IsStopSignal(int signal) {
 
 // Ends this process as `status` says: the same exit code, or the same
 // signal (without a core file of the guard's own).
-[[noreturn]] void ExitAs(const ExitStatus& status) {
+[[noreturn]] void ExitAs(const os::ExitStatus& status) {
   if (status.signaled()) {
     rlimit none{0, 0};
     ::setrlimit(RLIMIT_CORE, &none);
@@ -80,8 +80,8 @@ class Guard {
   void KillWhatIsLeft();
 
   const GuardOptions& options_;
-  Subprocess program_;
-  std::optional<ExitStatus> status_;
+  os::Subprocess program_;
+  std::optional<os::ExitStatus> status_;
   std::optional<Clock::time_point> kill_at_;
   bool stdin_open_ = true;
 };
@@ -138,9 +138,9 @@ int Guard::Run() {
     return 127;
   }
 
-  SubprocessOptions spawn;
+  os::SubprocessOptions spawn;
   spawn.argv = options_.command;
-  Result<Subprocess> started = Subprocess::Spawn(spawn);
+  Result<os::Subprocess> started = os::Subprocess::Spawn(spawn);
   if (!started.ok()) {
     Report(options_.report_fd, "error " +
                                    std::to_string(static_cast<int>(started.status().code())) + " " +

@@ -160,7 +160,7 @@ int RunAgent(const AgentFlags& flags) {
   ::signal(SIGPIPE, SIG_IGN);
   int code;
   {
-    Agent agent(std::move(options));
+    Agent agent(std::move(options), ProcessEnvironment());
     g_agent = &agent;
     struct sigaction action {};
     action.sa_handler = OnSignal;

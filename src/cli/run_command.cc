@@ -23,6 +23,7 @@
 #include "engine/local_engine.h"
 #include "feed/feed_plan.h"
 #include "feed/record_io.h"
+#include "os/find_program.h"
 #include "slurm/slurm_engine.h"
 #include "ssh/ssh_engine.h"
 
@@ -175,23 +176,9 @@ bool SetStatusOptions(const RunFlags& flags, DriverOptions* options, std::ostrea
   return true;
 }
 
-bool OnPath(const std::string& name, std::string* found) {
-  const char* path = std::getenv("PATH");
-  if (path == nullptr) return false;
-  std::string dirs = path;
-  size_t start = 0;
-  while (start <= dirs.size()) {
-    size_t end = dirs.find(':', start);
-    if (end == std::string::npos) end = dirs.size();
-    std::string dir = dirs.substr(start, end - start);
-    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
-    if (::access(candidate.c_str(), X_OK) == 0) {
-      *found = candidate;
-      return true;
-    }
-    start = end + 1;
-  }
-  return false;
+// `name` on this process's PATH.
+std::optional<std::string> OnPath(const std::string& name) {
+  return os::FindProgram(name, ProcessEnvironment().Get("PATH"));
 }
 
 // A free TCP port: bind port 0, read it, release it (tensorboard cannot be given 0).
@@ -213,9 +200,9 @@ int FreePort() {
 
 // GPU indices from nvidia-smi, empty when it is absent or fails.
 std::vector<int> DetectGpus() {
-  std::string nvidia_smi;
-  if (!OnPath("nvidia-smi", &nvidia_smi)) return {};
-  std::string command = nvidia_smi + " --query-gpu=index --format=csv,noheader 2>/dev/null";
+  std::optional<std::string> nvidia_smi = OnPath("nvidia-smi");
+  if (!nvidia_smi) return {};
+  std::string command = *nvidia_smi + " --query-gpu=index --format=csv,noheader 2>/dev/null";
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) return {};
   std::string output;
@@ -227,17 +214,12 @@ std::vector<int> DetectGpus() {
 }
 
 // The variables every remote agent gets: PYTHONPATH, DROVER_*, and --env
-// NAME (this process's value) or NAME=VALUE.
-Result<std::map<std::string, std::string>> ForwardedEnv(const std::vector<std::string>& flags) {
+// NAME (its value in `here`, this process's environment) or NAME=VALUE.
+Result<std::map<std::string, std::string>> ForwardedEnv(const std::vector<std::string>& flags,
+                                                        const Environment& here) {
   std::map<std::string, std::string> env;
-  for (char** entry = environ; *entry != nullptr; ++entry) {
-    std::string_view text(*entry);
-    const size_t equals = text.find('=');
-    if (equals == std::string_view::npos) continue;
-    std::string name(text.substr(0, equals));
-    if (name == "PYTHONPATH" || name.rfind("DROVER_", 0) == 0) {
-      env[name] = std::string(text.substr(equals + 1));
-    }
+  for (const auto& [name, value] : here.Variables()) {
+    if (name == "PYTHONPATH" || name.rfind("DROVER_", 0) == 0) env[name] = value;
   }
   for (const std::string& flag : flags) {
     const size_t equals = flag.find('=');
@@ -246,8 +228,8 @@ Result<std::map<std::string, std::string>> ForwardedEnv(const std::vector<std::s
       return Status::InvalidArgument("--env takes NAME or NAME=VALUE, not '" + flag + "'");
     if (equals != std::string::npos) {
       env[name] = flag.substr(equals + 1);
-    } else if (const char* value = std::getenv(name.c_str()); value != nullptr) {
-      env[name] = value;
+    } else if (std::optional<std::string> value = here.Get(name)) {
+      env[name] = *value;
     } else {
       return Status::InvalidArgument("--env " + name + ": it is not set here; give " + name +
                                      "=VALUE");
@@ -262,12 +244,12 @@ Result<std::unique_ptr<ssh::SshEngine>> MakeSshEngine(const RunFlags& flags) {
         "--engine ssh needs --hosts: a resource spec (.yml), a hostfile, or h1:2,h2:2");
   }
   ssh::SshEngineOptions options;
-  DROVER_ASSIGN_OR_RETURN(options.hosts, ssh::LoadHosts(flags.hosts));
+  DROVER_ASSIGN_OR_RETURN(options.hosts, ssh::LoadHosts(flags.hosts, ProcessEnvironment()));
   options.ssh.config_file = flags.ssh_config;
   options.ssh.extra_options = flags.ssh_options;
   options.ssh.check_host_keys = !flags.no_host_key_check;
   options.driver_address = flags.driver_address;
-  DROVER_ASSIGN_OR_RETURN(options.env, ForwardedEnv(flags.env));
+  DROVER_ASSIGN_OR_RETURN(options.env, ForwardedEnv(flags.env, ProcessEnvironment()));
   return ssh::SshEngine::Create(std::move(options));
 }
 
@@ -431,8 +413,9 @@ int Run(RunFlags flags) {
     }
   }
 
-  std::string tensorboard_binary;
-  if (flags.tensorboard && !OnPath("tensorboard", &tensorboard_binary)) {
+  const std::optional<std::string> tensorboard_binary =
+      flags.tensorboard ? OnPath("tensorboard") : std::nullopt;
+  if (flags.tensorboard && !tensorboard_binary) {
     err << "drover run: --tensorboard: no 'tensorboard' executable on PATH (pip install "
            "tensorboard, or drop --tensorboard)\n";
     return kExitBadInput;
@@ -464,7 +447,7 @@ int Run(RunFlags flags) {
     std::filesystem::create_directories(options.log_dir);
     int port = FreePort();
     auto started = SpawnProcessGroup("tensorboard",
-                                     {tensorboard_binary, "--logdir", options.log_dir, "--host",
+                                     {*tensorboard_binary, "--logdir", options.log_dir, "--host",
                                       "127.0.0.1", "--port", std::to_string(port)},
                                      /*capture_output=*/false, SIGKILL);
     if (!started.ok()) {

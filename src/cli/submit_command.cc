@@ -22,10 +22,11 @@
 #include <thread>
 #include <vector>
 
-#include "agent/subprocess.h"
 #include "cli/resolve_command.h"
 #include "cli/status_command.h"
 #include "engine/local_engine.h"
+#include "os/subprocess.h"
+#include "os/unique_fd.h"
 #include "slurm/slurm_jobs.h"
 
 namespace drover::cli {
@@ -106,7 +107,7 @@ Status WriteScript(const std::string& path, const std::string& text) {
 // "COMPLETED (exit code 0)", "CANCELLED (exit code 143, SIGTERM)".
 std::string Outcome(const slurm::JobInfo& job) {
   std::string text = job.state + " (exit code " + std::to_string(slurm::JobExitCode(job));
-  if (job.signal != 0) text += ", " + SignalName(job.signal);
+  if (job.signal != 0) text += ", " + os::SignalName(job.signal);
   return text + ")";
 }
 
@@ -114,33 +115,29 @@ std::string Outcome(const slurm::JobInfo& job) {
 class OutputFollower {
  public:
   explicit OutputFollower(std::string path) : path_(std::move(path)) {}
-  ~OutputFollower() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  OutputFollower(const OutputFollower&) = delete;
-  OutputFollower& operator=(const OutputFollower&) = delete;
 
   // Before the file is opened, Slurm's StdOut is the better name.
   void SetPath(const std::string& path) {
-    if (fd_ < 0 && !path.empty()) path_ = path;
+    if (!fd_.valid() && !path.empty()) path_ = path;
   }
   const std::string& path() const { return path_; }
 
   // Copies what is new to `out`; whether anything was.
   bool Pump(std::ostream& out) {
-    if (fd_ < 0) {
-      fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd_ < 0) return false;
+    if (!fd_.valid()) {
+      fd_.Reset(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
+      if (!fd_.valid()) return false;
     }
+    const int fd = fd_.get();
     // A requeued job starts its output file again.
     struct stat info {};
-    if (::fstat(fd_, &info) == 0 && info.st_size < ::lseek(fd_, 0, SEEK_CUR)) {
-      ::lseek(fd_, 0, SEEK_SET);
+    if (::fstat(fd, &info) == 0 && info.st_size < ::lseek(fd, 0, SEEK_CUR)) {
+      ::lseek(fd, 0, SEEK_SET);
     }
     bool grew = false;
     char buffer[65536];
     for (;;) {
-      ssize_t got = ::read(fd_, buffer, sizeof(buffer));
+      ssize_t got = ::read(fd, buffer, sizeof(buffer));
       if (got < 0 && errno == EINTR) continue;
       if (got <= 0) break;
       out.write(buffer, got);
@@ -152,7 +149,7 @@ class OutputFollower {
 
  private:
   std::string path_;
-  int fd_ = -1;
+  os::UniqueFd fd_;
 };
 
 // --follow: the job's output until it ends, then its exit code.
@@ -338,7 +335,7 @@ void PrintJob(const slurm::JobInfo& job, const std::vector<slurm::JobStep>& step
   if (!job.reason.empty() && job.reason != "None") row("reason", job.reason);
   if (slurm::IsFinalState(job.state)) {
     std::string code = std::to_string(job.exit_code);
-    if (job.signal != 0) code += " (" + SignalName(job.signal) + ")";
+    if (job.signal != 0) code += " (" + os::SignalName(job.signal) + ")";
     row("exit code", code);
   }
   if (!job.std_out.empty()) row("output", job.std_out);

@@ -1,10 +1,16 @@
 #include "drover/environment.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+
+extern char** environ;
 
 namespace drover {
 namespace {
@@ -32,10 +38,43 @@ class RealEnvironment : public Environment {
     ::setenv(std::string(name).c_str(), std::string(value).c_str(), 1);
   }
   void Unset(std::string_view name) override { ::unsetenv(std::string(name).c_str()); }
+  std::map<std::string, std::string> Variables() const override {
+    std::map<std::string, std::string> vars;
+    for (char** entry = environ; *entry != nullptr; ++entry) {
+      std::string_view text(*entry);
+      const size_t equals = text.find('=');
+      if (equals == std::string_view::npos || equals == 0) continue;
+      // The first of a duplicated name wins, as getenv(3) finds it.
+      vars.emplace(std::string(text.substr(0, equals)), std::string(text.substr(equals + 1)));
+    }
+    return vars;
+  }
   std::string HostName() const override {
     char buffer[256] = {};
     if (::gethostname(buffer, sizeof(buffer) - 1) != 0) return "localhost";
     return buffer;
+  }
+  std::vector<InterfaceAddress> InterfaceAddresses() const override {
+    std::vector<InterfaceAddress> out;
+    ifaddrs* interfaces = nullptr;
+    if (::getifaddrs(&interfaces) != 0) return out;
+    for (ifaddrs* i = interfaces; i != nullptr; i = i->ifa_next) {
+      if (i->ifa_addr == nullptr) continue;
+      const int family = i->ifa_addr->sa_family;
+      const void* raw = nullptr;
+      if (family == AF_INET) {
+        raw = &reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr;
+      } else if (family == AF_INET6) {
+        raw = &reinterpret_cast<const sockaddr_in6*>(i->ifa_addr)->sin6_addr;
+      } else {
+        continue;  // AF_PACKET and the like: no IP address
+      }
+      char text[INET6_ADDRSTRLEN] = {};
+      if (::inet_ntop(family, raw, text, sizeof(text)) == nullptr) continue;
+      out.push_back({i->ifa_name, text, (i->ifa_flags & IFF_LOOPBACK) != 0});
+    }
+    ::freeifaddrs(interfaces);
+    return out;
   }
   int CountLocalGpus() const override {
     int driver_gpus = CountDriverGpus();

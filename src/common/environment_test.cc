@@ -1,8 +1,13 @@
 #include "drover/environment.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 
 #include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
 
 namespace drover {
 namespace {
@@ -17,6 +22,15 @@ TEST(MapEnvironmentTest, GetSetUnset) {
   EXPECT_EQ(env.Get("A"), std::nullopt);
   EXPECT_EQ(env.HostName(), "node7");
   EXPECT_EQ(env.CountLocalGpus(), 2);
+  EXPECT_EQ(env.Variables(), (std::map<std::string, std::string>{{"B", ""}}));
+}
+
+TEST(MapEnvironmentTest, HasTheInterfacesItIsGiven) {
+  MapEnvironment env;
+  EXPECT_TRUE(env.InterfaceAddresses().empty());
+  std::vector<InterfaceAddress> interfaces = {{"lo", "127.0.0.1", true}, {"eth0", "10.0.0.5"}};
+  env.set_interfaces(interfaces);
+  EXPECT_EQ(env.InterfaceAddresses(), interfaces);
 }
 
 TEST(ProcessEnvironmentTest, ReadsAndWritesTheRealEnvironment) {
@@ -24,9 +38,21 @@ TEST(ProcessEnvironmentTest, ReadsAndWritesTheRealEnvironment) {
   env.Set("DROVER_ENVIRONMENT_TEST", "x=y");
   EXPECT_STREQ(std::getenv("DROVER_ENVIRONMENT_TEST"), "x=y");
   EXPECT_EQ(env.Get("DROVER_ENVIRONMENT_TEST"), "x=y");
+  EXPECT_EQ(env.Variables().at("DROVER_ENVIRONMENT_TEST"), "x=y");
   env.Unset("DROVER_ENVIRONMENT_TEST");
   EXPECT_EQ(env.Get("DROVER_ENVIRONMENT_TEST"), std::nullopt);
+  EXPECT_EQ(env.Variables().count("DROVER_ENVIRONMENT_TEST"), 0u);
   EXPECT_FALSE(env.HostName().empty());
+}
+
+TEST(ProcessEnvironmentTest, InterfaceAddressesAreNumericAndNamed) {
+  for (const InterfaceAddress& interface : ProcessEnvironment().InterfaceAddresses()) {
+    EXPECT_FALSE(interface.name.empty());
+    unsigned char bytes[sizeof(in6_addr)];
+    const int family = interface.address.find(':') == std::string::npos ? AF_INET : AF_INET6;
+    EXPECT_EQ(::inet_pton(family, interface.address.c_str(), bytes), 1) << interface.address;
+    if (interface.address == "127.0.0.1") EXPECT_TRUE(interface.loopback);
+  }
 }
 
 TEST(ProcessEnvironmentTest, CudaVisibleDevicesCanOnlyHideGpus) {

@@ -21,7 +21,7 @@
 #include "driver/status_text.h"
 #include "drover/framework_env.h"
 #include "drover/placement.h"
-#include "feed/shm_channel.h"
+#include "os/duration_text.h"
 
 namespace drover {
 namespace {
@@ -42,16 +42,6 @@ constexpr Milliseconds kEarlyExitWait{1'000};
 constexpr Milliseconds kStopBeforeTerm{1'000};
 // The most a node's output is read in one go (docs/run.md).
 constexpr size_t kMaxReadPerPump = 1 << 20;
-
-std::string Seconds(Milliseconds ms) {
-  char buffer[32];
-  if (ms.count() % 1000 == 0) {
-    std::snprintf(buffer, sizeof(buffer), "%lld", static_cast<long long>(ms.count() / 1000));
-  } else {
-    std::snprintf(buffer, sizeof(buffer), "%.3f", static_cast<double>(ms.count()) / 1000.0);
-  }
-  return buffer;
-}
 
 std::string NewClusterId() {
   std::time_t now = std::time(nullptr);
@@ -120,7 +110,7 @@ struct Driver::Node {
   bool log_failed = false;             // its log could not be opened: keep nothing for it
   std::deque<std::string> ring;
   std::ofstream log;
-  std::optional<ExitStatus> exit;
+  std::optional<os::ExitStatus> exit;
   bool stopping = false;
   bool stopped_while_running = false;  // by the driver: "stopped", not "finished"
   std::optional<Clock::time_point> dead_since;
@@ -405,7 +395,7 @@ struct Driver::Round {
       int signal = Pump(Milliseconds(50));
       driver.PublishStatus(*this, "stopping");
       if (signal != 0 && !killed) {
-        driver.err_ << "drover run: " << SignalName(signal) << " again; killing every node\n";
+        driver.err_ << "drover run: " << os::SignalName(signal) << " again; killing every node\n";
         for (Node* node : which) node->process->Signal(SIGKILL);
         killed = true;
         if (driver.interrupt_signal_ == 0) driver.interrupt_signal_ = signal;
@@ -433,11 +423,12 @@ struct Driver::Round {
     const Milliseconds wait = driver.options_.launcher_exit_wait;
     for (auto& node : nodes) {
       if (!node->left_at || !node->running() || now - *node->left_at < wait) continue;
-      driver.err_ << "drover run: " << node->tag << "'s agent finished " << feed::SecondsText(wait)
+      driver.err_ << "drover run: " << node->tag << "'s agent finished " << os::SecondsText(wait)
                   << " ago, but its " << driver.engine_.name() << " launcher (pid "
                   << node->process->pid() << ") has not exited; stopping it\n";
       node->process->Signal(SIGKILL);
-      node->exit = node->error_message.empty() ? ExitStatus::Exited(0) : ExitStatus::Exited(1);
+      node->exit =
+          node->error_message.empty() ? os::ExitStatus::Exited(0) : os::ExitStatus::Exited(1);
     }
   }
 
@@ -517,9 +508,10 @@ std::vector<std::string> Driver::AgentArgv(int index, int round, uint16_t port) 
     argv.push_back(options_.feed->ToJson());
   }
   for (std::string arg :
-       {std::string("--log-dir"), options_.log_dir, std::string("--grace"), Seconds(options_.grace),
-        std::string("--reservation-timeout"), Seconds(options_.reservation_timeout),
-        std::string("--restart-count"), std::to_string(round), std::string("--")}) {
+       {std::string("--log-dir"), options_.log_dir, std::string("--grace"),
+        os::SecondsValue(options_.grace), std::string("--reservation-timeout"),
+        os::SecondsValue(options_.reservation_timeout), std::string("--restart-count"),
+        std::to_string(round), std::string("--")}) {
     argv.push_back(std::move(arg));
   }
   for (const std::string& arg : options_.command) argv.push_back(arg);
@@ -627,7 +619,7 @@ int Driver::Run() {
     }
     if (outcome == Outcome::kInterrupted) {
       err_ << "drover run: stopped every node after "
-           << (stop_requested_ ? "a stop request" : SignalName(interrupt_signal_)) << "\n";
+           << (stop_requested_ ? "a stop request" : os::SignalName(interrupt_signal_)) << "\n";
       code = 128 + interrupt_signal_;
       break;
     }
@@ -655,7 +647,7 @@ int Driver::Run() {
 namespace {
 
 // The node's state as the status page shows it (docs/status.md).
-std::string NodeState(bool failed, const std::optional<ExitStatus>& exit, bool stopped,
+std::string NodeState(bool failed, const std::optional<os::ExitStatus>& exit, bool stopped,
                       const NodeStatus* registered, bool formed) {
   if (failed) return "failed";
   if (exit) return stopped ? "stopped" : (exit->success() ? "finished" : "failed");
@@ -823,7 +815,7 @@ Driver::Outcome Driver::RunRound(int number) {
       interrupt_signal_ = signal;
       round.Emit();
       err_ << "drover run: "
-           << (stop_requested_ ? "stop requested" : SignalName(signal) + " received")
+           << (stop_requested_ ? "stop requested" : os::SignalName(signal) + " received")
            << "; stopping every node\n"
            << std::flush;
       round.Stop(round.All(), true);
@@ -934,8 +926,8 @@ Driver::Outcome Driver::RunRound(int number) {
       return Outcome::kSuccess;
     }
     if (options_.shutdown_timeout.count() > 0 && now - formed_at >= options_.shutdown_timeout) {
-      err_ << "drover run: the workers were not done " << Seconds(options_.shutdown_timeout)
-           << " s after the cluster formed (--shutdown-timeout); stopping every node\n";
+      err_ << "drover run: the workers were not done " << os::SecondsText(options_.shutdown_timeout)
+           << " after the cluster formed (--shutdown-timeout); stopping every node\n";
       round.Stop(round.All(), true);
       return Outcome::kNoRestart;
     }
@@ -948,8 +940,8 @@ void Driver::PrintPlan(std::ostream& out) const {
   out << "engine: " << engine_.name() << "; rendezvous on " << engine_.rendezvous_host()
       << ":<ephemeral port>, " << cluster.num_nodes << " node"
       << (cluster.num_nodes == 1 ? "" : "s") << ", reservation timeout "
-      << Seconds(options_.reservation_timeout) << " s, grace " << Seconds(options_.grace)
-      << " s, max restarts " << options_.max_restarts << "\n";
+      << os::SecondsText(options_.reservation_timeout) << ", grace "
+      << os::SecondsText(options_.grace) << ", max restarts " << options_.max_restarts << "\n";
   out << "log dir: "
       << (options_.log_dir.empty() ? std::string("./drover-logs/<cluster-id>") : options_.log_dir)
       << "\n";

@@ -7,7 +7,7 @@
 #include "driver/driver.h"
 #include "driver/live_runs.h"
 #include "driver/status_text.h"
-#include "feed/shm_channel.h"
+#include "os/duration_text.h"
 
 // The driver's status server, its announcement to `drover status`, and the
 // end of a run: the final snapshot, the summary and run.json
@@ -68,7 +68,7 @@ void Driver::StopStatusServer() {
   if (!status_server_) return;
   if (options_.status_linger.count() > 0) {
     err_ << "drover run: serving the final state on " << status_server_->url() << " for "
-         << feed::SecondsText(options_.status_linger) << " (--status-linger)\n"
+         << os::SecondsText(options_.status_linger) << " (--status-linger)\n"
          << std::flush;
     std::vector<pollfd> fds;
     if (options_.signal_fd >= 0) fds.push_back({options_.signal_fd, POLLIN, 0});

@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "agent/subprocess.h"  // ExitStatus: one type for every process drover reaps
 #include "drover/status.h"
+#include "os/subprocess.h"  // os::ExitStatus: one type for every process drover reaps
 
 namespace drover {
 
@@ -31,7 +31,7 @@ struct AgentLaunch {
 
 // Describes an agent's exit; the agent exits with the program's code, 128 +
 // signal when a signal killed the program.
-std::string DescribeAgentExit(const ExitStatus& status);
+std::string DescribeAgentExit(const os::ExitStatus& status);
 
 class AgentProcess {
  public:
@@ -45,13 +45,13 @@ class AgentProcess {
   virtual int output_fd() const = 0;
   virtual void CloseOutput() = 0;
   // Reaps the agent without blocking; its exit status once it has ended.
-  virtual std::optional<ExitStatus> Poll() = 0;
+  virtual std::optional<os::ExitStatus> Poll() = 0;
   // Sends `signal` to the agent's process group (nothing after it was reaped
   // and its group is empty).
   virtual void Signal(int signal) = 0;
   // Why it ended, for failure reports ("exit code 3"); engines whose process
   // stands in for a remote agent (ssh) say what its status means.
-  virtual std::string DescribeExit(const ExitStatus& status) const {
+  virtual std::string DescribeExit(const os::ExitStatus& status) const {
     return DescribeAgentExit(status);
   }
 };

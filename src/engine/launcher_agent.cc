@@ -12,15 +12,15 @@ namespace {
 
 class LauncherAgentProcess : public AgentProcess {
  public:
-  LauncherAgentProcess(std::string id, Subprocess process,
-                       std::function<std::string(const ExitStatus&)> describe)
+  LauncherAgentProcess(std::string id, os::Subprocess process,
+                       std::function<std::string(const os::ExitStatus&)> describe)
       : id_(std::move(id)), process_(std::move(process)), describe_(std::move(describe)) {}
 
   const std::string& executor_id() const override { return id_; }
   int pid() const override { return process_.pid(); }
   int output_fd() const override { return process_.stdout_fd(); }
   void CloseOutput() override { process_.CloseStdout(); }
-  std::optional<ExitStatus> Poll() override { return process_.Poll(); }
+  std::optional<os::ExitStatus> Poll() override { return process_.Poll(); }
   void Signal(int signal) override {
     if (signal == SIGTERM && process_.stdin_fd() >= 0) {
       process_.CloseStdin();
@@ -28,14 +28,14 @@ class LauncherAgentProcess : public AgentProcess {
     }
     process_.SignalGroup(signal);
   }
-  std::string DescribeExit(const ExitStatus& status) const override {
+  std::string DescribeExit(const os::ExitStatus& status) const override {
     return describe_ ? describe_(status) : DescribeAgentExit(status);
   }
 
  private:
   std::string id_;
-  Subprocess process_;
-  std::function<std::string(const ExitStatus&)> describe_;
+  os::Subprocess process_;
+  std::function<std::string(const os::ExitStatus&)> describe_;
 };
 
 }  // namespace
@@ -58,19 +58,19 @@ Result<std::string> TokenToStdin(std::vector<std::string>* agent_argv) {
 
 Result<std::unique_ptr<AgentProcess>> StartThroughLauncher(
     const std::string& executor_id, const std::vector<std::string>& launcher_argv,
-    const std::string& token, std::function<std::string(const ExitStatus&)> describe) {
-  SubprocessOptions spawn;
+    const std::string& token, std::function<std::string(const os::ExitStatus&)> describe) {
+  os::SubprocessOptions spawn;
   spawn.argv = launcher_argv;
   spawn.pipe_output = true;
   spawn.merge_stderr = true;
   spawn.pipe_stdin = true;
   spawn.parent_death_signal = SIGKILL;  // its end is the remote agent's SIGTERM
-  Result<Subprocess> started = Subprocess::Spawn(spawn);
+  Result<os::Subprocess> started = os::Subprocess::Spawn(spawn);
   if (!started.ok()) {
     return Status::IoError("cannot start executor " + executor_id + ": " +
                            started.status().message());
   }
-  Subprocess process = std::move(started).value();
+  os::Subprocess process = std::move(started).value();
   const std::string line = token + "\n";
   // A line into an empty pipe: never blocks.
   if (::write(process.stdin_fd(), line.data(), line.size()) != static_cast<ssize_t>(line.size())) {

@@ -33,7 +33,7 @@ Result<std::string> TokenToStdin(std::vector<std::string>* agent_argv);
 // explains the launcher's exit status in failure reports.
 Result<std::unique_ptr<AgentProcess>> StartThroughLauncher(
     const std::string& executor_id, const std::vector<std::string>& launcher_argv,
-    const std::string& token, std::function<std::string(const ExitStatus&)> describe);
+    const std::string& token, std::function<std::string(const os::ExitStatus&)> describe);
 
 }  // namespace drover
 

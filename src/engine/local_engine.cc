@@ -6,7 +6,7 @@
 #include <climits>
 #include <cstring>
 
-#include "agent/subprocess.h"
+#include "os/subprocess.h"
 
 namespace drover {
 
@@ -16,19 +16,19 @@ namespace {
 // through a pidfd; the destructor kills whatever is left of the group.
 class ChildProcess : public AgentProcess {
  public:
-  ChildProcess(std::string id, Subprocess process)
+  ChildProcess(std::string id, os::Subprocess process)
       : id_(std::move(id)), process_(std::move(process)) {}
 
   const std::string& executor_id() const override { return id_; }
   int pid() const override { return process_.pid(); }
   int output_fd() const override { return process_.stdout_fd(); }
   void CloseOutput() override { process_.CloseStdout(); }
-  std::optional<ExitStatus> Poll() override { return process_.Poll(); }
+  std::optional<os::ExitStatus> Poll() override { return process_.Poll(); }
   void Signal(int signal) override { process_.SignalGroup(signal); }
 
  private:
   std::string id_;
-  Subprocess process_;
+  os::Subprocess process_;
 };
 
 // TEST ONLY: stands for an agent the engine never started.
@@ -39,7 +39,7 @@ class NotStarted : public AgentProcess {
   int pid() const override { return 0; }
   int output_fd() const override { return -1; }
   void CloseOutput() override {}
-  std::optional<ExitStatus> Poll() override { return std::nullopt; }
+  std::optional<os::ExitStatus> Poll() override { return std::nullopt; }
   void Signal(int) override {}
 
  private:
@@ -62,12 +62,12 @@ Result<std::unique_ptr<AgentProcess>> SpawnProcessGroup(const std::string& id,
                                                         const std::vector<std::string>& argv,
                                                         bool capture_output, int death_signal) {
   if (argv.empty()) return Status::InvalidArgument("cannot start " + id + ": empty command");
-  SubprocessOptions options;
+  os::SubprocessOptions options;
   options.argv = argv;
   options.pipe_output = capture_output;
   options.merge_stderr = true;
   options.parent_death_signal = death_signal;
-  Result<Subprocess> process = Subprocess::Spawn(options);
+  Result<os::Subprocess> process = os::Subprocess::Spawn(options);
   // Whatever the reason (missing binary, fork failing), the OS refused.
   if (!process.ok())
     return Status::IoError("cannot start " + id + ": " + process.status().message());
@@ -75,9 +75,9 @@ Result<std::unique_ptr<AgentProcess>> SpawnProcessGroup(const std::string& id,
       std::make_unique<ChildProcess>(id, std::move(process).value()));
 }
 
-std::string DescribeAgentExit(const ExitStatus& status) {
+std::string DescribeAgentExit(const os::ExitStatus& status) {
   if (!status.signaled() && status.exit_code() > 128 && status.exit_code() < 128 + 65) {
-    return "killed by " + SignalName(status.exit_code() - 128) + " (agent exit code " +
+    return "killed by " + os::SignalName(status.exit_code() - 128) + " (agent exit code " +
            std::to_string(status.exit_code()) + ")";
   }
   if (status.signaled()) return "its agent was " + status.ToString();

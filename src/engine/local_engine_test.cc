@@ -12,13 +12,13 @@
 namespace drover {
 namespace {
 
-ExitStatus WaitFor(AgentProcess& process) {
+os::ExitStatus WaitFor(AgentProcess& process) {
   for (int i = 0; i < 500; ++i) {
     if (auto exit = process.Poll()) return *exit;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ADD_FAILURE() << "process did not exit";
-  return ExitStatus::Exited(-1);
+  return os::ExitStatus::Exited(-1);
 }
 
 std::string ReadAll(AgentProcess& process) {
@@ -38,9 +38,9 @@ std::string ReadAll(AgentProcess& process) {
 }
 
 TEST(ExitStatusTest, ShellCode) {
-  EXPECT_EQ(ExitStatus::Exited(3).ToString(), "exit code 3");
-  EXPECT_EQ(ExitStatus::Signaled(SIGKILL).ShellCode(), 137);
-  EXPECT_TRUE(ExitStatus::Exited(0).success());
+  EXPECT_EQ(os::ExitStatus::Exited(3).ToString(), "exit code 3");
+  EXPECT_EQ(os::ExitStatus::Signaled(SIGKILL).ShellCode(), 137);
+  EXPECT_TRUE(os::ExitStatus::Exited(0).success());
 }
 
 TEST(LocalEngineTest, CapturesStdoutAndStderrAndExitCode) {
@@ -52,7 +52,7 @@ TEST(LocalEngineTest, CapturesStdoutAndStderrAndExitCode) {
   EXPECT_NE(output.find("out\n"), std::string::npos);
   EXPECT_NE(output.find("err\n"), std::string::npos);
   EXPECT_NE(output.find("stdin-closed"), std::string::npos);
-  ExitStatus exit = WaitFor(**process);
+  os::ExitStatus exit = WaitFor(**process);
   EXPECT_EQ(exit.exit_code(), 3);
 }
 
@@ -62,7 +62,7 @@ TEST(LocalEngineTest, OwnProcessGroupAndSignal) {
   ASSERT_TRUE(process.ok()) << process.status();
   EXPECT_EQ(::getpgid((*process)->pid()), (*process)->pid());
   (*process)->Signal(SIGTERM);
-  ExitStatus exit = WaitFor(**process);
+  os::ExitStatus exit = WaitFor(**process);
   EXPECT_EQ(exit.signal(), SIGTERM);
 }
 

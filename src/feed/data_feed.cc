@@ -9,6 +9,7 @@
 
 #include "feed/shm_channel.h"
 #include "feed/socket_fd.h"
+#include "os/duration_text.h"
 
 namespace drover {
 namespace {
@@ -186,7 +187,7 @@ Result<RecordBatch> ShmDataFeed::NextBatch(size_t max_records) {
         if (!batch.records.empty()) break;  // what arrived in time
         if (next.status().code() == Status::Code::kDeadlineExceeded) {
           return Status::DeadlineExceeded("next_batch: no record arrived for " + grant_.task +
-                                          " in " + feed::SecondsText(timeout_));
+                                          " in " + os::SecondsText(timeout_));
         }
         return next.status();
       }

@@ -12,6 +12,8 @@
 #include <system_error>
 #include <utility>
 
+#include "os/unique_fd.h"
+
 namespace drover::feed {
 namespace {
 
@@ -271,32 +273,31 @@ Result<FeedPlan> FeedPlan::FromJson(std::string_view text) {
 }
 
 Result<FeedPlan> FeedPlan::ReadFile(const std::string& path) {
-  int fd;
+  int opened;
   do {
-    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  } while (fd < 0 && errno == EINTR);
-  if (fd < 0) {
+    opened = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  } while (opened < 0 && errno == EINTR);
+  if (opened < 0) {
     const int error = errno;
     std::string message = "cannot open feed plan " + path + ": " +
                           std::error_code(error, std::generic_category()).message();
     if (error == ENOENT) return Status::NotFound(std::move(message));
     return Status::IoError(std::move(message));
   }
+  const os::UniqueFd fd(opened);
   std::string text;
   char chunk[64 << 10];
   for (;;) {
-    const ssize_t got = ::read(fd, chunk, sizeof(chunk));
+    const ssize_t got = ::read(fd.get(), chunk, sizeof(chunk));
     if (got < 0 && errno == EINTR) continue;
     if (got < 0) {
       const int error = errno;
-      ::close(fd);
       return Status::IoError("cannot read feed plan " + path + ": " +
                              std::error_code(error, std::generic_category()).message());
     }
     if (got == 0) break;
     text.append(chunk, static_cast<size_t>(got));
   }
-  ::close(fd);
   Result<FeedPlan> plan = FromJson(text);
   if (!plan.ok()) return plan.status().WithContext(path);
   return plan;

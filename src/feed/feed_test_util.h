@@ -1,6 +1,6 @@
-// Helpers shared by the feed tests (feed_test): a temporary directory, a
-// stand-in for the agent's side of the feed socket, and publishing a batch
-// of records by hand. Child processes: testing/child_process.h.
+// Helpers shared by the feed tests (feed_test): a stand-in for the agent's side of the feed socket,
+// and publishing a batch of records by hand. Temporary directories: testing/temp_dir.h; child
+// processes: testing/child_process.h.
 //
 // TestAgent serves one ShmChannel on a Unix socket the way the real agent
 // (src/agent/feed_service.cc) does: it reads the hello, refuses a second
@@ -34,6 +34,7 @@
 #include "drover/status.h"
 #include "feed/shm_channel.h"
 #include "feed/socket_fd.h"
+#include "testing/temp_dir.h"
 
 namespace drover::feed::testing {
 
@@ -41,27 +42,6 @@ namespace drover::feed::testing {
 inline Deadline In(Clock::duration duration) {
   return Clock::now() + duration;
 }
-
-// A fresh 0700 directory, removed with its contents on destruction.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "drover-feed-XXXXXX");
-    if (::mkdtemp(pattern.data()) != nullptr) path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::string& path() const { return path_; }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 inline void WriteFile(const std::string& path, std::string_view bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

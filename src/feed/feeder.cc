@@ -6,6 +6,7 @@
 
 #include "feed/shm_channel.h"
 #include "feed/socket_fd.h"
+#include "os/duration_text.h"
 
 namespace drover::feed {
 namespace {
@@ -152,7 +153,7 @@ Result<FeederReport> FeedShare(const FeederOptions& options, ShmChannel& channel
     }
     if (status.code() == Status::Code::kDeadlineExceeded) {
       return Status::DeadlineExceeded("feed timeout: " + options.task + " took no record for " +
-                                      SecondsText(timeout) + " while " + partition.Name() +
+                                      os::SecondsText(timeout) + " while " + partition.Name() +
                                       " was being fed");
     }
     return status.WithContext(partition.Name());

@@ -11,6 +11,7 @@
 #include "feed/record_io.h"
 #include "feed/shm_channel.h"
 #include "feed/socket_fd.h"
+#include "os/duration_text.h"
 
 namespace drover::feed {
 namespace {
@@ -119,9 +120,10 @@ Result<char*> ShmPartitionWriter::Reserve(size_t payload, const std::atomic<bool
     if (channel_.state() != RunState::kRunning) return static_cast<char*>(nullptr);
     if (space.status().code() != Status::Code::kDeadlineExceeded) return space.status();
     if (Clock::now() >= deadline) {
-      return Status::DeadlineExceeded(
-          "feed timeout: " + task_ + " took no records for " + SecondsText(options_.feed_timeout) +
-          " (partition " + std::to_string(partition) + ", epoch " + std::to_string(epoch) + ")");
+      return Status::DeadlineExceeded("feed timeout: " + task_ + " took no records for " +
+                                      os::SecondsText(options_.feed_timeout) + " (partition " +
+                                      std::to_string(partition) + ", epoch " +
+                                      std::to_string(epoch) + ")");
     }
   }
 }
@@ -193,8 +195,8 @@ Status ShmPartitionWriter::ReadResults(uint32_t feed_seq, uint32_t partition, si
       }
       if (all_written && Clock::now() >= deadline) {
         return Status::DeadlineExceeded("feed timeout: " + task_ + " returned no results for " +
-                                        SecondsText(options_.feed_timeout) + " (" + name + ", " +
-                                        std::to_string(results->size()) + " of " +
+                                        os::SecondsText(options_.feed_timeout) + " (" + name +
+                                        ", " + std::to_string(results->size()) + " of " +
                                         std::to_string(expected) + " results in)");
       }
       continue;
@@ -294,7 +296,7 @@ Status ShmPartitionWriter::WaitConsumed() {
     unread = now_unread;
     if (Clock::now() >= deadline) {
       return Status::DeadlineExceeded("feed timeout: " + task_ + " took no records for " +
-                                      SecondsText(options_.feed_timeout) + " (" +
+                                      os::SecondsText(options_.feed_timeout) + " (" +
                                       std::to_string(unread) + " bytes still queued)");
     }
     std::this_thread::sleep_for(pause);

@@ -31,8 +31,8 @@ namespace drover::feed {
 namespace {
 
 using ::drover::feed::testing::PublishBatch;
-using ::drover::feed::testing::TempDir;
 using ::drover::testing::StatusIs;
+using ::drover::testing::TempDir;
 using ::testing::_;
 using ::testing::AllOf;
 using ::testing::ElementsAreArray;

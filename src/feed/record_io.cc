@@ -17,6 +17,8 @@
 #include <system_error>
 #include <utility>
 
+#include "os/unique_fd.h"
+
 #if defined(__x86_64__)
 #include <nmmintrin.h>
 #endif
@@ -196,37 +198,13 @@ bool HasSse42() {
 
 // ---- Files ----
 
-class ScopedFd {
- public:
-  explicit ScopedFd(int fd = -1) : fd_(fd) {}
-  ScopedFd(ScopedFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  ScopedFd& operator=(ScopedFd&& other) noexcept {
-    if (this != &other) {
-      Reset();
-      fd_ = std::exchange(other.fd_, -1);
-    }
-    return *this;
-  }
-  ScopedFd(const ScopedFd&) = delete;
-  ScopedFd& operator=(const ScopedFd&) = delete;
-  ~ScopedFd() { Reset(); }
-  int get() const { return fd_; }
-
- private:
-  void Reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-  int fd_;
-};
-
-Result<ScopedFd> OpenForRead(const std::string& path) {
+Result<os::UniqueFd> OpenForRead(const std::string& path) {
   int fd;
   do {
     fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) return ErrnoStatus(errno, "cannot open " + path);
-  return ScopedFd(fd);
+  return os::UniqueFd(fd);
 }
 
 // Reads up to `size` bytes at `offset`, fewer only at the end of the file.
@@ -251,7 +229,7 @@ Result<size_t> ReadFully(int fd, char* out, size_t size, uint64_t offset, const 
 // data() is the file at file_offset(); available() bytes of it are mapped.
 class RangeBuffer {
  public:
-  RangeBuffer(ScopedFd fd, std::string path, uint64_t start, uint64_t end, size_t window)
+  RangeBuffer(os::UniqueFd fd, std::string path, uint64_t start, uint64_t end, size_t window)
       : fd_(std::move(fd)),
         path_(std::move(path)),
         offset_(start),
@@ -310,7 +288,7 @@ class RangeBuffer {
     map_offset_ = mapped_end_ = offset_;
   }
 
-  ScopedFd fd_;
+  os::UniqueFd fd_;
   std::string path_;
   uint64_t offset_;  // the file offset of data()
   uint64_t end_;
@@ -328,7 +306,8 @@ class RangeBuffer {
 template <typename Format>
 class BufferedRecordReader : public RecordReader {
  public:
-  BufferedRecordReader(ScopedFd fd, std::string path, uint64_t start, uint64_t end, size_t window)
+  BufferedRecordReader(os::UniqueFd fd, std::string path, uint64_t start, uint64_t end,
+                       size_t window)
       : path_(path),
         start_(start),
         buffer_(std::move(fd), std::move(path), start, end, window),
@@ -470,7 +449,7 @@ class TfRecordReader : public BufferedRecordReader<TfRecordReader> {
 
 class FixedSizeReader : public BufferedRecordReader<FixedSizeReader> {
  public:
-  FixedSizeReader(ScopedFd fd, std::string path, uint64_t start, uint64_t end, size_t window,
+  FixedSizeReader(os::UniqueFd fd, std::string path, uint64_t start, uint64_t end, size_t window,
                   size_t record_bytes)
       : BufferedRecordReader(std::move(fd), std::move(path), start, end, window),
         record_bytes_(record_bytes) {}
@@ -688,7 +667,7 @@ Status SplitFile(const InputFile& file, const PlanOptions& options,
     return Status::Ok();
   }
 
-  DROVER_ASSIGN_OR_RETURN(ScopedFd fd, OpenForRead(file.path));
+  DROVER_ASSIGN_OR_RETURN(os::UniqueFd fd, OpenForRead(file.path));
   uint64_t begin = 0;
   if (options.format == RecordFormat::kTfRecord) {
     TfRecordHeaderWalker walker(fd.get(), file.path, file.size);
@@ -807,7 +786,7 @@ Result<std::unique_ptr<RecordReader>> RecordReader::Open(const Partition& partit
         "] is not a whole number of raw records of " + std::to_string(record_bytes) + " bytes");
   }
 
-  DROVER_ASSIGN_OR_RETURN(ScopedFd fd, OpenForRead(path));
+  DROVER_ASSIGN_OR_RETURN(os::UniqueFd fd, OpenForRead(path));
   struct stat info;
   if (::fstat(fd.get(), &info) != 0) return ErrnoStatus(errno, "cannot stat " + path);
   const auto file_size = static_cast<uint64_t>(info.st_size);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "testing/status_matchers.h"
+#include "testing/temp_dir.h"
 
 namespace drover::feed {
 namespace {
@@ -24,24 +25,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using Code = Status::Code;
-
-// A fresh directory, removed with its contents on destruction.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "drover-record-io-XXXXXX");
-    if (::mkdtemp(pattern.data()) != nullptr) path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using ::drover::testing::TempDir;
 
 // Changes the working directory for one test.
 class ScopedChdir {

@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <thread>
 #include <type_traits>
@@ -133,12 +132,6 @@ std::string_view RunStateName(RunState state) {
       return "stopped";
   }
   return "unknown";
-}
-
-std::string SecondsText(std::chrono::milliseconds duration) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%g s", static_cast<double>(duration.count()) / 1000.0);
-  return text;
 }
 
 namespace {

@@ -34,8 +34,6 @@ using Deadline = Clock::time_point;
 
 enum class RunState : uint32_t { kRunning = 0, kTerminating = 1, kStopped = 2 };
 std::string_view RunStateName(RunState state);
-// "0.5 s", "600 s": a wait's length for messages.
-std::string SecondsText(std::chrono::milliseconds duration);
 
 // BatchInfo::flags
 inline constexpr uint32_t kEndOfPartition = 1;

@@ -616,7 +616,7 @@ TEST(ShmChannelTest, MapRefusesWhatIsNotAChannel) {
                 StatusIs(Code::kInvalidArgument, HasSubstr("inconsistent sizes")));
   }
   {  // Not a memfd at all.
-    testing::TempDir dir;
+    ::drover::testing::TempDir dir;
     testing::WriteFile(dir.File("plain"), good);
     int fd = ::open(dir.File("plain").c_str(), O_RDWR | O_CLOEXEC);
     ASSERT_GE(fd, 0);

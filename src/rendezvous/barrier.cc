@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "drover/host_port.h"
+#include "os/duration_text.h"
 #include "rendezvous/log_text.h"
 #include "rendezvous/node_info_codec.h"
 #include "wire/frame.h"
@@ -161,7 +162,7 @@ void Barrier::OnReservationTimeout() {
   std::vector<std::string> registered = table_.RegisteredInSlotOrder();
   std::vector<std::string> missing = table_.MissingSlots();
   std::string message = "reservation timed out after " +
-                        FormatSeconds(options_.reservation_timeout) + ": " +
+                        os::SecondsText(options_.reservation_timeout) + ": " +
                         std::to_string(registered.size()) + " of " +
                         std::to_string(table_.expected()) + " nodes registered";
   if (!registered.empty()) message += " (executors " + JoinLimited(registered) + ")";

@@ -53,6 +53,7 @@
 
 #include "drover/host_port.h"
 #include "drover/rendezvous.h"
+#include "os/unique_fd.h"
 #include "rendezvous/node_info_codec.h"
 #include "wire/auth.h"
 #include "wire/frame.h"
@@ -76,32 +77,6 @@ constexpr Milliseconds kWaitReplyMargin{50};
 std::string ErrnoText(int error) {
   return std::strerror(error);
 }
-
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(UniqueFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept {
-    if (this != &other) {
-      Reset();
-      fd_ = std::exchange(other.fd_, -1);
-    }
-    return *this;
-  }
-  ~UniqueFd() { Reset(); }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-
-  int get() const { return fd_; }
-  void Reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
 
 // Milliseconds until `deadline` for poll(), rounded up, 0 once it has passed.
 // Capped so a far deadline still fits in an int.
@@ -158,8 +133,8 @@ bool IsRetriableConnectError(int error) {
 }
 
 struct ConnectAttempt {
-  UniqueFd fd;    // connected, or -1
-  int error = 0;  // errno of the last address tried
+  os::UniqueFd fd;  // connected, or -1
+  int error = 0;    // errno of the last address tried
   bool retriable = true;
 };
 
@@ -169,7 +144,7 @@ ConnectAttempt ConnectOnce(const addrinfo* addresses, Deadline deadline) {
   ConnectAttempt attempt;
   bool any_retriable = false;
   for (const addrinfo* ai = addresses; ai != nullptr; ai = ai->ai_next) {
-    UniqueFd fd(
+    os::UniqueFd fd(
         ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol));
     if (fd.get() < 0) {
       attempt.error = errno;
@@ -248,7 +223,7 @@ std::string JoinKeys(const std::vector<std::string>& keys) {
 
 class RendezvousClient::Impl {
  public:
-  Impl(RendezvousClientOptions options, wire::Token key, UniqueFd fd)
+  Impl(RendezvousClientOptions options, wire::Token key, os::UniqueFd fd)
       : options_(std::move(options)),
         key_(key),
         fd_(std::move(fd)),
@@ -321,7 +296,7 @@ class RendezvousClient::Impl {
 
   const RendezvousClientOptions options_;
   const wire::Token key_;  // the credential's: the cluster token or a node's
-  UniqueFd fd_;
+  os::UniqueFd fd_;
 
   // Caller's thread only.
   wire::FrameReader reader_;
@@ -801,7 +776,7 @@ Result<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(RendezvousCl
   int last_error = 0;
   std::string last_error_text;
   int attempts = 0;
-  UniqueFd fd;
+  os::UniqueFd fd;
   for (;;) {
     ++attempts;
     addrinfo hints{};

@@ -5,7 +5,7 @@
 #include <array>
 #include <utility>
 
-#include "rendezvous/log_text.h"
+#include "os/duration_text.h"
 
 namespace drover::rendezvous_internal {
 
@@ -132,20 +132,21 @@ void Connection::OnTimer(TimerKind kind) {
       if (reader_.mid_frame()) {
         Close("short frame: " + std::to_string(reader_.buffered_bytes()) +
               " bytes of an unfinished frame, then nothing; no handshake from " + address() +
-              " within " + FormatSeconds(handshake_timeout));
+              " within " + os::SecondsText(handshake_timeout));
       } else {
-        Close("no handshake from " + address() + " within " + FormatSeconds(handshake_timeout));
+        Close("no handshake from " + address() + " within " + os::SecondsText(handshake_timeout));
       }
       break;
     case TimerKind::kFrame:
       Close("short frame: " + std::to_string(reader_.buffered_bytes()) +
-            " bytes of an unfinished frame, then nothing for " + FormatSeconds(handshake_timeout));
+            " bytes of an unfinished frame, then nothing for " +
+            os::SecondsText(handshake_timeout));
       break;
     case TimerKind::kDrain:
       if (writing_) {
         host_->Log("closing connection from " + address() +
                    ": it did not read its ERROR frame within " +
-                   FormatSeconds(options_.drain_timeout) + " (" + std::to_string(queued_bytes_) +
+                   os::SecondsText(options_.drain_timeout) + " (" + std::to_string(queued_bytes_) +
                    " bytes unsent)");
       }
       Close();

@@ -1,5 +1,6 @@
 // How the rendezvous server writes values into its log lines and error
-// messages: durations, peer bytes, long lists. Pure functions; thread-safe.
+// messages: peer bytes and long lists (durations: os::SecondsText). Pure
+// functions; thread-safe.
 
 #ifndef DROVER_SRC_RENDEZVOUS_LOG_TEXT_H_
 #define DROVER_SRC_RENDEZVOUS_LOG_TEXT_H_
@@ -15,9 +16,6 @@ namespace drover::rendezvous_internal {
 
 // Long lists in error messages (4,000 executors) are cut to this many items.
 inline constexpr size_t kMaxListedItems = 32;
-
-// "600 s", "0.25 s".
-std::string FormatSeconds(Milliseconds ms);
 
 // Key bytes are arbitrary: what does not print is escaped, and long ones cut
 // at 64 bytes.

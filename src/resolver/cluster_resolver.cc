@@ -33,11 +33,10 @@ std::string FormatMasterUrl(const std::string& master, const std::string& rpc_la
   return rpc_layer + "://" + master;
 }
 
-Result<AcceleratorMap> ClusterResolver::num_accelerators(
-    const std::optional<std::string>& /*task_type*/, std::optional<int> /*task_id*/) const {
+AcceleratorMap LocalAccelerators(const Environment& env) {
   // TensorFlow lists the devices a session on master() sees; without a
   // runtime we can only count this host's GPUs.
-  int gpus = ProcessEnvironment().CountLocalGpus();
+  const int gpus = env.CountLocalGpus();
   if (gpus > 0) return AcceleratorMap{{"GPU", gpus}};
   return AcceleratorMap{};
 }

@@ -73,6 +73,11 @@ class FailingResolver : public ClusterResolver {
                              const std::optional<std::string>&) const override {
     return std::string("failing-master");
   }
+  using ClusterResolver::num_accelerators;
+  Result<AcceleratorMap> num_accelerators(const std::optional<std::string>&,
+                                          std::optional<int>) const override {
+    return AcceleratorMap{};
+  }
 };
 
 // ---- FormatMasterUrl ----
@@ -85,15 +90,13 @@ TEST(FormatMasterUrlTest, PrefixesOnlyWithANonEmptyLayer) {
 
 // ---- ClusterResolver defaults ----
 
-TEST(BaseClusterResolverTest, NumAcceleratorsCountsLocalGpus) {
+TEST(LocalAcceleratorsTest, CountsTheEnvironmentsGpus) {
+  EXPECT_EQ(LocalAccelerators(MapEnvironment({}, "host", 2)), (AcceleratorMap{{"GPU", 2}}));
+  EXPECT_TRUE(LocalAccelerators(MapEnvironment({}, "host", 0)).empty());  // no {"GPU": 0} entry
+}
+
+TEST(BaseClusterResolverTest, Defaults) {
   FailingResolver resolver;
-  const int gpus = ProcessEnvironment().CountLocalGpus();
-  ASSERT_OK_AND_ASSIGN(AcceleratorMap accelerators, resolver.num_accelerators());
-  if (gpus > 0) {
-    EXPECT_EQ(accelerators, (AcceleratorMap{{"GPU", gpus}}));
-  } else {
-    EXPECT_TRUE(accelerators.empty());  // no {"GPU": 0} entry
-  }
   EXPECT_EQ(resolver.environment(), "");
   EXPECT_EQ(resolver.task_type(), std::nullopt);
   EXPECT_EQ(resolver.task_id(), std::nullopt);

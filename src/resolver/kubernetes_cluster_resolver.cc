@@ -193,6 +193,11 @@ std::optional<int> KubernetesClusterResolver::task_id() const {
   return OwnTask().second;
 }
 
+Result<AcceleratorMap> KubernetesClusterResolver::num_accelerators(
+    const std::optional<std::string>& /*task_type*/, std::optional<int> /*task_id*/) const {
+  return LocalAccelerators(*env_);
+}
+
 std::pair<std::optional<std::string>, std::optional<int>> KubernetesClusterResolver::OwnTask()
     const {
   Result<int> total = num_tasks();

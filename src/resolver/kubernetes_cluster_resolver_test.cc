@@ -54,6 +54,13 @@ TEST(KubernetesClusterResolverTest, WorkersFromTheIndexedJob) {
   EXPECT_EQ(resolver->pod_dns_name(0).value_or(""), "train-0.train.ml.svc.cluster.local");
 }
 
+TEST(KubernetesClusterResolverTest, AcceleratorsAreTheEnvironmentsGpus) {
+  MapEnvironment env(Vars{{"JOB_COMPLETION_INDEX", "0"}, {"DROVER_NUM_TASKS", "1"}}, "train-0",
+                     /*gpus=*/2);
+  ASSERT_OK_AND_ASSIGN(auto resolver, KubernetesClusterResolver::Create(NoNamespaceFile(), env));
+  EXPECT_EQ(resolver->num_accelerators().value_or(AcceleratorMap{}), (AcceleratorMap{{"GPU", 2}}));
+}
+
 TEST(KubernetesClusterResolverTest, JobsSplitIndicesInNameOrder) {
   MapEnvironment env(Vars{
       {"JOB_COMPLETION_INDEX", "0"}, {"HOSTNAME", "tf-job-0"}, {"DROVER_K8S_SERVICE", "tf-svc"}});

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <charconv>
-#include <fstream>
 #include <initializer_list>
 #include <iterator>
 #include <set>
@@ -14,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "os/read_file.h"
 #include "resolver/resolver_env.h"
 
 namespace drover {
@@ -366,18 +366,8 @@ Result<ResourceSpec> ParseResourceSpec(std::string_view yaml, std::string_view s
 }
 
 Result<ResourceSpec> LoadResourceSpec(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return Status::IoError("cannot open resource spec '" + path + "'");
-  std::string text;
-  char buffer[65536];
-  while (file.read(buffer, sizeof(buffer)) || file.gcount() > 0) {
-    text.append(buffer, static_cast<std::size_t>(file.gcount()));
-    if (text.size() > kMaxResourceSpecBytes) {
-      return Status::InvalidArgument("resource spec '" + path + "': larger than " +
-                                     std::to_string(kMaxResourceSpecBytes) + " bytes");
-    }
-  }
-  if (file.bad()) return Status::IoError("cannot read resource spec '" + path + "'");
+  DROVER_ASSIGN_OR_RETURN(std::string text,
+                          os::ReadFileCapped(path, kMaxResourceSpecBytes, "resource spec"));
   return ParseResourceSpec(text, path);
 }
 

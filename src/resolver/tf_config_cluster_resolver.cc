@@ -145,9 +145,6 @@ Result<TfConfig> ParseTfConfig(std::string_view json) {
   return result;
 }
 
-TFConfigClusterResolver::TFConfigClusterResolver()
-    : TFConfigClusterResolver(Options(), ProcessEnvironment()) {}
-
 TFConfigClusterResolver::TFConfigClusterResolver(Options options, Environment& env)
     : env_(&env), environment_(std::move(options.environment)) {
   task_type_ = std::move(options.task_type);
@@ -207,9 +204,7 @@ Result<AcceleratorMap> TFConfigClusterResolver::num_accelerators(
     const std::optional<std::string>& /*task_type*/, std::optional<int> /*task_id*/) const {
   // TensorFlow resolves the task from TF_CONFIG first, so a malformed one fails.
   DROVER_RETURN_IF_ERROR(tf_config().status());
-  int gpus = env_->CountLocalGpus();
-  if (gpus > 0) return AcceleratorMap{{"GPU", gpus}};
-  return AcceleratorMap{};
+  return LocalAccelerators(*env_);
 }
 
 std::string TFConfigClusterResolver::environment() const {

@@ -286,9 +286,10 @@ TEST(TFConfigClusterResolverTest, EnvironmentComesFromOptionsOnly) {
   EXPECT_EQ(TFConfigClusterResolver({}, env).tf_config().value().environment, "cloud");
 }
 
-TEST(TFConfigClusterResolverTest, DefaultConstructorReadsTheProcessEnvironment) {
-  TFConfigClusterResolver resolver;
+// The Python module's TFConfigClusterResolver() is this one.
+TEST(TFConfigClusterResolverTest, WithTheProcessEnvironmentItReadsTheRealTfConfig) {
   Environment& process = ProcessEnvironment();
+  TFConfigClusterResolver resolver({}, process);
   std::optional<std::string> saved = process.Get("TF_CONFIG");
   process.Set("TF_CONFIG",
               R"({"cluster": {"worker": ["x:1", "y:1"]}, "task": {"type": "worker", "index": 1}})");

@@ -122,6 +122,11 @@ std::optional<int> TorchEnvClusterResolver::task_id() const {
   return *own;
 }
 
+Result<AcceleratorMap> TorchEnvClusterResolver::num_accelerators(
+    const std::optional<std::string>& /*task_type*/, std::optional<int> /*task_id*/) const {
+  return LocalAccelerators(*env_);
+}
+
 Result<int> TorchEnvClusterResolver::rank() const {
   DROVER_ASSIGN_OR_RETURN(TorchVars vars, ReadTorchVars(*env_));
   return vars.rank;

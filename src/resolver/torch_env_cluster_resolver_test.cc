@@ -62,6 +62,12 @@ TEST(TorchEnvClusterResolverTest, RankZeroIsTheMaster) {
   EXPECT_EQ(resolver->master().value_or(""), "node0:29500");
 }
 
+TEST(TorchEnvClusterResolverTest, AcceleratorsAreTheEnvironmentsGpus) {
+  MapEnvironment env(Torchrun(0, 1, 0, 1), "node0", /*gpus=*/4);
+  ASSERT_OK_AND_ASSIGN(auto resolver, TorchEnvClusterResolver::Create({}, env));
+  EXPECT_EQ(resolver->num_accelerators().value_or(AcceleratorMap{}), (AcceleratorMap{{"GPU", 4}}));
+}
+
 TEST(TorchEnvClusterResolverTest, EnvironmentIsReadOnEveryCallAndOverridesWin) {
   MapEnvironment env(Torchrun(1, 2, 0, 1), "b");
   ASSERT_OK_AND_ASSIGN(auto resolver, TorchEnvClusterResolver::Create({}, env));

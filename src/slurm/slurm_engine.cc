@@ -5,7 +5,7 @@
 
 #include "drover/hostlist.h"
 #include "engine/launcher_agent.h"
-#include "ssh/ssh_command.h"
+#include "os/run_process.h"
 #include "ssh/ssh_engine.h"
 
 namespace drover::slurm {
@@ -92,8 +92,8 @@ Result<std::unique_ptr<SlurmEngine>> SlurmEngine::Create(SlurmEngineOptions opti
       engine->slots_.push_back(allocation.nodes[i]);
     }
   }
-  Result<ssh::CommandResult> shown =
-      ssh::RunProcess({engine->options_.scontrol, "show", "node", "-o", nodes}, "", 30);
+  Result<os::CommandResult> shown =
+      os::RunProcess({engine->options_.scontrol, "show", "node", "-o", nodes}, "", 30);
   if (!shown.ok() || shown->exit_code != 0) {
     return Status::Unavailable(
         "cannot look up the allocation's node addresses with scontrol show node: " +
@@ -166,17 +166,18 @@ Result<std::unique_ptr<AgentProcess>> SlurmEngine::Launch(const AgentLaunch& lau
   argv.insert(argv.end(), options_.srun_options.begin(), options_.srun_options.end());
   argv.insert(argv.end(), agent.begin(), agent.end());
   const std::string where = "its task on " + node;
-  return StartThroughLauncher(launch.executor_id, argv, token, [where](const ExitStatus& status) {
-    // srun exits with its task's code, 128 + signal for a killed task (the
-    // agent, or the program whose signal the agent passed on).
+  // srun exits with its task's code, 128 + signal for a killed task (the
+  // agent, or the program whose signal the agent passed on).
+  auto describe = [where](const os::ExitStatus& status) {
     const int code = status.exit_code();
     if (status.signaled()) return "its srun was " + status.ToString();
     if (code > 128 && code < 128 + 65) {
-      return where + " was killed by " + SignalName(code - 128) + " (srun exit code " +
+      return where + " was killed by " + os::SignalName(code - 128) + " (srun exit code " +
              std::to_string(code) + ")";
     }
     return where + " ended with exit code " + std::to_string(code);
-  });
+  };
+  return StartThroughLauncher(launch.executor_id, argv, token, describe);
 }
 
 }  // namespace drover::slurm

@@ -1,12 +1,11 @@
 #include "slurm/slurm_jobs.h"
 
-#include <unistd.h>
-
 #include <cctype>
 #include <cstdlib>
 #include <sstream>
 
-#include "ssh/ssh_command.h"
+#include "os/find_program.h"
+#include "os/shell_quote.h"
 
 namespace drover::slurm {
 namespace {
@@ -132,19 +131,11 @@ JobInfo ParseJobLine(std::string_view line) {
   return job;
 }
 
-// The program's path: as given when it holds a '/', else the first match on PATH.
-std::optional<std::string> FindProgram(const std::string& name) {
-  if (name.find('/') != std::string::npos) {
-    if (::access(name.c_str(), X_OK) == 0) return name;
-    return std::nullopt;
-  }
+// Where the Slurm client commands are looked up: this process's PATH.
+std::optional<std::string> SearchPath() {
   const char* path = std::getenv("PATH");
   if (path == nullptr) return std::nullopt;
-  for (std::string_view dir : Split(path, ':')) {
-    std::string candidate = (dir.empty() ? std::string(".") : std::string(dir)) + "/" + name;
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  return std::nullopt;
+  return std::string(path);
 }
 
 std::string FirstLine(const std::string& text) {
@@ -236,12 +227,12 @@ Result<std::string> BatchScript(const SubmitOptions& options) {
     lines.push_back("#SBATCH " + (text.front() == '-' ? text : "--" + text));
   }
   lines.push_back("");
-  lines.push_back("cd " + ssh::ShellQuote(options.working_dir) + " || exit 1");
-  std::string exec = "exec " + ssh::ShellQuote(options.drover_binary) +
-                     " run --engine slurm --log-dir " + ssh::ShellQuote(options.log_dir + "/run-") +
+  lines.push_back("cd " + os::ShellQuote(options.working_dir) + " || exit 1");
+  std::string exec = "exec " + os::ShellQuote(options.drover_binary) +
+                     " run --engine slurm --log-dir " + os::ShellQuote(options.log_dir + "/run-") +
                      "\"$SLURM_JOB_ID\"";
-  if (!options.run_options.empty()) exec += " " + ssh::ShellJoin(options.run_options);
-  exec += " -- " + ssh::ShellJoin(options.command);
+  if (!options.run_options.empty()) exec += " " + os::ShellJoin(options.run_options);
+  exec += " -- " + os::ShellJoin(options.command);
   lines.push_back(exec);
   std::string script;
   for (const std::string& line : lines) script += line + "\n";
@@ -311,10 +302,10 @@ std::vector<JobStep> ParseSteps(std::string_view squeue_output) {
   return steps;
 }
 
-Result<SlurmCommandResult> RunSlurmCommand(const std::vector<std::string>& argv,
-                                           const SlurmTools& tools) {
+Result<os::CommandResult> RunSlurmCommand(const std::vector<std::string>& argv,
+                                          const SlurmTools& tools) {
   if (argv.empty()) return Status::InvalidArgument("no Slurm command to run");
-  std::optional<std::string> program = FindProgram(argv.front());
+  std::optional<std::string> program = os::FindProgram(argv.front(), SearchPath());
   if (!program) {
     return Status::NotFound("'" + argv.front() +
                             "' is not on PATH: Slurm's client commands are not installed here "
@@ -322,14 +313,12 @@ Result<SlurmCommandResult> RunSlurmCommand(const std::vector<std::string>& argv,
   }
   std::vector<std::string> resolved = argv;
   resolved.front() = *program;
-  Result<ssh::CommandResult> done = ssh::RunProcess(resolved, "", tools.timeout_s);
-  if (!done.ok()) return done.status();
-  return SlurmCommandResult{done->exit_code, std::move(done->output), std::move(done->error)};
+  return os::RunProcess(resolved, "", tools.timeout_s);
 }
 
 Result<std::string> SubmitScript(const SlurmTools& tools, const std::string& script_path,
                                  std::string* warnings) {
-  DROVER_ASSIGN_OR_RETURN(SlurmCommandResult done,
+  DROVER_ASSIGN_OR_RETURN(os::CommandResult done,
                           RunSlurmCommand({tools.sbatch, "--parsable", script_path}, tools));
   if (done.exit_code != 0) {
     std::string message(Trim(done.error));
@@ -343,7 +332,7 @@ Result<std::string> SubmitScript(const SlurmTools& tools, const std::string& scr
 }
 
 Result<std::optional<JobInfo>> ShowJob(const SlurmTools& tools, const std::string& job_id) {
-  DROVER_ASSIGN_OR_RETURN(SlurmCommandResult done,
+  DROVER_ASSIGN_OR_RETURN(os::CommandResult done,
                           RunSlurmCommand({tools.scontrol, "show", "job", "-o", job_id}, tools));
   if (done.exit_code != 0) {
     if (done.error.find("Invalid job id") != std::string::npos) {
@@ -363,7 +352,7 @@ Result<std::optional<JobInfo>> ShowJob(const SlurmTools& tools, const std::strin
 }
 
 std::optional<JobInfo> AccountedJob(const SlurmTools& tools, const std::string& job_id) {
-  Result<SlurmCommandResult> done =
+  Result<os::CommandResult> done =
       RunSlurmCommand({tools.sacct, "-X", "-n", "-P", "-o", "State,ExitCode", "-j", job_id}, tools);
   if (!done.ok() || done->exit_code != 0) return std::nullopt;
   return ParseSacct(done->output, job_id);
@@ -371,7 +360,7 @@ std::optional<JobInfo> AccountedJob(const SlurmTools& tools, const std::string& 
 
 Result<std::vector<JobStep>> ListSteps(const SlurmTools& tools, const std::string& job_id) {
   DROVER_ASSIGN_OR_RETURN(
-      SlurmCommandResult done,
+      os::CommandResult done,
       RunSlurmCommand({tools.squeue, "-h", "-s", "-j", job_id, "-o", "%i|%j|%M|%N"}, tools));
   if (done.exit_code != 0) {
     return Status::Unavailable("squeue -s -j " + job_id + ": " + FirstLine(done.error));
@@ -383,7 +372,7 @@ Status CancelJob(const SlurmTools& tools, const std::string& job_id, const std::
   std::vector<std::string> argv = {tools.scancel};
   if (!signal.empty()) argv.push_back("--signal=" + signal);
   argv.push_back(job_id);
-  DROVER_ASSIGN_OR_RETURN(SlurmCommandResult done, RunSlurmCommand(argv, tools));
+  DROVER_ASSIGN_OR_RETURN(os::CommandResult done, RunSlurmCommand(argv, tools));
   // scancel may say "error:" and still exit 0 (a job id it does not know).
   std::string message(Trim(done.error));
   if (done.exit_code != 0 || message.find("error") != std::string::npos) {

@@ -5,7 +5,7 @@
 // scontrol, squeue, scancel, sacct) run through PATH with a timeout each.
 //
 // Plain functions over values; the Slurm commands are run as child processes
-// (drover::Subprocess), so every call here may block up to
+// (drover::os::Subprocess), so every call here may block up to
 // SlurmTools::timeout_s. Nothing here keeps state; thread-safe.
 
 #ifndef DROVER_SLURM_SLURM_JOBS_H_
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "drover/status.h"
+#include "os/run_process.h"
 
 namespace drover::slurm {
 
@@ -116,18 +117,12 @@ struct SlurmTools {
   int timeout_s = 60;
 };
 
-// A Slurm command's outcome; `error` is its stderr, verbatim.
-struct SlurmCommandResult {
-  int exit_code = -1;
-  std::string output;
-  std::string error;
-};
-
-// Runs argv to its end. kNotFound naming the program when it is not on PATH
-// (Slurm's client commands not installed here); kDeadlineExceeded after
-// tools.timeout_s; kIoError when it cannot be started.
-Result<SlurmCommandResult> RunSlurmCommand(const std::vector<std::string>& argv,
-                                           const SlurmTools& tools);
+// Runs argv to its end; the result's `error` is its stderr, verbatim.
+// kNotFound naming the program when it is not on PATH (Slurm's client
+// commands not installed here); kDeadlineExceeded after tools.timeout_s;
+// kIoError when it cannot be started.
+Result<os::CommandResult> RunSlurmCommand(const std::vector<std::string>& argv,
+                                          const SlurmTools& tools);
 
 // `sbatch --parsable SCRIPT`: the job id. kFailedPrecondition carrying
 // sbatch's stderr verbatim when it refuses ("sbatch: error: invalid

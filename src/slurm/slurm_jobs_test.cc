@@ -33,7 +33,7 @@ SubmitOptions Options() {
 
 // What bash's word splitting makes of `words`, printed one per line.
 std::string ThroughShell(const std::string& words) {
-  Result<SlurmCommandResult> done = RunSlurmCommand(
+  Result<os::CommandResult> done = RunSlurmCommand(
       {"bash", "-c", "SLURM_JOB_ID=77; for w in " + words + "; do echo \"<$w>\"; done"},
       SlurmTools());
   EXPECT_TRUE(done.ok()) << done.status().ToString();
@@ -381,7 +381,7 @@ TEST(SlurmCommandTest, CancelErrorsAreVerbatim) {
 
 TEST(SlurmCommandTest, OutputAndCode) {
   SlurmTools tools;
-  ASSERT_OK_AND_ASSIGN(SlurmCommandResult done,
+  ASSERT_OK_AND_ASSIGN(os::CommandResult done,
                        RunSlurmCommand({"sh", "-c", "echo out; echo err >&2; exit 3"}, tools));
   EXPECT_EQ(done.exit_code, 3);
   EXPECT_EQ(done.output, "out\n");

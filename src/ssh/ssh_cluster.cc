@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -18,6 +17,10 @@
 #include <sstream>
 
 #include "engine/local_engine.h"
+#include "os/fd_io.h"
+#include "os/read_file.h"
+#include "os/shell_quote.h"
+#include "os/sigpipe_block.h"
 
 namespace drover::ssh {
 namespace {
@@ -54,74 +57,18 @@ std::string RemoteParent(const std::string& path) {
   return parent;
 }
 
-Result<std::string> ReadSpec(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return Status::IoError("cannot read resource spec '" + path + "': " + std::strerror(errno));
-  }
-  std::string text;
-  char buffer[16384];
-  while (in.read(buffer, sizeof(buffer)) || in.gcount() > 0) {
-    text.append(buffer, static_cast<size_t>(in.gcount()));
-    if (text.size() > kMaxResourceSpecBytes) {
-      return Status::InvalidArgument("resource spec '" + path + "' is larger than " +
-                                     std::to_string(kMaxResourceSpecBytes) + " bytes");
-    }
-  }
-  return text;
-}
-
-// Reads what is there from a non-blocking fd into `out`; false at end of file.
-bool ReadSome(int fd, std::string* out) {
-  char buffer[65536];
-  for (;;) {
-    ssize_t got = ::read(fd, buffer, sizeof(buffer));
-    if (got > 0) {
-      out->append(buffer, static_cast<size_t>(got));
-      if (got < static_cast<ssize_t>(sizeof(buffer))) return true;
-      continue;
-    }
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
-    return false;
-  }
-}
-
-// Blocks SIGPIPE on this thread while alive (a pipe whose reader exited
-// gives EPIPE instead), and drops one that came meanwhile.
-class SigpipeBlock {
- public:
-  SigpipeBlock() {
-    sigemptyset(&pipe_set_);
-    sigaddset(&pipe_set_, SIGPIPE);
-    ::pthread_sigmask(SIG_BLOCK, &pipe_set_, &old_set_);
-  }
-  ~SigpipeBlock() {
-    struct timespec zero {};
-    while (::sigtimedwait(&pipe_set_, nullptr, &zero) > 0) {
-    }
-    ::pthread_sigmask(SIG_SETMASK, &old_set_, nullptr);
-  }
-  SigpipeBlock(const SigpipeBlock&) = delete;
-  SigpipeBlock& operator=(const SigpipeBlock&) = delete;
-
- private:
-  sigset_t pipe_set_;
-  sigset_t old_set_;
-};
-
 }  // namespace
 
 std::string RemotePathWord(const std::string& path) {
   if (path == "~") return "~";
   if (path.rfind("~/", 0) == 0) {
     std::string rest = path.substr(2);
-    return rest.empty() ? "~/" : "~/" + ShellQuote(rest);
+    return rest.empty() ? "~/" : "~/" + os::ShellQuote(rest);
   }
-  return ShellQuote(path);
+  return os::ShellQuote(path);
 }
 
-Status RemoteFailure(const SshHost& host, std::string_view what, const CommandResult& result) {
+Status RemoteFailure(const SshHost& host, std::string_view what, const os::CommandResult& result) {
   std::string line = LastLine(result.error);
   if (line.empty()) line = "exit code " + std::to_string(result.exit_code) + ", no message";
   const bool denied = result.error.find("Permission denied") != std::string::npos;
@@ -135,7 +82,8 @@ Status RemoteFailure(const SshHost& host, std::string_view what, const CommandRe
 
 Result<std::unique_ptr<SshCluster>> SshCluster::Create(const std::string& path, Options options,
                                                        Environment& env) {
-  DROVER_ASSIGN_OR_RETURN(std::string text, ReadSpec(path));
+  DROVER_ASSIGN_OR_RETURN(std::string text,
+                          os::ReadFileCapped(path, kMaxResourceSpecBytes, "resource spec"));
   return FromText(text, path, std::move(options), env);
 }
 
@@ -143,7 +91,7 @@ Result<std::unique_ptr<SshCluster>> SshCluster::FromText(std::string_view yaml,
                                                          std::string_view source, Options options,
                                                          Environment& env) {
   DROVER_ASSIGN_OR_RETURN(ResourceSpec spec, ParseResourceSpec(yaml, source));
-  DROVER_ASSIGN_OR_RETURN(std::vector<SshHost> hosts, HostsFromResourceSpec(yaml, source));
+  DROVER_ASSIGN_OR_RETURN(std::vector<SshHost> hosts, HostsFromResourceSpec(yaml, source, env));
   DROVER_ASSIGN_OR_RETURN(
       std::unique_ptr<ResourceSpecClusterResolver> resolver,
       ResourceSpecClusterResolver::Create(std::move(spec), options.resolver, env));
@@ -225,15 +173,15 @@ Result<std::string> SshCluster::RemoteExecCommand(const std::vector<std::string>
   return RemoteCommand(*host, {"bash", "-c", kWatchdog, "drover-remote-exec", joined}, {}, "");
 }
 
-Result<Subprocess> SshCluster::RemoteExec(const std::vector<std::string>& args,
-                                          std::string_view hostname) const {
+Result<os::Subprocess> SshCluster::RemoteExec(const std::vector<std::string>& args,
+                                              std::string_view hostname) const {
   DROVER_ASSIGN_OR_RETURN(std::string command, RemoteExecCommand(args, hostname));
   DROVER_ASSIGN_OR_RETURN(std::vector<std::string> argv, SshArgvFor(hostname, command));
-  SubprocessOptions spawn;
+  os::SubprocessOptions spawn;
   spawn.argv = std::move(argv);
   spawn.pipe_output = true;
   spawn.pipe_stdin = true;
-  Result<Subprocess> process = Subprocess::Spawn(spawn);
+  Result<os::Subprocess> process = os::Subprocess::Spawn(spawn);
   if (!process.ok()) {
     return process.status().WithContext("remote_exec on " + std::string(hostname));
   }
@@ -252,7 +200,7 @@ Status SshCluster::RemoteFileWrite(const std::string& remote_path, const std::st
   const std::string parent = RemoteParent(remote_path);
   if (!parent.empty()) command += "mkdir -p -- " + RemotePathWord(parent) + " && ";
   command += "cat > " + target + " && wc -c < " + target;
-  DROVER_ASSIGN_OR_RETURN(CommandResult result,
+  DROVER_ASSIGN_OR_RETURN(os::CommandResult result,
                           RunSsh(*host, options_.ssh, command, data, options_.timeout_s));
   if (result.exit_code != 0) return RemoteFailure(*host, what, result);
   std::string count = LastLine(result.output);
@@ -313,27 +261,27 @@ Status SshCluster::RemoteCopy(const std::string& local_path, const std::string& 
     }
   }
   tar_argv.insert(tar_argv.end(), {"--", member});
-  SubprocessOptions tar_spawn;
+  os::SubprocessOptions tar_spawn;
   tar_spawn.argv = std::move(tar_argv);
   tar_spawn.pipe_output = true;
-  Result<Subprocess> tar_started = Subprocess::Spawn(tar_spawn);
+  Result<os::Subprocess> tar_started = os::Subprocess::Spawn(tar_spawn);
   if (!tar_started.ok()) return tar_started.status().WithContext(what + ": local tar");
-  Subprocess tar = std::move(tar_started).value();
+  os::Subprocess tar = std::move(tar_started).value();
 
   const std::string dir = RemotePathWord(remote_dir);
   const std::string command =
       "mkdir -p -- " + dir + " && exec tar -C " + dir + " --no-same-owner -xpf -";
-  SubprocessOptions ssh_spawn;
+  os::SubprocessOptions ssh_spawn;
   ssh_spawn.argv = SshArgv(*host, options_.ssh, command);
   ssh_spawn.pipe_output = true;
   ssh_spawn.pipe_stdin = true;
-  Result<Subprocess> ssh_started = Subprocess::Spawn(ssh_spawn);
+  Result<os::Subprocess> ssh_started = os::Subprocess::Spawn(ssh_spawn);
   if (!ssh_started.ok()) return ssh_started.status().WithContext(what + ": ssh");
-  Subprocess ssh = std::move(ssh_started).value();
+  os::Subprocess ssh = std::move(ssh_started).value();
   ::fcntl(ssh.stdin_fd(), F_SETFL, ::fcntl(ssh.stdin_fd(), F_GETFL) | O_NONBLOCK);
 
   // Pumps tar's archive into ssh's stdin while collecting both stderrs.
-  SigpipeBlock no_sigpipe;
+  os::SigpipeBlock no_sigpipe;
   const Clock::time_point deadline = Clock::now() + std::chrono::seconds(options_.timeout_s);
   std::string pending;  // read from tar, not yet written to ssh
   size_t pending_at = 0;
@@ -366,41 +314,31 @@ Status SshCluster::RemoteCopy(const std::string& local_path, const std::string& 
     if (pending_at == pending.size() && tar.stdout_fd() >= 0) {
       pending.clear();
       pending_at = 0;
-      if (!ReadSome(tar.stdout_fd(), &pending)) tar.CloseStdout();
+      if (!os::ReadAvailable(tar.stdout_fd(), &pending)) tar.CloseStdout();
       if (remote_gone) pending.clear();
     }
-    if (tar.stderr_fd() >= 0 && !ReadSome(tar.stderr_fd(), &tar_error)) tar.CloseStderr();
-    if (ssh.stdout_fd() >= 0 && !ReadSome(ssh.stdout_fd(), &ssh_output)) ssh.CloseStdout();
-    if (ssh.stderr_fd() >= 0 && !ReadSome(ssh.stderr_fd(), &ssh_error)) ssh.CloseStderr();
-    while (pending_at < pending.size() && ssh.stdin_fd() >= 0) {
-      ssize_t wrote =
-          ::write(ssh.stdin_fd(), pending.data() + pending_at, pending.size() - pending_at);
-      if (wrote > 0) {
-        pending_at += static_cast<size_t>(wrote);
-        continue;
-      }
-      if (wrote < 0 && errno == EINTR) continue;
-      if (wrote < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    if (tar.stderr_fd() >= 0 && !os::ReadAvailable(tar.stderr_fd(), &tar_error)) tar.CloseStderr();
+    if (ssh.stdout_fd() >= 0 && !os::ReadAvailable(ssh.stdout_fd(), &ssh_output)) ssh.CloseStdout();
+    if (ssh.stderr_fd() >= 0 && !os::ReadAvailable(ssh.stderr_fd(), &ssh_error)) ssh.CloseStderr();
+    if (pending_at < pending.size() && ssh.stdin_fd() >= 0 &&
+        !os::WriteAvailable(ssh.stdin_fd(), pending, &pending_at)) {
       // EPIPE: the remote side stopped reading; its stderr says why. Stop tar.
       remote_gone = true;
       ssh.CloseStdin();
-      pending.clear();
-      pending_at = 0;
       tar.SignalGroup(SIGTERM);
-      break;
     }
     if (remote_gone) {
       pending.clear();
       pending_at = 0;
     }
   }
-  std::optional<ExitStatus> tar_status = tar.Wait(deadline);
-  std::optional<ExitStatus> ssh_status = ssh.Wait(deadline);
+  std::optional<os::ExitStatus> tar_status = tar.Wait(deadline);
+  std::optional<os::ExitStatus> ssh_status = ssh.Wait(deadline);
   if (!tar_status || !ssh_status) {
     return Status::DeadlineExceeded(what + ": not done after " +
                                     std::to_string(options_.timeout_s) + " s");
   }
-  CommandResult remote{ssh_status->ShellCode(), ssh_output, ssh_error};
+  os::CommandResult remote{ssh_status->ShellCode(), ssh_output, ssh_error};
   if (!ssh_status->success()) return RemoteFailure(*host, what, remote);
   if (!tar_status->success()) {
     std::string line = LastLine(tar_error);
@@ -438,7 +376,7 @@ Status SshCluster::Start(const std::vector<std::string>& command,
     spec << spec_text_;
     if (!spec) return Status::IoError("cannot write " + spec_path);
   }
-  SubprocessOptions spawn;
+  os::SubprocessOptions spawn;
   spawn.argv = {binary, "run", "--engine", "ssh", "--hosts", spec_path};
   if (!options_.ssh.config_file.empty()) {
     spawn.argv.insert(spawn.argv.end(), {"--ssh-config", options_.ssh.config_file});
@@ -452,7 +390,7 @@ Status SshCluster::Start(const std::vector<std::string>& command,
   spawn.argv.insert(spawn.argv.end(), command.begin(), command.end());
   spawn.pipe_output = true;  // stderr read here for "formed", then passed on
   spawn.parent_death_signal = SIGTERM;
-  DROVER_ASSIGN_OR_RETURN(Subprocess process, Subprocess::Spawn(spawn));
+  DROVER_ASSIGN_OR_RETURN(os::Subprocess process, os::Subprocess::Spawn(spawn));
   run_ = std::move(process);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::string partial, last_line;
@@ -503,7 +441,7 @@ Status SshCluster::Start(const std::vector<std::string>& command,
 
 std::optional<int> SshCluster::Terminate(std::chrono::milliseconds grace) {
   if (!run_) return std::nullopt;
-  const ExitStatus status = run_->Terminate(grace);
+  const os::ExitStatus status = run_->Terminate(grace);
   run_.reset();
   return status.ShellCode();
 }

@@ -20,7 +20,7 @@
 //
 // Const methods may be called from several threads at once. Subprocesses
 // are started with PR_SET_PDEATHSIG tied to the calling thread (see
-// agent/subprocess.h): call RemoteExec from a thread that outlives the child.
+// os/subprocess.h): call RemoteExec from a thread that outlives the child.
 
 #ifndef DROVER_SSH_SSH_CLUSTER_H_
 #define DROVER_SSH_SSH_CLUSTER_H_
@@ -32,10 +32,10 @@
 #include <string_view>
 #include <vector>
 
-#include "agent/subprocess.h"
 #include "drover/environment.h"
 #include "drover/resource_spec_cluster_resolver.h"
 #include "drover/status.h"
+#include "os/subprocess.h"
 #include "ssh/ssh_command.h"
 #include "ssh/ssh_hosts.h"
 
@@ -57,11 +57,11 @@ class SshCluster {
   // kInvalidArgument for a bad spec, kIoError when the ControlMaster
   // directory cannot be made.
   static Result<std::unique_ptr<SshCluster>> Create(const std::string& path, Options options,
-                                                    Environment& env = ProcessEnvironment());
+                                                    Environment& env);
   // The same from the spec's text; `source` names it in errors.
   static Result<std::unique_ptr<SshCluster>> FromText(std::string_view yaml,
                                                       std::string_view source, Options options,
-                                                      Environment& env = ProcessEnvironment());
+                                                      Environment& env);
 
   SshCluster(const SshCluster&) = delete;
   SshCluster& operator=(const SshCluster&) = delete;
@@ -95,8 +95,8 @@ class SshCluster {
   // Starts RemoteExecCommand through ssh: stdout and stderr piped to the
   // caller, stdin a pipe the handle holds (CloseStdin() or ending the
   // process stops the remote command). ssh's exit code 255 means ssh failed.
-  Result<Subprocess> RemoteExec(const std::vector<std::string>& args,
-                                std::string_view hostname) const;
+  Result<os::Subprocess> RemoteExec(const std::vector<std::string>& args,
+                                    std::string_view hostname) const;
 
   // Writes `data` (any bytes) to `remote_path` on the host, creating missing
   // parent directories. A relative path, or one starting with "~/", is in
@@ -140,7 +140,7 @@ class SshCluster {
   std::unique_ptr<ResourceSpecClusterResolver> resolver_;
   Options options_;  // options_.ssh.control_dir: owned, removed by the destructor
   std::string spec_text_;
-  std::optional<Subprocess> run_;  // Start()'s drover run
+  std::optional<os::Subprocess> run_;  // Start()'s drover run
 };
 
 // A remote path as one shell word: quoted, except that a leading "~/" stays
@@ -150,7 +150,7 @@ std::string RemotePathWord(const std::string& path);
 // The status for a remote command that ended with `result`: kUnavailable for
 // ssh's own failure (exit code 255), kPermissionDenied when stderr says so,
 // else kIoError; the message is "<what> on <host>: <stderr's last line>".
-Status RemoteFailure(const SshHost& host, std::string_view what, const CommandResult& result);
+Status RemoteFailure(const SshHost& host, std::string_view what, const os::CommandResult& result);
 
 }  // namespace drover::ssh
 

@@ -59,11 +59,11 @@ void WriteFile(const fs::path& path, const std::string& data, fs::perms mode) {
 struct ProcessOutput {
   std::string output;
   std::string error;
-  ExitStatus status = ExitStatus::Exited(-1);
+  os::ExitStatus status = os::ExitStatus::Exited(-1);
 };
 
 // Reads a process's stdout and stderr to their end and reaps it.
-ProcessOutput Collect(Subprocess& process) {
+ProcessOutput Collect(os::Subprocess& process) {
   ProcessOutput out;
   char buffer[4096];
   while (process.stdout_fd() >= 0 || process.stderr_fd() >= 0) {
@@ -189,20 +189,20 @@ TEST_F(SshClusterTest, RemoteExecCommandHasVenvEnvAndWatchdog) {
 TEST_F(SshClusterTest, RemoteExecRunsBashWithOutputAndExitCode) {
   auto cluster = MakeCluster();
   ASSERT_NE(cluster, nullptr);
-  Result<Subprocess> process = cluster->RemoteExec(
+  Result<os::Subprocess> process = cluster->RemoteExec(
       {"echo", "\"$SHARED/$VENV_ON\";", "echo", "oops", ">&2;", "exit", "3"}, "10.0.0.2");
   ASSERT_OK(process);
   ProcessOutput out = Collect(*process);
   EXPECT_EQ(out.output, "a b/yes\n");
   EXPECT_EQ(out.error, "oops\n");
-  EXPECT_EQ(out.status, ExitStatus::Exited(3));
+  EXPECT_EQ(out.status, os::ExitStatus::Exited(3));
 }
 
 TEST_F(SshClusterTest, RemoteExecEndsTheCommandWhenStdinCloses) {
   auto cluster = MakeCluster();
   ASSERT_NE(cluster, nullptr);
   const fs::path marker = dir_ / "marker";
-  Result<Subprocess> process = cluster->RemoteExec(
+  Result<os::Subprocess> process = cluster->RemoteExec(
       {"trap 'echo stopped; exit 7' TERM; touch " + marker.string() + "; sleep 600 & wait"},
       "10.0.0.2");
   ASSERT_OK(process);
@@ -211,7 +211,7 @@ TEST_F(SshClusterTest, RemoteExecEndsTheCommandWhenStdinCloses) {
   process->CloseStdin();
   ProcessOutput out = Collect(*process);
   EXPECT_EQ(out.output, "stopped\n");
-  EXPECT_EQ(out.status, ExitStatus::Exited(7));
+  EXPECT_EQ(out.status, os::ExitStatus::Exited(7));
 }
 
 TEST_F(SshClusterTest, RemoteFileWriteIsBinarySafeAndMakesDirectories) {
@@ -369,9 +369,10 @@ TEST_F(SshClusterTest, StartThatEndsBeforeFormingSaysWhy) {
 }
 
 TEST(SshClusterCreateTest, MissingSpecIsAnIoErrorNamingIt) {
-  EXPECT_THAT(SshCluster::Create("/nonexistent/spec.yml", {}).status(),
+  MapEnvironment env;
+  EXPECT_THAT(SshCluster::Create("/nonexistent/spec.yml", {}, env).status(),
               StatusIs(Status::Code::kIoError, HasSubstr("/nonexistent/spec.yml")));
-  EXPECT_THAT(SshCluster::FromText("nodes: []\n", "bad.yml", {}).status(),
+  EXPECT_THAT(SshCluster::FromText("nodes: []\n", "bad.yml", {}, env).status(),
               StatusIs(Status::Code::kInvalidArgument, HasSubstr("bad.yml")));
 }
 

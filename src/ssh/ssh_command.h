@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "drover/status.h"
+#include "os/run_process.h"
 #include "ssh/ssh_hosts.h"
 
 namespace drover::ssh {
@@ -28,10 +29,6 @@ struct SshOptions {
   bool check_host_keys = true;  // false: StrictHostKeyChecking=no, no known_hosts written
 };
 
-// One argument quoted for a POSIX shell.
-std::string ShellQuote(const std::string& word);
-std::string ShellJoin(const std::vector<std::string>& words);
-
 // argv of `ssh [options] HOST -- REMOTE_COMMAND` (BatchMode: never prompts).
 std::vector<std::string> SshArgv(const SshHost& host, const SshOptions& options,
                                  const std::string& remote_command);
@@ -42,25 +39,13 @@ std::vector<std::string> SshArgv(const SshHost& host, const SshOptions& options,
 std::string RemoteCommand(const SshHost& host, const std::vector<std::string>& argv,
                           const std::map<std::string, std::string>& env, const std::string& cwd);
 
-// The outcome of a command run to its end.
-struct CommandResult {
-  int exit_code = -1;  // 255: ssh itself failed (connection, auth, host key)
-  std::string output;  // stdout
-  std::string error;   // stderr
-};
-
-// Runs `argv` (a local command: ssh, scontrol, sbatch) to its end, feeding
-// `input` on stdin; kDeadlineExceeded after `timeout_s`, kIoError (naming
-// the program) when it cannot be started.
-Result<CommandResult> RunProcess(const std::vector<std::string>& argv, const std::string& input,
+// Runs `ssh HOST -- remote_command` to its end (os::RunProcess), feeding
+// `input` on stdin; exit code 255 when ssh itself failed (connection, auth,
+// host key). kDeadlineExceeded naming the host after `timeout_s`; kIoError
+// when ssh cannot be started.
+Result<os::CommandResult> RunSsh(const SshHost& host, const SshOptions& options,
+                                 const std::string& remote_command, const std::string& input,
                                  int timeout_s);
-
-// Runs `ssh HOST -- remote_command` to its end, feeding `input` on stdin;
-// kDeadlineExceeded naming the host after `timeout_s`; kIoError when ssh
-// cannot be started.
-Result<CommandResult> RunSsh(const SshHost& host, const SshOptions& options,
-                             const std::string& remote_command, const std::string& input,
-                             int timeout_s);
 
 // The address ssh connects to for `host` (`ssh -G`'s hostname: aliases of
 // ~/.ssh/config resolved); the host's own address when ssh cannot say.

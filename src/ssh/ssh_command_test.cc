@@ -1,13 +1,14 @@
-// What drover hands to ssh: quoting that survives the remote shell, the
-// options every call carries, and the remote command line. (Runs against real
-// sshd hosts are in tests/ssh/.)
+// What drover hands to ssh: the options every call carries, and the remote
+// command line, which must survive the remote shell (quoting itself is
+// tested in os/shell_quote_test.cc). Runs against real sshd hosts are in
+// tests/ssh/.
 
 #include "ssh/ssh_command.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "agent/subprocess.h"
+#include "os/run_process.h"
 #include "ssh/ssh_engine.h"
 #include "testing/status_matchers.h"
 
@@ -19,43 +20,11 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// Runs `sh -c` on a quoted word and returns what the shell saw.
+// Runs `sh -c` on a command line and returns what it printed.
 std::string ThroughShell(const std::string& command) {
-  SubprocessOptions options;
-  options.argv = {"sh", "-c", command};
-  options.pipe_output = true;
-  Result<Subprocess> process = Subprocess::Spawn(options);
-  EXPECT_TRUE(process.ok());
-  std::string output;
-  char buffer[4096];
-  for (;;) {
-    ssize_t got = ::read(process->stdout_fd(), buffer, sizeof(buffer));
-    if (got > 0) {
-      output.append(buffer, static_cast<size_t>(got));
-    } else if (got == 0) {
-      break;
-    }
-  }
-  process->Wait();
-  return output;
-}
-
-TEST(ShellQuoteTest, PlainWordsStayAsTheyAre) {
-  EXPECT_EQ(ShellQuote("train.py"), "train.py");
-  EXPECT_EQ(ShellQuote("/usr/bin/python3"), "/usr/bin/python3");
-  EXPECT_EQ(ShellQuote("--lr=3e-3"), "--lr=3e-3");
-}
-
-TEST(ShellQuoteTest, EveryOtherWordReachesTheProgramUnchanged) {
-  for (std::string word : {std::string(""), std::string("it's"), std::string("a b"),
-                           std::string("$HOME `id` $(id) \"q\" \\ * ? ~ ; | &"),
-                           std::string("line\nbreak"), std::string("'''")}) {
-    EXPECT_EQ(ThroughShell("printf %s " + ShellQuote(word)), word) << word;
-  }
-}
-
-TEST(ShellJoinTest, JoinsQuotedWords) {
-  EXPECT_EQ(ShellJoin({"python3", "-c", "print('hi')"}), "python3 -c 'print('\\''hi'\\'')'");
+  Result<os::CommandResult> result = os::RunProcess({"sh", "-c", command}, "", 60);
+  EXPECT_TRUE(result.ok()) << result.status().ToString();
+  return result.ok() ? result->output : "";
 }
 
 TEST(SshArgvTest, BatchModeMultiplexedAndHostKeysChecked) {
@@ -115,30 +84,6 @@ TEST(RemoteCommandTest, RunsThroughAShell) {
   std::string command =
       RemoteCommand(SshHost{}, {"sh", "-c", "echo \"$A|$PWD\""}, {{"A", "x y"}}, "/");
   EXPECT_EQ(ThroughShell(command), "x y|/\n");
-}
-
-// A command that answers before it reads its input must not deadlock with
-// the writer: a megabyte each way, both larger than a pipe.
-TEST(RunProcessTest, InputAndOutputMoveTogether) {
-  const std::string input(1 << 20, 'i');
-  ASSERT_OK_AND_ASSIGN(
-      CommandResult result,
-      RunProcess({"sh", "-c", "head -c 1048576 /dev/zero; wc -c; echo done >&2"}, input, 60));
-  EXPECT_EQ(result.exit_code, 0);
-  EXPECT_EQ(result.output.size(), (1u << 20) + std::string("1048576\n").size());
-  EXPECT_EQ(result.output.substr(1 << 20), "1048576\n");
-  EXPECT_EQ(result.error, "done\n");
-}
-
-TEST(RunProcessTest, CommandThatReadsNothingStillEnds) {
-  ASSERT_OK_AND_ASSIGN(CommandResult result,
-                       RunProcess({"sh", "-c", "exit 3"}, std::string(1 << 20, 'x'), 60));
-  EXPECT_EQ(result.exit_code, 3);
-}
-
-TEST(RunProcessTest, MissingProgramIsAnIoErrorNamingIt) {
-  EXPECT_THAT(RunProcess({"/no/such/program"}, "", 10),
-              ::drover::testing::StatusIs(Status::Code::kIoError, HasSubstr("/no/such/program")));
 }
 
 TEST(LocalAddressTowardsTest, LoopbackIsReachedFromLoopback) {

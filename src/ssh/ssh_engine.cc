@@ -14,8 +14,10 @@
 #include <sstream>
 #include <thread>
 
-#include "agent/subprocess.h"
 #include "engine/launcher_agent.h"
+#include "os/shell_quote.h"
+#include "os/subprocess.h"
+#include "os/unique_fd.h"
 
 namespace drover::ssh {
 namespace {
@@ -36,11 +38,8 @@ bool IsLoopback(const std::string& address) {
 // A listening socket on `address`:0 for the pre-flight's connection test;
 // the kernel completes connections into the backlog, nobody needs to accept.
 struct Listener {
-  int fd = -1;
+  os::UniqueFd fd;
   int port = 0;
-  ~Listener() {
-    if (fd >= 0) ::close(fd);
-  }
 };
 
 Status Listen(const std::string& address, Listener* listener) {
@@ -52,9 +51,9 @@ Status Listen(const std::string& address, Listener* listener) {
     return Status::InvalidArgument("the driver address '" + address +
                                    "' is not an IP address: " + ::gai_strerror(rc));
   }
-  listener->fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  bool ok = listener->fd >= 0 && ::bind(listener->fd, found->ai_addr, found->ai_addrlen) == 0 &&
-            ::listen(listener->fd, 64) == 0;
+  listener->fd.Reset(::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  const int fd = listener->fd.get();
+  bool ok = fd >= 0 && ::bind(fd, found->ai_addr, found->ai_addrlen) == 0 && ::listen(fd, 64) == 0;
   ::freeaddrinfo(found);
   if (!ok) {
     return Status::IoError("cannot listen on the driver address " + address + ": " +
@@ -62,7 +61,7 @@ Status Listen(const std::string& address, Listener* listener) {
   }
   sockaddr_storage bound{};
   socklen_t length = sizeof(bound);
-  ::getsockname(listener->fd, reinterpret_cast<sockaddr*>(&bound), &length);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length);
   listener->port =
       ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
                                         : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
@@ -84,18 +83,19 @@ HostCheck CheckHost(const SshHost& host, const std::string& address, const SshOp
   check.host = host.address;
   check.address = address;
   const std::string tcp = "/dev/tcp/" + driver_address + "/" + std::to_string(driver_port);
-  std::string script = "cd " + ShellQuote(working_dir) + " 2>/dev/null || cd; ";
+  std::string script = "cd " + os::ShellQuote(working_dir) + " 2>/dev/null || cd; ";
   if (!host.python_venv.empty()) script += host.python_venv + "; ";
-  script += "p=$(command -v " + ShellQuote(program) +
+  script += "p=$(command -v " + os::ShellQuote(program) +
             ") && echo \"drover-preflight program $p\"; "
             "[ -x " +
-            ShellQuote(agent_binary) +
+            os::ShellQuote(agent_binary) +
             " ] && echo 'drover-preflight agent'; "
             "timeout 5 bash -c " +
-            ShellQuote("exec 3<>" + tcp) +
+            os::ShellQuote("exec 3<>" + tcp) +
             " 2>/dev/null && echo 'drover-preflight driver'; "
             "echo drover-preflight-done";
-  Result<CommandResult> result = RunSsh(host, options, "bash -c " + ShellQuote(script), "", 30);
+  Result<os::CommandResult> result =
+      RunSsh(host, options, "bash -c " + os::ShellQuote(script), "", 30);
   if (!result.ok()) {
     check.ssh_error = result.status().message();
     return check;
@@ -141,18 +141,15 @@ Result<std::string> LocalAddressTowards(const std::string& remote) {
   if (int rc = ::getaddrinfo(remote.c_str(), "9", &hints, &found); rc != 0) {
     return Status::Unavailable("cannot resolve " + remote + ": " + ::gai_strerror(rc));
   }
-  int fd = ::socket(found->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  bool connected = fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) == 0;
+  os::UniqueFd fd(::socket(found->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  bool connected = fd.valid() && ::connect(fd.get(), found->ai_addr, found->ai_addrlen) == 0;
   ::freeaddrinfo(found);
   sockaddr_storage local{};
   socklen_t length = sizeof(local);
-  if (!connected || ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) != 0) {
-    int saved = errno;
-    if (fd >= 0) ::close(fd);
+  if (!connected || ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &length) != 0) {
     return Status::Unavailable("no route from this machine to " + remote + ": " +
-                               std::strerror(saved));
+                               std::strerror(errno));
   }
-  ::close(fd);
   char text[INET6_ADDRSTRLEN] = {};
   const void* raw =
       local.ss_family == AF_INET6
@@ -260,7 +257,7 @@ Result<std::unique_ptr<AgentProcess>> SshEngine::Launch(const AgentLaunch& launc
   return StartThroughLauncher(
       launch.executor_id,
       SshArgv(host, options_.ssh, RemoteCommand(host, argv, options_.env, options_.working_dir)),
-      token, [name](const ExitStatus& status) {
+      token, [name](const os::ExitStatus& status) {
         // ssh's own failures and a remote command killed by a signal both
         // end the client with 255.
         if (!status.signaled() && status.exit_code() == 255) {

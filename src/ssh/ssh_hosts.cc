@@ -1,11 +1,9 @@
 #include "ssh/ssh_hosts.h"
 
-#include <cerrno>
 #include <charconv>
 #include <climits>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
@@ -17,6 +15,7 @@
 
 #include "drover/environment.h"
 #include "drover/resource_spec_cluster_resolver.h"
+#include "os/read_file.h"
 
 namespace drover::ssh {
 namespace {
@@ -131,32 +130,13 @@ Result<HostSlots> ParseHostSlots(std::string_view entry) {
   return out;
 }
 
-// Reads at most kMaxResourceSpecBytes of `path`.
-Result<std::string> ReadCapped(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) {
-    return Status::IoError("cannot open hosts file '" + path + "': " + std::strerror(errno));
-  }
-  std::string text;
-  char buffer[65536];
-  while (file.read(buffer, sizeof(buffer)) || file.gcount() > 0) {
-    text.append(buffer, static_cast<std::size_t>(file.gcount()));
-    if (text.size() > kMaxResourceSpecBytes) {
-      return Status::InvalidArgument("hosts file '" + path + "' is larger than " +
-                                     std::to_string(kMaxResourceSpecBytes) + " bytes");
-    }
-  }
-  if (file.bad()) return Status::IoError("cannot read hosts file '" + path + "'");
-  return text;
-}
-
 bool EndsWith(std::string_view text, std::string_view suffix) {
   return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
 }
 
-std::string ExpandHome(const std::string& path) {
+std::string ExpandHome(const std::string& path, const Environment& env) {
   if (path != "~" && path.rfind("~/", 0) != 0) return path;
-  std::optional<std::string> home = ProcessEnvironment().Get("HOME");
+  std::optional<std::string> home = env.Get("HOME");
   if (!home || home->empty()) return path;  // ssh reports the unexpanded path
   return *home + path.substr(1);
 }
@@ -273,7 +253,8 @@ Result<std::vector<SshHost>> ParseHostfile(std::string_view text, std::string_vi
   return hosts;
 }
 
-Result<std::vector<SshHost>> HostsFromResourceSpec(std::string_view yaml, std::string_view source) {
+Result<std::vector<SshHost>> HostsFromResourceSpec(std::string_view yaml, std::string_view source,
+                                                   const Environment& env) {
   DROVER_ASSIGN_OR_RETURN(ResourceSpec spec, ParseResourceSpec(yaml, source));
   std::vector<SshHost> hosts;
   for (const ResourceNode& node : spec.nodes) {
@@ -287,7 +268,7 @@ Result<std::vector<SshHost>> HostsFromResourceSpec(std::string_view yaml, std::s
       const SshConfig& config = spec.ssh_configs.at(node.ssh_config);
       host.username = config.username;
       host.port = config.port;
-      host.key_file = ExpandHome(config.key_file);
+      host.key_file = ExpandHome(config.key_file, env);
       host.python_venv = config.python_venv;
       host.env = config.env;
     }
@@ -296,13 +277,14 @@ Result<std::vector<SshHost>> HostsFromResourceSpec(std::string_view yaml, std::s
   return hosts;
 }
 
-Result<std::vector<SshHost>> LoadHosts(const std::string& value) {
+Result<std::vector<SshHost>> LoadHosts(const std::string& value, const Environment& env) {
   std::error_code ec;
   std::filesystem::file_status status = std::filesystem::status(value, ec);
   bool yaml = EndsWith(value, ".yml") || EndsWith(value, ".yaml");
   if (!ec && std::filesystem::exists(status) && !std::filesystem::is_directory(status)) {
-    DROVER_ASSIGN_OR_RETURN(std::string text, ReadCapped(value));
-    if (yaml) return HostsFromResourceSpec(text, value);
+    DROVER_ASSIGN_OR_RETURN(std::string text,
+                            os::ReadFileCapped(value, kMaxResourceSpecBytes, "hosts file"));
+    if (yaml) return HostsFromResourceSpec(text, value, env);
     return ParseHostfile(text, value);
   }
   // No host name holds a '/', and none ends in .yml: the user meant a file.

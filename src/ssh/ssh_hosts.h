@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "drover/environment.h"
 #include "drover/status.h"
 
 namespace drover::ssh {
@@ -29,7 +30,7 @@ struct SshHost {
   std::string username;
   int port = 0;
   std::string key_file;
-  std::string python_venv;                 // run before the program, e.g. "source venv/bin/activate"
+  std::string python_venv;  // run before the program, e.g. "source venv/bin/activate"
   std::map<std::string, std::string> env;  // shared_envs
 };
 
@@ -39,13 +40,15 @@ Result<std::vector<SshHost>> ParseHostList(std::string_view list);
 // A hostfile's text; `source` (its path) names it in errors.
 Result<std::vector<SshHost>> ParseHostfile(std::string_view text, std::string_view source);
 
-// A resource spec's text (YAML); `source` names it in errors.
-Result<std::vector<SshHost>> HostsFromResourceSpec(std::string_view yaml, std::string_view source);
+// A resource spec's text (YAML); `source` names it in errors. A key_file
+// "~/..." is expanded with `env`'s HOME, as ssh would on this machine.
+Result<std::vector<SshHost>> HostsFromResourceSpec(std::string_view yaml, std::string_view source,
+                                                   const Environment& env);
 
 // What `--hosts VALUE` names: an existing file ending in .yml/.yaml is a
 // resource spec, any other existing file a hostfile, anything else a host
 // list. kIoError when a file cannot be read.
-Result<std::vector<SshHost>> LoadHosts(const std::string& value);
+Result<std::vector<SshHost>> LoadHosts(const std::string& value, const Environment& env);
 
 // Total slots of `hosts`.
 int TotalSlots(const std::vector<SshHost>& hosts);

@@ -52,26 +52,6 @@ class TempFile {
   std::string path_;
 };
 
-// Sets an environment variable for one test and restores it after.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = getenv(name)) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
 TEST(ParseHostListTest, ParsesHostsSlotsAndIpv6) {
   ASSERT_OK_AND_ASSIGN(std::vector<SshHost> hosts, ParseHostList("h1:2,h2,10.0.0.3:4,[::1]:2"));
   EXPECT_THAT(hosts,
@@ -197,8 +177,8 @@ ssh:
 )";
 
 TEST(HostsFromResourceSpecTest, MapsNodesInFileOrder) {
-  ScopedEnv home("HOME", "/home/alice");
-  ASSERT_OK_AND_ASSIGN(std::vector<SshHost> hosts, HostsFromResourceSpec(kSpec, "spec.yml"));
+  MapEnvironment env(std::map<std::string, std::string>{{"HOME", "/home/alice"}});
+  ASSERT_OK_AND_ASSIGN(std::vector<SshHost> hosts, HostsFromResourceSpec(kSpec, "spec.yml", env));
   EXPECT_THAT(hosts, ElementsAre(Host("10.0.0.1", 2), Host("10.0.0.2", 3), Host("gpu-less", 1)));
   EXPECT_EQ(TotalSlots(hosts), 6);
 
@@ -222,68 +202,80 @@ TEST(HostsFromResourceSpecTest, MapsNodesInFileOrder) {
   EXPECT_EQ(hosts[2].key_file, "/keys/id");
 }
 
+TEST(HostsFromResourceSpecTest, WithoutAHomeTheKeyFileStaysAsWritten) {
+  MapEnvironment env;
+  ASSERT_OK_AND_ASSIGN(std::vector<SshHost> hosts, HostsFromResourceSpec(kSpec, "spec.yml", env));
+  EXPECT_EQ(hosts[1].key_file, "~/.ssh/id_rsa");  // ssh names the path it could not use
+}
+
 TEST(HostsFromResourceSpecTest, ErrorsNameTheSourceAndLine) {
+  MapEnvironment env;
   EXPECT_THAT(
-      HostsFromResourceSpec("nodes:\n  - address: a\n    gpu: [0]\n", "spec.yml"),
+      HostsFromResourceSpec("nodes:\n  - address: a\n    gpu: [0]\n", "spec.yml", env),
       StatusIs(Status::Code::kInvalidArgument, AllOf(HasSubstr("resource spec 'spec.yml', line 3"),
                                                      HasSubstr("unknown key 'gpu'"))));
-  EXPECT_THAT(HostsFromResourceSpec("nodes: [", "spec.yml"),
+  EXPECT_THAT(HostsFromResourceSpec("nodes: [", "spec.yml", env),
               StatusIs(Status::Code::kInvalidArgument, HasSubstr("bad YAML")));
 }
 
 TEST(LoadHostsTest, PicksTheFormatFromTheValue) {
+  MapEnvironment env;
   TempFile spec(kSpec, ".yaml");
-  ASSERT_OK_AND_ASSIGN(std::vector<SshHost> from_spec, LoadHosts(spec.path()));
+  ASSERT_OK_AND_ASSIGN(std::vector<SshHost> from_spec, LoadHosts(spec.path(), env));
   EXPECT_EQ(from_spec.size(), 3u);
   EXPECT_TRUE(from_spec[0].chief);
 
   TempFile yml("nodes:\n  - address: solo\n    gpus: [0, 1, 2, 3]\n", ".yml");
-  ASSERT_OK_AND_ASSIGN(std::vector<SshHost> from_yml, LoadHosts(yml.path()));
+  ASSERT_OK_AND_ASSIGN(std::vector<SshHost> from_yml, LoadHosts(yml.path(), env));
   EXPECT_THAT(from_yml, ElementsAre(Host("solo", 4)));
 
   TempFile hostfile("h1 slots=2\nh2\n", ".txt");
-  ASSERT_OK_AND_ASSIGN(std::vector<SshHost> from_file, LoadHosts(hostfile.path()));
+  ASSERT_OK_AND_ASSIGN(std::vector<SshHost> from_file, LoadHosts(hostfile.path(), env));
   EXPECT_THAT(from_file, ElementsAre(Host("h1", 2), Host("h2", 1)));
 
   // A hostfile with no suffix is a hostfile too.
   TempFile bare("h9 slots=3\n");
-  ASSERT_OK_AND_ASSIGN(std::vector<SshHost> from_bare, LoadHosts(bare.path()));
+  ASSERT_OK_AND_ASSIGN(std::vector<SshHost> from_bare, LoadHosts(bare.path(), env));
   EXPECT_THAT(from_bare, ElementsAre(Host("h9", 3)));
 
-  ASSERT_OK_AND_ASSIGN(std::vector<SshHost> from_list, LoadHosts("h1:2,h2"));
+  ASSERT_OK_AND_ASSIGN(std::vector<SshHost> from_list, LoadHosts("h1:2,h2", env));
   EXPECT_THAT(from_list, ElementsAre(Host("h1", 2), Host("h2", 1)));
 }
 
 TEST(LoadHostsTest, ErrorsNameTheFile) {
+  MapEnvironment env;
   TempFile bad("h1\nh1\n");
-  EXPECT_THAT(LoadHosts(bad.path()),
+  EXPECT_THAT(LoadHosts(bad.path(), env),
               StatusIs(Status::Code::kInvalidArgument, HasSubstr(bad.path() + ":2: host 'h1'")));
   TempFile bad_spec("nodes:\n  - address: a\n    chief: yes\nextra: 1\n", ".yml");
-  EXPECT_THAT(LoadHosts(bad_spec.path()),
+  EXPECT_THAT(LoadHosts(bad_spec.path(), env),
               StatusIs(Status::Code::kInvalidArgument,
                        AllOf(HasSubstr(bad_spec.path()), HasSubstr("line 4"),
                              HasSubstr("unknown key 'extra'"))));
-  EXPECT_THAT(LoadHosts("/nonexistent/hosts"),
+  EXPECT_THAT(LoadHosts("/nonexistent/hosts", env),
               StatusIs(Status::Code::kIoError, HasSubstr("'/nonexistent/hosts'")));
-  EXPECT_THAT(LoadHosts("/tmp"),
+  EXPECT_THAT(LoadHosts("/tmp", env),
               StatusIs(Status::Code::kIoError, HasSubstr("'/tmp': it is a directory")));
-  EXPECT_THAT(LoadHosts("cluster.yml"),
+  EXPECT_THAT(LoadHosts("cluster.yml", env),
               StatusIs(Status::Code::kIoError, HasSubstr("'cluster.yml'")));
-  EXPECT_THAT(LoadHosts(""), StatusIs(Status::Code::kInvalidArgument, HasSubstr("no hosts")));
+  EXPECT_THAT(LoadHosts("", env), StatusIs(Status::Code::kInvalidArgument, HasSubstr("no hosts")));
 }
 
 TEST(LoadHostsTest, RefusesOversizedFiles) {
+  MapEnvironment env;
   TempFile big(std::string(kMaxResourceSpecBytes + 1, '#'));
-  EXPECT_THAT(LoadHosts(big.path()),
+  EXPECT_THAT(LoadHosts(big.path(), env),
               StatusIs(Status::Code::kInvalidArgument,
                        AllOf(HasSubstr(big.path()), HasSubstr("larger than 1048576 bytes"))));
 }
 
 TEST(LoadHostsTest, UnreadableFileIsAnIoError) {
+  MapEnvironment env;
   if (geteuid() == 0) GTEST_SKIP() << "root reads any file";
   TempFile locked("h1\n");
   ASSERT_EQ(chmod(locked.path().c_str(), 0), 0);
-  EXPECT_THAT(LoadHosts(locked.path()), StatusIs(Status::Code::kIoError, HasSubstr(locked.path())));
+  EXPECT_THAT(LoadHosts(locked.path(), env),
+              StatusIs(Status::Code::kIoError, HasSubstr(locked.path())));
 }
 
 TEST(TotalSlotsTest, SumsAndSaturates) {

@@ -1,4 +1,4 @@
-#include "agent/subprocess.h"
+#include "os/subprocess.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -12,10 +12,10 @@
 #include <string>
 #include <thread>
 
-#include "agent/test_util.h"
 #include "testing/status_matchers.h"
+#include "testing/temp_dir.h"
 
-namespace drover {
+namespace drover::os {
 namespace {
 
 using ::drover::testing::StatusIs;
@@ -192,4 +192,4 @@ TEST(SubprocessTest, MovedFromIsEmpty) {
 }
 
 }  // namespace
-}  // namespace drover
+}  // namespace drover::os

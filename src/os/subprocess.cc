@@ -1,4 +1,4 @@
-#include "agent/subprocess.h"
+#include "os/subprocess.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -14,9 +14,11 @@
 #include <thread>
 #include <utility>
 
+#include "os/find_program.h"
+
 extern char** environ;
 
-namespace drover {
+namespace drover::os {
 namespace {
 
 // What the child reports through the error pipe when it cannot exec.
@@ -36,44 +38,25 @@ int PidfdOpen(pid_t pid) {
 #endif
 }
 
-bool IsExecutable(const std::string& path) {
-  return ::access(path.c_str(), X_OK) == 0;
-}
-
 // Resolves argv[0] against PATH (the child's, else ours) in the parent, so
 // the child only calls async-signal-safe functions between fork and exec.
-Result<std::string> FindProgram(const std::string& name,
-                                const std::optional<std::vector<std::string>>& env) {
+// A name with a '/' goes to execve as it is, which says why it cannot run.
+Result<std::string> ResolveProgram(const std::string& name,
+                                   const std::optional<std::vector<std::string>>& env) {
   if (name.find('/') != std::string::npos) return name;
-  std::string path_var;
-  bool found_path = false;
+  std::optional<std::string> path_var;
   if (env) {
     for (const std::string& entry : *env) {
-      if (entry.rfind("PATH=", 0) == 0) {
-        path_var = entry.substr(5);
-        found_path = true;
-      }
+      if (entry.rfind("PATH=", 0) == 0) path_var = entry.substr(5);
     }
   }
-  if (!found_path) {
+  if (!path_var) {
+    // This process's own, as execvp(3) reads it.
     const char* ours = std::getenv("PATH");
     path_var = ours ? ours : "/usr/local/bin:/usr/bin:/bin";
   }
-  size_t start = 0;
-  for (;;) {
-    size_t end = path_var.find(':', start);
-    std::string dir = path_var.substr(start, end == std::string::npos ? end : end - start);
-    std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + name;
-    if (IsExecutable(candidate)) return candidate;
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
-  return Status::NotFound("cannot run '" + name + "': not found in PATH (" + path_var + ")");
-}
-
-void CloseFd(int* fd) {
-  if (*fd >= 0) ::close(*fd);
-  *fd = -1;
+  if (std::optional<std::string> found = FindProgram(name, path_var)) return *found;
+  return Status::NotFound("cannot run '" + name + "': not found in PATH (" + *path_var + ")");
 }
 
 // In the child: makes `fd` the descriptor `target`, without close-on-exec.
@@ -109,7 +92,7 @@ std::string SignalName(int signal) {
 
 Result<Subprocess> Subprocess::Spawn(const SubprocessOptions& options) {
   if (options.argv.empty()) return Status::InvalidArgument("no program to run: argv is empty");
-  DROVER_ASSIGN_OR_RETURN(std::string program, FindProgram(options.argv[0], options.env));
+  DROVER_ASSIGN_OR_RETURN(std::string program, ResolveProgram(options.argv[0], options.env));
 
   // Everything the child needs is built before fork().
   std::vector<char*> argv;
@@ -123,49 +106,30 @@ Result<Subprocess> Subprocess::Spawn(const SubprocessOptions& options) {
   char* const* child_env = options.env ? envp.data() : environ;
   const char* working_dir = options.working_dir.empty() ? nullptr : options.working_dir.c_str();
 
-  int error_pipe[2];
-  if (::pipe2(error_pipe, O_CLOEXEC) != 0) {
-    return Status::IoError(std::string("cannot start a program: pipe2: ") + std::strerror(errno));
-  }
-  int out_pipe[2] = {-1, -1};
-  int err_pipe[2] = {-1, -1};
+  // Every pipe end is owned here, so a failure before the fork closes them all.
+  auto open_pipe = [](Pipe* pipe) -> Status {
+    Result<Pipe> made = MakePipe();
+    if (!made.ok()) return made.status().WithContext("cannot start a program");
+    *pipe = std::move(made).value();
+    return Status::Ok();
+  };
+  Pipe error_pipe, out_pipe, err_pipe, in_pipe;
+  DROVER_RETURN_IF_ERROR(open_pipe(&error_pipe));
   if (options.pipe_output) {
-    if (::pipe2(out_pipe, O_CLOEXEC) != 0 ||
-        (!options.merge_stderr && ::pipe2(err_pipe, O_CLOEXEC) != 0)) {
-      int saved = errno;
-      for (int fd :
-           {error_pipe[0], error_pipe[1], out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) {
-        if (fd >= 0) ::close(fd);
-      }
-      return Status::IoError(std::string("cannot start a program: pipe2: ") + std::strerror(saved));
-    }
+    DROVER_RETURN_IF_ERROR(open_pipe(&out_pipe));
+    if (!options.merge_stderr) DROVER_RETURN_IF_ERROR(open_pipe(&err_pipe));
   }
-  int in_pipe[2] = {-1, -1};
-  if (options.pipe_stdin && ::pipe2(in_pipe, O_CLOEXEC) != 0) {
-    int saved = errno;
-    for (int fd :
-         {error_pipe[0], error_pipe[1], out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) {
-      if (fd >= 0) ::close(fd);
-    }
-    return Status::IoError(std::string("cannot start a program: pipe2: ") + std::strerror(saved));
-  }
+  if (options.pipe_stdin) DROVER_RETURN_IF_ERROR(open_pipe(&in_pipe));
   const pid_t parent = ::getpid();
 
   pid_t pid = ::fork();
   if (pid < 0) {
-    int saved = errno;
-    for (int fd :
-         {error_pipe[0], error_pipe[1], out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) {
-      if (fd >= 0) ::close(fd);
-    }
-    for (int fd : {in_pipe[0], in_pipe[1]}) {
-      if (fd >= 0) ::close(fd);
-    }
-    return Status::IoError("cannot start '" + options.argv[0] + "': fork: " + std::strerror(saved));
+    return Status::IoError("cannot start '" + options.argv[0] + "': fork: " + std::strerror(errno));
   }
   if (pid == 0) {
-    // The child: async-signal-safe calls only.
-    const int efd = error_pipe[1];
+    // The child: async-signal-safe calls only (get() is one; no destructor
+    // runs here, since the child execs or _exits).
+    const int efd = error_pipe.write.get();
     if (::setpgid(0, 0) != 0) ChildFail(efd, 0);
     if (options.parent_death_signal != 0) {
       if (::prctl(PR_SET_PDEATHSIG, options.parent_death_signal) != 0) ChildFail(efd, 1);
@@ -180,12 +144,13 @@ Result<Subprocess> Subprocess::Spawn(const SubprocessOptions& options) {
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    int in_fd = in_pipe[0] >= 0 ? in_pipe[0] : ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    int in_fd =
+        in_pipe.read.valid() ? in_pipe.read.get() : ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (in_fd < 0) ChildFail(efd, 2);
     if (!MoveFd(in_fd, STDIN_FILENO)) ChildFail(efd, 3);
-    if (out_pipe[1] >= 0) {
-      int err_target = err_pipe[1] >= 0 ? err_pipe[1] : STDOUT_FILENO;
-      if (!MoveFd(out_pipe[1], STDOUT_FILENO) || !MoveFd(err_target, STDERR_FILENO)) {
+    if (out_pipe.write.valid()) {
+      int err_target = err_pipe.write.valid() ? err_pipe.write.get() : STDOUT_FILENO;
+      if (!MoveFd(out_pipe.write.get(), STDOUT_FILENO) || !MoveFd(err_target, STDERR_FILENO)) {
         ChildFail(efd, 3);
       }
     }
@@ -201,22 +166,23 @@ Result<Subprocess> Subprocess::Spawn(const SubprocessOptions& options) {
     ChildFail(efd, 5);
   }
 
-  ::close(error_pipe[1]);
-  CloseFd(&out_pipe[1]);
-  CloseFd(&err_pipe[1]);
-  CloseFd(&in_pipe[0]);
+  // The child's ends: its exec closes the error pipe's, so the read below
+  // sees end of file once the program runs.
+  error_pipe.write.Reset();
+  out_pipe.write.Reset();
+  err_pipe.write.Reset();
+  in_pipe.read.Reset();
   ChildError error{};
   ssize_t got;
   do {
-    got = ::read(error_pipe[0], &error, sizeof(error));
+    got = ::read(error_pipe.read.get(), &error, sizeof(error));
   } while (got < 0 && errno == EINTR);
-  ::close(error_pipe[0]);
 
   Subprocess child;
   child.pid_ = pid;
-  child.stdin_fd_ = in_pipe[1];
-  child.stdout_fd_ = out_pipe[0];
-  child.stderr_fd_ = err_pipe[0];
+  child.stdin_fd_ = std::move(in_pipe.write);
+  child.stdout_fd_ = std::move(out_pipe.read);
+  child.stderr_fd_ = std::move(err_pipe.read);
   if (got == static_cast<ssize_t>(sizeof(error))) {
     child.Wait();
     child.group_gone_ = true;
@@ -226,19 +192,19 @@ Result<Subprocess> Subprocess::Spawn(const SubprocessOptions& options) {
     if (error.error == EACCES) return Status::PermissionDenied(message);
     return Status::IoError(message);
   }
-  for (int fd : {child.stdout_fd_, child.stderr_fd_}) {
+  for (int fd : {child.stdout_fd_.get(), child.stderr_fd_.get()}) {
     if (fd >= 0) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
   }
-  child.pidfd_ = PidfdOpen(pid);  // -1 on old kernels: Wait() polls instead
+  child.pidfd_.Reset(PidfdOpen(pid));  // -1 on old kernels: Wait() polls instead
   return child;
 }
 
 Subprocess::Subprocess(Subprocess&& other) noexcept
     : pid_(std::exchange(other.pid_, -1)),
-      pidfd_(std::exchange(other.pidfd_, -1)),
-      stdin_fd_(std::exchange(other.stdin_fd_, -1)),
-      stdout_fd_(std::exchange(other.stdout_fd_, -1)),
-      stderr_fd_(std::exchange(other.stderr_fd_, -1)),
+      pidfd_(std::move(other.pidfd_)),
+      stdin_fd_(std::move(other.stdin_fd_)),
+      stdout_fd_(std::move(other.stdout_fd_)),
+      stderr_fd_(std::move(other.stderr_fd_)),
       status_(std::exchange(other.status_, std::nullopt)),
       group_gone_(std::exchange(other.group_gone_, false)) {}
 
@@ -246,10 +212,10 @@ Subprocess& Subprocess::operator=(Subprocess&& other) noexcept {
   if (this != &other) {
     Reset();
     pid_ = std::exchange(other.pid_, -1);
-    pidfd_ = std::exchange(other.pidfd_, -1);
-    stdin_fd_ = std::exchange(other.stdin_fd_, -1);
-    stdout_fd_ = std::exchange(other.stdout_fd_, -1);
-    stderr_fd_ = std::exchange(other.stderr_fd_, -1);
+    pidfd_ = std::move(other.pidfd_);
+    stdin_fd_ = std::move(other.stdin_fd_);
+    stdout_fd_ = std::move(other.stdout_fd_);
+    stderr_fd_ = std::move(other.stderr_fd_);
     status_ = std::exchange(other.status_, std::nullopt);
     group_gone_ = std::exchange(other.group_gone_, false);
   }
@@ -269,21 +235,22 @@ void Subprocess::Reset() {
   pid_ = -1;
   status_.reset();
   group_gone_ = false;
-  CloseFd(&pidfd_);
-  CloseFd(&stdin_fd_);
-  CloseFd(&stdout_fd_);
-  CloseFd(&stderr_fd_);
+  pidfd_.Reset();
+  stdin_fd_.Reset();
+  stdout_fd_.Reset();
+  stderr_fd_.Reset();
 }
 
 void Subprocess::CloseStdin() {
-  CloseFd(&stdin_fd_);
+  stdin_fd_.Reset();
 }
 
 void Subprocess::CloseStdout() {
-  CloseFd(&stdout_fd_);
+  stdout_fd_.Reset();
 }
+
 void Subprocess::CloseStderr() {
-  CloseFd(&stderr_fd_);
+  stderr_fd_.Reset();
 }
 
 std::optional<ExitStatus> Subprocess::Poll() {
@@ -317,8 +284,8 @@ std::optional<ExitStatus> Subprocess::Wait(Clock::time_point deadline) {
     auto now = Clock::now();
     if (now >= deadline) return std::nullopt;
     auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - now);
-    if (pidfd_ >= 0) {
-      pollfd fd{pidfd_, POLLIN, 0};
+    if (pidfd_.valid()) {
+      pollfd fd{pidfd_.get(), POLLIN, 0};
       ::poll(&fd, 1, static_cast<int>(std::min<int64_t>(left.count(), 1 << 30)));
     } else {
       std::this_thread::sleep_for(
@@ -369,4 +336,4 @@ ExitStatus Subprocess::Terminate(std::chrono::milliseconds grace) {
   return status;
 }
 
-}  // namespace drover
+}  // namespace drover::os

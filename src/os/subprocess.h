@@ -20,8 +20,8 @@
 // Move-only; the destructor SIGKILLs a group still running and reaps the
 // leader. Not thread-safe.
 
-#ifndef DROVER_AGENT_SUBPROCESS_H_
-#define DROVER_AGENT_SUBPROCESS_H_
+#ifndef DROVER_OS_SUBPROCESS_H_
+#define DROVER_OS_SUBPROCESS_H_
 
 #include <signal.h>
 #include <sys/types.h>
@@ -32,8 +32,9 @@
 #include <vector>
 
 #include "drover/status.h"
+#include "os/unique_fd.h"
 
-namespace drover {
+namespace drover::os {
 
 // How a process ended: exited with a code, or killed by a signal.
 class ExitStatus {
@@ -105,16 +106,16 @@ class Subprocess {
   pid_t pid() const { return pid_; }  // also the process group id
   // Read ends of the output pipes (non-blocking, close-on-exec); -1 when
   // inherited or closed. The Subprocess owns them.
-  int stdout_fd() const { return stdout_fd_; }
-  int stderr_fd() const { return stderr_fd_; }
+  int stdout_fd() const { return stdout_fd_.get(); }
+  int stderr_fd() const { return stderr_fd_.get(); }
   void CloseStdout();
   void CloseStderr();
   // Write end of the stdin pipe (blocking, close-on-exec); -1 without
   // pipe_stdin or once closed.
-  int stdin_fd() const { return stdin_fd_; }
+  int stdin_fd() const { return stdin_fd_.get(); }
   void CloseStdin();
   // Readable once the leader has exited; -1 without pidfd support.
-  int exit_fd() const { return pidfd_; }
+  int exit_fd() const { return pidfd_.get(); }
 
   // The leader's status if it has exited (reaping it), without blocking.
   std::optional<ExitStatus> Poll();
@@ -143,16 +144,16 @@ class Subprocess {
   void AwaitGroupReaped();
 
   pid_t pid_ = -1;
-  int pidfd_ = -1;
-  int stdin_fd_ = -1;
-  int stdout_fd_ = -1;
-  int stderr_fd_ = -1;
+  UniqueFd pidfd_;
+  UniqueFd stdin_fd_;
+  UniqueFd stdout_fd_;
+  UniqueFd stderr_fd_;
   std::optional<ExitStatus> status_;
   // Set once the leader is reaped and the group is seen empty: its id may be
   // reused by then, so it is never signalled again.
   bool group_gone_ = false;
 };
 
-}  // namespace drover
+}  // namespace drover::os
 
-#endif  // DROVER_AGENT_SUBPROCESS_H_
+#endif  // DROVER_OS_SUBPROCESS_H_
