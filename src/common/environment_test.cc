@@ -51,7 +51,9 @@ TEST(ProcessEnvironmentTest, InterfaceAddressesAreNumericAndNamed) {
     unsigned char bytes[sizeof(in6_addr)];
     const int family = interface.address.find(':') == std::string::npos ? AF_INET : AF_INET6;
     EXPECT_EQ(::inet_pton(family, interface.address.c_str(), bytes), 1) << interface.address;
-    if (interface.address == "127.0.0.1") EXPECT_TRUE(interface.loopback);
+    if (interface.address == "127.0.0.1") {
+      EXPECT_TRUE(interface.loopback);
+    }
   }
 }
 
