@@ -15,7 +15,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -24,6 +23,7 @@
 #include "agent/output_tail.h"
 #include "agent/port_reservation.h"
 #include "agent/process_guard.h"
+#include "common/mutex.h"
 #include "drover/data_feed.h"
 #include "drover/framework_env.h"
 #include "drover/node_context.h"
@@ -304,9 +304,9 @@ class Agent::Impl {
   std::atomic<bool> connection_lost_{false};
   std::atomic<bool> quit_watcher_{false};
   std::atomic<bool> feed_failed_{false};
-  std::mutex mu_;
-  std::string lost_reason_;  // guarded by mu_
-  std::string feed_error_;   // guarded by mu_
+  Mutex mu_;
+  std::string lost_reason_ GUARDED_BY(mu_);
+  std::string feed_error_ GUARDED_BY(mu_);
   std::unique_ptr<FeedService> feed_;
   // The feed plan, read before registering; its error is reported once the
   // node has registered, as any failure to start feeding.
@@ -482,7 +482,7 @@ int Agent::Impl::Run() {
   if (feed_ && !(reason == Reason::kExited && status.success())) feed_->Stop(task + " stopped");
   switch (reason) {
     case Reason::kFeedFailed: {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       Report(*client, feed_error_, tail.Lines());
       return 1;
     }
@@ -492,7 +492,7 @@ int Agent::Impl::Run() {
       LeaveCluster(*client);
       return 0;
     case Reason::kLost: {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       Say("lost the rendezvous server (" + lost_reason_ + "); stopped " + task + ", which " +
           (status.signaled() ? "was " + status.ToString() : "exited with " + status.ToString()));
       return 1;
@@ -590,7 +590,7 @@ Status Agent::Impl::StartFeeding(const FormedCluster& cluster, const std::string
   feed.say = [this, task](const std::string& message) { Say(task + ": " + message); };
   feed.on_failure = [this](const Status& failure) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       feed_error_ = failure.message();
     }
     feed_failed_ = true;
@@ -661,7 +661,7 @@ void Agent::Impl::WatchForStop(RendezvousClient* client) {
     Result<bool> stop = client->WaitForStop(Clock::now() + kStopPoll);
     if (!stop.ok()) {
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         lost_reason_ = stop.status().message();
       }
       connection_lost_ = true;

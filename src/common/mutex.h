@@ -51,16 +51,29 @@ class CAPABILITY("mutex") Mutex {
   std::mutex mu_;
 };
 
-// Holds a Mutex for its scope (std::lock_guard's role).
+// Holds a Mutex for its scope (std::unique_lock's role): Unlock() lets go
+// for a while (a slow call outside the lock), Lock() takes it back.
 class SCOPED_CAPABILITY MutexLock {
  public:
   explicit MutexLock(Mutex& mu) ACQUIRE(mu) : mu_(mu) { mu_.lock(); }
-  ~MutexLock() RELEASE() { mu_.unlock(); }
+  ~MutexLock() RELEASE() {
+    if (locked_) mu_.unlock();
+  }
   MutexLock(const MutexLock&) = delete;
   MutexLock& operator=(const MutexLock&) = delete;
 
+  void Unlock() RELEASE() {
+    mu_.unlock();
+    locked_ = false;
+  }
+  void Lock() ACQUIRE() {
+    mu_.lock();
+    locked_ = true;
+  }
+
  private:
   Mutex& mu_;
+  bool locked_ = true;
 };
 
 }  // namespace drover

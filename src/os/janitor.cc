@@ -82,7 +82,7 @@ Result<std::unique_ptr<Janitor>> Janitor::Start(const std::string& drover_binary
 
 Janitor::~Janitor() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     ::close(pipe_fd_);
     pipe_fd_ = -1;
   }
@@ -107,7 +107,7 @@ Janitor::~Janitor() {
 }
 
 void Janitor::Send(char op, const std::string& path) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (pipe_fd_ < 0 || path.empty() || path.find('\n') != std::string::npos) return;
   const std::string line = op + path + "\n";
   // Short lines to a reader that only waits for them: a write below

@@ -19,9 +19,9 @@
 #include <sys/types.h>
 
 #include <memory>
-#include <mutex>
 #include <string>
 
+#include "common/mutex.h"
 #include "drover/status.h"
 
 namespace drover::os {
@@ -42,10 +42,10 @@ class Janitor {
   Janitor(pid_t pid, int pidfd, int pipe_fd) : pid_(pid), pidfd_(pidfd), pipe_fd_(pipe_fd) {}
   void Send(char op, const std::string& path);
 
-  std::mutex mu_;
+  Mutex mu_;
   pid_t pid_;
   int pidfd_;
-  int pipe_fd_;  // guarded by mu_
+  int pipe_fd_ GUARDED_BY(mu_);
 };
 
 // Reads "+PATH" / "-PATH" lines from `fd` until its end, then cleans up as

@@ -45,12 +45,12 @@
 #include <cstring>
 #include <functional>
 #include <limits>
-#include <mutex>
 #include <optional>
 #include <random>
 #include <thread>
 #include <utility>
 
+#include "common/mutex.h"
 #include "drover/host_port.h"
 #include "drover/rendezvous.h"
 #include "os/unique_fd.h"
@@ -231,7 +231,7 @@ class RendezvousClient::Impl {
 
   ~Impl() {
     {
-      std::lock_guard<std::mutex> lock(heartbeat_mu_);
+      MutexLock lock(heartbeat_mu_);
       stopping_ = true;
     }
     heartbeat_cv_.notify_all();
@@ -258,14 +258,14 @@ class RendezvousClient::Impl {
   const std::string& server() const { return options_.address; }
 
   Status Broken() {
-    std::lock_guard<std::mutex> lock(state_mu_);
+    MutexLock lock(state_mu_);
     return broken_;
   }
   // Records why the connection can no longer be used and closes it for both
   // directions (the stream cannot be resynchronised). Returns `status`.
   Status MarkBroken(Status status) {
     {
-      std::lock_guard<std::mutex> lock(state_mu_);
+      MutexLock lock(state_mu_);
       if (broken_.ok()) broken_ = status;
     }
     ::shutdown(fd_.get(), SHUT_RDWR);
@@ -308,18 +308,18 @@ class RendezvousClient::Impl {
 
   std::atomic<bool> stop_received_{false};
 
-  std::mutex write_mu_;                      // serializes whole frames on the socket
-  std::optional<wire::FrameSealer> sealer_;  // guarded by write_mu_; once authenticated
+  Mutex write_mu_;  // serializes whole frames on the socket
+  std::optional<wire::FrameSealer> sealer_ GUARDED_BY(write_mu_);  // once authenticated
 
-  std::mutex state_mu_;
-  Status broken_;  // guarded by state_mu_; OK while the connection is usable
+  Mutex state_mu_;
+  Status broken_ GUARDED_BY(state_mu_);  // OK while the connection is usable
 
-  std::mutex heartbeat_mu_;
-  std::condition_variable heartbeat_cv_;
-  bool stopping_ = false;                                // guarded by heartbeat_mu_
-  Milliseconds heartbeat_interval_{1000};                // guarded by heartbeat_mu_
-  std::function<HeartbeatPayload()> heartbeat_payload_;  // guarded by heartbeat_mu_
-  std::thread heartbeat_thread_;                         // started once, by the caller's thread
+  Mutex heartbeat_mu_;
+  std::condition_variable_any heartbeat_cv_;
+  bool stopping_ GUARDED_BY(heartbeat_mu_) = false;
+  Milliseconds heartbeat_interval_ GUARDED_BY(heartbeat_mu_){1000};
+  std::function<HeartbeatPayload()> heartbeat_payload_ GUARDED_BY(heartbeat_mu_);
+  std::thread heartbeat_thread_;  // started once, by the caller's thread
 };
 
 Status RendezvousClient::Impl::WriteAll(std::string_view bytes, Deadline deadline,
@@ -351,7 +351,7 @@ Status RendezvousClient::Impl::WriteAll(std::string_view bytes, Deadline deadlin
 Status RendezvousClient::Impl::Send(wire::MessageType type,
                                     const google::protobuf::MessageLite& body, Deadline deadline) {
   DROVER_RETURN_IF_ERROR(Broken());
-  std::lock_guard<std::mutex> lock(write_mu_);
+  MutexLock lock(write_mu_);
   std::string frame = sealer_ ? sealer_->Seal(type, body) : wire::EncodeFrame(type, body);
   Status status = WriteAll(frame, deadline, wire::MessageType_Name(type));
   // Part of a frame may have gone out: nothing can follow it.
@@ -360,7 +360,7 @@ Status RendezvousClient::Impl::Send(wire::MessageType type,
 }
 
 void RendezvousClient::Impl::SendError(const wire::FrameError& error) {
-  std::lock_guard<std::mutex> lock(write_mu_);
+  MutexLock lock(write_mu_);
   std::string reply = sealer_ ? sealer_->SealError(error.code, error.message)
                               : wire::EncodeError(error.code, error.message);
   (void)WriteAll(reply, Clock::now() + Milliseconds(100), "ERROR");
@@ -528,7 +528,7 @@ Status RendezvousClient::Impl::Handshake(Deadline deadline) {
   reader_.set_max_frame_bytes(options_.max_frame_bytes);
   opener_.emplace(session, wire::Direction::kServerToClient);
   {
-    std::lock_guard<std::mutex> lock(write_mu_);
+    MutexLock lock(write_mu_);
     sealer_.emplace(session, wire::Direction::kClientToServer);
   }
   return Status::Ok();
@@ -620,7 +620,7 @@ void AddPayload(const HeartbeatPayload& payload, wire::Heartbeat* heartbeat) {
 void RendezvousClient::Impl::StartHeartbeats(Milliseconds interval,
                                              std::function<HeartbeatPayload()> payload) {
   {
-    std::lock_guard<std::mutex> lock(heartbeat_mu_);
+    MutexLock lock(heartbeat_mu_);
     heartbeat_interval_ = std::max(interval, Milliseconds(1));
     if (payload) heartbeat_payload_ = std::move(payload);
   }
@@ -633,25 +633,28 @@ void RendezvousClient::Impl::StartHeartbeats(Milliseconds interval,
 
 void RendezvousClient::Impl::HeartbeatLoop() {
   uint64_t sequence = 0;
-  std::unique_lock<std::mutex> lock(heartbeat_mu_);
+  MutexLock lock(heartbeat_mu_);
   while (!stopping_) {
     wire::Heartbeat heartbeat;
     heartbeat.set_sequence(++sequence);
     std::function<HeartbeatPayload()> payload = heartbeat_payload_;
-    lock.unlock();
+    lock.Unlock();
     if (payload) AddPayload(payload(), &heartbeat);
     Status sent = Send(wire::HEARTBEAT, heartbeat, Clock::now() + kSendTimeout);
-    lock.lock();
+    lock.Lock();
     // A broken connection is reported to the caller by its next call.
     if (!sent.ok()) return;
-    heartbeat_cv_.wait_for(lock, heartbeat_interval_, [this] { return stopping_; });
+    heartbeat_cv_.wait_for(heartbeat_mu_, heartbeat_interval_, [this] {
+      heartbeat_mu_.AssertHeld();
+      return stopping_;
+    });
   }
 }
 
 Status RendezvousClient::Impl::SendFinalHeartbeat() {
   std::function<HeartbeatPayload()> payload;
   {
-    std::lock_guard<std::mutex> lock(heartbeat_mu_);
+    MutexLock lock(heartbeat_mu_);
     payload = heartbeat_payload_;
   }
   if (!payload) return Status::Ok();

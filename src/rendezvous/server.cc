@@ -25,12 +25,12 @@
 #include <cstdio>
 #include <future>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <unordered_map>
 #include <utility>
 
+#include "common/mutex.h"
 #include "drover/host_port.h"
 #include "drover/rendezvous.h"
 #include "rendezvous/barrier.h"
@@ -177,17 +177,17 @@ class Server : public ConnectionHost, public ServerContext {
   uint16_t port_ = 0;
   std::thread thread_;
   std::atomic<std::thread::id> loop_thread_id_{};
-  std::mutex join_mu_;
+  Mutex join_mu_;
 
   // Guards loop_accepting_: posts happen under it, so none is posted after
   // the shutdown task (whose successors would never run).
-  std::mutex post_mu_;
-  bool loop_accepting_ = false;
+  Mutex post_mu_;
+  bool loop_accepting_ GUARDED_BY(post_mu_) = false;
 
   // The outcome WaitForCluster reports, set once by the loop.
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::optional<Result<FormedCluster>> outcome_;
+  Mutex mu_;
+  std::condition_variable_any cv_;
+  std::optional<Result<FormedCluster>> outcome_ GUARDED_BY(mu_);
 
   // ---- Loop thread only below. ----
   bool stopping_ = false;
@@ -215,7 +215,7 @@ R Server::RunOnLoop(std::function<R()> fn, R fallback) {
   auto promise = std::make_shared<std::promise<R>>();
   std::future<R> future = promise->get_future();
   {
-    std::lock_guard<std::mutex> lock(post_mu_);
+    MutexLock lock(post_mu_);
     if (!loop_accepting_) return fallback;
     asio::post(io_, [promise, fn = std::move(fn)] { promise->set_value(fn()); });
   }
@@ -245,7 +245,7 @@ Status Server::Listen() {
   });
   Accept();
   {
-    std::lock_guard<std::mutex> lock(post_mu_);
+    MutexLock lock(post_mu_);
     loop_accepting_ = true;
   }
   std::promise<void> started;
@@ -261,8 +261,13 @@ Status Server::Listen() {
 
 Result<FormedCluster> Server::WaitForCluster(Deadline deadline) {
   {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (cv_.wait_until(lock, deadline, [this] { return outcome_.has_value(); })) return *outcome_;
+    MutexLock lock(mu_);
+    if (cv_.wait_until(mu_, deadline, [this] {
+          mu_.AssertHeld();
+          return outcome_.has_value();
+        })) {
+      return *outcome_;
+    }
   }
   ClusterState state = QueryState();
   return Status::DeadlineExceeded(
@@ -295,14 +300,14 @@ void Server::StopAll() {
 
 void Server::Shutdown() {
   {
-    std::lock_guard<std::mutex> lock(post_mu_);
+    MutexLock lock(post_mu_);
     if (loop_accepting_) {
       loop_accepting_ = false;
       asio::post(io_, [this] { StopOnLoop(); });
     }
   }
   if (std::this_thread::get_id() == loop_thread_id_) return;  // joined by the owner
-  std::lock_guard<std::mutex> lock(join_mu_);
+  MutexLock lock(join_mu_);
   if (thread_.joinable()) thread_.join();
 }
 
@@ -350,7 +355,7 @@ Peer* Server::FindPeer(uint64_t id) {
 void Server::Publish(Result<FormedCluster> outcome) {
   const bool formed = outcome.ok();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!outcome_.has_value()) outcome_.emplace(std::move(outcome));
   }
   cv_.notify_all();

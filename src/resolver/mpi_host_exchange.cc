@@ -10,17 +10,17 @@
 
 #include <cstdlib>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
 #include "drover/mpi_cluster_resolver.h"
 
 namespace drover {
 namespace {
 
-std::mutex g_init_mutex;
-bool g_we_initialized = false;
+Mutex g_init_mutex;
+bool g_we_initialized GUARDED_BY(g_init_mutex) = false;
 
 void FinalizeMpiAtExit() {
   int finalized = 0;
@@ -38,7 +38,7 @@ std::string MpiError(int code) {
 // Initializes MPI once unless the program (or mpi4py) already did. Only the
 // initializer may finalize, so the exit hook is ours only when we initialized.
 Status EnsureMpiInitialized() {
-  std::lock_guard<std::mutex> lock(g_init_mutex);
+  MutexLock lock(g_init_mutex);
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return Status::Unavailable("MPI was already finalized");
