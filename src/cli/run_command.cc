@@ -22,6 +22,7 @@
 #include "drover/environment.h"
 #include "engine/local_engine.h"
 #include "feed/feed_plan.h"
+#include "feed/feed_request.h"
 #include "feed/record_io.h"
 #include "os/find_program.h"
 #include "slurm/slurm_engine.h"
@@ -57,15 +58,7 @@ struct RunFlags {
   bool dry_run = false;
   bool tensorboard = false;
   // Feeding (docs/feed.md).
-  std::vector<std::string> inputs;
-  std::string format;  // "" : from the first file's extension
-  uint64_t record_bytes = 0;
-  int epochs = 1;
-  double feed_timeout = 600;
-  std::string mode = "train";
-  std::string output;
-  uint64_t queue_bytes = 64ull << 20;
-  uint64_t split_bytes = 64ull << 20;
+  feed::FeedRequest feed;  // --input and the flags that go with it
   // Seeing the run (docs/status.md).
   int status_port = 0;
   std::string status_address = "127.0.0.1";
@@ -77,70 +70,6 @@ struct RunFlags {
   double progress_interval = 10;
   std::vector<std::string> command;
 };
-
-// The format a file's extension implies, "" when it implies none.
-std::string FormatOfExtension(const std::string& pattern) {
-  std::string extension = std::filesystem::path(pattern).extension().string();
-  if (extension == ".csv") return "csv";
-  if (extension == ".jsonl" || extension == ".json" || extension == ".ndjson") return "jsonl";
-  if (extension == ".tfrecord" || extension == ".tfrecords") return "tfrecord";
-  return "";
-}
-
-// The feed plan for --input, or the message of what is wrong.
-Result<std::optional<feed::FeedPlan>> MakeFeedPlan(const RunFlags& flags) {
-  if (flags.inputs.empty()) {
-    if (!flags.output.empty() || flags.mode != "train" || flags.epochs != 1 ||
-        !flags.format.empty() || flags.record_bytes != 0) {
-      return Status::InvalidArgument(
-          "--format, --record-bytes, --epochs, --mode and --output go with --input");
-    }
-    return std::optional<feed::FeedPlan>();
-  }
-  feed::FeedPlan plan;
-  if (flags.mode == "inference") {
-    plan.mode = feed::FeedMode::kInference;
-  } else if (flags.mode != "train") {
-    return Status::InvalidArgument("--mode takes train or inference, not '" + flags.mode + "'");
-  }
-  std::string format =
-      flags.format.empty() ? FormatOfExtension(flags.inputs.front()) : flags.format;
-  if (format.empty()) {
-    return Status::InvalidArgument("give --format csv|jsonl|tfrecord|raw: the extension of '" +
-                                   flags.inputs.front() + "' does not say");
-  }
-  DROVER_ASSIGN_OR_RETURN(plan.read.format, feed::ParseRecordFormat(format));
-  if (flags.record_bytes != 0 && plan.read.format != feed::RecordFormat::kRaw) {
-    return Status::InvalidArgument("--record-bytes goes with --format raw");
-  }
-  plan.read.record_bytes = flags.record_bytes;
-  plan.read.split_bytes = flags.split_bytes;
-  plan.epochs = flags.epochs;
-  plan.feed_timeout_ms = static_cast<int64_t>(flags.feed_timeout * 1000);
-  plan.queue_bytes = flags.queue_bytes;
-  if (plan.mode == feed::FeedMode::kInference) {
-    if (flags.output.empty()) {
-      return Status::InvalidArgument("--mode inference needs --output DIR for the results");
-    }
-    if (flags.epochs != 1) return Status::InvalidArgument("--mode inference feeds one epoch");
-    std::error_code error;
-    plan.output_dir = std::filesystem::absolute(flags.output, error).lexically_normal().string();
-    for (const auto& entry : std::filesystem::directory_iterator(plan.output_dir, error)) {
-      if (entry.path().filename().string().rfind("part-", 0) == 0) {
-        return Status::AlreadyExists("the output directory " + plan.output_dir +
-                                     " already holds results (" + entry.path().filename().string() +
-                                     "); remove them or choose another --output");
-      }
-    }
-  } else if (!flags.output.empty()) {
-    return Status::InvalidArgument("--output goes with --mode inference");
-  }
-  DROVER_ASSIGN_OR_RETURN(plan.partitions, feed::PlanPartitions(flags.inputs, plan.read));
-  if (plan.partitions.empty()) {
-    return Status::InvalidArgument("--input matched only empty files: nothing to feed");
-  }
-  return std::optional<feed::FeedPlan>(std::move(plan));
-}
 
 Milliseconds ToMs(double seconds) {
   return Milliseconds(static_cast<int64_t>(seconds * 1000));
@@ -350,7 +279,7 @@ int Run(RunFlags flags) {
         << " slots (give more with host:N or slots=N)\n";
     return kExitBadInput;
   }
-  Result<std::optional<feed::FeedPlan>> plan = MakeFeedPlan(flags);
+  Result<std::optional<feed::FeedPlan>> plan = feed::PlanFeed(flags.feed);
   if (!plan.ok()) {
     err << "drover run: " << plan.status().message() << "\n";
     return kExitBadInput;
@@ -539,31 +468,31 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
       "Feeding", "Feed records to the chief/worker nodes (DataFeed; docs/feed.md)");
   // One value per --input, so `--input x -- prog` ends the input at `--`.
   feeding
-      ->add_option("--input", flags->inputs,
+      ->add_option("--input", flags->feed.inputs,
                    "Files to feed: a path, a glob or a directory (repeatable)")
       ->allow_extra_args(false);
   feeding->add_option(
-      "--format", flags->format,
+      "--format", flags->feed.format,
       "csv | jsonl (a record per line) | tfrecord | raw (default: from the extension)");
-  feeding->add_option("--record-bytes", flags->record_bytes,
+  feeding->add_option("--record-bytes", flags->feed.record_bytes,
                       "raw: fixed-length records of N bytes (default: one record per file)");
-  feeding->add_option("--epochs", flags->epochs, "Times to feed the input")
+  feeding->add_option("--epochs", flags->feed.epochs, "Times to feed the input")
       ->check(CLI::Range(1, 1'000'000))
       ->capture_default_str();
   feeding
-      ->add_option("--feed-timeout", flags->feed_timeout,
+      ->add_option("--feed-timeout", flags->feed.feed_timeout_seconds,
                    "Seconds a node may take no record before the run fails")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  feeding->add_option("--mode", flags->mode, "train, or inference (results to --output)")
+  feeding->add_option("--mode", flags->feed.mode, "train, or inference (results to --output)")
       ->capture_default_str();
-  feeding->add_option("--output", flags->output,
+  feeding->add_option("--output", flags->feed.output,
                       "inference: results, one line per record, in DIR/part-NNNNN per partition");
-  feeding->add_option("--queue-bytes", flags->queue_bytes, "Shared-memory queue size per node")
+  feeding->add_option("--queue-bytes", flags->feed.queue_bytes, "Shared-memory queue size per node")
       ->check(CLI::Range(uint64_t{64 << 10}, uint64_t{16ull << 30}))
       ->capture_default_str();
   feeding
-      ->add_option("--split-bytes", flags->split_bytes,
+      ->add_option("--split-bytes", flags->feed.split_bytes,
                    "Files larger than this are split into partitions of about this size")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1ull << 40}))
       ->capture_default_str();

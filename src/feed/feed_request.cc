@@ -1,0 +1,71 @@
+#include "feed/feed_request.h"
+
+#include <filesystem>
+
+#include "feed/record_io.h"
+
+namespace drover::feed {
+
+std::string FormatOfExtension(const std::string& pattern) {
+  std::string extension = std::filesystem::path(pattern).extension().string();
+  if (extension == ".csv") return "csv";
+  if (extension == ".jsonl" || extension == ".json" || extension == ".ndjson") return "jsonl";
+  if (extension == ".tfrecord" || extension == ".tfrecords") return "tfrecord";
+  return "";
+}
+
+Result<std::optional<FeedPlan>> PlanFeed(const FeedRequest& request) {
+  if (request.inputs.empty()) {
+    if (!request.output.empty() || request.mode != "train" || request.epochs != 1 ||
+        !request.format.empty() || request.record_bytes != 0) {
+      return Status::InvalidArgument(
+          "--format, --record-bytes, --epochs, --mode and --output go with --input");
+    }
+    return std::optional<FeedPlan>();
+  }
+  FeedPlan plan;
+  if (request.mode == "inference") {
+    plan.mode = FeedMode::kInference;
+  } else if (request.mode != "train") {
+    return Status::InvalidArgument("--mode takes train or inference, not '" + request.mode + "'");
+  }
+  std::string format =
+      request.format.empty() ? FormatOfExtension(request.inputs.front()) : request.format;
+  if (format.empty()) {
+    return Status::InvalidArgument("give --format csv|jsonl|tfrecord|raw: the extension of '" +
+                                   request.inputs.front() + "' does not say");
+  }
+  DROVER_ASSIGN_OR_RETURN(plan.read.format, ParseRecordFormat(format));
+  if (request.record_bytes != 0 && plan.read.format != RecordFormat::kRaw) {
+    return Status::InvalidArgument("--record-bytes goes with --format raw");
+  }
+  plan.read.record_bytes = request.record_bytes;
+  plan.read.split_bytes = request.split_bytes;
+  plan.epochs = request.epochs;
+  plan.feed_timeout_ms = static_cast<int64_t>(request.feed_timeout_seconds * 1000);
+  plan.queue_bytes = request.queue_bytes;
+  if (plan.mode == FeedMode::kInference) {
+    if (request.output.empty()) {
+      return Status::InvalidArgument("--mode inference needs --output DIR for the results");
+    }
+    if (request.epochs != 1) return Status::InvalidArgument("--mode inference feeds one epoch");
+    std::error_code error;
+    plan.output_dir = std::filesystem::absolute(request.output, error).lexically_normal().string();
+    for (const auto& entry : std::filesystem::directory_iterator(plan.output_dir, error)) {
+      if (entry.path().filename().string().rfind("part-", 0) == 0) {
+        return Status::AlreadyExists("the output directory " + plan.output_dir +
+                                     " already holds results (" + entry.path().filename().string() +
+                                     "); remove them or choose another --output");
+      }
+    }
+  } else if (!request.output.empty()) {
+    return Status::InvalidArgument("--output goes with --mode inference");
+  }
+  DROVER_ASSIGN_OR_RETURN(plan.partitions, PlanPartitions(request.inputs, plan.read));
+  if (plan.partitions.empty()) {
+    return Status::InvalidArgument("--input matched only empty files: nothing to feed");
+  }
+  return std::optional<FeedPlan>(std::move(plan));
+}
+
+}  // namespace drover::feed
