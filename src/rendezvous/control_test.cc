@@ -126,6 +126,35 @@ TEST_F(ControlTest, StopAllReachesEveryNodeAndTheDriver) {
   EXPECT_EQ(context_.events[0].message, "192.0.2.1:5000 asked to stop all nodes");
 }
 
+// Before the barrier a send that closes a connection removes its
+// registration from the table StopAll is relaying to: the others still get
+// their STOP, and nothing reads a removed record (the asan build checks).
+TEST(ControlBeforeTheBarrierTest, StopAllSurvivesASendThatDropsARegistration) {
+  ClusterTemplate cluster;
+  cluster.num_nodes = 4;
+  NodeTable table(cluster);
+  FakeContext context;
+  Control control(table, context);
+  std::vector<FakePeer*> peers;
+  for (int i = 0; i < 3; ++i) {
+    FakePeer& peer = context.AddPeer(static_cast<uint64_t>(i + 1));
+    table.Register(TestNode(std::to_string(i)), peer.id(), Clock::now());
+    peers.push_back(&peer);
+  }
+  peers[0]->on_send = [&] {
+    peers[0]->Close("over its write bound");
+    table.Remove("0");
+  };
+  FakePeer& driver = context.AddPeer(9);
+  control.HandleControl(driver, Message(wire::Control::STOP_ALL));
+  EXPECT_EQ(table.Find("0"), nullptr);
+  for (FakePeer* peer : {peers[1], peers[2]}) {
+    std::optional<wire::Control> stop = peer->Last<wire::Control>(wire::CONTROL);
+    ASSERT_TRUE(stop.has_value()) << "peer " << peer->id();
+    EXPECT_EQ(stop->kind(), wire::Control::STOP_ALL);
+  }
+}
+
 TEST_F(ControlTest, ANodeMayNotStopOthers) {
   control_.HandleControl(zero_, Message(wire::Control::STOP_ALL));
   ASSERT_TRUE(zero_.rejection.has_value());

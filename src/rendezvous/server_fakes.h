@@ -10,6 +10,7 @@
 #define DROVER_SRC_RENDEZVOUS_SERVER_FAKES_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -67,7 +68,9 @@ class FakePeer : public Peer {
   using Peer::Close;
   using Peer::Send;
   void Send(OutFrame frame) override {
-    if (open()) sent.push_back(std::move(frame));
+    if (!open()) return;
+    sent.push_back(std::move(frame));
+    if (on_send) on_send();
   }
   void Reject(wire::ErrorCode code, const std::string& message,
               const std::string& reason) override {
@@ -107,6 +110,9 @@ class FakePeer : public Peer {
   }
 
   std::vector<OutFrame> sent;
+  // Runs after each frame sent: what a real send may set off (a peer over
+  // its write bound is closed, and the server drops its registration).
+  std::function<void()> on_send;
   std::optional<Rejection> rejection;
   bool closed = false;
   std::string close_reason;
