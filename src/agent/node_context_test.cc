@@ -88,6 +88,5 @@ TEST(NodeContextTest, AbsolutePathLikeTensorFlowOnSpark) {
   EXPECT_EQ(context.absolute_path("x"), "hdfs://nn:8020/work/dir/x");
 }
 
-
 }  // namespace
 }  // namespace drover
