@@ -142,31 +142,6 @@ std::vector<int> DetectGpus() {
   return ParseGpuIndices(output);
 }
 
-// The variables every remote agent gets: PYTHONPATH, DROVER_*, and --env
-// NAME (its value in `here`, this process's environment) or NAME=VALUE.
-Result<std::map<std::string, std::string>> ForwardedEnv(const std::vector<std::string>& flags,
-                                                        const Environment& here) {
-  std::map<std::string, std::string> env;
-  for (const auto& [name, value] : here.Variables()) {
-    if (name == "PYTHONPATH" || name.rfind("DROVER_", 0) == 0) env[name] = value;
-  }
-  for (const std::string& flag : flags) {
-    const size_t equals = flag.find('=');
-    std::string name = flag.substr(0, equals);
-    if (name.empty())
-      return Status::InvalidArgument("--env takes NAME or NAME=VALUE, not '" + flag + "'");
-    if (equals != std::string::npos) {
-      env[name] = flag.substr(equals + 1);
-    } else if (std::optional<std::string> value = here.Get(name)) {
-      env[name] = *value;
-    } else {
-      return Status::InvalidArgument("--env " + name + ": it is not set here; give " + name +
-                                     "=VALUE");
-    }
-  }
-  return env;
-}
-
 Result<std::unique_ptr<ssh::SshEngine>> MakeSshEngine(const RunFlags& flags) {
   if (flags.hosts.empty()) {
     return Status::InvalidArgument(
@@ -178,7 +153,7 @@ Result<std::unique_ptr<ssh::SshEngine>> MakeSshEngine(const RunFlags& flags) {
   options.ssh.extra_options = flags.ssh_options;
   options.ssh.check_host_keys = !flags.no_host_key_check;
   options.driver_address = flags.driver_address;
-  DROVER_ASSIGN_OR_RETURN(options.env, ForwardedEnv(flags.env, ProcessEnvironment()));
+  DROVER_ASSIGN_OR_RETURN(options.env, ssh::ForwardedVariables(flags.env, ProcessEnvironment()));
   return ssh::SshEngine::Create(std::move(options));
 }
 

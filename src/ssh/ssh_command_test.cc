@@ -130,3 +130,30 @@ TEST(SshEngineTest, GivenDriverAddressWins) {
 
 }  // namespace
 }  // namespace drover::ssh
+
+namespace drover::ssh {
+namespace {
+
+TEST(ForwardedVariablesTest, PythonPathDroverVariablesAndEnvFlags) {
+  MapEnvironment here(
+      {{"PYTHONPATH", "/opt/lib"}, {"DROVER_MARK", "m1"}, {"HOME", "/root"}, {"DATA", "/data"}});
+  Result<std::map<std::string, std::string>> env =
+      ForwardedVariables({"DATA", "SEED=7", "HOME=/home/u"}, here);
+  ASSERT_TRUE(env.ok()) << env.status().ToString();
+  EXPECT_EQ(*env, (std::map<std::string, std::string>{{"DATA", "/data"},
+                                                      {"DROVER_MARK", "m1"},
+                                                      {"HOME", "/home/u"},
+                                                      {"PYTHONPATH", "/opt/lib"},
+                                                      {"SEED", "7"}}));
+}
+
+TEST(ForwardedVariablesTest, AnUnsetNameOrAnEmptyOneIsRefused) {
+  MapEnvironment here;
+  EXPECT_THAT(ForwardedVariables({"MISSING"}, here).status().message(),
+              ::testing::HasSubstr("--env MISSING: it is not set here"));
+  EXPECT_THAT(ForwardedVariables({"=x"}, here).status().message(),
+              ::testing::HasSubstr("--env takes NAME or NAME=VALUE"));
+}
+
+}  // namespace
+}  // namespace drover::ssh

@@ -298,4 +298,27 @@ Status SshEngine::Preflight(const std::string& program, const std::string& agent
                                     "; nothing was started");
 }
 
+Result<std::map<std::string, std::string>> ForwardedVariables(
+    const std::vector<std::string>& env_flags, const Environment& here) {
+  std::map<std::string, std::string> env;
+  for (const auto& [name, value] : here.Variables()) {
+    if (name == "PYTHONPATH" || name.rfind("DROVER_", 0) == 0) env[name] = value;
+  }
+  for (const std::string& flag : env_flags) {
+    const size_t equals = flag.find('=');
+    std::string name = flag.substr(0, equals);
+    if (name.empty())
+      return Status::InvalidArgument("--env takes NAME or NAME=VALUE, not '" + flag + "'");
+    if (equals != std::string::npos) {
+      env[name] = flag.substr(equals + 1);
+    } else if (std::optional<std::string> value = here.Get(name)) {
+      env[name] = *value;
+    } else {
+      return Status::InvalidArgument("--env " + name + ": it is not set here; give " + name +
+                                     "=VALUE");
+    }
+  }
+  return env;
+}
+
 }  // namespace drover::ssh

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "drover/environment.h"
 #include "engine/engine.h"
 #include "ssh/ssh_command.h"
 #include "ssh/ssh_hosts.h"
@@ -40,6 +41,13 @@ struct SshEngineOptions {
   // DROVER_*, --env), on top of each host's shared_envs.
   std::map<std::string, std::string> env;
 };
+
+// The variables every remote agent gets (SshEngineOptions::env): PYTHONPATH
+// and DROVER_* as `here` has them, then each `--env` flag: NAME (its value
+// in `here`) or NAME=VALUE. kInvalidArgument for an empty name or a NAME
+// that `here` does not set.
+Result<std::map<std::string, std::string>> ForwardedVariables(
+    const std::vector<std::string>& env_flags, const Environment& here);
 
 // The result of checking one host before a run.
 struct HostCheck {
