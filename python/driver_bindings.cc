@@ -14,6 +14,7 @@
 
 #include <condition_variable>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -162,17 +163,17 @@ class TeeBuffer : public std::stringbuf {
 
 // The rendezvous dict plus TensorFlowOnSpark's port and addr, and the node's
 // placement (drover/placement.h): chief, rank and feed_share (None for a node
-// that has no rank or input).
-py::dict ClusterNodeDict(const NodeInfo& node, const ClusterSpec& spec) {
+// that has no rank or input, or none when `placement` is null).
+py::dict ClusterNodeDict(const NodeInfo& node, const Placement* placement) {
   py::dict out = NodeDict(node);
   const uint32_t port = node.ports.empty() ? 0 : node.ports.front();
   out["port"] = port;
   out["addr"] = node.host + ":" + std::to_string(port);
-  Result<Placement> placement = PlacementOf(spec, node.job_name, node.task_index);
-  out["chief"] = placement.ok() && placement->chief;
-  out["rank"] = placement.ok() && placement->rank ? py::object(py::int_(placement->rank->rank))
-                                                  : py::object(py::none());
-  out["feed_share"] = placement.ok() && placement->feed
+  out["chief"] = placement != nullptr && placement->chief;
+  out["rank"] = placement != nullptr && placement->rank
+                    ? py::object(py::int_(placement->rank->rank))
+                    : py::object(py::none());
+  out["feed_share"] = placement != nullptr && placement->feed
                           ? py::object(py::int_(placement->feed->share))
                           : py::object(py::none());
   return out;
@@ -267,8 +268,17 @@ class ClusterDriver {
     out["cluster_id"] = formed_->cluster_id;
     out["cluster_spec"] = formed_->spec;
     py::list nodes;
+    // One layout for the whole cluster, not one per node.
+    Result<std::vector<Placement>> placements = LayOutPlacements(formed_->spec);
+    std::map<std::pair<std::string, int>, const Placement*> by_task;
+    if (placements.ok()) {
+      for (const Placement& placement : *placements) {
+        by_task[{placement.job, placement.index}] = &placement;
+      }
+    }
     for (const NodeInfo& node : formed_->nodes) {
-      nodes.append(ClusterNodeDict(node, formed_->spec));
+      auto found = by_task.find({node.job_name, node.task_index});
+      nodes.append(ClusterNodeDict(node, found == by_task.end() ? nullptr : found->second));
     }
     out["nodes"] = nodes;
     return out;

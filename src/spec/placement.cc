@@ -1,6 +1,7 @@
 #include "drover/placement.h"
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "drover/host_port.h"
 
@@ -23,34 +24,37 @@ Result<Placement> Place(std::string_view job, int index, const std::string& addr
 }
 
 // `ranked` are the training tasks in rank order; fills in each one's ranks
-// and feed share.
+// and feed share. Linear in the tasks: a whole cluster is laid out at once.
 void Rank(std::vector<Placement>& ranked) {
-  std::vector<std::string> hosts;  // in order of first rank
+  struct Group {
+    int index = 0;  // hosts: in order of first rank
+    int size = 0;
+  };
+  std::unordered_map<std::string, Group> hosts;
+  std::unordered_map<std::string, int> job_sizes;
   for (const Placement& task : ranked) {
-    if (std::find(hosts.begin(), hosts.end(), task.host) == hosts.end()) hosts.push_back(task.host);
+    auto [host, added] = hosts.try_emplace(task.host);
+    if (added) host->second.index = static_cast<int>(hosts.size()) - 1;
+    ++host->second.size;
+    ++job_sizes[task.job];
   }
+  std::unordered_map<std::string, int> seen_on_host;
+  std::unordered_map<std::string, int> seen_in_job;
   const int world_size = static_cast<int>(ranked.size());
   for (int r = 0; r < world_size; ++r) {
     Placement& task = ranked[static_cast<size_t>(r)];
+    const Group& host = hosts.at(task.host);
     RankInfo info;
     info.rank = r;
     info.world_size = world_size;
     info.master_host = ranked.front().host;
     info.master_port = ranked.front().port;
+    info.local_rank = seen_on_host[task.host]++;
+    info.local_world_size = host.size;
+    info.group_rank = host.index;
     info.group_world_size = static_cast<int>(hosts.size());
-    info.group_rank =
-        static_cast<int>(std::find(hosts.begin(), hosts.end(), task.host) - hosts.begin());
-    for (int other = 0; other < world_size; ++other) {
-      const Placement& peer = ranked[static_cast<size_t>(other)];
-      if (peer.host == task.host) {
-        if (other < r) ++info.local_rank;
-        ++info.local_world_size;
-      }
-      if (peer.job == task.job) {
-        if (other < r) ++info.role_rank;
-        ++info.role_world_size;
-      }
-    }
+    info.role_rank = seen_in_job[task.job]++;
+    info.role_world_size = job_sizes.at(task.job);
     task.rank = info;
     task.feed = FeedShare{r, world_size};
   }
