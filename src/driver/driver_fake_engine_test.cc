@@ -52,6 +52,17 @@ const FakeNodeRecord* Find(const std::vector<FakeNodeRecord>& nodes, const std::
   return nullptr;
 }
 
+// A script where executor `index` does `special` and every other node runs
+// until the driver stops it.
+testing::FakeScriptFunction OneNodeDoes(int index, FakeNodeScript special) {
+  return [index, special](int executor, int) {
+    if (executor == index) return special;
+    FakeNodeScript others;
+    others.runs_until_stop = true;
+    return others;
+  };
+}
+
 TEST(DriverFakeEngineTest, FormsTagsOutputAndStopsThePsWhenTheWorkersAreDone) {
   DriverOptions options = Options(3, 1, "forms");
   FakeEngine engine([](int index, int) {
@@ -85,16 +96,10 @@ TEST(DriverFakeEngineTest, FormsTagsOutputAndStopsThePsWhenTheWorkersAreDone) {
 
 TEST(DriverFakeEngineTest, FailingWorkerEndsTheRunNamingItsLastLinesAndStopsTheOthers) {
   DriverOptions options = Options(2, 0, "fails");
-  FakeEngine engine([](int index, int) {
-    FakeNodeScript script;
-    if (index == 1) {
-      script.lines = {"loading", "out of memory"};
-      script.exit_code = 3;
-    } else {
-      script.runs_until_stop = true;
-    }
-    return script;
-  });
+  FakeNodeScript failing;
+  failing.lines = {"loading", "out of memory"};
+  failing.exit_code = 3;
+  FakeEngine engine(OneNodeDoes(1, failing));
   std::ostringstream out, err;
   EXPECT_EQ(Driver(options, engine, out, err).Run(), 1);
 
@@ -148,15 +153,9 @@ TEST(DriverFakeEngineTest, NodeThatNeverRegistersIsNamedWhenTheReservationTimesO
 
 TEST(DriverFakeEngineTest, NodeWhoseConnectionDropsIsDeclaredLostAndSignalled) {
   DriverOptions options = Options(2, 0, "drops");
-  FakeEngine engine([](int index, int) {
-    FakeNodeScript script;
-    if (index == 1) {
-      script.drops_connection = true;
-    } else {
-      script.runs_until_stop = true;
-    }
-    return script;
-  });
+  FakeNodeScript dropping;
+  dropping.drops_connection = true;
+  FakeEngine engine(OneNodeDoes(1, dropping));
   std::ostringstream out, err;
   EXPECT_EQ(Driver(options, engine, out, err).Run(), 1);
 
