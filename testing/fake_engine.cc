@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "drover/rendezvous.h"
+#include "os/unique_fd.h"
 
 namespace drover::testing {
 
@@ -44,13 +45,13 @@ std::string FlagValue(const std::vector<std::string>& argv, std::string_view fla
 class FakeAgent : public AgentProcess {
  public:
   FakeAgent(std::shared_ptr<FakeEngine::Shared> shared, size_t record, FakeNodeScript script,
-            AgentLaunch launch, int read_fd, int write_fd)
+            AgentLaunch launch, os::UniqueFd read_fd, os::UniqueFd write_fd)
       : shared_(std::move(shared)),
         record_(record),
         script_(std::move(script)),
         launch_(std::move(launch)),
-        read_fd_(read_fd),
-        write_fd_(write_fd) {
+        read_fd_(std::move(read_fd)),
+        write_fd_(std::move(write_fd)) {
     thread_ = std::thread([this] { Run(); });
   }
 
@@ -61,18 +62,13 @@ class FakeAgent : public AgentProcess {
     }
     changed_.notify_all();
     thread_.join();
-    CloseOutput();
-    CloseWriteEnd();
   }
 
   const std::string& executor_id() const override { return launch_.executor_id; }
   // Not a process; 0 would mean "not started" to the driver.
   int pid() const override { return -1; }
-  int output_fd() const override { return read_fd_; }
-  void CloseOutput() override {
-    if (read_fd_ >= 0) ::close(read_fd_);
-    read_fd_ = -1;
-  }
+  int output_fd() const override { return read_fd_.get(); }
+  void CloseOutput() override { read_fd_.Reset(); }
 
   std::optional<os::ExitStatus> Poll() override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -177,7 +173,7 @@ class FakeAgent : public AgentProcess {
 
   void Print(const std::string& text) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (write_fd_ >= 0) ::send(write_fd_, text.data(), text.size(), MSG_NOSIGNAL);
+    if (write_fd_.valid()) ::send(write_fd_.get(), text.data(), text.size(), MSG_NOSIGNAL);
   }
 
   void End(os::ExitStatus status) {
@@ -188,25 +184,18 @@ class FakeAgent : public AgentProcess {
   // REQUIRES: mu_ held. The first end wins (a SIGKILL before the script's).
   void EndLocked(os::ExitStatus status) {
     if (!status_) status_ = status;
-    if (write_fd_ >= 0) ::close(write_fd_);
-    write_fd_ = -1;
-  }
-
-  void CloseWriteEnd() {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (write_fd_ >= 0) ::close(write_fd_);
-    write_fd_ = -1;
+    write_fd_.Reset();  // the driver reads the end of the output
   }
 
   const std::shared_ptr<FakeEngine::Shared> shared_;
   const size_t record_;
   const FakeNodeScript script_;
   const AgentLaunch launch_;
-  int read_fd_;  // the driver's thread only
+  os::UniqueFd read_fd_;  // the driver's thread only
 
   std::mutex mu_;
   std::condition_variable changed_;
-  int write_fd_;                          // guarded by mu_
+  os::UniqueFd write_fd_;                 // guarded by mu_
   std::optional<int> signal_;             // guarded by mu_
   std::optional<os::ExitStatus> status_;  // guarded by mu_
   bool quit_ = false;                     // guarded by mu_
@@ -227,9 +216,11 @@ Result<std::unique_ptr<AgentProcess>> FakeEngine::Launch(const AgentLaunch& laun
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
     return Status::IoError("fake engine: socketpair failed");
   }
-  ::shutdown(fds[0], SHUT_WR);
+  os::UniqueFd read_end(fds[0]);
+  os::UniqueFd write_end(fds[1]);
+  ::shutdown(read_end.get(), SHUT_WR);
   // The driver reads agents' output without blocking.
-  ::fcntl(fds[0], F_SETFL, ::fcntl(fds[0], F_GETFL) | O_NONBLOCK);
+  ::fcntl(read_end.get(), F_SETFL, ::fcntl(read_end.get(), F_GETFL) | O_NONBLOCK);
   size_t record;
   {
     std::lock_guard<std::mutex> lock(shared_->mu);
@@ -240,8 +231,9 @@ Result<std::unique_ptr<AgentProcess>> FakeEngine::Launch(const AgentLaunch& laun
     r.argv = launch.argv;
     shared_->nodes.push_back(std::move(r));
   }
-  return std::unique_ptr<AgentProcess>(new FakeAgent(
-      shared_, record, script_(std::stoi(launch.executor_id), round), launch, fds[0], fds[1]));
+  return std::unique_ptr<AgentProcess>(
+      new FakeAgent(shared_, record, script_(std::stoi(launch.executor_id), round), launch,
+                    std::move(read_end), std::move(write_end)));
 }
 
 std::vector<FakeNodeRecord> FakeEngine::nodes() const {
