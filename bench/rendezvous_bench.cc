@@ -338,9 +338,10 @@ class SimNodes {
                       ".cluster.example.com:" + std::to_string(20000 + i % 8));
   }
   (void)spec.AddJob("worker", workers);
-  // The full spec and every node's metadata, encoded once, sent whole to each node.
+  // The full spec and every node's metadata, encoded once, sent whole to each
+  // node: protocol version 2's payload, uncompressed (version 3 derives the
+  // ClusterDef on the node; the baseline keeps the naive shape).
   wire::SharedCluster shared;
-  shared.set_cluster_def(spec.AsClusterDef());
   for (int i = 0; i < count; ++i) {
     wire::NodeInfo* node = shared.add_nodes();
     node->set_executor_id(std::to_string(i));
@@ -350,7 +351,8 @@ class SimNodes {
     node->set_job_name("worker");
     node->set_task_index(i);
   }
-  std::string frame = wire::EncodeFrame(wire::CLUSTER, shared);
+  const std::string body = spec.AsClusterDef() + shared.SerializeAsString();
+  std::string frame = wire::EncodeFrame(wire::CLUSTER, std::string_view(body));
   for (int client : clients) WriteAll(client, frame);
   ::pause();
   std::_Exit(0);

@@ -268,17 +268,8 @@ class ClusterDriver {
     out["cluster_id"] = formed_->cluster_id;
     out["cluster_spec"] = formed_->spec;
     py::list nodes;
-    // One layout for the whole cluster, not one per node.
-    Result<std::vector<Placement>> placements = LayOutPlacements(formed_->spec);
-    std::map<std::pair<std::string, int>, const Placement*> by_task;
-    if (placements.ok()) {
-      for (const Placement& placement : *placements) {
-        by_task[{placement.job, placement.index}] = &placement;
-      }
-    }
-    for (const NodeInfo& node : formed_->nodes) {
-      auto found = by_task.find({node.job_name, node.task_index});
-      nodes.append(ClusterNodeDict(node, found == by_task.end() ? nullptr : found->second));
+    for (size_t i = 0; i < formed_->nodes.size(); ++i) {
+      nodes.append(ClusterNodeDict(formed_->nodes[i], &formed_->placements[i]));
     }
     out["nodes"] = nodes;
     return out;

@@ -45,8 +45,10 @@ py::dict ClusterDict(const FormedCluster& cluster) {
   out["cluster_id"] = cluster.cluster_id;
   out["cluster_spec"] = cluster.spec;
   out["nodes"] = nodes;
-  out["job_name"] = cluster.job_name;
-  out["task_index"] = cluster.task_index;
+  // The receiving node's own place; "" and -1 on the driver.
+  const Placement* own = cluster.own();
+  out["job_name"] = own != nullptr ? own->job : std::string();
+  out["task_index"] = own != nullptr ? own->index : -1;
   return out;
 }
 

@@ -108,10 +108,11 @@ class FakeAgent : public AgentProcess {
     node.ports = {static_cast<uint32_t>(20000 + std::stoi(id))};
     Result<FormedCluster> formed = (*client)->Register(node, Clock::now() + kRegisterLimit);
     if (!formed.ok()) return Fail(formed.status());
-    const std::string task = formed->job_name + ":" + std::to_string(formed->task_index);
+    const Placement& own = *formed->own();
+    const std::string task = own.Task();
     shared_->Update(record_, [&](FakeNodeRecord& r) {
-      r.job_name = formed->job_name;
-      r.task_index = formed->task_index;
+      r.job_name = own.job;
+      r.task_index = own.index;
     });
     (*client)->StartHeartbeats(formed->heartbeat_interval);
     for (const std::string& line : script_.lines) Print(line + "\n");

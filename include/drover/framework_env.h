@@ -40,8 +40,9 @@ struct FrameworkEnvOptions {
   std::vector<std::string> training_jobs = TrainingJobs();
   // Written into TF_CONFIG when set.
   std::optional<std::string> rpc_layer;
-  // Overrides rank 0's port for MASTER_PORT (rank 0's own port is normally
-  // taken by TensorFlow's server; torch's store needs a port of its own).
+  // Overrides the store port for MASTER_PORT (RankInfo::store_port: rank 0's
+  // second reserved port, else its address port, which TensorFlow's server
+  // normally takes).
   std::optional<int> master_port;
   // Overrides rank 0's port for JAX_COORDINATOR_ADDRESS.
   std::optional<int> jax_coordinator_port;
@@ -66,6 +67,12 @@ Result<std::optional<RankInfo>> ComputeRank(const ClusterSpec& cluster, std::str
 Result<std::map<std::string, std::string>> FrameworkEnvironment(
     const ClusterSpec& cluster, std::string_view task_type, int task_index,
     const FrameworkEnvOptions& options = {});
+
+// The same for a task already placed (the rendezvous' layout): its rank is
+// taken as it is, and options.training_jobs is not used.
+Result<std::map<std::string, std::string>> FrameworkEnvironment(const ClusterSpec& cluster,
+                                                                const Placement& task,
+                                                                const FrameworkEnvOptions& options);
 
 // `export NAME='value'` lines, single-quoted for POSIX shells.
 std::string FormatShellExports(const std::map<std::string, std::string>& vars);

@@ -1,6 +1,10 @@
 // Placement: where one task of a cluster sits and what it is for: its job and
-// index, its host and address port, whether it is the chief, its ranks among
+// index, its host, ports and GPUs, whether it is the chief, its ranks among
 // the training tasks and its share of the fed input.
+//
+// The rendezvous server lays out a formed cluster's placements once and
+// sends them with the cluster (docs/protocol.md); the agent, the framework
+// environment, feeding, the driver and the status views read them.
 //
 // The role rule lives here and nowhere else:
 //  - the training jobs are chief, master and worker, in that order; their
@@ -18,6 +22,7 @@
 #ifndef DROVER_PLACEMENT_H_
 #define DROVER_PLACEMENT_H_
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -39,7 +44,10 @@ struct RankInfo {
   int role_rank = 0;         // index among ranked tasks of the same job
   int role_world_size = 0;
   std::string master_host;
-  int master_port = 0;
+  int master_port = 0;  // rank 0's address port (a TensorFlow server takes it)
+  // Rank 0's second reserved port, for torch's store (MASTER_PORT), when it
+  // reserved one; else master_port.
+  int store_port = 0;
   friend bool operator==(const RankInfo&, const RankInfo&) = default;
 };
 
@@ -54,10 +62,15 @@ struct Placement {
   std::string job;
   int index = 0;
   std::string host;
-  int port = 0;  // the task's address port
+  std::vector<uint32_t> ports;  // ports[0] is the task's address port
+  std::vector<int32_t> gpus;    // the GPUs it may use; empty: none or not known
   bool chief = false;
   std::optional<RankInfo> rank;   // training tasks only
   std::optional<FeedShare> feed;  // training tasks only
+
+  int port() const { return ports.empty() ? 0 : static_cast<int>(ports.front()); }
+  std::string Task() const;  // "worker:1"
+  friend bool operator==(const Placement&, const Placement&) = default;
 };
 
 // The training jobs, in rank order: {"chief", "master", "worker"}.
@@ -67,6 +80,20 @@ bool IsTrainingJob(std::string_view job);
 // Whether task `job`:`index` is the chief of `cluster` (see above). True for
 // the chief and master jobs even when `cluster` lacks them.
 bool IsChiefTask(const ClusterSpec& cluster, std::string_view job, int index);
+
+// Sets `rank`'s master_host, master_port and store_port from rank 0's
+// placement: the one place that says which of its ports torch's store takes.
+void PointAtMaster(const Placement& master, RankInfo& rank);
+
+// Fills in every task's chief, ranks and feed share from its job, index and
+// host, keeping the order of `tasks`. kInvalidArgument naming the task when
+// two tasks have the same job and index, or a training task has no port.
+Status PlaceTasks(std::vector<Placement>& tasks,
+                  const std::vector<std::string>& training_jobs = TrainingJobs());
+
+// The cluster spec of placed tasks: job -> "host:ports[0]" (or the host alone
+// for a task without ports).
+Result<ClusterSpec> ClusterSpecOf(const std::vector<Placement>& tasks);
 
 // Every task's placement: the training tasks in rank order, then the others
 // in the cluster's job order, by index. `training_jobs` replaces TrainingJobs() (e.g. a

@@ -24,6 +24,8 @@
 #include <vector>
 
 #include "drover/cluster_spec.h"
+#include "drover/feed_progress.h"
+#include "drover/placement.h"
 #include "drover/status.h"
 
 namespace drover {
@@ -113,29 +115,20 @@ struct NodeInfo {
 // What every node (and the driver) knows once the barrier completes.
 struct FormedCluster {
   std::string cluster_id;
-  ClusterSpec spec;             // job -> "host:ports[0]"
   std::vector<NodeInfo> nodes;  // in slot order
-  // The receiving node's own place (empty on the driver).
-  std::string job_name;
-  int32_t task_index = -1;
+  // nodes[i]'s placement, laid out once by the server (drover/placement.h).
+  std::vector<Placement> placements;
+  ClusterSpec spec;  // derived from the placements: job -> "host:ports[0]"
+  // The receiving node's index in `nodes`; -1 on the driver.
+  int self = -1;
   Milliseconds heartbeat_interval{1000};
-};
 
-// A fed node's progress, read by its agent off the node's queue and sent
-// with every heartbeat (docs/protocol.md, FeedProgress).
-struct FeedProgress {
-  uint64_t records = 0;           // records handed to the program
-  uint64_t bytes = 0;             // their bytes
-  uint32_t partitions_done = 0;   // partitions (x epochs) read to their end
-  uint32_t partitions_total = 0;  // the share x epochs; 0: unknown (external feeds)
-  uint64_t share_bytes = 0;       // the share's input bytes per epoch; 0: unknown
-  uint32_t epoch = 0;             // 0-based, of the last batch read
-  uint32_t epochs = 0;
-  uint64_t queue_bytes = 0;  // in the queue, not yet released by the program
-  uint64_t queue_capacity = 0;
-  uint32_t feeder_restarts = 0;
-  uint64_t results = 0;  // inference results handed back
-  friend bool operator==(const FeedProgress&, const FeedProgress&) = default;
+  // The receiving node's placement; nullptr on the driver.
+  const Placement* own() const {
+    return self >= 0 && static_cast<size_t>(self) < placements.size()
+               ? &placements[static_cast<size_t>(self)]
+               : nullptr;
+  }
 };
 
 // What a node's heartbeats carry besides being alive.

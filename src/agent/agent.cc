@@ -369,12 +369,13 @@ int Agent::Impl::Run() {
   Result<FormedCluster> formed = client->Register(node, deadline);
   if (!formed.ok()) return Fail(formed.status());
   const FormedCluster& cluster = *formed;
-  const std::string task = cluster.job_name + ":" + std::to_string(cluster.task_index);
+  const Placement& own = *cluster.own();  // a client's cluster always places it
+  const std::string task = own.Task();
 
   NodeContext context;
   context.executor_id = o.executor_id;
-  context.job_name = cluster.job_name;
-  context.task_index = cluster.task_index;
+  context.job_name = own.job;
+  context.task_index = own.index;
   context.cluster_spec = cluster.spec;
   context.cluster_id = cluster.cluster_id;
   context.ports = ports.ports();
@@ -397,7 +398,7 @@ int Agent::Impl::Run() {
   }
   context.restart_count = o.restart_count;
   context.num_workers = cluster.spec.num_tasks("worker").value_or(0);
-  context.is_chief = IsChiefTask(cluster.spec, cluster.job_name, cluster.task_index);
+  context.is_chief = own.chief;
 
   // The context file: beside the program's files, else the logs, else /tmp.
   std::string context_dir = !o.working_dir.empty() ? context.working_dir
@@ -552,9 +553,7 @@ Status Agent::Impl::StartFeeding(const FormedCluster& cluster, const std::string
                                  std::map<std::string, std::string>* env) {
   env->erase(kFeedSocketVariable);
   if (!plan_) return Status::Ok();
-  DROVER_ASSIGN_OR_RETURN(Placement placement,
-                          PlacementOf(cluster.spec, cluster.job_name, cluster.task_index));
-  const std::optional<FeedShare>& share = placement.feed;
+  const std::optional<FeedShare>& share = cluster.own()->feed;
   if (!share) {  // ps and evaluator nodes are not fed
     feed_dir_ready_ = false;
     if (!feed_dir_.empty()) {
@@ -604,21 +603,8 @@ Status Agent::Impl::StartFeeding(const FormedCluster& cluster, const std::string
 Result<std::map<std::string, std::string>> Agent::Impl::BuildEnvironment(
     const FormedCluster& cluster, const NodeContext& context, const std::string& context_path) {
   std::map<std::string, std::string> env = env_.Variables();
-  FrameworkEnvOptions framework;
-  // Rank 0's first port is its cluster address (a TensorFlow server takes
-  // it); when rank 0 reserved a second port, torch's store gets that one.
-  DROVER_ASSIGN_OR_RETURN(std::optional<RankInfo> rank,
-                          ComputeRank(cluster.spec, cluster.job_name, cluster.task_index));
-  if (rank) {
-    for (const NodeInfo& node : cluster.nodes) {
-      if (node.host == rank->master_host && !node.ports.empty() &&
-          static_cast<int>(node.ports[0]) == rank->master_port && node.ports.size() >= 2) {
-        framework.master_port = static_cast<int>(node.ports[1]);
-      }
-    }
-  }
-  DROVER_ASSIGN_OR_RETURN(auto vars, FrameworkEnvironment(cluster.spec, cluster.job_name,
-                                                          cluster.task_index, framework));
+  // The placement says it all, torch's store port (rank 0's second port) too.
+  DROVER_ASSIGN_OR_RETURN(auto vars, FrameworkEnvironment(cluster.spec, *cluster.own(), {}));
   for (auto& [name, value] : vars) env[name] = value;
   env["DROVER_EXECUTOR_ID"] = context.executor_id;
   env["DROVER_CONTEXT_FILE"] = context_path;

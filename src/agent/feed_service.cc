@@ -189,14 +189,7 @@ Status FeedService::Impl::Start() {
 
 FeedProgress FeedService::Impl::ReadProgress() const {
   const feed::FeedPlan& plan = options_.plan;
-  const feed::RingProgress input = feed::ReadRingProgress(*channel_, /*input_ring=*/true);
-  FeedProgress progress;
-  progress.records = input.records;
-  progress.bytes = input.payload_bytes;
-  progress.partitions_done = input.partitions;
-  progress.epoch = input.epoch;
-  progress.queue_bytes = input.queued_bytes;
-  progress.queue_capacity = input.capacity_bytes;
+  FeedProgress progress = feed::ReadRingProgress(*channel_, /*input_ring=*/true);
   progress.feeder_restarts = feeder_restarts_.load(std::memory_order_relaxed);
   if (!plan.external) {
     progress.partitions_total = static_cast<uint32_t>(feeds_.size());

@@ -40,6 +40,8 @@ json NodeToJson(const NodeSnapshot& node) {
       {"task", node.job.empty() ? "" : node.Task()},
       {"job", node.job},
       {"task_index", node.task_index},
+      {"chief", node.chief},
+      {"rank", node.rank ? json(*node.rank) : json(nullptr)},
       {"host", node.host},
       {"ports", node.ports},
       {"pid", node.pid},

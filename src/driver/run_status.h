@@ -27,6 +27,8 @@ struct NodeSnapshot {
   std::string executor_id;
   std::string job;  // "" before the barrier
   int task_index = -1;
+  bool chief = false;
+  std::optional<int> rank;  // training tasks, once formed
   std::string host;
   std::vector<uint32_t> ports;
   int32_t pid = 0;          // the agent's

@@ -73,8 +73,8 @@ void Exercise(ShmChannel& channel, bool input_ring, uint64_t* sink) {
     info.record_count = 0;
     writer.Commit(info, bytes, 0);
   }
-  const RingProgress progress = ReadRingProgress(channel, input_ring);
-  *sink += progress.records + progress.queued_bytes;
+  const FeedProgress progress = ReadRingProgress(channel, input_ring);
+  *sink += progress.records + progress.queue_bytes;
 }
 
 }  // namespace

@@ -671,19 +671,19 @@ void RingReader::CountRead(const BatchView& batch) {
   Atomic(ring_->last_epoch).store(batch.info.epoch, std::memory_order_relaxed);
 }
 
-RingProgress ReadRingProgress(const ShmChannel& channel, bool input_ring) {
+FeedProgress ReadRingProgress(const ShmChannel& channel, bool input_ring) {
   RingHeader* ring = input_ring ? channel.input() : channel.output();
-  RingProgress progress;
+  FeedProgress progress;
   progress.records = Atomic(ring->records_read).load(std::memory_order_relaxed);
-  progress.payload_bytes = Atomic(ring->payload_bytes_read).load(std::memory_order_relaxed);
-  progress.partitions = Atomic(ring->partitions_read).load(std::memory_order_relaxed);
+  progress.bytes = Atomic(ring->payload_bytes_read).load(std::memory_order_relaxed);
+  progress.partitions_done = Atomic(ring->partitions_read).load(std::memory_order_relaxed);
   progress.epoch = Atomic(ring->last_epoch).load(std::memory_order_relaxed);
   const uint64_t read_pos = Atomic(ring->read_pos).load(std::memory_order_acquire);
   const uint64_t write_pos = Atomic(ring->write_pos).load(std::memory_order_acquire);
   // Both positions may have been written by the program: show at most the ring.
-  progress.queued_bytes =
+  progress.queue_bytes =
       write_pos > read_pos ? std::min(write_pos - read_pos, channel.ring_bytes()) : 0;
-  progress.capacity_bytes = channel.ring_bytes();
+  progress.queue_capacity = channel.ring_bytes();
   return progress;
 }
 

@@ -25,6 +25,7 @@
 #include <string>
 #include <string_view>
 
+#include "drover/feed_progress.h"
 #include "drover/status.h"
 
 namespace drover::feed {
@@ -247,15 +248,9 @@ class RingReader {
 // What a ring's reader has been handed so far, and how full the ring is.
 // Any process that maps the channel may read it (the agent, for heartbeats);
 // the counters lag the reader by at most one batch.
-struct RingProgress {
-  uint64_t records = 0;
-  uint64_t payload_bytes = 0;  // record bytes, without length prefixes
-  uint32_t partitions = 0;     // partitions (x epochs) read to their end
-  uint32_t epoch = 0;          // of the last batch read
-  uint64_t queued_bytes = 0;   // published, not yet released
-  uint64_t capacity_bytes = 0;
-};
-RingProgress ReadRingProgress(const ShmChannel& channel, bool input_ring);
+// Fills the queue's part of a FeedProgress (records, bytes, partitions_done,
+// epoch, queue_bytes, queue_capacity); the rest stays 0.
+FeedProgress ReadRingProgress(const ShmChannel& channel, bool input_ring);
 
 }  // namespace drover::feed
 

@@ -130,9 +130,9 @@ TEST(ShmChannelTest, ReaderProgressIsCountedInTheSharedHeader) {
   ASSERT_OK_AND_ASSIGN(ShmChannel channel, ShmChannel::Create(64 << 10));
   RingWriter writer(channel, /*input_ring=*/true);
   RingReader reader(channel, /*input_ring=*/true);
-  RingProgress none = ReadRingProgress(channel, /*input_ring=*/true);
+  FeedProgress none = ReadRingProgress(channel, /*input_ring=*/true);
   EXPECT_EQ(none.records, 0u);
-  EXPECT_EQ(none.capacity_bytes, 64u << 10);
+  EXPECT_EQ(none.queue_capacity, 64u << 10);
 
   BatchInfo first;
   first.epoch = 0;
@@ -141,27 +141,27 @@ TEST(ShmChannelTest, ReaderProgressIsCountedInTheSharedHeader) {
   last.epoch = 1;
   last.flags = kEndOfPartition;
   ASSERT_OK(PublishBatch(writer, last, {"fghij"}));
-  RingProgress published = ReadRingProgress(channel, true);
+  FeedProgress published = ReadRingProgress(channel, true);
   EXPECT_EQ(published.records, 0u);  // published, not read yet
-  EXPECT_GT(published.queued_bytes, 0u);
+  EXPECT_GT(published.queue_bytes, 0u);
 
   ASSERT_OK_AND_ASSIGN(std::optional<BatchView> one, reader.TryNext());
   ASSERT_TRUE(one.has_value());
-  RingProgress after_one = ReadRingProgress(channel, true);
+  FeedProgress after_one = ReadRingProgress(channel, true);
   EXPECT_EQ(after_one.records, 2u);
-  EXPECT_EQ(after_one.payload_bytes, 5u);  // without the length prefixes
-  EXPECT_EQ(after_one.partitions, 0u);
+  EXPECT_EQ(after_one.bytes, 5u);  // without the length prefixes
+  EXPECT_EQ(after_one.partitions_done, 0u);
   ASSERT_OK_AND_ASSIGN(std::optional<BatchView> two, reader.TryNext());
   ASSERT_TRUE(two.has_value());
   reader.ReleaseAll();
   // Seen through a second mapping, as the agent sees it.
   ASSERT_OK_AND_ASSIGN(ShmChannel mapped, ShmChannel::Map(::dup(channel.fd())));
-  RingProgress after_two = ReadRingProgress(mapped, true);
+  FeedProgress after_two = ReadRingProgress(mapped, true);
   EXPECT_EQ(after_two.records, 3u);
-  EXPECT_EQ(after_two.payload_bytes, 10u);
-  EXPECT_EQ(after_two.partitions, 1u);
+  EXPECT_EQ(after_two.bytes, 10u);
+  EXPECT_EQ(after_two.partitions_done, 1u);
   EXPECT_EQ(after_two.epoch, 1u);
-  EXPECT_EQ(after_two.queued_bytes, 0u);
+  EXPECT_EQ(after_two.queue_bytes, 0u);
   EXPECT_EQ(ReadRingProgress(mapped, /*input_ring=*/false).records, 0u);
 }
 
@@ -633,7 +633,7 @@ TEST(ShmChannelTest, SizesWrittenOverAfterMappingAreNotFollowed) {
   ASSERT_TRUE(Scribble<uint64_t>(fd, kInputOffsetOffset, ~uint64_t{0}));
   ASSERT_TRUE(Scribble<uint64_t>(fd, kOutputOffsetOffset, 12345));
   EXPECT_EQ(channel.ring_bytes(), 64u << 10);
-  EXPECT_EQ(ReadRingProgress(channel, true).capacity_bytes, 64u << 10);
+  EXPECT_EQ(ReadRingProgress(channel, true).queue_capacity, 64u << 10);
   // Both rings still work, several laps round.
   for (bool input : {true, false}) {
     RingWriter writer(channel, input);
@@ -842,7 +842,7 @@ TEST(ShmChannelTest, NewReaderResumesAfterWhatThePreviousOneWasHanded) {
   EXPECT_THAT(RecordsOf(*batch), ElementsAre("r006", "r007"));
   EXPECT_EQ(ReadRingProgress(channel, true).records, 8u);
   // The first batch was released when `last` resumed.
-  EXPECT_EQ(ReadRingProgress(channel, true).queued_bytes, batch->end - batch->begin);
+  EXPECT_EQ(ReadRingProgress(channel, true).queue_bytes, batch->end - batch->begin);
   // A mark past what was published.
   ASSERT_TRUE(Scribble<uint64_t>(channel.fd(), kInputRingHeader + 216, batch->end + 64));
   RingReader confused(channel, true);

@@ -6,7 +6,6 @@
 #include <utility>
 #include <vector>
 
-#include "drover/host_port.h"
 #include "os/duration_text.h"
 #include "rendezvous/log_text.h"
 #include "rendezvous/node_info_codec.h"
@@ -105,22 +104,43 @@ void Barrier::Disconnected(const NodeRecord& node, const std::string& address) {
   table_.Remove(id);
 }
 
+namespace {
+
+// Places the nodes as registered: their roles, hosts, ports and GPUs.
+Status PlaceNodes(FormedCluster& cluster) {
+  cluster.placements.clear();
+  cluster.placements.reserve(cluster.nodes.size());
+  for (const NodeInfo& node : cluster.nodes) {
+    Placement placement;
+    placement.job = node.job_name;
+    placement.index = node.task_index;
+    placement.host = node.host;
+    placement.ports = node.ports;
+    placement.gpus = node.gpus;
+    cluster.placements.push_back(std::move(placement));
+  }
+  DROVER_RETURN_IF_ERROR(PlaceTasks(cluster.placements));
+  DROVER_ASSIGN_OR_RETURN(cluster.spec, ClusterSpecOf(cluster.placements));
+  return Status::Ok();
+}
+
+}  // namespace
+
 void Barrier::FormCluster() {
   Clock::time_point started = Clock::now();
   table_.AssignSlots(started);
   FormedCluster formed;
   formed.cluster_id = options_.cluster_id;
   formed.heartbeat_interval = options_.heartbeat_interval;
-  wire::SharedCluster shared;
-  shared.set_cluster_id(options_.cluster_id);
-  for (const NodeRecord& node : table_.nodes()) {
-    Status status = formed.spec.SetTask(node.info.job_name, node.info.task_index,
-                                        JoinHostPort(node.info.host, node.info.ports[0]));
-    if (!status.ok()) context_.Log("cluster spec: " + status.ToString());
-    formed.nodes.push_back(node.info);
-    *shared.add_nodes() = NodeToWire(node.info);
+  for (const NodeRecord& node : table_.nodes()) formed.nodes.push_back(node.info);
+  // The one layout of the cluster: every node and the driver read it.
+  Status placed = PlaceNodes(formed);
+  if (!placed.ok()) {
+    context_.Log("laying out the cluster failed: " + placed.ToString());
+    context_.Publish(placed.WithContext("laying out the cluster"));
+    return;
   }
-  shared.set_cluster_def(formed.spec.AsClusterDef());
+  wire::SharedCluster shared = SharedClusterToWire(formed);
 
   // Encode once, compress once; every node's frame borrows these bytes.
   int rc = EncodeCluster(shared, &cluster_);
@@ -152,7 +172,7 @@ void Barrier::SendCluster(const NodeRecord& node) {
   if (node.connection == 0 || !cluster_.body) return;
   Peer* peer = context_.FindPeer(node.connection);
   if (peer == nullptr) return;
-  peer->Send(ClusterFrame(cluster_, node.info, options_.heartbeat_interval));
+  peer->Send(ClusterFrame(cluster_, node.slot, options_.heartbeat_interval));
 }
 
 void Barrier::OnReservationTimeout() {

@@ -68,13 +68,13 @@ TEST_F(BarrierTest, EveryRegistrationIsAcknowledgedAndTheLastSlotFormsTheCluster
   EXPECT_EQ(registered->expected(), 3u);
   EXPECT_EQ(table_->phase(), Phase::kFormed);
 
-  // Every node gets its own role; the shared part is the same bytes.
+  // Every node gets its own position (slot order: executor ids); the shared
+  // part is the same bytes.
   std::optional<wire::Cluster> cluster = two.Last<wire::Cluster>(wire::CLUSTER);
   ASSERT_TRUE(cluster.has_value());
-  EXPECT_EQ(cluster->job_name(), "worker");
-  EXPECT_EQ(cluster->task_index(), 2);
+  EXPECT_EQ(cluster->position(), 2u);
   EXPECT_EQ(cluster->heartbeat_interval_ms(), 250u);
-  EXPECT_EQ(zero.Last<wire::Cluster>(wire::CLUSTER)->task_index(), 0);
+  EXPECT_EQ(zero.Last<wire::Cluster>(wire::CLUSTER)->position(), 0u);
   EXPECT_EQ(zero.sent.back().shared.get(), two.sent.back().shared.get());
 
   ASSERT_TRUE(context_.outcome().has_value());
@@ -84,6 +84,10 @@ TEST_F(BarrierTest, EveryRegistrationIsAcknowledgedAndTheLastSlotFormsTheCluster
   EXPECT_EQ(formed.nodes[0].executor_id, "0");
   ASSERT_OK_AND_ASSIGN(std::string address, formed.spec.task_address("worker", 1));
   EXPECT_EQ(address, "10.0.0.1:7003");
+  ASSERT_EQ(formed.placements.size(), 3u);
+  EXPECT_EQ(formed.placements[2].Task(), "worker:2");
+  EXPECT_EQ(formed.placements[2].rank->rank, 2);
+  EXPECT_TRUE(formed.placements[0].chief);
   EXPECT_TRUE(context_.Logged("cluster c1 formed with 3 nodes"));
 }
 
@@ -158,7 +162,7 @@ TEST_F(BarrierTest, AfterTheBarrierAMemberRejoinsAndOthersAreTooLate) {
   EXPECT_FALSE(again.rejection.has_value());
   EXPECT_EQ(table_->Find("0")->connection, 3u);
   EXPECT_EQ(again.Count(wire::REGISTERED), 1u);
-  EXPECT_EQ(again.Last<wire::Cluster>(wire::CLUSTER)->task_index(), 0);
+  EXPECT_EQ(again.Last<wire::Cluster>(wire::CLUSTER)->position(), 0u);
 
   FakePeer& stranger = Register(4, "9");
   ASSERT_TRUE(stranger.rejection.has_value());

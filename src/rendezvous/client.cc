@@ -562,19 +562,15 @@ Result<FormedCluster> RendezvousClient::Impl::DecodeCluster(const wire::Frame& f
   }
   wire::SharedCluster shared;
   if (!shared.ParseFromString(shared_bytes)) return bad("the shared part is not a SharedCluster");
-  Result<ClusterSpec> spec = ClusterSpec::FromClusterDef(shared.cluster_def());
-  if (!spec.ok()) return bad(spec.status().message());
-
-  FormedCluster formed;
-  formed.cluster_id = shared.cluster_id();
-  formed.spec = std::move(spec).value();
-  formed.nodes.reserve(shared.nodes_size());
-  for (const wire::NodeInfo& node : shared.nodes())
-    formed.nodes.push_back(rendezvous_internal::NodeFromWire(node));
-  formed.job_name = cluster.job_name();
-  formed.task_index = cluster.task_index();
+  Result<FormedCluster> formed = rendezvous_internal::SharedClusterFromWire(shared);
+  if (!formed.ok()) return bad(formed.status().message());
+  if (cluster.position() >= formed->nodes.size()) {
+    return bad("this node's position " + std::to_string(cluster.position()) + " is not among the " +
+               std::to_string(formed->nodes.size()) + " nodes");
+  }
+  formed->self = static_cast<int>(cluster.position());
   if (cluster.heartbeat_interval_ms() > 0) {
-    formed.heartbeat_interval = Milliseconds(cluster.heartbeat_interval_ms());
+    formed->heartbeat_interval = Milliseconds(cluster.heartbeat_interval_ms());
   }
   return formed;
 }

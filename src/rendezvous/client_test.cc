@@ -260,18 +260,16 @@ RendezvousClientOptions Options(const std::string& address) {
   return options;
 }
 
-// A zlib-compressed SharedCluster for two nodes, as the server sends it.
-wire::Cluster MakeCluster(const std::string& job, int index) {
-  ClusterSpec spec;
-  EXPECT_OK(spec.AddJob("chief", {"host-a:2222"}));
-  EXPECT_OK(spec.AddJob("worker", {"host-b:2223"}));
+// Two placed nodes as the server lays them out: chief:0 on host-a (rank 0,
+// with a second port for torch's store) and worker:0 on host-b (rank 1).
+wire::SharedCluster TwoNodes() {
   wire::SharedCluster shared;
-  shared.set_cluster_def(spec.AsClusterDef());
   shared.set_cluster_id("cluster-1");
   wire::NodeInfo* a = shared.add_nodes();
   a->set_executor_id("0");
   a->set_host("host-a");
   a->add_ports(2222);
+  a->add_ports(2230);
   a->set_job_name("chief");
   a->set_task_index(0);
   wire::NodeInfo* b = shared.add_nodes();
@@ -281,6 +279,22 @@ wire::Cluster MakeCluster(const std::string& job, int index) {
   b->add_gpus(3);
   b->set_job_name("worker");
   b->set_task_index(0);
+  for (uint32_t rank : {0u, 1u}) {
+    wire::Placement* placement = shared.add_placements();
+    placement->set_chief(rank == 0);
+    placement->mutable_rank()->set_rank(rank);
+    placement->mutable_rank()->set_local_world_size(1);
+    placement->mutable_rank()->set_group_rank(rank);
+    placement->mutable_rank()->set_role_world_size(1);
+  }
+  shared.set_world_size(2);
+  shared.set_group_world_size(2);
+  shared.set_master(0);
+  return shared;
+}
+
+// `shared` zlib-compressed into the CLUSTER of the node at `position`.
+wire::Cluster MakeCluster(uint32_t position, const wire::SharedCluster& shared = TwoNodes()) {
   std::string plain = shared.SerializeAsString();
   std::string compressed(::compressBound(plain.size()), '\0');
   uLongf length = compressed.size();
@@ -289,8 +303,7 @@ wire::Cluster MakeCluster(const std::string& job, int index) {
             Z_OK);
   compressed.resize(length);
   wire::Cluster cluster;
-  cluster.set_job_name(job);
-  cluster.set_task_index(index);
+  cluster.set_position(position);
   cluster.set_heartbeat_interval_ms(250);
   cluster.set_shared(compressed);
   cluster.set_shared_uncompressed_bytes(plain.size());
@@ -497,7 +510,7 @@ TEST(RendezvousClientTest, RegisterReceivesTheCluster) {
     progress.set_registered(1);
     progress.set_expected(2);
     peer.Send(wire::REGISTERED, progress);
-    peer.Send(wire::CLUSTER, MakeCluster("worker", 0));
+    peer.Send(wire::CLUSTER, MakeCluster(1));
     peer.WaitForClose();
   });
   ASSERT_OK_AND_ASSIGN(auto client, RendezvousClient::Connect(Options(server->address()), Soon()));
@@ -510,8 +523,6 @@ TEST(RendezvousClientTest, RegisterReceivesTheCluster) {
   node.agent_address = "host-b:7000";
   ASSERT_OK_AND_ASSIGN(FormedCluster cluster, client->Register(node, Soon()));
   EXPECT_EQ(cluster.cluster_id, "cluster-1");
-  EXPECT_EQ(cluster.job_name, "worker");
-  EXPECT_EQ(cluster.task_index, 0);
   EXPECT_EQ(cluster.heartbeat_interval, Milliseconds(250));
   ASSERT_OK_AND_ASSIGN(std::string chief, cluster.spec.task_address("chief", 0));
   EXPECT_EQ(chief, "host-a:2222");
@@ -519,6 +530,65 @@ TEST(RendezvousClientTest, RegisterReceivesTheCluster) {
   EXPECT_EQ(cluster.nodes[1].executor_id, "1");
   EXPECT_EQ(cluster.nodes[1].job_name, "worker");
   EXPECT_THAT(cluster.nodes[1].gpus, ElementsAre(3));
+  // The placement as sent, the cluster-wide parts filled in.
+  ASSERT_NE(cluster.own(), nullptr);
+  const Placement& own = *cluster.own();
+  EXPECT_EQ(own.Task(), "worker:0");
+  EXPECT_FALSE(own.chief);
+  EXPECT_THAT(own.gpus, ElementsAre(3));
+  ASSERT_TRUE(own.rank.has_value());
+  EXPECT_EQ(own.rank->rank, 1);
+  EXPECT_EQ(own.rank->world_size, 2);
+  EXPECT_EQ(own.rank->group_world_size, 2);
+  EXPECT_EQ(own.rank->master_host, "host-a");
+  EXPECT_EQ(own.rank->master_port, 2222);
+  EXPECT_EQ(own.rank->store_port, 2230);
+  EXPECT_EQ(own.feed, (FeedShare{1, 2}));
+  EXPECT_TRUE(cluster.placements[0].chief);
+}
+
+// A server that contradicts itself is named, never trusted: each case is one
+// CLUSTER frame the client must refuse with what is wrong in it.
+TEST(RendezvousClientTest, ClusterWithBadPlacementsIsRefused) {
+  struct Case {
+    const char* name;
+    uint32_t position;
+    std::function<void(wire::SharedCluster&)> spoil;
+    const char* says;
+  };
+  const std::vector<Case> cases = {
+      {"position", 2, [](wire::SharedCluster&) {}, "position 2"},
+      {"count", 1, [](wire::SharedCluster& s) { s.mutable_placements()->RemoveLast(); },
+       "2 nodes but 1 placements"},
+      {"rank", 1,
+       [](wire::SharedCluster& s) { s.mutable_placements(1)->mutable_rank()->set_rank(5); },
+       "rank 5 of 2"},
+      {"master", 1, [](wire::SharedCluster& s) { s.set_master(9); }, "master is node 9"},
+      {"twice", 1, [](wire::SharedCluster& s) { s.mutable_nodes(1)->set_job_name("chief"); },
+       "placed twice"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    wire::SharedCluster shared = TwoNodes();
+    c.spoil(shared);
+    wire::Cluster frame = MakeCluster(c.position, shared);
+    auto server = FakeServer::Start([&frame](FakeConnection& peer) {
+      ASSERT_TRUE(peer.Handshake(TestToken()));
+      wire::Register request;
+      ASSERT_TRUE(peer.Read(wire::REGISTER, &request));
+      peer.Send(wire::CLUSTER, frame);
+      peer.WaitForClose();
+    });
+    ASSERT_NE(server, nullptr);
+    ASSERT_OK_AND_ASSIGN(auto client,
+                         RendezvousClient::Connect(Options(server->address()), Soon()));
+    NodeInfo node;
+    node.executor_id = "1";
+    node.host = "host-b";
+    node.ports = {2223};
+    EXPECT_THAT(client->Register(node, Soon()).status(),
+                StatusIs(Status::Code::kInvalidArgument, HasSubstr(c.says)));
+  }
 }
 
 TEST(RendezvousClientTest, ClusterFrameOverTheLimitIsRefused) {
@@ -526,7 +596,7 @@ TEST(RendezvousClientTest, ClusterFrameOverTheLimitIsRefused) {
     ASSERT_TRUE(peer.Handshake(TestToken()));
     wire::Register request;
     ASSERT_TRUE(peer.Read(wire::REGISTER, &request));
-    wire::Cluster cluster = MakeCluster("worker", 0);
+    wire::Cluster cluster = MakeCluster(1);
     cluster.set_shared(std::string(4096, 'z'));
     peer.Send(wire::CLUSTER, cluster);
     peer.WaitForClose();
@@ -546,7 +616,7 @@ TEST(RendezvousClientTest, ClusterExpandingPastTheLimitIsRefused) {
     ASSERT_TRUE(peer.Handshake(TestToken()));
     wire::Register request;
     ASSERT_TRUE(peer.Read(wire::REGISTER, &request));
-    wire::Cluster cluster = MakeCluster("worker", 0);
+    wire::Cluster cluster = MakeCluster(1);
     cluster.set_shared_uncompressed_bytes(uint64_t{1} << 40);
     peer.Send(wire::CLUSTER, cluster);
     peer.WaitForClose();
@@ -910,18 +980,25 @@ TEST(RendezvousEndToEndTest, ThreeNodesReceiveOneClusterWithDistinctRoles) {
     EXPECT_EQ(cluster.cluster_id, formed[0].cluster_id);
     EXPECT_EQ(cluster.spec, formed[0].spec);
     ASSERT_EQ(cluster.nodes.size(), 3u);
-    roles.insert({cluster.job_name, cluster.task_index});
+    ASSERT_NE(cluster.own(), nullptr);
+    roles.insert({cluster.own()->job, cluster.own()->index});
+    // Every node holds the same layout, the driver's too.
+    EXPECT_EQ(cluster.placements, formed[0].placements);
   }
   EXPECT_EQ(roles,
             (std::set<std::pair<std::string, int>>{{"chief", 0}, {"worker", 0}, {"worker", 1}}));
   // Roles follow executor ids: "0" is the chief.
-  EXPECT_EQ(formed[0].job_name, "chief");
+  EXPECT_EQ(formed[0].own()->job, "chief");
+  EXPECT_TRUE(formed[0].own()->chief);
+  EXPECT_EQ(formed[2].own()->rank->rank, 2);
   ASSERT_OK_AND_ASSIGN(std::string chief, formed[0].spec.task_address("chief", 0));
   EXPECT_EQ(chief, "127.0.0.1:20000");
   EXPECT_THAT(formed[2].nodes[2].gpus, ElementsAre(2));
 
   ASSERT_OK_AND_ASSIGN(FormedCluster on_driver, server->WaitForCluster(Soon()));
   EXPECT_EQ(on_driver.spec, formed[0].spec);
+  EXPECT_EQ(on_driver.placements, formed[0].placements);
+  EXPECT_EQ(on_driver.own(), nullptr);
 
   // A fourth node is too late.
   ASSERT_OK_AND_ASSIGN(auto late,
@@ -974,7 +1051,7 @@ TEST(RendezvousEndToEndTest, ANodeCredentialActsForItsOwnSlotOnly) {
   for (std::thread& thread : threads) thread.join();
   ASSERT_OK(formed[0]);
   ASSERT_OK(formed[1]);
-  EXPECT_EQ(formed[1]->task_index, 1);
+  EXPECT_EQ(formed[1]->own()->index, 1);
   EXPECT_EQ(server->QueryState().phase, "formed");
 }
 

@@ -36,11 +36,10 @@ int EncodeCluster(const wire::SharedCluster& shared, EncodedCluster* out) {
   return Z_OK;
 }
 
-OutFrame ClusterFrame(const EncodedCluster& cluster, const NodeInfo& node,
+OutFrame ClusterFrame(const EncodedCluster& cluster, uint32_t position,
                       Milliseconds heartbeat_interval) {
   wire::Cluster own;
-  own.set_job_name(node.job_name);
-  own.set_task_index(node.task_index);
+  own.set_position(position);
   own.set_heartbeat_interval_ms(static_cast<uint32_t>(heartbeat_interval.count()));
   own.set_shared_uncompressed_bytes(cluster.uncompressed_bytes);
   OutFrame frame;

@@ -1,8 +1,8 @@
 // The formed cluster on the wire (docs/protocol.md, "Messages"): the part
 // every node shares (the SharedCluster, zlib-compressed, as Cluster field
 // 4) is encoded, compressed and hashed once; each node's CLUSTER frame
-// borrows those bytes and adds its own few (its role, the heartbeat
-// interval). Pure functions; an EncodedCluster's body is immutable and may
+// borrows those bytes and adds its own few (its position in the node list,
+// the heartbeat interval). Pure functions; an EncodedCluster's body is immutable and may
 // back any number of frames.
 
 #ifndef DROVER_SRC_RENDEZVOUS_CLUSTER_FRAME_H_
@@ -29,14 +29,15 @@ struct EncodedCluster {
 // why compressing failed (*out is unchanged then).
 int EncodeCluster(const wire::SharedCluster& shared, EncodedCluster* out);
 
-// `node`'s CLUSTER frame: header | field 4 (the shared bytes) | fields 1,
-// 2, 3, 5 (job, index, heartbeat interval, uncompressed size). Protobuf
+// The CLUSTER frame of the node at `position` in the shared node list:
+// header | field 4 (the shared bytes) | fields 3, 5, 6 (heartbeat interval,
+// uncompressed size, position). Protobuf
 // parsers accept fields in any order, so this is a valid Cluster encoding,
 // and it lets the shared bytes go out by scatter-gather straight from one
 // buffer and be hashed once: per node only a few dozen bytes are encoded
 // and hashed, nothing is copied.
 // REQUIRES: cluster.body is set.
-OutFrame ClusterFrame(const EncodedCluster& cluster, const NodeInfo& node,
+OutFrame ClusterFrame(const EncodedCluster& cluster, uint32_t position,
                       Milliseconds heartbeat_interval);
 
 }  // namespace drover::rendezvous_internal

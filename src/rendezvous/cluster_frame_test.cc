@@ -6,6 +6,11 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "rendezvous/node_info_codec.h"
 #include "rendezvous/server_fakes.h"
 #include "wire/frame.h"
 #include "wire/session.h"
@@ -57,15 +62,11 @@ TEST(ClusterFrameTest, TheSharedPartIsField4CompressedAndHashed) {
   EXPECT_EQ(encoded.body->digest.Finish(), digest.Finish());
 }
 
-TEST(ClusterFrameTest, EachNodesFrameBorrowsTheSharedBytesAndAddsItsRole) {
+TEST(ClusterFrameTest, EachNodesFrameBorrowsTheSharedBytesAndAddsItsPosition) {
   EncodedCluster encoded;
   ASSERT_EQ(EncodeCluster(ManyNodes(3), &encoded), Z_OK);
-  NodeInfo node;
-  node.executor_id = "2";
-  node.job_name = "worker";
-  node.task_index = 1;
-  OutFrame frame = ClusterFrame(encoded, node, Milliseconds(250));
-  OutFrame other = ClusterFrame(encoded, NodeInfo{}, Milliseconds(250));
+  OutFrame frame = ClusterFrame(encoded, 2, Milliseconds(250));
+  OutFrame other = ClusterFrame(encoded, 0, Milliseconds(250));
 
   // No copy: both frames point at the one shared body.
   EXPECT_EQ(frame.shared.get(), encoded.body.get());
@@ -81,13 +82,51 @@ TEST(ClusterFrameTest, EachNodesFrameBorrowsTheSharedBytesAndAddsItsRole) {
 
   wire::Cluster cluster;
   ASSERT_TRUE(cluster.ParseFromString(BodyOf(frame)));
-  EXPECT_EQ(cluster.job_name(), "worker");
-  EXPECT_EQ(cluster.task_index(), 1);
+  EXPECT_EQ(cluster.position(), 2u);
   EXPECT_EQ(cluster.heartbeat_interval_ms(), 250u);
   EXPECT_EQ(cluster.shared_uncompressed_bytes(), encoded.uncompressed_bytes);
   wire::SharedCluster shared;
   ASSERT_TRUE(shared.ParseFromString(Inflate(cluster.shared(), encoded.uncompressed_bytes)));
   EXPECT_EQ(shared.nodes_size(), 3);
+}
+
+// The server's layout survives the wire whole: every placement decodes to
+// what the server laid out, with the cluster-wide parts filled back in.
+TEST(ClusterFrameTest, PlacementsRoundTrip) {
+  FormedCluster formed;
+  formed.cluster_id = "c1";
+  const std::vector<std::tuple<std::string, int, std::string, std::vector<uint32_t>>> nodes = {
+      {"ps", 0, "h0", {7000}},
+      {"chief", 0, "h1", {7001, 7002}},
+      {"evaluator", 0, "h1", {7003}},
+      {"worker", 0, "h2", {7004}},
+      {"worker", 1, "h1", {7005}}};
+  for (const auto& [job, index, host, ports] : nodes) {
+    NodeInfo node;
+    node.executor_id = std::to_string(formed.nodes.size());
+    node.job_name = job;
+    node.task_index = index;
+    node.host = host;
+    node.ports = ports;
+    node.gpus = {index};
+    formed.nodes.push_back(node);
+    Placement placement;
+    placement.job = job;
+    placement.index = index;
+    placement.host = host;
+    placement.ports = ports;
+    placement.gpus = {index};
+    formed.placements.push_back(placement);
+  }
+  ASSERT_TRUE(PlaceTasks(formed.placements).ok());
+  wire::SharedCluster shared = SharedClusterToWire(formed);
+  EXPECT_EQ(shared.master(), 1u);
+  Result<FormedCluster> decoded = SharedClusterFromWire(shared);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(decoded->placements, formed.placements);
+  EXPECT_EQ(decoded->placements[4].rank->store_port, 7002);
+  EXPECT_EQ(decoded->spec.task_address("worker", 1).value(), "h1:7005");
+  EXPECT_EQ(decoded->cluster_id, "c1");
 }
 
 }  // namespace

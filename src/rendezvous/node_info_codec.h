@@ -1,5 +1,5 @@
-// NodeInfo and FeedProgress <-> their wire forms (drover.proto), shared by the
-// rendezvous server and client. Pure functions; thread-safe.
+// NodeInfo, FeedProgress and the formed cluster <-> their wire forms
+// (drover.proto), shared by the rendezvous server and client. Pure functions; thread-safe.
 
 #ifndef DROVER_SRC_RENDEZVOUS_NODE_INFO_CODEC_H_
 #define DROVER_SRC_RENDEZVOUS_NODE_INFO_CODEC_H_
@@ -13,6 +13,14 @@ wire::NodeInfo NodeToWire(const NodeInfo& node);
 NodeInfo NodeFromWire(const wire::NodeInfo& node);
 wire::FeedProgress FeedProgressToWire(const FeedProgress& progress);
 FeedProgress FeedProgressFromWire(const wire::FeedProgress& progress);
+
+// The part of CLUSTER every node shares: the nodes, their placements
+// (cluster.placements[i] is cluster.nodes[i]'s) and the sizes they share.
+wire::SharedCluster SharedClusterToWire(const FormedCluster& cluster);
+// The cluster back, placements and spec included (self and the heartbeat
+// interval are the frame's own). kInvalidArgument saying what does not fit:
+// the counts, a rank or the master out of range, a task placed twice.
+Result<FormedCluster> SharedClusterFromWire(const wire::SharedCluster& shared);
 
 }  // namespace drover::rendezvous_internal
 

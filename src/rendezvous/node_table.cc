@@ -108,6 +108,7 @@ void NodeTable::AssignSlots(Clock::time_point now) {
     auto [job, index] = cluster_.Slot(static_cast<int>(i));
     nodes_[i].info.job_name = job;
     nodes_[i].info.task_index = index;
+    nodes_[i].slot = static_cast<uint32_t>(i);
     nodes_[i].last_seen = now;
   }
 }

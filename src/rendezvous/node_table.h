@@ -25,6 +25,7 @@ namespace drover::rendezvous_internal {
 struct NodeRecord {
   NodeInfo info;
   uint64_t sequence = 0;          // registration order
+  uint32_t slot = 0;              // the node's index in slot order, once formed
   uint64_t connection = 0;        // the Peer's id; 0: none (closed)
   Clock::time_point last_seen{};  // registration, then last heartbeat
   bool alive = true;

@@ -272,8 +272,11 @@ TEST_F(ServerTest, FormsClusterWithDeterministicRoles) {
   std::string shared_bytes;
   for (size_t i = 0; i < ids.size(); ++i) {
     ASSERT_OK_AND_ASSIGN(ReceivedCluster got, ReadCluster(peers[i]));
-    EXPECT_EQ(got.cluster.job_name(), expected_roles[ids[i]].first) << "executor " << ids[i];
-    EXPECT_EQ(got.cluster.task_index(), expected_roles[ids[i]].second) << "executor " << ids[i];
+    ASSERT_LT(got.cluster.position(), 5u);
+    const wire::NodeInfo& own = got.shared.nodes(static_cast<int>(got.cluster.position()));
+    EXPECT_EQ(own.executor_id(), ids[i]);
+    EXPECT_EQ(own.job_name(), expected_roles[ids[i]].first) << "executor " << ids[i];
+    EXPECT_EQ(own.task_index(), expected_roles[ids[i]].second) << "executor " << ids[i];
     EXPECT_EQ(got.cluster.heartbeat_interval_ms(), 1000u);
     // Every node gets the very same shared bytes.
     if (i == 0) shared_bytes = got.cluster.shared();
@@ -290,12 +293,16 @@ TEST_F(ServerTest, FormsClusterWithDeterministicRoles) {
     EXPECT_EQ(shared.nodes(4).host(), "host-10");
     EXPECT_THAT(shared.nodes(4).ports(), ElementsAre(5100u, 5101u));
     EXPECT_EQ(shared.nodes(4).agent_address(), "host-10:5102");
-    ASSERT_OK_AND_ASSIGN(ClusterSpec spec, ClusterSpec::FromClusterDef(shared.cluster_def()));
-    EXPECT_EQ(spec.task_address("ps", 0).value_or(""), "host-1:5010");
-    EXPECT_EQ(spec.task_address("chief", 0).value_or(""), "host-2:5020");
-    EXPECT_EQ(spec.task_address("evaluator", 0).value_or(""), "host-3:5030");
-    EXPECT_EQ(spec.task_address("worker", 0).value_or(""), "host-4:5040");
-    EXPECT_EQ(spec.task_address("worker", 1).value_or(""), "host-10:5100");
+    // Placements: chief, worker:0, worker:1 ranked in that order; ps and
+    // evaluator not; rank 0's second port is torch's store.
+    ASSERT_EQ(shared.placements_size(), 5);
+    EXPECT_FALSE(shared.placements(0).has_rank());
+    EXPECT_TRUE(shared.placements(1).chief());
+    EXPECT_EQ(shared.placements(1).rank().rank(), 0u);
+    EXPECT_FALSE(shared.placements(2).has_rank());
+    EXPECT_EQ(shared.placements(4).rank().rank(), 2u);
+    EXPECT_EQ(shared.world_size(), 3u);
+    EXPECT_EQ(shared.master(), 1u);
   }
 
   ASSERT_OK_AND_ASSIGN(FormedCluster formed, server_->WaitForCluster(Soon()));
@@ -306,7 +313,15 @@ TEST_F(ServerTest, FormsClusterWithDeterministicRoles) {
   EXPECT_EQ(formed.nodes[0].job_name, "ps");
   EXPECT_EQ(formed.nodes[0].pid, 1010);
   EXPECT_THAT(formed.nodes[0].gpus, ElementsAre(0));
-  EXPECT_TRUE(formed.job_name.empty());
+  EXPECT_EQ(formed.own(), nullptr);
+  ASSERT_EQ(formed.placements.size(), 5u);
+  EXPECT_EQ(formed.spec.task_address("ps", 0).value_or(""), "host-1:5010");
+  EXPECT_EQ(formed.spec.task_address("chief", 0).value_or(""), "host-2:5020");
+  EXPECT_EQ(formed.spec.task_address("evaluator", 0).value_or(""), "host-3:5030");
+  EXPECT_EQ(formed.spec.task_address("worker", 0).value_or(""), "host-4:5040");
+  ASSERT_TRUE(formed.placements[4].rank.has_value());
+  EXPECT_EQ(formed.placements[4].rank->master_host, "host-2");
+  EXPECT_EQ(formed.placements[4].rank->store_port, 5021);
 
   ClusterState state = server_->QueryState();
   EXPECT_EQ(state.phase, "formed");
@@ -340,16 +355,16 @@ TEST_F(ServerTest, FormsALargeCluster) {
   // Inflate one copy; the others must be the very same bytes.
   ASSERT_OK_AND_ASSIGN(ReceivedCluster first, ReadCluster(peers[0]));
   ASSERT_EQ(first.shared.nodes_size(), num_nodes);
-  std::set<int> indices = {first.cluster.task_index()};
+  std::set<uint32_t> positions = {first.cluster.position()};
   for (size_t i = 1; i < peers.size(); ++i) {
     wire::Cluster cluster;
     ASSERT_OK(peers[i].Read(wire::CLUSTER, &cluster, Soon()));
-    EXPECT_EQ(cluster.job_name(), "worker");
     ASSERT_EQ(cluster.shared(), first.cluster.shared());
-    indices.insert(cluster.task_index());
+    positions.insert(cluster.position());
   }
+  for (const wire::NodeInfo& node : first.shared.nodes()) EXPECT_EQ(node.job_name(), "worker");
   auto took = std::chrono::duration<double>(Clock::now() - start).count();
-  EXPECT_EQ(indices.size(), static_cast<size_t>(num_nodes));
+  EXPECT_EQ(positions.size(), static_cast<size_t>(num_nodes));
   std::printf("%d nodes: every cluster read %.3f s after the last REGISTER\n", num_nodes, took);
 }
 
@@ -361,9 +376,10 @@ TEST_F(ServerTest, NonIntegerExecutorIdsSortAfterIntegers) {
   ASSERT_OK_AND_ASSIGN(ReceivedCluster got_two, ReadCluster(two));
   ASSERT_OK_AND_ASSIGN(ReceivedCluster got_a, ReadCluster(a));
   ASSERT_OK_AND_ASSIGN(ReceivedCluster got_b, ReadCluster(b));
-  EXPECT_EQ(got_two.cluster.task_index(), 0);
-  EXPECT_EQ(got_a.cluster.task_index(), 1);
-  EXPECT_EQ(got_b.cluster.task_index(), 2);
+  EXPECT_EQ(got_two.cluster.position(), 0u);
+  EXPECT_EQ(got_a.cluster.position(), 1u);
+  EXPECT_EQ(got_b.cluster.position(), 2u);
+  EXPECT_EQ(got_b.shared.nodes(2).task_index(), 2);
 }
 
 TEST_F(ServerTest, ReRegistrationReplacesTheOldEntry) {
@@ -485,8 +501,14 @@ TEST_F(ServerTest, UnknownVersionIsRejectedNamingBothVersions) {
   std::array<char, wire::kHeaderBytes> header = wire::EncodeHeader(wire::HELLO, 0, 7);
   ASSERT_OK(bad.SendBytes(std::string_view(header.data(), header.size())));
   ExpectErrorAndClose(bad, wire::UNSUPPORTED_VERSION,
-                      "peer speaks protocol version 7; this drover speaks 2");
+                      "peer speaks protocol version 7; this drover speaks 3");
   EXPECT_TRUE(recorder_.WaitForRejection("version 7"));
+  // The previous release (version 2, the ClusterDef in CLUSTER) is told so too.
+  RawPeer previous = Connect();
+  header = wire::EncodeHeader(wire::HELLO, 0, 2);
+  ASSERT_OK(previous.SendBytes(std::string_view(header.data(), header.size())));
+  ExpectErrorAndClose(previous, wire::UNSUPPORTED_VERSION,
+                      "peer speaks protocol version 2; this drover speaks 3");
   ExpectClusterFormsWith(first);
 }
 

@@ -27,37 +27,43 @@ Result<std::optional<RankInfo>> ComputeRank(const ClusterSpec& cluster, std::str
 Result<std::map<std::string, std::string>> FrameworkEnvironment(
     const ClusterSpec& cluster, std::string_view task_type, int task_index,
     const FrameworkEnvOptions& options) {
+  DROVER_ASSIGN_OR_RETURN(Placement placement,
+                          PlacementOf(cluster, task_type, task_index, options.training_jobs));
+  return FrameworkEnvironment(cluster, placement, options);
+}
+
+Result<std::map<std::string, std::string>> FrameworkEnvironment(
+    const ClusterSpec& cluster, const Placement& task, const FrameworkEnvOptions& options) {
   std::map<std::string, std::string> vars;
-  DROVER_ASSIGN_OR_RETURN(std::optional<RankInfo> rank,
-                          ComputeRank(cluster, task_type, task_index, options));
   if (options.tensorflow) {
     DROVER_ASSIGN_OR_RETURN(vars["TF_CONFIG"],
-                            MakeTfConfig(cluster, task_type, task_index, options.rpc_layer));
+                            MakeTfConfig(cluster, task.job, task.index, options.rpc_layer));
   }
   if (options.drover) {
-    vars["DROVER_JOB_NAME"] = std::string(task_type);
-    vars["DROVER_TASK_INDEX"] = std::to_string(task_index);
+    vars["DROVER_JOB_NAME"] = task.job;
+    vars["DROVER_TASK_INDEX"] = std::to_string(task.index);
     vars["DROVER_CLUSTER_SPEC"] = cluster.ToJson();
   }
-  if (!rank) return vars;
+  if (!task.rank) return vars;
+  const RankInfo& rank = *task.rank;
   if (options.torch) {
-    vars["MASTER_ADDR"] = rank->master_host;
-    vars["MASTER_PORT"] = std::to_string(options.master_port.value_or(rank->master_port));
-    vars["RANK"] = std::to_string(rank->rank);
-    vars["WORLD_SIZE"] = std::to_string(rank->world_size);
-    vars["LOCAL_RANK"] = std::to_string(rank->local_rank);
-    vars["LOCAL_WORLD_SIZE"] = std::to_string(rank->local_world_size);
-    vars["GROUP_RANK"] = std::to_string(rank->group_rank);
-    vars["GROUP_WORLD_SIZE"] = std::to_string(rank->group_world_size);
-    vars["ROLE_NAME"] = std::string(task_type);
-    vars["ROLE_RANK"] = std::to_string(rank->role_rank);
-    vars["ROLE_WORLD_SIZE"] = std::to_string(rank->role_world_size);
+    vars["MASTER_ADDR"] = rank.master_host;
+    vars["MASTER_PORT"] = std::to_string(options.master_port.value_or(rank.store_port));
+    vars["RANK"] = std::to_string(rank.rank);
+    vars["WORLD_SIZE"] = std::to_string(rank.world_size);
+    vars["LOCAL_RANK"] = std::to_string(rank.local_rank);
+    vars["LOCAL_WORLD_SIZE"] = std::to_string(rank.local_world_size);
+    vars["GROUP_RANK"] = std::to_string(rank.group_rank);
+    vars["GROUP_WORLD_SIZE"] = std::to_string(rank.group_world_size);
+    vars["ROLE_NAME"] = task.job;
+    vars["ROLE_RANK"] = std::to_string(rank.role_rank);
+    vars["ROLE_WORLD_SIZE"] = std::to_string(rank.role_world_size);
   }
   if (options.jax) {
     vars["JAX_COORDINATOR_ADDRESS"] =
-        JoinHostPort(rank->master_host, options.jax_coordinator_port.value_or(rank->master_port));
-    vars["JAX_NUM_PROCESSES"] = std::to_string(rank->world_size);
-    vars["JAX_PROCESS_ID"] = std::to_string(rank->rank);
+        JoinHostPort(rank.master_host, options.jax_coordinator_port.value_or(rank.master_port));
+    vars["JAX_NUM_PROCESSES"] = std::to_string(rank.world_size);
+    vars["JAX_PROCESS_ID"] = std::to_string(rank.rank);
   }
   return vars;
 }

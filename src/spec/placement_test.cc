@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "testing/status_matchers.h"
 
 namespace drover {
@@ -98,6 +100,64 @@ TEST(PlacementTest, UnknownTaskAndBadRankedAddressAreNamed) {
   const ClusterSpec ps_without_port = Spec(R"({"worker": ["a:1"], "ps": ["p"]})");
   ASSERT_OK_AND_ASSIGN(Placement ps, PlacementOf(ps_without_port, "ps", 0));
   EXPECT_EQ(ps.host, "p");
+}
+
+Placement Task(std::string job, int index, std::string host, std::vector<uint32_t> ports) {
+  Placement task;
+  task.job = std::move(job);
+  task.index = index;
+  task.host = std::move(host);
+  task.ports = std::move(ports);
+  return task;
+}
+
+// The server's shape: tasks in slot order (ps first), each with every port it
+// reserved. The order is kept; ranks follow the role rule.
+TEST(PlacementTest, PlaceTasksKeepsTheOrderAndGivesTheStoreRankZerosSecondPort) {
+  std::vector<Placement> tasks = {Task("ps", 0, "p", {5}), Task("worker", 1, "b", {21, 22}),
+                                  Task("chief", 0, "a", {10, 11}), Task("worker", 0, "a", {20})};
+  tasks[1].gpus = {1};
+  ASSERT_OK(PlaceTasks(tasks));
+  EXPECT_EQ(tasks[0].job, "ps");
+  EXPECT_FALSE(tasks[0].rank.has_value());
+  ASSERT_TRUE(tasks[2].rank.has_value());
+  EXPECT_EQ(tasks[2].rank->rank, 0);
+  EXPECT_TRUE(tasks[2].chief);
+  EXPECT_EQ(tasks[3].rank->rank, 1);
+  EXPECT_EQ(tasks[3].rank->local_rank, 1);
+  EXPECT_FALSE(tasks[3].chief);
+  EXPECT_EQ(tasks[1].rank->rank, 2);
+  EXPECT_EQ(tasks[1].feed, (FeedShare{2, 3}));
+  EXPECT_EQ(tasks[1].gpus, std::vector<int32_t>{1});
+  for (const Placement& task : tasks) {
+    if (!task.rank) continue;
+    EXPECT_EQ(task.rank->master_host, "a");
+    EXPECT_EQ(task.rank->master_port, 10);
+    EXPECT_EQ(task.rank->store_port, 11);
+  }
+}
+
+TEST(PlacementTest, PlaceTasksAgreesWithTheSpecLayout) {
+  std::vector<Placement> tasks = {Task("ps", 0, "p", {5}), Task("worker", 1, "b", {21}),
+                                  Task("worker", 0, "a", {20}), Task("evaluator", 0, "e", {7})};
+  ASSERT_OK(PlaceTasks(tasks));
+  ASSERT_OK_AND_ASSIGN(ClusterSpec spec, ClusterSpecOf(tasks));
+  EXPECT_EQ(spec.task_address("worker", 1).value(), "b:21");
+  ASSERT_OK_AND_ASSIGN(std::vector<Placement> from_spec, LayOutPlacements(spec));
+  for (const Placement& expected : from_spec) {
+    auto same = std::find_if(tasks.begin(), tasks.end(), [&](const Placement& task) {
+      return task.job == expected.job && task.index == expected.index;
+    });
+    ASSERT_NE(same, tasks.end()) << expected.Task();
+    EXPECT_EQ(*same, expected) << expected.Task();
+  }
+}
+
+TEST(PlacementTest, PlaceTasksRefusesATaskTwiceAndARankWithoutAPort) {
+  std::vector<Placement> twice = {Task("worker", 0, "a", {1}), Task("worker", 0, "b", {1})};
+  EXPECT_THAT(PlaceTasks(twice), StatusIs(Code::kInvalidArgument, HasSubstr("worker:0")));
+  std::vector<Placement> portless = {Task("worker", 0, "a", {})};
+  EXPECT_THAT(PlaceTasks(portless), StatusIs(Code::kInvalidArgument, HasSubstr("no port")));
 }
 
 }  // namespace
