@@ -19,6 +19,7 @@
 
 #include "cli/resolve_command.h"
 #include "driver/driver.h"
+#include "driver/gpus.h"
 #include "drover/environment.h"
 #include "engine/local_engine.h"
 #include "feed/feed_plan.h"
@@ -125,21 +126,6 @@ int FreePort() {
   }
   ::close(fd);
   return port;
-}
-
-// GPU indices from nvidia-smi, empty when it is absent or fails.
-std::vector<int> DetectGpus() {
-  std::optional<std::string> nvidia_smi = OnPath("nvidia-smi");
-  if (!nvidia_smi) return {};
-  std::string command = *nvidia_smi + " --query-gpu=index --format=csv,noheader 2>/dev/null";
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return {};
-  std::string output;
-  char buffer[256];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
-  if (::pclose(pipe) != 0) return {};
-  return ParseGpuIndices(output);
 }
 
 Result<std::unique_ptr<ssh::SshEngine>> MakeSshEngine(const RunFlags& flags) {
@@ -269,7 +255,8 @@ int Run(RunFlags flags) {
   options.grace = ToMs(flags.grace);
   if (!flags.dry_run && !SetStatusOptions(flags, &options, err)) return kExitBadInput;
   if (flags.gpus_per_node) {
-    std::vector<int> gpus = *flags.gpus_per_node > 0 ? DetectGpus() : std::vector<int>{};
+    std::vector<int> gpus =
+        *flags.gpus_per_node > 0 ? DetectGpus(ProcessEnvironment()) : std::vector<int>{};
     auto assigned = AssignGpus(*flags.gpus_per_node, options.cluster.num_nodes, gpus);
     if (!assigned.ok()) {
       err << "drover run: --gpus-per-node " << *flags.gpus_per_node << ": "

@@ -15,11 +15,11 @@
 #include <random>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "common/mutex.h"
 #include "driver/line_splitter.h"
 #include "driver/status_text.h"
-#include "drover/framework_env.h"
 #include "drover/placement.h"
 #include "os/duration_text.h"
 
@@ -57,53 +57,12 @@ std::string NewClusterId() {
 
 }  // namespace
 
-std::vector<int> ParseGpuIndices(std::string_view output) {
-  std::vector<int> gpus;
-  std::istringstream in{std::string(output)};
-  std::string line;
-  while (std::getline(in, line)) {
-    size_t begin = line.find_first_not_of(" \t\r");
-    if (begin == std::string::npos) continue;
-    size_t end = line.find_last_not_of(" \t\r");
-    std::string token = line.substr(begin, end - begin + 1);
-    if (token.find_first_not_of("0123456789") != std::string::npos) continue;
-    gpus.push_back(std::stoi(token));
-  }
-  return gpus;
-}
-
-Result<std::vector<std::string>> AssignGpus(int gpus_per_node, int nodes,
-                                            const std::vector<int>& available) {
-  if (gpus_per_node < 0) {
-    return Status::InvalidArgument("--gpus-per-node must be >= 0, got " +
-                                   std::to_string(gpus_per_node));
-  }
-  std::vector<std::string> assigned;
-  if (gpus_per_node == 0) return std::vector<std::string>(static_cast<size_t>(nodes), "none");
-  size_t needed = static_cast<size_t>(gpus_per_node) * static_cast<size_t>(nodes);
-  if (available.size() < needed) {
-    return Status::InvalidArgument(
-        std::to_string(nodes) + " nodes x " + std::to_string(gpus_per_node) + " GPUs need " +
-        std::to_string(needed) + " GPUs, but this host has " + std::to_string(available.size()) +
-        (available.empty() ? " (nvidia-smi found none)" : ""));
-  }
-  for (int node = 0; node < nodes; ++node) {
-    std::string list;
-    for (int k = 0; k < gpus_per_node; ++k) {
-      if (!list.empty()) list += ",";
-      list += std::to_string(available[static_cast<size_t>(node * gpus_per_node + k)]);
-    }
-    assigned.push_back(list);
-  }
-  return assigned;
-}
-
 struct Driver::Node {
   std::string executor_id;
   std::unique_ptr<AgentProcess> process;
-  std::string tag;  // "executor 3" until the barrier, then "worker:1"
-  std::string job;
-  int task_index = -1;
+  std::string tag;                     // "executor 3" until the barrier, then "worker:1"
+  std::optional<Placement> placement;  // the server's, once the cluster formed
+  std::string log_path;                // "" : no log file yet
   LineSplitter splitter;
   std::vector<std::string> unprinted;  // read, not yet tagged
   std::vector<std::string> unlogged;   // read before the log file was known
@@ -307,6 +266,7 @@ struct Driver::Round {
   void OpenLog(Node& node, const std::string& name) {
     fs::path path = fs::path(driver.options_.log_dir) / (name + ".log");
     node.log.open(path, std::ios::app);
+    node.log_path = path.string();
     if (!node.log) {
       driver.err_ << "drover run: cannot write " << path.string() << ": " << std::strerror(errno)
                   << "\n";
@@ -325,13 +285,13 @@ struct Driver::Round {
     formed_at = Clock::now();
     spec = nlohmann::json::parse(cluster.spec.ToJson(), nullptr, /*allow_exceptions=*/false);
     std::string roles;
-    for (const NodeInfo& info : cluster.nodes) {
+    for (size_t i = 0; i < cluster.nodes.size(); ++i) {
+      const NodeInfo& info = cluster.nodes[i];
       Node* node = Find(info.executor_id);
       if (node == nullptr) continue;
-      node->job = info.job_name;
-      node->task_index = info.task_index;
-      node->tag = info.job_name + ":" + std::to_string(info.task_index);
-      OpenLog(*node, info.job_name + "-" + std::to_string(info.task_index));
+      node->placement = cluster.placements[i];
+      node->tag = node->placement->Task();
+      OpenLog(*node, node->placement->job + "-" + std::to_string(node->placement->index));
       if (!roles.empty()) roles += ", ";
       roles += node->tag + " = executor " + info.executor_id;
     }
@@ -463,13 +423,7 @@ struct Driver::Round {
     if (!lines.empty()) {
       driver.err_ << "drover run: last " << (lines.size() == 1 ? "line" : "lines") << " of "
                   << node.tag;
-      if (node.log.is_open()) {
-        driver.err_ << " ("
-                    << (fs::path(driver.options_.log_dir) /
-                        (node.job + "-" + std::to_string(node.task_index) + ".log"))
-                           .string()
-                    << ")";
-      }
+      if (node.log.is_open()) driver.err_ << " (" << node.log_path << ")";
       driver.err_ << ":\n";
       for (const std::string& line : lines) driver.err_ << "  | " << line << "\n";
     }
@@ -693,8 +647,12 @@ void Driver::PublishStatus(Round& round, const std::string& phase, bool force) {
     const NodeStatus* status = found == registered.end() ? nullptr : found->second;
     NodeSnapshot out;
     out.executor_id = node->executor_id;
-    out.job = node->job;
-    out.task_index = node->task_index;
+    if (node->placement) {
+      out.job = node->placement->job;
+      out.task_index = node->placement->index;
+      out.chief = node->placement->chief;
+      if (node->placement->rank) out.rank = node->placement->rank->rank;
+    }
     out.host = engine_.agent_host(index);
     out.restarts = round.number;
     out.state = NodeState(!node->failure.empty(), node->exit, node->stopped_while_running, status,
@@ -900,7 +858,8 @@ Driver::Outcome Driver::RunRound(int number) {
     bool training_done = true;
     std::vector<Node*> others;
     for (auto& node : round.nodes) {
-      if (IsTrainingJob(node->job)) {
+      // The ranked tasks' ends decide; ps and evaluators serve them.
+      if (node->placement && node->placement->rank) {
         training_done = training_done && node->exit && node->exit->success();
       } else {
         others.push_back(node.get());
@@ -961,33 +920,32 @@ void Driver::PrintPlan(std::ostream& out) const {
       out << "  " << partition.Name() << "\n";
     }
   }
-  // Ranks depend only on the roles and hosts, so a placeholder port gives
-  // the right RANK, WORLD_SIZE, ...; port-bearing values are shown as such.
-  ClusterSpec spec;
-  std::map<std::string, std::vector<std::string>> jobs;
-  std::vector<std::pair<std::string, int>> slots;
+  // Ranks depend only on the roles and hosts: the same layout as the server's,
+  // with placeholder ports (port-bearing values are shown as such).
+  std::vector<Placement> placements;
   for (int i = 0; i < cluster.num_nodes; ++i) {
-    auto slot = cluster.Slot(i);
-    slots.push_back(slot);
-    jobs[slot.first].push_back(engine_.agent_host(i) + ":" + std::to_string(1 + i));
+    Placement placement;
+    std::tie(placement.job, placement.index) = cluster.Slot(i);
+    placement.host = engine_.agent_host(i);
+    placement.ports = {static_cast<uint32_t>(1 + i)};
+    placements.push_back(std::move(placement));
   }
-  for (auto& [job, tasks] : jobs) (void)spec.AddJob(job, tasks);
+  Status placed = PlaceTasks(placements);
   out << "nodes:\n";
   for (int i = 0; i < cluster.num_nodes; ++i) {
-    const auto& [job, index] = slots[static_cast<size_t>(i)];
-    out << "  " << job << ":" << index << "  executor " << i << "  host " << engine_.agent_host(i)
+    const Placement& placement = placements[static_cast<size_t>(i)];
+    out << "  " << placement.Task() << "  executor " << i << "  host " << placement.host
         << "  1 port to reserve (<port" << i << ">)";
     if (!options_.gpus.empty()) out << "  gpus " << options_.gpus[static_cast<size_t>(i)];
     out << "\n";
-    out << "    DROVER_EXECUTOR_ID=" << i << " DROVER_JOB_NAME=" << job
-        << " DROVER_TASK_INDEX=" << index << " DROVER_RESTART_COUNT=0";
+    out << "    DROVER_EXECUTOR_ID=" << i << " DROVER_JOB_NAME=" << placement.job
+        << " DROVER_TASK_INDEX=" << placement.index << " DROVER_RESTART_COUNT=0";
     if (!options_.gpus.empty()) {
       std::string gpus = options_.gpus[static_cast<size_t>(i)];
       out << " CUDA_VISIBLE_DEVICES=" << (gpus == "none" ? "" : gpus);
     }
-    auto rank = ComputeRank(spec, job, index);
-    if (rank.ok() && rank->has_value()) {
-      const RankInfo& info = **rank;
+    if (placed.ok() && placement.rank) {
+      const RankInfo& info = *placement.rank;
       out << " RANK=" << info.rank << " WORLD_SIZE=" << info.world_size
           << " LOCAL_RANK=" << info.local_rank << " MASTER_ADDR=" << info.master_host;
     } else {

@@ -175,16 +175,6 @@ class Driver {
   std::atomic<int64_t> others_grace_ms_;  // stop_fd fired (interrupt_signal_ is SIGTERM)
 };
 
-// The GPUs for each of `nodes` local nodes: K disjoint ones each from
-// `available` ("none" for every node when K = 0). kInvalidArgument when there
-// are not enough.
-Result<std::vector<std::string>> AssignGpus(int gpus_per_node, int nodes,
-                                            const std::vector<int>& available);
-
-// GPU indices from `nvidia-smi --query-gpu=index --format=csv,noheader`
-// output.
-std::vector<int> ParseGpuIndices(std::string_view nvidia_smi_output);
-
 }  // namespace drover
 
 #endif  // DROVER_DRIVER_DRIVER_H_

@@ -10,23 +10,6 @@
 namespace drover {
 namespace {
 
-TEST(GpuTest, ParsesNvidiaSmi) {
-  EXPECT_EQ(ParseGpuIndices("0\n1\n 2 \n\n"), (std::vector<int>{0, 1, 2}));
-  EXPECT_TRUE(ParseGpuIndices("No devices were found\n").empty());
-}
-
-TEST(GpuTest, AssignsDisjointSets) {
-  auto gpus = AssignGpus(2, 2, {0, 1, 2, 3});
-  ASSERT_TRUE(gpus.ok());
-  EXPECT_EQ(*gpus, (std::vector<std::string>{"0,1", "2,3"}));
-  auto none = AssignGpus(0, 3, {});
-  ASSERT_TRUE(none.ok());
-  EXPECT_EQ(*none, (std::vector<std::string>{"none", "none", "none"}));
-  auto short_of = AssignGpus(1, 3, {0, 1});
-  ASSERT_FALSE(short_of.ok());
-  EXPECT_NE(short_of.status().message().find("need 3 GPUs"), std::string::npos);
-}
-
 TEST(DriverTest, PlanNamesRolesAndRanks) {
   DriverOptions options;
   options.cluster.num_nodes = 3;
