@@ -89,8 +89,13 @@ def context():
     program (docs/run.md). Raises RuntimeError outside such a program, and
     ValueError when the file is missing or is not a context file.
 
-    ``release_port()`` is kept for TensorFlowOnSpark code and returns None: the
-    agent has already released the reserved ports when the program starts.
+    ``ctx.tmp_socket`` and ``ctx.release_port()`` are TensorFlowOnSpark's: in a
+    node of drover.Cluster.run(..., release_port=False), tmp_socket is a socket
+    bound to the node's address port (ctx.port), held from before main_fun
+    starts until ctx.release_port() closes it. Otherwise (release_port=True,
+    or a program started by `drover run`) the agent released the port just
+    before the program started: tmp_socket is None and release_port() does
+    nothing. Both are per process, whichever context() object is asked.
     """
     path = os.environ.get("DROVER_CONTEXT_FILE")
     if not path:
@@ -112,9 +117,49 @@ def _get_data_feed(self, train_mode=True, qname_in="input", qname_out="output",
                     timeout=timeout)
 
 
+# The socket that holds this node's address port (drover.Cluster.run's
+# release_port=False), or None.
+_held_port_socket = None
+
+
+def _hold_port(port):
+    """Binds `port` again, right after the agent released it, and keeps it
+    bound until NodeContext.release_port(). The agent closes its reservation
+    just before starting the program, so another process could take the port
+    in between: then OSError says so."""
+    global _held_port_socket
+    import socket
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(("", port))
+    except OSError as error:
+        sock.close()
+        raise OSError(error.errno, "release_port=False: cannot hold this node's port %d again "
+                      "after the agent released it (another process took it): %s"
+                      % (port, error.strerror)) from error
+    _held_port_socket = sock
+    return sock
+
+
+def _release_port(self):
+    """Closes the socket holding this node's port (TensorFlowOnSpark's
+    ctx.release_port()); returns None. Without a held port it does nothing:
+    the agent already released the reserved ports."""
+    del self
+    global _held_port_socket
+    sock, _held_port_socket = _held_port_socket, None
+    if sock is not None:
+        sock.close()
+
+
 NodeContext.get_data_feed = _get_data_feed
+NodeContext.release_port = _release_port
+# TensorFlowOnSpark's ctx.tmp_socket: the socket holding the port, else None.
+NodeContext.tmp_socket = property(lambda self: _held_port_socket)
 # TensorFlowOnSpark's ctx.worker_num: the executor's number.
 NodeContext.worker_num = property(lambda self: int(self.executor_id))
+
 
 from drover.cluster import Cluster, InputMode, NodeError  # noqa: E402 - needs the above
 from drover.ssh import SSHCluster  # noqa: E402 - AutoDist's SSHCluster
