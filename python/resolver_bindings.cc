@@ -379,7 +379,45 @@ void BindResourceSpec(py::module_& m) {
       });
 }
 
+// The parsed spec as plain Python values, for drover.ResourceSpec (which
+// adds AutoDist's device rules in Python): the C++ parser stays the one
+// reader of the format (docs/ssh.md) and its errors name file and line.
+py::dict ResourceSpecToPython(const ResourceSpec& spec) {
+  py::list nodes;
+  for (const ResourceNode& node : spec.nodes) {
+    py::dict item;
+    item["address"] = node.address;
+    item["gpus"] = node.gpus;
+    item["cpus"] = node.cpus;
+    item["chief"] = node.chief;
+    item["ssh_config"] =
+        node.ssh_config.empty() ? py::object(py::none()) : py::str(node.ssh_config);
+    item["network_bandwidth"] = node.network_bandwidth;
+    nodes.append(item);
+  }
+  py::dict ssh;
+  for (const auto& [name, config] : spec.ssh_configs) {
+    py::dict item;
+    item["username"] = config.username;
+    item["port"] = config.port;
+    item["python_venv"] = config.python_venv;
+    item["key_file"] = config.key_file;
+    item["env"] = config.env;
+    ssh[py::str(name)] = item;
+  }
+  py::dict result;
+  result["nodes"] = nodes;
+  result["chief"] = spec.chief;
+  result["ssh"] = ssh;
+  return result;
+}
+
 void BindFunctions(py::module_& m) {
+  m.def(
+      "_load_resource_spec",
+      [](const std::string& path) { return ResourceSpecToPython(Unwrap(LoadResourceSpec(path))); },
+      py::arg("path"),
+      "Reads an AutoDist resource spec: {'nodes': [...], 'chief': address, 'ssh': {...}}.");
   m.def(
       "expand_hostlist",
       [](const std::string& hostlist) { return Unwrap(ExpandHostlist(hostlist)); },

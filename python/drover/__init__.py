@@ -260,6 +260,7 @@ for _name in dir(_drover):
 del _name, _value
 
 from drover.cluster import Cluster, InputMode, NodeError  # noqa: E402 - needs the above
+from drover.resource_spec import ResourceSpec  # noqa: E402 - AutoDist's ResourceSpec
 from drover.ssh import SSHCluster  # noqa: E402 - AutoDist's SSHCluster
 
 
@@ -289,6 +290,7 @@ __all__ = [
     "NodeError",
     "RendezvousClient",
     "RendezvousServer",
+    "ResourceSpec",
     "SSHCluster",
     "ResourceSpecClusterResolver",
     "SimpleClusterResolver",
