@@ -355,3 +355,36 @@ def test_a_failing_node_surfaces_from_shutdown(mark):
     cluster = TFCluster.run(drover.engines.Local(), _map_fun, None, 2, 0, reservation_timeout=60)
     with pytest.raises(drover.NodeError, match="boom on"):
         cluster.shutdown(timeout=120)
+
+
+def square_inference(args, ctx):
+    import numpy as np
+    feed = TFNode.DataFeed(ctx.mgr, False)
+    while not feed.should_stop():
+        batch = feed.next_batch(10)
+        if len(batch) > 0:
+            feed.batch_results(np.square(batch))
+
+
+def test_a_dask_client_is_sc(tmp_path, monkeypatch):
+    """TensorFlowOnSpark's test_inputmode_spark with a distributed.Client as
+    sc (a real dask-scheduler and two workers) and a dask.bag as the RDD."""
+    import dask.bag as db
+    from test_cluster_dask import DaskCluster
+
+    mark = new_mark()
+    monkeypatch.setenv(MARK_VARIABLE, mark)
+    dask_cluster = DaskCluster(tmp_path, 2, mark)
+    try:
+        input = [[x] for x in range(1000)]
+        rdd = db.from_sequence(input, npartitions=10)
+        cluster = TFCluster.run(dask_cluster.client, square_inference, {}, 2, 0,
+                                input_mode=TFCluster.InputMode.SPARK, reservation_timeout=60)
+        assert isinstance(cluster.drover_cluster.engine, drover.engines.Dask)
+        rdd_out = cluster.inference(rdd)
+        assert rdd_out.sum().compute() == sum(x * x for x in range(1000))
+        assert rdd_out.count().compute() == 1000
+        cluster.shutdown()
+        assert_no_leftovers(mark, exclude=dask_cluster.pids())
+    finally:
+        dask_cluster.close()
