@@ -250,6 +250,17 @@ def test_node_context_is_tensorflowonspark_s(tmp_path, mark):
     assert [seen[i]["job_name"] for i in range(4)] == ["ps", "chief", "worker", "worker"]
 
 
+def check_argv(args, ctx):
+    import sys
+    assert sys.argv == args == ["train.py", "--epochs", "3"], sys.argv
+
+
+def test_a_list_of_tf_args_is_the_nodes_argv(mark):
+    cluster = TFCluster.run(drover.engines.Local(), check_argv, ["train.py", "--epochs", "3"],
+                            2, 0, reservation_timeout=60)
+    cluster.shutdown(timeout=120)
+
+
 def test_run_refuses_what_tensorflowonspark_refuses(mark):
     engine = drover.engines.Local()
     with pytest.raises(AssertionError, match="at least one worker or master"):

@@ -10,6 +10,7 @@ shutdown and tensorboard_url as TensorFlowOnSpark's, over a drover.Cluster
 """
 
 import logging
+import sys
 
 import drover
 from drover.cluster import DEFAULT_SHUTDOWN_TIMEOUT, InputMode
@@ -52,6 +53,10 @@ class _NodeMain:
 
     def __call__(self, args, drover_ctx):
         ctx = TFNode.TFNodeContext(drover_ctx)
+        if isinstance(args, list):
+            # TensorFlowOnSpark's tf_args may be a command line (ARGV): the
+            # node's program then sees it as its own sys.argv.
+            sys.argv = args
         if ctx.tmp_socket is not None:
             logger.warning("User code must invoke ctx.release_port() prior to starting "
                            "TF GRPC server")
@@ -123,7 +128,8 @@ def run(sc, map_fun, tf_args, num_executors, num_ps, tensorboard=False,
     Args:
       sc: a drover engine or a distributed.Client: where the nodes run.
       map_fun: the program of every node.
-      tf_args: passed to map_fun as is.
+      tf_args: passed to map_fun as is; a list (a command line) is also
+        the node's sys.argv, as in TensorFlowOnSpark.
       num_executors: nodes in the cluster, ps included.
       num_ps: parameter-server nodes (the first executors).
       tensorboard: start TensorBoard (beside the driver).
