@@ -1,7 +1,8 @@
 // drover.NodeContext: a program's place in the cluster, read from the context
 // file `drover agent` writes (docs/run.md). drover.context() (in
 // python/drover/__init__.py) finds the file through DROVER_CONTEXT_FILE.
-// The attribute names are TensorFlowOnSpark's TFNodeContext ones.
+// The attribute names are TensorFlowOnSpark's TFNodeContext ones; release_port() and
+// tmp_socket are added in Python (python/drover/__init__.py), which holds the port.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -48,11 +49,6 @@ void RegisterContext(py::module_& m) {
           py::arg("path"),
           "A path with a scheme is returned as is; an absolute path gets default_fs in\n"
           "front; a relative one is resolved against default_fs + working_dir.")
-      .def(
-          "release_port", [](const NodeContext&) { return py::none(); },
-          "TensorFlowOnSpark compatibility: a no-op returning None. The agent already\n"
-          "released the reserved ports (closed its sockets) just before starting the\n"
-          "program, so `port` and `ports` are free for the program to bind.")
       .def("__repr__", [](const NodeContext& ctx) {
         return "NodeContext(executor_id='" + ctx.executor_id + "', job_name='" + ctx.job_name +
                "', task_index=" + std::to_string(ctx.task_index) +

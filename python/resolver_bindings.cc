@@ -49,8 +49,35 @@ class PyClusterResolver : public ClusterResolver {
     if (!override) return LocalAccelerators(ProcessEnvironment());
     return override(task_type, task_id).cast<AcceleratorMap>();
   }
+  // `environment` is a property in TensorFlow, so it cannot be looked up as
+  // an overriding method (PYBIND11_OVERRIDE would find its value, a str).
   std::string environment() const override {
-    PYBIND11_OVERRIDE(std::string, ClusterResolver, environment);
+    return FromPython<std::string>("_drover_environment",
+                                   [this] { return ClusterResolver::environment(); });
+  }
+  // TensorFlow lets a subclass keep task_type/task_id/rpc_layer as plain
+  // attributes or as its own properties; drover.ClusterResolver (Python)
+  // reads whichever it has through these hooks, so C++ callers such as
+  // UnionClusterResolver see them too.
+  std::optional<std::string> task_type() const override {
+    return FromPython<OptString>("_drover_task_type",
+                                 [this] { return ClusterResolver::task_type(); });
+  }
+  std::optional<int> task_id() const override {
+    return FromPython<OptInt>("_drover_task_id", [this] { return ClusterResolver::task_id(); });
+  }
+  std::optional<std::string> rpc_layer() const override {
+    return FromPython<OptString>("_drover_rpc_layer",
+                                 [this] { return ClusterResolver::rpc_layer(); });
+  }
+
+ private:
+  template <typename T, typename Fallback>
+  T FromPython(const char* hook, Fallback fallback) const {
+    py::gil_scoped_acquire gil;
+    py::function override = py::get_override(this, hook);
+    if (!override) return fallback();
+    return override().template cast<T>();
   }
 };
 
@@ -71,31 +98,67 @@ std::map<std::string, int> JobsOrEmpty(const std::optional<std::map<std::string,
   return jobs.value_or(std::map<std::string, int>{});
 }
 
+// The C++ resolver of `self`, or TypeError when its __init__ has not run:
+// pybind11 would hand a member function lazily allocated, unconstructed
+// memory, and the first virtual call would crash the interpreter.
+// drover.ClusterResolver (Python) constructs the C++ part before a subclass's
+// __init__ runs; this guards classes that derive from _drover's directly.
+const ClusterResolver& Constructed(py::handle self) {
+  if (!py::isinstance<ClusterResolver>(self)) {
+    throw py::type_error("expected a ClusterResolver, got " +
+                         py::str(self.get_type().attr("__name__")).cast<std::string>());
+  }
+  // One C++ base per resolver class, so the first value is the resolver.
+  auto* inst = reinterpret_cast<py::detail::instance*>(self.ptr());
+  py::detail::value_and_holder v_h =
+      inst->get_value_and_holder(nullptr, /*throw_if_missing=*/false);
+  if (!v_h || !v_h.holder_constructed()) {
+    throw py::type_error(py::str(self.get_type().attr("__name__")).cast<std::string>() +
+                         ": ClusterResolver.__init__() has not run yet; call "
+                         "super().__init__() before using the resolver");
+  }
+  return self.cast<const ClusterResolver&>();
+}
+ClusterResolver& MutableConstructed(py::handle self) {
+  return const_cast<ClusterResolver&>(Constructed(self));
+}
+
 void BindBase(py::module_& m) {
   py::class_<ClusterResolver, PyClusterResolver, std::shared_ptr<ClusterResolver>>(
       m, "ClusterResolver",
       "Abstract base of every resolver (tf.distribute.cluster_resolver.ClusterResolver).")
       .def(py::init<>())
-      .def("cluster_spec", [](const ClusterResolver& r) { return Unwrap(r.cluster_spec()); })
+      .def("cluster_spec", [](py::handle self) { return Unwrap(Constructed(self).cluster_spec()); })
       .def(
           "master",
-          [](const ClusterResolver& r, OptString task_type, OptInt task_id, OptString rpc_layer) {
-            return Unwrap(r.master(task_type, task_id, rpc_layer));
+          [](py::handle self, OptString task_type, OptInt task_id, OptString rpc_layer) {
+            return Unwrap(Constructed(self).master(task_type, task_id, rpc_layer));
           },
           py::arg("task_type") = py::none(), py::arg("task_id") = py::none(),
           py::arg("rpc_layer") = py::none())
       .def(
           "num_accelerators",
-          [](const ClusterResolver& r, OptString task_type, OptInt task_id,
+          [](py::handle self, OptString task_type, OptInt task_id,
              const py::object& /*config_proto*/) {
-            return Unwrap(r.num_accelerators(task_type, task_id));
+            return Unwrap(Constructed(self).num_accelerators(task_type, task_id));
           },
           py::arg("task_type") = py::none(), py::arg("task_id") = py::none(),
           py::arg("config_proto") = py::none())
-      .def_property_readonly("environment", &ClusterResolver::environment)
-      .def_property("task_type", &ClusterResolver::task_type, &ClusterResolver::set_task_type)
-      .def_property("task_id", &ClusterResolver::task_id, &ClusterResolver::set_task_id)
-      .def_property("rpc_layer", &ClusterResolver::rpc_layer, &ClusterResolver::set_rpc_layer);
+      .def_property_readonly("environment",
+                             [](py::handle self) { return Constructed(self).environment(); })
+      .def_property(
+          "task_type", [](py::handle self) { return Constructed(self).task_type(); },
+          [](py::handle self, OptString type) {
+            MutableConstructed(self).set_task_type(std::move(type));
+          })
+      .def_property(
+          "task_id", [](py::handle self) { return Constructed(self).task_id(); },
+          [](py::handle self, OptInt id) { MutableConstructed(self).set_task_id(id); })
+      .def_property(
+          "rpc_layer", [](py::handle self) { return Constructed(self).rpc_layer(); },
+          [](py::handle self, OptString layer) {
+            MutableConstructed(self).set_rpc_layer(std::move(layer));
+          });
 }
 
 void BindSimpleAndUnion(py::module_& m) {
@@ -316,7 +379,45 @@ void BindResourceSpec(py::module_& m) {
       });
 }
 
+// The parsed spec as plain Python values, for drover.ResourceSpec (which
+// adds AutoDist's device rules in Python): the C++ parser stays the one
+// reader of the format (docs/ssh.md) and its errors name file and line.
+py::dict ResourceSpecToPython(const ResourceSpec& spec) {
+  py::list nodes;
+  for (const ResourceNode& node : spec.nodes) {
+    py::dict item;
+    item["address"] = node.address;
+    item["gpus"] = node.gpus;
+    item["cpus"] = node.cpus;
+    item["chief"] = node.chief;
+    item["ssh_config"] =
+        node.ssh_config.empty() ? py::object(py::none()) : py::str(node.ssh_config);
+    item["network_bandwidth"] = node.network_bandwidth;
+    nodes.append(item);
+  }
+  py::dict ssh;
+  for (const auto& [name, config] : spec.ssh_configs) {
+    py::dict item;
+    item["username"] = config.username;
+    item["port"] = config.port;
+    item["python_venv"] = config.python_venv;
+    item["key_file"] = config.key_file;
+    item["env"] = config.env;
+    ssh[py::str(name)] = item;
+  }
+  py::dict result;
+  result["nodes"] = nodes;
+  result["chief"] = spec.chief;
+  result["ssh"] = ssh;
+  return result;
+}
+
 void BindFunctions(py::module_& m) {
+  m.def(
+      "_load_resource_spec",
+      [](const std::string& path) { return ResourceSpecToPython(Unwrap(LoadResourceSpec(path))); },
+      py::arg("path"),
+      "Reads an AutoDist resource spec: {'nodes': [...], 'chief': address, 'ssh': {...}}.");
   m.def(
       "expand_hostlist",
       [](const std::string& hostlist) { return Unwrap(ExpandHostlist(hostlist)); },

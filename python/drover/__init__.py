@@ -53,11 +53,11 @@ TFCluster (docs/python_api.md)::
     cluster.shutdown()                    # a failed node raises drover.NodeError
 """
 
+import abc
 import os
 
 from drover import _drover, engines
 from drover._drover import (
-    ClusterResolver,
     ClusterSpec,
     ClusterToken,
     Credential,
@@ -89,8 +89,13 @@ def context():
     program (docs/run.md). Raises RuntimeError outside such a program, and
     ValueError when the file is missing or is not a context file.
 
-    ``release_port()`` is kept for TensorFlowOnSpark code and returns None: the
-    agent has already released the reserved ports when the program starts.
+    ``ctx.tmp_socket`` and ``ctx.release_port()`` are TensorFlowOnSpark's: in a
+    node of drover.Cluster.run(..., release_port=False), tmp_socket is a socket
+    bound to the node's address port (ctx.port), held from before main_fun
+    starts until ctx.release_port() closes it. Otherwise (release_port=True,
+    or a program started by `drover run`) the agent released the port just
+    before the program started: tmp_socket is None and release_port() does
+    nothing. Both are per process, whichever context() object is asked.
     """
     path = os.environ.get("DROVER_CONTEXT_FILE")
     if not path:
@@ -112,11 +117,150 @@ def _get_data_feed(self, train_mode=True, qname_in="input", qname_out="output",
                     timeout=timeout)
 
 
+# The socket that holds this node's address port (drover.Cluster.run's
+# release_port=False), or None.
+_held_port_socket = None
+
+
+def _hold_port(port):
+    """Binds `port` again, right after the agent released it, and keeps it
+    bound until NodeContext.release_port(). The agent closes its reservation
+    just before starting the program, so another process could take the port
+    in between: then OSError says so."""
+    global _held_port_socket
+    import socket
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(("", port))
+    except OSError as error:
+        sock.close()
+        raise OSError(error.errno, "release_port=False: cannot hold this node's port %d again "
+                      "after the agent released it (another process took it): %s"
+                      % (port, error.strerror)) from error
+    _held_port_socket = sock
+    return sock
+
+
+def _release_port(self):
+    """Closes the socket holding this node's port (TensorFlowOnSpark's
+    ctx.release_port()); returns None. Without a held port it does nothing:
+    the agent already released the reserved ports."""
+    del self
+    global _held_port_socket
+    sock, _held_port_socket = _held_port_socket, None
+    if sock is not None:
+        sock.close()
+
+
 NodeContext.get_data_feed = _get_data_feed
+NodeContext.release_port = _release_port
+# TensorFlowOnSpark's ctx.tmp_socket: the socket holding the port, else None.
+NodeContext.tmp_socket = property(lambda self: _held_port_socket)
 # TensorFlowOnSpark's ctx.worker_num: the executor's number.
 NodeContext.worker_num = property(lambda self: int(self.executor_id))
 
+
+
+class _ResolverMeta(type(_drover.ClusterResolver), abc.ABCMeta):
+    """Makes drover.ClusterResolver behave as TensorFlow's abstract base.
+
+    pybind11 creates instances without object.__new__'s abstract-class check
+    and requires __init__ to reach the C++ base; TensorFlow's base has no
+    state to initialize, so subclasses set attributes before (or without)
+    super().__init__(). Here the C++ part is made first, then the class's
+    own __init__ runs, whatever it does."""
+
+    def __call__(cls, *args, **kwargs):
+        abstract = getattr(cls, "__abstractmethods__", None)
+        if abstract:
+            raise TypeError("Can't instantiate abstract class %s with abstract method%s %s"
+                            % (cls.__name__, "s" if len(abstract) > 1 else "",
+                               ", ".join(sorted(abstract))))
+        self = cls.__new__(cls)
+        _drover.ClusterResolver.__init__(self)
+        self.__dict__["_drover_initialized"] = True
+        if isinstance(self, cls):
+            cls.__init__(self, *args, **kwargs)
+        return self
+
+
+class ClusterResolver(_drover.ClusterResolver, metaclass=_ResolverMeta):
+    """Abstract base of every resolver (tf.distribute.cluster_resolver.ClusterResolver).
+
+    A subclass implements cluster_spec() and master(), and may keep
+    task_type, task_id and rpc_layer as plain attributes or as its own
+    properties, set before or after super().__init__() (or without calling
+    it), as with TensorFlow's class. UnionClusterResolver and the other C++
+    callers read them through the subclass. drover's own resolvers
+    (SimpleClusterResolver, TFConfigClusterResolver, ...) count as
+    subclasses for isinstance().
+    """
+
+    def __init__(self):
+        # The metaclass made the C++ part already; nothing else to set.
+        pass
+
+    @abc.abstractmethod
+    def cluster_spec(self):
+        """The cluster as a drover.ClusterSpec."""
+
+    @abc.abstractmethod
+    def master(self, task_type=None, task_id=None, rpc_layer=None):
+        """The session master's address for the task."""
+
+    @property
+    def task_type(self):
+        return self.__dict__.get("_task_type")
+
+    @task_type.setter
+    def task_type(self, task_type):
+        self.__dict__["_task_type"] = task_type
+
+    @property
+    def task_id(self):
+        return self.__dict__.get("_task_id")
+
+    @task_id.setter
+    def task_id(self, task_id):
+        self.__dict__["_task_id"] = task_id
+
+    @property
+    def rpc_layer(self):
+        return self.__dict__.get("_rpc_layer")
+
+    @rpc_layer.setter
+    def rpc_layer(self, rpc_layer):
+        self.__dict__["_rpc_layer"] = rpc_layer
+
+    @property
+    def environment(self):
+        """"google" inside Google, else "" (TensorFlow's meaning)."""
+        return ""
+
+    # Read by the C++ side (python/resolver_bindings.cc) for C++ callers.
+    def _drover_task_type(self):
+        return self.task_type
+
+    def _drover_task_id(self):
+        return self.task_id
+
+    def _drover_rpc_layer(self):
+        return self.rpc_layer
+
+    def _drover_environment(self):
+        return self.environment
+
+
+for _name in dir(_drover):
+    _value = getattr(_drover, _name)
+    if isinstance(_value, type) and issubclass(_value, _drover.ClusterResolver) and \
+            _value is not _drover.ClusterResolver:
+        ClusterResolver.register(_value)
+del _name, _value
+
 from drover.cluster import Cluster, InputMode, NodeError  # noqa: E402 - needs the above
+from drover.resource_spec import ResourceSpec  # noqa: E402 - AutoDist's ResourceSpec
 from drover.ssh import SSHCluster  # noqa: E402 - AutoDist's SSHCluster
 
 
@@ -146,6 +290,7 @@ __all__ = [
     "NodeError",
     "RendezvousClient",
     "RendezvousServer",
+    "ResourceSpec",
     "SSHCluster",
     "ResourceSpecClusterResolver",
     "SimpleClusterResolver",

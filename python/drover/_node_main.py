@@ -2,8 +2,11 @@
 
     /usr/bin/python3 -m drover._node_main <payload file>
 
-The payload is (main_fun, args) serialized with cloudpickle by
-drover.Cluster.run. main_fun(args, ctx) runs with ctx = drover.context(), the
+The payload is (main_fun, args, options) serialized with cloudpickle by
+drover.Cluster.run (a payload of two items has no options). options:
+"release_port": False makes the node bind its address port again right after
+the agent released it, and hold it as ctx.tmp_socket until main_fun calls
+ctx.release_port() (TensorFlowOnSpark's release_port=False). main_fun(args, ctx) runs with ctx = drover.context(), the
 node's NodeContext (TensorFlowOnSpark's TFNodeContext). An exception is
 printed with its traceback, under a line the driver recognises, and the node
 exits 1: the driver turns that into drover.NodeError in the caller.
@@ -22,8 +25,12 @@ def main(argv):
     from drover.cluster import FAILURE_MARKER
 
     with open(argv[1], "rb") as payload:
-        main_fun, args = pickle.load(payload)
+        loaded = pickle.load(payload)
+    main_fun, args = loaded[0], loaded[1]
+    options = loaded[2] if len(loaded) > 2 else {}
     ctx = drover.context()
+    if not options.get("release_port", True):
+        drover._hold_port(ctx.port)
     try:
         main_fun(args, ctx)
     except SystemExit:

@@ -32,6 +32,8 @@ from drover import _drover, _paths
 # The line drover._node_main prints before a main_fun traceback.
 FAILURE_MARKER = "drover: main_fun raised an exception on "
 
+# TensorFlowOnSpark's train(num_epochs=0): "unspecified", fed 10 times.
+TFOS_UNSPECIFIED_EPOCHS = 10
 # TensorFlowOnSpark's shutdown() default: three days.
 DEFAULT_SHUTDOWN_TIMEOUT = 259200
 # How long a failing feeding task waits for the driver to name the node that failed.
@@ -138,8 +140,10 @@ class Cluster:
           queues: TensorFlowOnSpark's queue names; ignored (one input and one
             output queue per node).
           eval_node: one node is an "evaluator".
-          release_port: accepted for TensorFlowOnSpark code; drover always
-            frees the reserved port just before main_fun starts.
+          release_port: True (TensorFlowOnSpark's default): the node's
+            address port is free when main_fun starts. False: the node holds
+            it bound (ctx.tmp_socket) until main_fun calls ctx.release_port(),
+            TensorFlowOnSpark's guard against another process taking it.
           queue_bytes: the size of each node's input and output queue.
           drover_log_dir: where node logs go (default ./drover-logs/<id>).
           grace: seconds between SIGTERM and SIGKILL when stopping a node.
@@ -152,7 +156,7 @@ class Cluster:
         driver's account: the reservation timeout names the missing nodes)
         when it did not form otherwise.
         """
-        del queues, release_port
+        del queues
         if not callable(main_fun):
             raise TypeError("main_fun must be callable as main_fun(args, ctx)")
         input_mode = InputMode(input_mode)
@@ -171,7 +175,8 @@ class Cluster:
         num_nodes = num_executors
         import cloudpickle  # pickles main_fun by value when it lives in __main__
 
-        payload = cloudpickle.dumps((main_fun, args))
+        # The third item is read by drover._node_main (older payloads have two).
+        payload = cloudpickle.dumps((main_fun, args, {"release_port": bool(release_port)}))
         self = object.__new__(cls)
         self._init(engine, num_nodes, num_ps, input_mode, tensorboard, log_dir, drover_log_dir)
         self._local_executors = {str(i) for i in range(num_ps)} if driver_ps_nodes else set()
@@ -290,11 +295,17 @@ class Cluster:
         goes to fed node i mod n; a node reads a record as the object it was
         (a DataFrame row as a dict). feed_timeout: seconds a node may take
         nothing before TimeoutError. qname is TensorFlowOnSpark's and ignored.
+        num_epochs=0 means 10 epochs, as in TensorFlowOnSpark ("unspecified:
+        an arbitrarily large number"); a negative count is a ValueError.
         """
         del qname
         self._check_feedable("train")
-        if num_epochs < 1:
-            raise ValueError("num_epochs must be at least 1, got %r" % (num_epochs,))
+        if isinstance(num_epochs, bool) or not isinstance(num_epochs, int):
+            raise TypeError("num_epochs must be an int, got %r" % (num_epochs,))
+        if num_epochs < 0:
+            raise ValueError("num_epochs cannot be negative, got %r" % (num_epochs,))
+        if num_epochs == 0:
+            num_epochs = TFOS_UNSPECIFIED_EPOCHS
         self._run_feed(data, num_epochs, feed_timeout, inference=False)
 
     def inference(self, data, feed_timeout=600, qname="input"):
@@ -338,15 +349,38 @@ class Cluster:
             time.sleep(_POLL)
 
     # --- the end --------------------------------------------------------
-    def shutdown(self, grace_secs=0, timeout=DEFAULT_SHUTDOWN_TIMEOUT):
+    def shutdown(self, ssc=None, grace_secs=0, timeout=DEFAULT_SHUTDOWN_TIMEOUT):
         """Ends the nodes' feeds (InputMode.FEED), waits for the chief/master
         and workers to finish, stops the ps and evaluator nodes grace_secs
         later, and frees everything. timeout: seconds to wait for the nodes
         (-1: forever); past it every node is stopped and TimeoutError raised.
-        Raises NodeError when a node failed."""
+        Raises NodeError when a node failed.
+
+        ssc is TensorFlowOnSpark's StreamingContext, in its place: None, or an
+        object with awaitTerminationOrTimeout(seconds) and stop(...); shutdown
+        then waits until it terminates or the cluster's nodes are done, and
+        stops it (stopSparkContext=False, stopGraceFully=True) as
+        TensorFlowOnSpark does. The arguments are checked before anything
+        is stopped: a bad one raises TypeError and leaves the cluster running.
+        """
+        if ssc is not None and not (hasattr(ssc, "awaitTerminationOrTimeout") and
+                                    hasattr(ssc, "stop")):
+            raise TypeError(
+                "shutdown(ssc=None, grace_secs=0, timeout=%d): ssc must be None or a streaming "
+                "context (with awaitTerminationOrTimeout and stop), got %r; pass grace_secs "
+                "and timeout by keyword; the cluster is still running"
+                % (DEFAULT_SHUTDOWN_TIMEOUT, ssc))
+        for name, value in (("grace_secs", grace_secs), ("timeout", timeout)):
+            if value is None and name == "timeout":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError("shutdown: %s must be a number of seconds, got %r; the cluster "
+                                "is still running" % (name, value))
         if self._shut_down:
             return
         try:
+            if ssc is not None:
+                self._await_streaming(ssc)
             if self._driver.exit_code is None:
                 self._driver.set_others_grace(float(grace_secs))
                 if self.input_mode == InputMode.FEED:
@@ -367,6 +401,14 @@ class Cluster:
                                    % (code, self._driver.messages))
         finally:
             self._finish()
+
+    def _await_streaming(self, ssc):
+        """TensorFlowOnSpark's streaming wait: until the streaming context
+        terminates or the cluster has ended, then stop the context."""
+        while not ssc.awaitTerminationOrTimeout(1):
+            if self._ended():
+                ssc.stop(stopSparkContext=False, stopGraceFully=True)
+                break
 
     def _ended(self):
         return self._driver.failure is not None or self._driver.exit_code is not None

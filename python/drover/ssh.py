@@ -14,6 +14,14 @@ ProxyJump apply).
     cluster.start(["python", "train.py"])    # `drover run --engine ssh` on every node
     cluster.terminate()
 
+    cluster = SSHCluster(drover.ResourceSpec("resource_spec.yml"))
+    cluster.start()                          # AutoDist's: a TensorFlow server per node
+
+``remote_exec`` sets AutoDist's default remote environment
+(TF_CPP_MIN_LOG_LEVEL=0, unless the node's shared_envs say otherwise); with
+AUTODIST_DEBUG_REMOTE=True in the environment it prints the ssh command and
+runs nothing (returns None), as AutoDist's does.
+
 A hostname is a node address exactly as the resource spec writes it; the
 node's ssh group (username, port, key_file, python_venv, shared_envs)
 applies. All ssh calls of one SSHCluster share a ControlMaster connection per
@@ -29,17 +37,21 @@ transfer or start() takes longer than its timeout.
 
 import atexit
 import collections
+import json
 import os
+import queue
 import re
 import shlex
 import signal
 import subprocess
 import sys
 import threading
+import time
 import weakref
 
 from drover import _drover
 from drover._paths import drover_binary, guarded
+from drover.resource_spec import DEFAULT_REMOTE_ENV, ResourceSpec
 
 __all__ = ["SSHCluster"]
 
@@ -48,6 +60,14 @@ __all__ = ["SSHCluster"]
 _STDERR = object()  # start()'s default log: sys.stderr as it is at the call
 
 _FORMED = re.compile(r"^drover run: cluster \S*\s*formed\b")
+
+# AutoDist's working directory on every node (autodist.const).
+DEFAULT_WORKING_DIR = "/tmp/autodist"
+
+
+def _debug_remote():
+    """AutoDist's AUTODIST_DEBUG_REMOTE: exactly "True" turns it on."""
+    return os.environ.get("AUTODIST_DEBUG_REMOTE", "False") == "True"
 
 
 class _Run:
@@ -160,8 +180,9 @@ class SSHCluster:
     """An AutoDist Cluster based on SSH (AutoDist's ``SSHCluster``).
 
     Args:
-        resource_spec_path (str): the AutoDist resource spec (YAML) naming the
-            nodes, the chief and the ssh groups.
+        resource_spec (drover.ResourceSpec or str): the AutoDist resource
+            spec (or its YAML file) naming the nodes, the chief and the ssh
+            groups.
         ssh_config (str): an ssh client config file (``ssh -F``); None: the
             user's ~/.ssh/config.
         check_host_keys (bool): check host keys against known_hosts; False
@@ -171,9 +192,15 @@ class SSHCluster:
         timeout (float): seconds each remote_file_write / remote_copy may take.
     """
 
-    def __init__(self, resource_spec_path, ssh_config=None, check_host_keys=True,
+    def __init__(self, resource_spec, ssh_config=None, check_host_keys=True,
                  ssh_options=(), timeout=300):
-        self._spec_path = os.path.abspath(os.fspath(resource_spec_path))
+        if isinstance(resource_spec, ResourceSpec):
+            if resource_spec.resource_file is None:
+                raise ValueError("SSHCluster: the ResourceSpec has no nodes (it was made "
+                                 "without a resource file)")
+            self._spec_path = resource_spec.resource_file
+        else:
+            self._spec_path = os.path.abspath(os.fspath(resource_spec))
         self._ssh_config = (os.path.abspath(os.path.expanduser(os.fspath(ssh_config)))
                             if ssh_config is not None else None)
         self._check_host_keys = bool(check_host_keys)
@@ -181,6 +208,13 @@ class SSHCluster:
         self._impl = _drover._SSHCluster(self._spec_path, self._ssh_config,
                                          self._check_host_keys, self._ssh_options, float(timeout))
         self._run = None
+        self._spec = _drover._load_resource_spec(self._spec_path)
+        # AutoDist's attributes: the TensorFlow cluster of start() (one
+        # "worker" task per node, addresses sorted, ports from 15000) and
+        # the processes start() began.
+        resolver = _drover.ResourceSpecClusterResolver(self._spec_path)
+        self.cluster_spec = resolver.cluster_spec().as_dict()
+        self.subprocesses = []
 
     # AutoDist's Cluster questions ------------------------------------------
 
@@ -272,13 +306,27 @@ class SSHCluster:
             hostname (str): host name or address
             **popen_kwargs: passed to subprocess.Popen (e.g. ``stdout=PIPE``)
 
+        AutoDist's default remote environment applies: TF_CPP_MIN_LOG_LEVEL=0
+        is exported first unless the node's shared_envs set it. With
+        AUTODIST_DEBUG_REMOTE=True in this process's environment the ssh
+        command is printed ("$ ssh ...") and nothing runs.
+
         Returns:
-            subprocess.Popen: process handle
+            subprocess.Popen: process handle (None with AUTODIST_DEBUG_REMOTE)
         """
         if isinstance(args, str):
             args = [args]
-        command = self._impl.remote_exec_command([str(arg) for arg in args], hostname)
+        args = [str(arg) for arg in args]
+        node_env = self._node_env(hostname)
+        defaults = ["%s=%s" % (key, value) for key, value in DEFAULT_REMOTE_ENV.items()
+                    if key not in node_env]
+        if defaults:
+            args = ["export"] + defaults + [";"] + args
+        command = self._impl.remote_exec_command(args, hostname)
         argv = self._impl.ssh_argv(hostname, command)
+        if _debug_remote():
+            print("$ %s" % shlex.join(argv), flush=True)
+            return None
         popen_kwargs.setdefault("start_new_session", True)
         if "stdin" in popen_kwargs:
             return subprocess.Popen(argv, **popen_kwargs)
@@ -326,6 +374,34 @@ class SSHCluster:
         """
         self._impl.remote_copy(os.fspath(local_path), os.fspath(remote_path), hostname)
 
+    def remote_pre_start_tf_server(self, hostname, tf_server_starter_filepath,
+                                   working_dir=DEFAULT_WORKING_DIR):
+        """Prepare to start a TensorFlow server remotely (AutoDist's): copy
+        the starter file into ``working_dir`` on the host and write the
+        cluster's ``cluster_spec.json`` beside it.
+
+        Args:
+            hostname (str): host name or address
+            tf_server_starter_filepath (str): local starter file path
+            working_dir (str): remote working directory
+        """
+        self.remote_copy(local_path=tf_server_starter_filepath, remote_path=working_dir,
+                         hostname=hostname)
+        self.remote_file_write(remote_path=os.path.join(working_dir, "cluster_spec.json"),
+                               data=json.dumps(self.cluster_spec), hostname=hostname)
+
+    def _node(self, hostname):
+        for node in self._spec["nodes"]:
+            if node["address"] == hostname:
+                return node
+        raise ValueError("%r is not a node of %s (nodes: %s)"
+                         % (hostname, self._spec_path,
+                            ", ".join(n["address"] for n in self._spec["nodes"])))
+
+    def _node_env(self, hostname):
+        group = self._node(hostname)["ssh_config"]
+        return self._spec["ssh"].get(group, {}).get("env", {}) if group else {}
+
     # The whole cluster -----------------------------------------------------
 
     def run_argv(self, command, nodes=None, **run_options):
@@ -346,9 +422,11 @@ class SSHCluster:
         argv += _flags(run_options)
         return argv + ["--"] + command
 
-    def start(self, command, timeout=120, nodes=None, log=_STDERR, **run_options):
+    def start(self, command=None, timeout=120, nodes=None, log=_STDERR, **run_options):
         """Start ``command`` on every node: ``drover run --engine ssh`` over
-        this resource spec (AutoDist's start(), which started tf.servers).
+        this resource spec. Without a command, do what AutoDist's start()
+        does: start a TensorFlow server for every task of ``cluster_spec``
+        (see _start_tf_servers) and return None.
 
         Runs it as a child process in its own process group and returns once
         it printed that the cluster formed (every node registered). Only the
@@ -375,6 +453,12 @@ class SSHCluster:
             TimeoutError: the cluster did not form within ``timeout``; the run
                 is terminated.
         """
+        if command is None:
+            if run_options or nodes is not None:
+                raise TypeError("start() without a command starts TensorFlow servers and takes "
+                                "only timeout; got %s" % sorted(
+                                    list(run_options) + (["nodes"] if nodes is not None else [])))
+            return self._start_tf_servers(timeout)
         if self._run is not None and self._run.process.poll() is None:
             raise RuntimeError("SSHCluster.start: a run is already going (pid %d); "
                                "call terminate() first" % self._run.process.pid)
@@ -394,14 +478,73 @@ class SSHCluster:
                 "its last stderr lines:\n%s" % (code, shlex.join(run.argv), run.tail() or "(none)"))
         return run.process
 
+    def _start_tf_servers(self, timeout):
+        """AutoDist's start(): the chief writes cluster_spec.json to
+        DEFAULT_WORKING_DIR and starts its server here; every other node gets
+        the starter and the spec (remote_pre_start_tf_server) and starts its
+        server through remote_exec. Waits until each server says it is ready;
+        a server that exits first (TensorFlow missing on its host, a port
+        taken) stops them all and raises RuntimeError naming the task and
+        host and quoting its output. TimeoutError past ``timeout`` seconds."""
+        from drover.compat import tf_server_starter as starter
+        atexit.register(self.terminate)
+        module_file = starter.__file__
+        envs = ["AUTODIST_MIN_LOG_LEVEL=ERROR"]
+        started = []
+        try:
+            for job_name, tasks in self.cluster_spec.items():
+                for task_index, full_address in enumerate(tasks):
+                    address = full_address.rsplit(":", 1)[0]
+                    node = self._node(address)
+                    cpus = 1 + (0 if node["gpus"] else len([c for c in node["cpus"] if c]))
+                    args = ["--job_name=%s" % job_name, "--task_index=%d" % task_index,
+                            "--cpu_device_num=%d" % cpus]
+                    envs_cuda = [] if node["gpus"] else ['CUDA_VISIBLE_DEVICES=""']
+                    task = "%s:%d" % (job_name, task_index)
+                    if self.is_chief(address):
+                        cmd = envs + envs_cuda + [shlex.quote(sys.executable), "-u",
+                                                  shlex.quote(module_file)] + args
+                        if _debug_remote():
+                            print("$ %s" % " ".join(cmd), flush=True)
+                            continue
+                        os.makedirs(DEFAULT_WORKING_DIR, exist_ok=True)
+                        with open(os.path.join(DEFAULT_WORKING_DIR, "cluster_spec.json"),
+                                  "w") as out:
+                            json.dump(self.cluster_spec, out)
+                        proc = subprocess.Popen(" ".join(cmd), shell=True, start_new_session=True,
+                                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                    else:
+                        if not _debug_remote():
+                            self.remote_pre_start_tf_server(address, module_file)
+                        remote_file = os.path.join(DEFAULT_WORKING_DIR,
+                                                   os.path.basename(module_file))
+                        # AutoDist runs `python` after the venv; fall back to python3
+                        # where a host has no `python` (Debian).
+                        python = '"$(command -v python || command -v python3)"'
+                        bash = envs + envs_cuda + [python, "-u", remote_file] + args
+                        proc = self.remote_exec(bash, hostname=address, stdout=subprocess.PIPE,
+                                                stderr=subprocess.STDOUT)
+                        if proc is None:  # AUTODIST_DEBUG_REMOTE: printed, not run
+                            continue
+                    self.subprocesses.append(proc)
+                    started.append((task, address, proc))
+            _await_servers(started, timeout)
+        except BaseException:
+            self.terminate()
+            raise
+
     def terminate(self, timeout=30):
         """Terminate: SIGTERM to the run start() began (its whole process
-        group), SIGKILL after ``timeout`` seconds. Idempotent; also runs when
-        the interpreter exits.
+        group), SIGKILL after ``timeout`` seconds, and likewise to every
+        TensorFlow server start() began (AutoDist's terminate). Idempotent;
+        also runs when the interpreter exits.
 
         Returns:
-            int or None: the run's exit code; None when nothing was started.
+            int or None: the run's exit code; None when no run was started.
         """
+        servers, self.subprocesses = self.subprocesses, []
+        for proc in servers:
+            _stop_group(proc, timeout)
         if self._run is None:
             return None
         return self._run.terminate(timeout)
@@ -421,3 +564,70 @@ class SSHCluster:
     def __repr__(self):
         return "SSHCluster(%r, nodes=%r)" % (self._spec_path,
                                              None if self._impl.closed else self.addresses)
+
+
+def _stop_group(proc, timeout):
+    """SIGTERM to a process group, SIGKILL after `timeout` seconds."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if proc.poll() is not None:
+            break
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            continue
+    proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+def _await_servers(started, timeout):
+    """Waits until every (task, address, proc) has printed the starter's
+    ready line or ended; RuntimeError naming each that ended first, and
+    saying where TensorFlow is missing."""
+    from drover.compat.tf_server_starter import MISSING_LINE, READY_LINE
+    lines = queue.Queue()
+
+    def read(task, address, proc):
+        for raw in iter(proc.stdout.readline, b""):
+            lines.put((task, address, raw.decode("utf-8", "replace").rstrip("\n")))
+        lines.put((task, address, None))
+
+    output = {task: [] for task, _, _ in started}
+    for entry in started:
+        threading.Thread(target=read, args=entry, daemon=True).start()
+    waiting = {task for task, _, _ in started}
+    failed = []
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while waiting:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            raise TimeoutError("SSHCluster.start: the TensorFlow servers of %s did not say they "
+                               "were ready within %g s" % (", ".join(sorted(waiting)), timeout))
+        try:
+            task, address, line = lines.get(timeout=left)
+        except queue.Empty:
+            continue
+        if line is not None:
+            output[task].append(line)
+            if line.startswith(READY_LINE):
+                waiting.discard(task)
+        elif task in waiting:
+            waiting.discard(task)
+            failed.append((task, address))
+    if not failed:
+        return
+    reports = []
+    for task, address in failed:
+        said = "\n".join("  | " + text for text in output[task][-20:]) or "  (no output)"
+        if any(text.startswith(MISSING_LINE) for text in output[task]):
+            why = ("TensorFlow is missing on this host (install tensorflow for the Python the "
+                   "node runs, after its python_venv)")
+        else:
+            why = "the TensorFlow server ended before it was ready"
+        reports.append("%s on %s: %s; its output:\n%s" % (task, address, why, said))
+    raise RuntimeError("SSHCluster.start: %d of %d TensorFlow servers did not start:\n%s"
+                       % (len(failed), len(started), "\n".join(reports)))

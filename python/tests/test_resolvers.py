@@ -1,5 +1,6 @@
 """The resolvers from Python, with TensorFlow's constructor arguments and errors."""
 import json
+import sys
 import os
 
 import pytest
@@ -230,3 +231,129 @@ def test_resolve_auto(monkeypatch):
     set_tf_config(monkeypatch, {"cluster": {"worker": ["a:1"]},
                                 "task": {"type": "worker", "index": 0}})
     assert isinstance(drover.resolve(), drover.TFConfigClusterResolver)
+
+
+# --- issue 22: resolvers written in Python behave as TensorFlow's --------------
+
+# Every order of setting task_type / task_id / rpc_layer, reading them and
+# calling inherited methods around super().__init__() (or never calling it),
+# run in a child interpreter so that a crash shows as its exit status.
+_ORDERS_SCRIPT = r'''
+import itertools, sys
+import drover
+
+STEPS = {
+    "type": "self.task_type = 'worker'",
+    "id": "self.task_id = 1",
+    "rpc": "self.rpc_layer = 'grpc'",
+    "read": "assert self.task_type in (None, 'worker')",
+    "env": "assert self.environment == ''",
+    "acc": "self.num_accelerators()",
+    "init": "super().__init__()",
+}
+other = drover.SimpleClusterResolver(drover.ClusterSpec({"ps": ["p:1"]}))
+count = 0
+for n in range(len(STEPS) + 1):
+    for order in itertools.permutations(STEPS, n):
+        body = "\n".join("        " + STEPS[step] for step in order) or "        pass"
+        source = ("class R(drover.ClusterResolver):\n"
+                  "    def __init__(self):\n" + body + "\n"
+                  "    def cluster_spec(self):\n"
+                  "        return drover.ClusterSpec({'worker': ['w:1', 'w:2']})\n"
+                  "    def master(self, task_type=None, task_id=None, rpc_layer=None):\n"
+                  "        return ''\n")
+        print("order:", order, flush=True)
+        scope = {"drover": drover}
+        exec(source, scope)
+        r = scope["R"]()
+        expect_type = "worker" if "type" in order else None
+        expect_id = 1 if "id" in order else None
+        assert r.task_type == expect_type and r.task_id == expect_id, order
+        assert r.rpc_layer == ("grpc" if "rpc" in order else None), order
+        union = drover.UnionClusterResolver(r, other)
+        assert union.task_type == expect_type and union.task_id == expect_id, order
+        assert union.cluster_spec().as_dict() == {"worker": ["w:1", "w:2"], "ps": ["p:1"]}
+        r.task_type, r.task_id = "ps", 0
+        assert (union.task_type, union.task_id) == ("ps", 0), order
+        count += 1
+# A class deriving from the C++ base directly (bypassing drover.ClusterResolver)
+# must raise, not crash, when it is touched before its __init__.
+class Raw(drover._drover.ClusterResolver):
+    def __init__(self):
+        try:
+            self.task_type = "worker"
+        except Exception as error:
+            print("raw refused:", type(error).__name__, flush=True)
+        try:
+            self.environment
+        except Exception as error:
+            print("raw refused:", type(error).__name__, flush=True)
+        super().__init__()
+    def cluster_spec(self):
+        return drover.ClusterSpec({"worker": ["w:1"]})
+    def master(self, task_type=None, task_id=None, rpc_layer=None):
+        return ""
+raw = Raw()
+raw.task_type = "worker"
+assert raw.task_type == "worker"
+print("orders:", count)
+'''
+
+
+def test_issue_22_any_order_of_attributes_and_super_init_does_not_crash(tmp_path):
+    import math
+    import subprocess
+    script = tmp_path / "orders.py"
+    script.write_text(_ORDERS_SCRIPT)
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                            timeout=600, env=dict(os.environ))
+    last = result.stdout.strip().splitlines()[-3:]
+    assert result.returncode == 0, "exit %d after %s\n%s" % (result.returncode, last,
+                                                            result.stderr[-3000:])
+    expected = sum(math.perm(7, n) for n in range(8))
+    assert "orders: %d" % expected in result.stdout
+    assert result.stdout.count("raw refused:") == 2
+
+
+def test_issue_22_union_sees_python_properties():
+    class Props(drover.ClusterResolver):
+        @property
+        def task_type(self):
+            return "evaluator"
+
+        @property
+        def task_id(self):
+            return 0
+
+        @property
+        def rpc_layer(self):
+            return "grpc+verbs"
+
+        def cluster_spec(self):
+            return drover.ClusterSpec({"evaluator": ["e:1"]})
+
+        def master(self, task_type=None, task_id=None, rpc_layer=None):
+            return "e:1"
+
+    other = drover.SimpleClusterResolver(drover.ClusterSpec({"worker": ["w:1"]}))
+    union = drover.UnionClusterResolver(Props(), other)
+    assert (union.task_type, union.task_id, union.rpc_layer) == ("evaluator", 0, "grpc+verbs")
+    # A task set on the union still wins, as in TensorFlow.
+    union = drover.UnionClusterResolver(Props(), other, task_type="worker", task_id=0)
+    assert (union.task_type, union.task_id) == ("worker", 0)
+
+
+def test_issue_22_cluster_resolver_is_abstract():
+    with pytest.raises(TypeError, match="abstract"):
+        drover.ClusterResolver()
+
+    class NoMaster(drover.ClusterResolver):
+        def cluster_spec(self):
+            return drover.ClusterSpec({})
+
+    with pytest.raises(TypeError, match="master"):
+        NoMaster()
+    simple = drover.SimpleClusterResolver(drover.ClusterSpec({"worker": ["w:1"]}))
+    assert isinstance(simple, drover.ClusterResolver)
+    assert isinstance(drover.UnionClusterResolver(simple), drover.ClusterResolver)
+    assert issubclass(drover.TFConfigClusterResolver, drover.ClusterResolver)

@@ -342,3 +342,51 @@ def test_start_that_cannot_form_raises(ssh_hosts, tmp_path):
         with pytest.raises((RuntimeError, TimeoutError), match="formed"):
             c.start(["true"], timeout=120, log=None)
         assert c._run.process.poll() is not None
+
+
+# --- issue 22: AutoDist's ResourceSpec, start() and remote environment ---------
+
+
+def test_issue_22_remote_exec_sets_autodist_default_environment(cluster, ssh_hosts):
+    proc = cluster.remote_exec(["echo", "level=$TF_CPP_MIN_LOG_LEVEL"], ssh_hosts.addresses[1],
+                               stdout=subprocess.PIPE)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    assert out.decode().strip() == "level=0"
+
+
+def test_issue_22_remote_pre_start_tf_server_copies_starter_and_spec(cluster, ssh_hosts,
+                                                                     tmp_path):
+    import json
+    from drover.compat import tf_server_starter
+    host = ssh_hosts.addresses[2]
+    remote_dir = "/tmp/drover-issue22-%s" % os.getpid()
+    try:
+        cluster.remote_pre_start_tf_server(host, tf_server_starter.__file__, remote_dir)
+        spec = ssh_hosts.ssh(host, "cat %s/cluster_spec.json" % remote_dir).stdout
+        assert json.loads(spec) == cluster.cluster_spec
+        assert cluster.cluster_spec == {
+            "worker": ["%s:%d" % (a, 15000 + i) for i, a in enumerate(sorted(ssh_hosts.addresses))]}
+        assert remote_sha256(ssh_hosts, host, remote_dir + "/tf_server_starter.py") == \
+            hashlib.sha256(Path(tf_server_starter.__file__).read_bytes()).hexdigest()
+    finally:
+        ssh_hosts.ssh(host, "rm -rf %s" % remote_dir, check=False)
+
+
+def test_issue_22_start_without_command_names_each_host_without_tensorflow(ssh_hosts, tmp_path,
+                                                                           mark):
+    import importlib.util
+    if importlib.util.find_spec("tensorflow") is not None:
+        pytest.skip("checks the error raised where TensorFlow is missing")
+    addresses = ssh_hosts.addresses[:2]
+    spec = ssh_hosts.resource_spec(tmp_path / "spec.yml", addresses=addresses,
+                                   extra_ssh="    shared_envs: {%s: %s}" % (MARK_VARIABLE, mark))
+    with SSHCluster(drover.ResourceSpec(spec), ssh_config=ssh_hosts.config) as c:
+        with pytest.raises(RuntimeError) as error:
+            c.start(timeout=120)
+        assert c.subprocesses == []
+    message = str(error.value)
+    assert "2 of 2 TensorFlow servers did not start" in message
+    # The chief's server runs here, the other's over ssh; both lack TensorFlow.
+    for address in addresses:
+        assert "on %s: TensorFlow is missing on this host" % address in message
