@@ -68,3 +68,6 @@ add_dependencies(drover_installed drover drover_lib drover_help)
 if(TARGET _drover)
   add_dependencies(drover_installed _drover)
 endif()
+
+# The Debian package (scripts/package.sh).
+include(${CMAKE_CURRENT_LIST_DIR}/DroverPackage.cmake)
