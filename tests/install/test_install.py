@@ -120,7 +120,8 @@ def test_version_names_the_version_and_the_commit(prefix):
     head = subprocess.run(["git", "-C", SOURCE, "rev-parse", "--short=12", "HEAD"],
                           capture_output=True, text=True)
     if head.returncode == 0 and os.path.exists(os.path.join(SOURCE, ".git")):
-        assert match.group(2).split("-")[0] == head.stdout.strip(), out
+        assert match.group(2).split("-")[0] == head.stdout.strip(), \
+            f"{out}, but HEAD is {head.stdout.strip()}: is the build older than the last commit?"
 
 
 def write_inputs(directory):
