@@ -17,6 +17,10 @@ PACKAGES=(
   python3 python3-dev pybind11-dev python3-pytest python3-numpy python3-yaml
   # the main job (examples/digits) and its integration test
   python3-torch python3-sklearn
+  # the main job in C++ (examples/digits_cpp): libtorch with c10d's gloo backend
+  libtorch-dev libgloo-dev
+  # the Debian package (scripts/package.sh: CPack runs dpkg-shlibdeps and file)
+  dpkg-dev file
   # the Python driver API and its Dask engine
   python3-distributed python3-dask python3-cloudpickle python3-pandas
   # the ssh engine (the system's OpenSSH client) and its tests (sshd hosts in

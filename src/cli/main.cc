@@ -13,6 +13,7 @@
 #include "cli/submit_command.h"
 #include "drover/auto_resolver.h"
 #include "drover/environment.h"
+#include "drover/version.h"
 
 namespace {
 
@@ -105,7 +106,9 @@ int main(int argc, char** argv) {
   CLI::App app{
       "drover: turn the machines you have (this host, SSH hosts, a Slurm allocation) into a\n"
       "distributed training cluster, for any framework."};
-  app.set_version_flag("--version", "drover 0.1.0");
+  // The commit is fixed when the build runs (cmake/write_version.cmake).
+  app.set_version_flag("--version", std::string("drover ") + drover::Version() + " (commit " +
+                                        drover::GitCommit() + ")");
   app.require_subcommand(1);
   // One line per error, as every drover command reports bad input.
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
