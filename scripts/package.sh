@@ -12,6 +12,10 @@ jobs="${DROVER_BUILD_JOBS:-$(nproc)}"
 # CMAKE_SKIP_INSTALL_ALL_DEPENDENCY: cpack's install step builds only what
 # it installs (drover_installed below), not every test and benchmark.
 cmake --preset default -DCMAKE_INSTALL_PREFIX=/usr -DCMAKE_SKIP_INSTALL_ALL_DEPENDENCY=ON >/dev/null
+# Put the tree back as the build left it, so a later plain `cmake --install
+# build` does not install into /usr by surprise.
+trap 'cmake --preset default -DCMAKE_INSTALL_PREFIX=/usr/local \
+        -DCMAKE_SKIP_INSTALL_ALL_DEPENDENCY=OFF >/dev/null' EXIT
 cmake --build --preset default -j "$jobs" --target drover_installed
 rm -f build/drover_*.deb
 (cd build && cpack -G DEB)

@@ -5,16 +5,18 @@ import shutil
 
 
 def drover_binary():
-    """The `drover` executable: $DROVER_BIN, else the build tree's bin/drover
-    beside this package (build/python/drover -> build/bin/drover), else the
-    one on PATH."""
+    """The `drover` executable: $DROVER_BIN, else the one beside this package
+    (in a build tree build/python/drover -> build/bin/drover; installed,
+    P/lib/python3/dist-packages/drover -> P/bin/drover), else the one on
+    PATH."""
     configured = os.environ.get("DROVER_BIN")
     if configured:
         return configured
     here = os.path.dirname(os.path.abspath(__file__))
-    beside = os.path.normpath(os.path.join(here, "..", "..", "bin", "drover"))
-    if os.access(beside, os.X_OK):
-        return beside
+    for up in (("..", ".."), ("..", "..", "..", "..")):
+        beside = os.path.normpath(os.path.join(here, *up, "bin", "drover"))
+        if os.access(beside, os.X_OK):
+            return beside
     found = shutil.which("drover")
     if found:
         return found

@@ -194,6 +194,13 @@ def test_python_module_imports_from_the_prefix(prefix, tmp_path):
     out = run(["/usr/bin/python3", "-c", code], env=env, cwd=tmp_path).stdout.split()
     assert out[0].startswith(os.path.join(site, "drover") + os.sep), out
     assert out[1] == "2"
+    # The driver API finds the installed drover beside the package, with no
+    # DROVER_BIN and no P/bin on PATH.
+    bare = {k: v for k, v in env.items() if k != "DROVER_BIN"}
+    bare["PATH"] = "/usr/bin:/bin"
+    code = "from drover import _paths; print(_paths.drover_binary())"
+    found = run(["/usr/bin/python3", "-c", code], env=bare, cwd=tmp_path).stdout.strip()
+    assert found == os.path.join(prefix, "bin", "drover"), found
     # And as a node's program, under the installed drover: drover.context().
     code = "import drover; c = drover.context(); print('context', c.job_name, c.task_index)"
     done = run([os.path.join(prefix, "bin", "drover"), "run", "--nodes", "2", "--log-dir",
