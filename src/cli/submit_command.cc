@@ -24,6 +24,7 @@
 
 #include "cli/resolve_command.h"
 #include "cli/status_command.h"
+#include "drover/environment.h"
 #include "engine/local_engine.h"
 #include "os/subprocess.h"
 #include "os/unique_fd.h"
@@ -31,6 +32,13 @@
 
 namespace drover::cli {
 namespace {
+
+// Slurm's client commands, found on this process's PATH.
+slurm::SlurmTools ClientTools() {
+  slurm::SlurmTools tools;
+  tools.search_path = ProcessEnvironment().Get("PATH");
+  return tools;
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -299,7 +307,7 @@ int RunSubmit(SubmitFlags flags, const std::vector<std::string>& extras) {
     return kExitFailure;
   }
 
-  slurm::SlurmTools tools;
+  slurm::SlurmTools tools = ClientTools();
   std::string warnings;
   Result<std::string> job_id = slurm::SubmitScript(tools, script_path, &warnings);
   if (!job_id.ok()) {
@@ -363,7 +371,7 @@ int RunStatus(const RunStatusFlags& flags) {
     return ShowRunStatus(flags, std::cout, err);
   }
   const std::string& target = flags.target;
-  slurm::SlurmTools tools;
+  slurm::SlurmTools tools = ClientTools();
   Result<std::optional<slurm::JobInfo>> shown = slurm::ShowJob(tools, target);
   if (!shown.ok()) {
     err << "drover status: " << shown.status().message() << "\n";
@@ -395,7 +403,7 @@ int RunCancel(const CancelFlags& flags) {
         << "' is not a Slurm job id (digits, or JOB_TASK for an array task)\n";
     return kExitBadInput;
   }
-  slurm::SlurmTools tools;
+  slurm::SlurmTools tools = ClientTools();
   // scancel says nothing and exits 0 for a job it does not know: ask first.
   Result<std::optional<slurm::JobInfo>> shown = slurm::ShowJob(tools, flags.job_id);
   if (!shown.ok()) {

@@ -131,13 +131,6 @@ JobInfo ParseJobLine(std::string_view line) {
   return job;
 }
 
-// Where the Slurm client commands are looked up: this process's PATH.
-std::optional<std::string> SearchPath() {
-  const char* path = std::getenv("PATH");
-  if (path == nullptr) return std::nullopt;
-  return std::string(path);
-}
-
 std::string FirstLine(const std::string& text) {
   std::string_view trimmed = Trim(text);
   return std::string(trimmed.substr(0, trimmed.find('\n')));
@@ -305,7 +298,7 @@ std::vector<JobStep> ParseSteps(std::string_view squeue_output) {
 Result<os::CommandResult> RunSlurmCommand(const std::vector<std::string>& argv,
                                           const SlurmTools& tools) {
   if (argv.empty()) return Status::InvalidArgument("no Slurm command to run");
-  std::optional<std::string> program = os::FindProgram(argv.front(), SearchPath());
+  std::optional<std::string> program = os::FindProgram(argv.front(), tools.search_path);
   if (!program) {
     return Status::NotFound("'" + argv.front() +
                             "' is not on PATH: Slurm's client commands are not installed here "

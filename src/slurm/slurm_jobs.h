@@ -115,6 +115,9 @@ struct SlurmTools {
   std::string scancel = "scancel";
   std::string sacct = "sacct";
   int timeout_s = 60;
+  // Where a bare program name above is looked up: the caller's PATH
+  // (Environment::Get("PATH")); nullopt finds only names with a '/'.
+  std::optional<std::string> search_path;
 };
 
 // Runs argv to its end; the result's `error` is its stderr, verbatim.

@@ -34,7 +34,7 @@ SubmitOptions Options() {
 // What bash's word splitting makes of `words`, printed one per line.
 std::string ThroughShell(const std::string& words) {
   Result<os::CommandResult> done = RunSlurmCommand(
-      {"bash", "-c", "SLURM_JOB_ID=77; for w in " + words + "; do echo \"<$w>\"; done"},
+      {"/bin/bash", "-c", "SLURM_JOB_ID=77; for w in " + words + "; do echo \"<$w>\"; done"},
       SlurmTools());
   EXPECT_TRUE(done.ok()) << done.status().ToString();
   return done.ok() ? done->output : "";
@@ -327,6 +327,18 @@ std::string FakeTool(const std::string& name, const std::string& body) {
   return path;
 }
 
+// A bare name is looked up on the search path the caller gives, not on this
+// process's PATH.
+TEST(SlurmCommandTest, BareNamesAreFoundOnTheGivenSearchPath) {
+  const std::string squeue = FakeTool("squeue", "echo '7.0|job|0:01|n1'");
+  SlurmTools tools;
+  EXPECT_THAT(RunSlurmCommand({"squeue"}, tools).status(),
+              StatusIs(Status::Code::kNotFound, HasSubstr("not on PATH")));
+  tools.search_path = "/nonexistent:" + std::filesystem::path(squeue).parent_path().string();
+  ASSERT_OK_AND_ASSIGN(os::CommandResult done, RunSlurmCommand({"squeue"}, tools));
+  EXPECT_EQ(done.output, "7.0|job|0:01|n1\n");
+}
+
 TEST(SlurmCommandTest, RefusalCarriesStderrVerbatim) {
   SlurmTools tools;
   tools.sbatch =
@@ -382,7 +394,7 @@ TEST(SlurmCommandTest, CancelErrorsAreVerbatim) {
 TEST(SlurmCommandTest, OutputAndCode) {
   SlurmTools tools;
   ASSERT_OK_AND_ASSIGN(os::CommandResult done,
-                       RunSlurmCommand({"sh", "-c", "echo out; echo err >&2; exit 3"}, tools));
+                       RunSlurmCommand({"/bin/sh", "-c", "echo out; echo err >&2; exit 3"}, tools));
   EXPECT_EQ(done.exit_code, 3);
   EXPECT_EQ(done.output, "out\n");
   EXPECT_EQ(done.error, "err\n");
