@@ -22,6 +22,8 @@
 
 #include "bindings.h"
 #include "driver/driver.h"
+#include "driver/live_runs.h"
+#include "drover/environment.h"
 #include "drover/placement.h"
 #include "engine/local_engine.h"
 
@@ -344,6 +346,7 @@ void RegisterDriver(py::module_& m) {
              options.last_lines = last_lines;
              options.cluster_id = std::move(cluster_id);
              options.status_port = status_port;
+             options.live_runs_dir = LiveRunsDir(ProcessEnvironment());
              if (external_feed) {
                feed::FeedPlan plan;
                plan.external = true;

@@ -20,6 +20,7 @@
 #include "cli/resolve_command.h"
 #include "driver/driver.h"
 #include "driver/gpus.h"
+#include "driver/live_runs.h"
 #include "drover/environment.h"
 #include "engine/local_engine.h"
 #include "feed/feed_plan.h"
@@ -95,6 +96,7 @@ bool SetStatusOptions(const RunFlags& flags, DriverOptions* options, std::ostrea
   options->status_hosts = flags.status_hosts;
   options->status_hosts.push_back(ProcessEnvironment().HostName());
   options->status_linger = ToMs(flags.status_linger);
+  options->live_runs_dir = LiveRunsDir(ProcessEnvironment());
   const bool terminal = ::isatty(STDERR_FILENO) != 0;
   options->progress.mode = flags.progress == "off"        ? ProgressMode::kOff
                            : flags.progress == "plain"    ? ProgressMode::kPlain

@@ -13,6 +13,7 @@
 #include "cli/resolve_command.h"
 #include "driver/live_runs.h"
 #include "driver/status_text.h"
+#include "drover/environment.h"
 #include "drover/rendezvous.h"
 
 namespace drover::cli {
@@ -104,7 +105,8 @@ struct Server {
 Result<Server> FindServer(const RunStatusFlags& flags, std::ostream& err) {
   const bool directory = !flags.target.empty() && fs::is_directory(flags.target);
   if (!flags.target.empty() && !directory) return Server{BaseUrl(flags.target), flags.token_file};
-  std::vector<LiveRun> runs = ListLiveRuns();
+  const std::string live_runs_dir = LiveRunsDir(ProcessEnvironment());
+  std::vector<LiveRun> runs = ListLiveRuns(live_runs_dir);
   std::vector<LiveRun> matching;
   for (const LiveRun& run : runs) {
     std::error_code ec;
@@ -120,7 +122,7 @@ Result<Server> FindServer(const RunStatusFlags& flags, std::ostream& err) {
                                             "there"
                                       : "no drover run with a status server is running on this "
                                         "host as this user (" +
-                                            LiveRunsDir() + "); give its ADDRESS");
+                                            live_runs_dir + "); give its ADDRESS");
   }
   std::string list = "several drover runs are running; give one's address:";
   for (const LiveRun& run : matching) {

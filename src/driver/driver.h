@@ -103,6 +103,9 @@ struct DriverOptions {
   // How long the status server keeps serving the final state after the
   // run ended (a stop signal cuts it short).
   Milliseconds status_linger{0};
+  // Where the run with a status server announces itself to `drover status`
+  // (driver/live_runs.h, LiveRunsDir); "" : nowhere.
+  std::string live_runs_dir;
   ProgressOptions progress;
   // At the end, print the summary (per node: role, runtime, exit, records)
   // on `err`. <log_dir>/run.json records the run either way.

@@ -55,11 +55,12 @@ Status Driver::StartStatusServer() {
   live.log_dir = options_.log_dir;
   live.token_file = status_server_->needs_token() ? status_token_file_ : "";
   live.started_at = started_at_unix_;
-  if (Status announced = RegisterLiveRun(live); !announced.ok()) {
+  if (options_.live_runs_dir.empty()) return Status::Ok();
+  if (Status announced = RegisterLiveRun(options_.live_runs_dir, live); !announced.ok()) {
     err_ << "drover run: drover status will not find this run without its address: "
          << announced.message() << "\n";
   } else if (janitor_) {
-    janitor_->Watch(LiveRunFile(live.pid));
+    janitor_->Watch(LiveRunFile(options_.live_runs_dir, live.pid));
   }
   return Status::Ok();
 }
@@ -79,7 +80,9 @@ void Driver::StopStatusServer() {
       if (::poll(fds.data(), fds.size(), static_cast<int>(left.count()) + 1) > 0) break;
     }
   }
-  UnregisterLiveRun(static_cast<int>(::getpid()));
+  if (!options_.live_runs_dir.empty()) {
+    UnregisterLiveRun(options_.live_runs_dir, static_cast<int>(::getpid()));
+  }
   status_server_->Stop();
   status_server_.reset();
 }

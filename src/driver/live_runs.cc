@@ -24,20 +24,17 @@ bool Alive(int pid) {
 
 }  // namespace
 
-std::string LiveRunFile(int pid) {
-  return LiveRunsDir() + "/" + std::to_string(pid) + ".json";
+std::string LiveRunFile(const std::string& dir, int pid) {
+  return dir + "/" + std::to_string(pid) + ".json";
 }
 
-std::string LiveRunsDir() {
-  const char* runtime = std::getenv("XDG_RUNTIME_DIR");
-  if (runtime != nullptr && *runtime != '\0' && fs::is_directory(runtime)) {
-    return std::string(runtime) + "/drover";
-  }
+std::string LiveRunsDir(const Environment& env) {
+  std::optional<std::string> runtime = env.Get("XDG_RUNTIME_DIR");
+  if (runtime && !runtime->empty() && fs::is_directory(*runtime)) return *runtime + "/drover";
   return "/tmp/drover-" + std::to_string(::getuid());
 }
 
-Status RegisterLiveRun(const LiveRun& run) {
-  const std::string dir = LiveRunsDir();
+Status RegisterLiveRun(const std::string& dir, const LiveRun& run) {
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return Status::IoError("cannot create " + dir + ": " + std::strerror(errno));
   }
@@ -53,7 +50,7 @@ Status RegisterLiveRun(const LiveRun& run) {
                         {"log_dir", run.log_dir},
                         {"token_file", run.token_file},
                         {"started_at", run.started_at}};
-  const std::string path = LiveRunFile(run.pid);
+  const std::string path = LiveRunFile(dir, run.pid);
   const std::string temp = path + ".tmp";
   {
     std::ofstream out(temp, std::ios::trunc);
@@ -66,14 +63,14 @@ Status RegisterLiveRun(const LiveRun& run) {
   return Status::Ok();
 }
 
-void UnregisterLiveRun(int pid) {
-  std::remove(LiveRunFile(pid).c_str());
+void UnregisterLiveRun(const std::string& dir, int pid) {
+  std::remove(LiveRunFile(dir, pid).c_str());
 }
 
-std::vector<LiveRun> ListLiveRuns() {
+std::vector<LiveRun> ListLiveRuns(const std::string& dir) {
   std::vector<LiveRun> runs;
   std::error_code error;
-  for (const auto& entry : fs::directory_iterator(LiveRunsDir(), error)) {
+  for (const auto& entry : fs::directory_iterator(dir, error)) {
     if (entry.path().extension() != ".json") continue;
     std::ifstream in(entry.path());
     std::stringstream text;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "drover/environment.h"
 #include "drover/status.h"
 
 namespace drover {
@@ -25,13 +26,14 @@ struct LiveRun {
   double started_at = 0;   // Unix seconds
 };
 
-std::string LiveRunsDir();
-// The record of the driver with process id `pid`.
-std::string LiveRunFile(int pid);
-Status RegisterLiveRun(const LiveRun& run);
-void UnregisterLiveRun(int pid);
-// The live runs, oldest first.
-std::vector<LiveRun> ListLiveRuns();
+// The user's live-runs directory, from `env`'s XDG_RUNTIME_DIR (see above).
+std::string LiveRunsDir(const Environment& env);
+// The record, in live-runs directory `dir`, of the driver with process id `pid`.
+std::string LiveRunFile(const std::string& dir, int pid);
+Status RegisterLiveRun(const std::string& dir, const LiveRun& run);
+void UnregisterLiveRun(const std::string& dir, int pid);
+// The live runs in `dir`, oldest first.
+std::vector<LiveRun> ListLiveRuns(const std::string& dir);
 
 }  // namespace drover
 
