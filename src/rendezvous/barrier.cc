@@ -110,15 +110,7 @@ namespace {
 Status PlaceNodes(FormedCluster& cluster) {
   cluster.placements.clear();
   cluster.placements.reserve(cluster.nodes.size());
-  for (const NodeInfo& node : cluster.nodes) {
-    Placement placement;
-    placement.job = node.job_name;
-    placement.index = node.task_index;
-    placement.host = node.host;
-    placement.ports = node.ports;
-    placement.gpus = node.gpus;
-    cluster.placements.push_back(std::move(placement));
-  }
+  for (const NodeInfo& node : cluster.nodes) cluster.placements.push_back(NodePlacement(node));
   DROVER_RETURN_IF_ERROR(PlaceTasks(cluster.placements));
   DROVER_ASSIGN_OR_RETURN(cluster.spec, ClusterSpecOf(cluster.placements));
   return Status::Ok();

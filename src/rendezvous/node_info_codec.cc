@@ -65,6 +65,16 @@ FeedProgress FeedProgressFromWire(const wire::FeedProgress& progress) {
   return out;
 }
 
+Placement NodePlacement(const NodeInfo& node) {
+  Placement out;
+  out.job = node.job_name;
+  out.index = node.task_index;
+  out.host = node.host;
+  out.ports = node.ports;
+  out.gpus = node.gpus;
+  return out;
+}
+
 namespace {
 
 wire::Placement PlacementToWire(const Placement& placement) {
@@ -83,12 +93,7 @@ wire::Placement PlacementToWire(const Placement& placement) {
 }
 
 Placement PlacementFromWire(const NodeInfo& node, const wire::Placement& wire) {
-  Placement out;
-  out.job = node.job_name;
-  out.index = node.task_index;
-  out.host = node.host;
-  out.ports = node.ports;
-  out.gpus = node.gpus;
+  Placement out = NodePlacement(node);
   out.chief = wire.chief();
   if (wire.has_rank()) {
     RankInfo rank;

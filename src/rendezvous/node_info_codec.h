@@ -14,6 +14,10 @@ NodeInfo NodeFromWire(const wire::NodeInfo& node);
 wire::FeedProgress FeedProgressToWire(const FeedProgress& progress);
 FeedProgress FeedProgressFromWire(const wire::FeedProgress& progress);
 
+// Where `node` is, as it registered: its role, host, ports and GPUs; the rest
+// of its placement (chief, ranks, share) is PlaceTasks's to fill in.
+Placement NodePlacement(const NodeInfo& node);
+
 // The part of CLUSTER every node shares: the nodes, their placements
 // (cluster.placements[i] is cluster.nodes[i]'s) and the sizes they share.
 wire::SharedCluster SharedClusterToWire(const FormedCluster& cluster);
