@@ -2,7 +2,6 @@
 
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -25,9 +24,10 @@ Result<PortReservation> PortReservation::Reserve(int count) {
   }
   PortReservation reservation;
   for (int i = 0; i < count; ++i) {
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return Errno("socket");
-    reservation.fds_.push_back(fd);
+    os::UniqueFd socket(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!socket.valid()) return Errno("socket");
+    const int fd = socket.get();
+    reservation.fds_.push_back(std::move(socket));
     // No SO_REUSEADDR: on Linux two non-listening sockets that both set it
     // may share a port, so a program binding with SO_REUSEADDR (most servers)
     // could take a held port. An unconnected socket leaves no TIME_WAIT, so
@@ -48,24 +48,7 @@ Result<PortReservation> PortReservation::Reserve(int count) {
   return reservation;
 }
 
-PortReservation::PortReservation(PortReservation&& other) noexcept
-    : ports_(std::move(other.ports_)), fds_(std::exchange(other.fds_, {})) {}
-
-PortReservation& PortReservation::operator=(PortReservation&& other) noexcept {
-  if (this != &other) {
-    Release();
-    ports_ = std::move(other.ports_);
-    fds_ = std::exchange(other.fds_, {});
-  }
-  return *this;
-}
-
-PortReservation::~PortReservation() {
-  Release();
-}
-
 void PortReservation::Release() {
-  for (int fd : fds_) ::close(fd);
   fds_.clear();
 }
 

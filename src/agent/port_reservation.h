@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "drover/status.h"
+#include "os/unique_fd.h"
 
 namespace drover {
 
@@ -23,11 +24,8 @@ class PortReservation {
   static Result<PortReservation> Reserve(int count);
 
   PortReservation() = default;
-  PortReservation(PortReservation&& other) noexcept;
-  PortReservation& operator=(PortReservation&& other) noexcept;
-  PortReservation(const PortReservation&) = delete;
-  PortReservation& operator=(const PortReservation&) = delete;
-  ~PortReservation();
+  PortReservation(PortReservation&& other) noexcept = default;
+  PortReservation& operator=(PortReservation&& other) noexcept = default;
 
   // The reserved ports, in reservation order; still valid after Release().
   const std::vector<int>& ports() const { return ports_; }
@@ -37,7 +35,7 @@ class PortReservation {
 
  private:
   std::vector<int> ports_;
-  std::vector<int> fds_;
+  std::vector<os::UniqueFd> fds_;
 };
 
 }  // namespace drover
