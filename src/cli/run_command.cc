@@ -27,6 +27,7 @@
 #include "feed/feed_request.h"
 #include "feed/record_io.h"
 #include "os/find_program.h"
+#include "os/unique_fd.h"
 #include "slurm/slurm_engine.h"
 #include "ssh/ssh_engine.h"
 
@@ -115,19 +116,17 @@ std::optional<std::string> OnPath(const std::string& name) {
 
 // A free TCP port: bind port 0, read it, release it (tensorboard cannot be given 0).
 int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
+  os::UniqueFd socket(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!socket.valid()) return -1;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof(addr);
-  int port = -1;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
+  if (::bind(socket.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::getsockname(socket.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    return -1;
   }
-  ::close(fd);
-  return port;
+  return ntohs(addr.sin_port);
 }
 
 Result<std::unique_ptr<ssh::SshEngine>> MakeSshEngine(const RunFlags& flags) {
