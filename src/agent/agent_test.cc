@@ -75,6 +75,10 @@ class AgentTest : public ::testing::Test {
     options.cluster.num_ps = num_ps;
     options.reservation_timeout = reservation_timeout;
     options.heartbeat_interval = 100ms;
+    // An agent's first heartbeat follows its program's start under `drover
+    // guard`, which takes 0.4 s on some hosts under AddressSanitizer: death
+    // by silence is not what these tests are about.
+    options.missed_heartbeats_until_dead = 100;
     options.on_event = [this](const NodeEvent& event) {
       std::lock_guard<std::mutex> lock(mu_);
       events_.push_back(event);

@@ -279,13 +279,18 @@ wire::SharedCluster TwoNodes() {
   b->add_gpus(3);
   b->set_job_name("worker");
   b->set_task_index(0);
-  for (uint32_t rank : {0u, 1u}) {
-    wire::Placement* placement = shared.add_placements();
-    placement->set_chief(rank == 0);
-    placement->mutable_rank()->set_rank(rank);
-    placement->mutable_rank()->set_local_world_size(1);
-    placement->mutable_rank()->set_group_rank(rank);
-    placement->mutable_rank()->set_role_world_size(1);
+  // The columns, delta-coded where they count up: ranks 0 and 1, hosts 0
+  // and 1, each the first of its job.
+  wire::Placements* columns = shared.mutable_placements();
+  for (int node : {0, 1}) {
+    columns->add_chief(node == 0);
+    columns->add_ranked(true);
+    columns->add_rank_step(node);
+    columns->add_local_rank(0);
+    columns->add_local_world_size(1);
+    columns->add_group_rank_step(node);
+    columns->add_role_rank_step(0);
+    columns->add_role_world_size(1);
   }
   shared.set_world_size(2);
   shared.set_group_world_size(2);
@@ -558,11 +563,12 @@ TEST(RendezvousClientTest, ClusterWithBadPlacementsIsRefused) {
   };
   const std::vector<Case> cases = {
       {"position", 2, [](wire::SharedCluster&) {}, "position 2"},
-      {"count", 1, [](wire::SharedCluster& s) { s.mutable_placements()->RemoveLast(); },
-       "2 nodes but 1 placements"},
-      {"rank", 1,
-       [](wire::SharedCluster& s) { s.mutable_placements(1)->mutable_rank()->set_rank(5); },
+      {"count", 1,
+       [](wire::SharedCluster& s) { s.mutable_placements()->mutable_rank_step()->RemoveLast(); },
+       "2 nodes but placement columns of other lengths"},
+      {"rank", 1, [](wire::SharedCluster& s) { s.mutable_placements()->set_rank_step(1, 5); },
        "rank 5 of 2"},
+      {"not rank 0", 1, [](wire::SharedCluster& s) { s.set_master(1); }, "not rank 0"},
       {"master", 1, [](wire::SharedCluster& s) { s.set_master(9); }, "master is node 9"},
       {"twice", 1, [](wire::SharedCluster& s) { s.mutable_nodes(1)->set_job_name("chief"); },
        "placed twice"},

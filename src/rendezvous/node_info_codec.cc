@@ -77,35 +77,12 @@ Placement NodePlacement(const NodeInfo& node) {
 
 namespace {
 
-wire::Placement PlacementToWire(const Placement& placement) {
-  wire::Placement out;
-  out.set_chief(placement.chief);
-  if (placement.rank) {
-    wire::Placement::Rank* rank = out.mutable_rank();
-    rank->set_rank(static_cast<uint32_t>(placement.rank->rank));
-    rank->set_local_rank(static_cast<uint32_t>(placement.rank->local_rank));
-    rank->set_local_world_size(static_cast<uint32_t>(placement.rank->local_world_size));
-    rank->set_group_rank(static_cast<uint32_t>(placement.rank->group_rank));
-    rank->set_role_rank(static_cast<uint32_t>(placement.rank->role_rank));
-    rank->set_role_world_size(static_cast<uint32_t>(placement.rank->role_world_size));
-  }
-  return out;
-}
-
-Placement PlacementFromWire(const NodeInfo& node, const wire::Placement& wire) {
-  Placement out = NodePlacement(node);
-  out.chief = wire.chief();
-  if (wire.has_rank()) {
-    RankInfo rank;
-    rank.rank = static_cast<int>(wire.rank().rank());
-    rank.local_rank = static_cast<int>(wire.rank().local_rank());
-    rank.local_world_size = static_cast<int>(wire.rank().local_world_size());
-    rank.group_rank = static_cast<int>(wire.rank().group_rank());
-    rank.role_rank = static_cast<int>(wire.rank().role_rank());
-    rank.role_world_size = static_cast<int>(wire.rank().role_world_size());
-    out.rank = rank;
-  }
-  return out;
+// The columns of wire::Placements, each exactly one entry per node.
+bool ColumnsFit(const wire::Placements& p, int nodes) {
+  return p.chief_size() == nodes && p.ranked_size() == nodes && p.rank_step_size() == nodes &&
+         p.local_rank_size() == nodes && p.local_world_size_size() == nodes &&
+         p.group_rank_step_size() == nodes && p.role_rank_step_size() == nodes &&
+         p.role_world_size_size() == nodes;
 }
 
 }  // namespace
@@ -113,50 +90,81 @@ Placement PlacementFromWire(const NodeInfo& node, const wire::Placement& wire) {
 wire::SharedCluster SharedClusterToWire(const FormedCluster& cluster) {
   wire::SharedCluster out;
   out.set_cluster_id(cluster.cluster_id);
+  wire::Placements* columns = out.mutable_placements();
+  RankInfo previous;  // the last ranked node's, for the delta-coded columns
   for (size_t i = 0; i < cluster.nodes.size(); ++i) {
     *out.add_nodes() = NodeToWire(cluster.nodes[i]);
     const Placement& placement = cluster.placements[i];
-    *out.add_placements() = PlacementToWire(placement);
+    columns->add_chief(placement.chief);
+    columns->add_ranked(placement.rank.has_value());
+    const RankInfo rank = placement.rank.value_or(previous);
+    columns->add_rank_step(rank.rank - previous.rank);
+    columns->add_local_rank(static_cast<uint32_t>(placement.rank ? rank.local_rank : 0));
+    columns->add_local_world_size(
+        static_cast<uint32_t>(placement.rank ? rank.local_world_size : 0));
+    columns->add_group_rank_step(rank.group_rank - previous.group_rank);
+    columns->add_role_rank_step(rank.role_rank - previous.role_rank);
+    columns->add_role_world_size(static_cast<uint32_t>(placement.rank ? rank.role_world_size : 0));
     if (!placement.rank) continue;
-    out.set_world_size(static_cast<uint32_t>(placement.rank->world_size));
-    out.set_group_world_size(static_cast<uint32_t>(placement.rank->group_world_size));
-    if (placement.rank->rank == 0) out.set_master(static_cast<uint32_t>(i));
+    previous = rank;
+    out.set_world_size(static_cast<uint32_t>(rank.world_size));
+    out.set_group_world_size(static_cast<uint32_t>(rank.group_world_size));
+    if (rank.rank == 0) out.set_master(static_cast<uint32_t>(i));
   }
   return out;
 }
 
 Result<FormedCluster> SharedClusterFromWire(const wire::SharedCluster& shared) {
-  if (shared.placements_size() != shared.nodes_size()) {
-    return Status::InvalidArgument(std::to_string(shared.nodes_size()) + " nodes but " +
-                                   std::to_string(shared.placements_size()) + " placements");
+  const int count = shared.nodes_size();
+  const wire::Placements& columns = shared.placements();
+  if (!ColumnsFit(columns, count)) {
+    return Status::InvalidArgument(std::to_string(count) +
+                                   " nodes but placement columns of other lengths");
   }
   FormedCluster out;
   out.cluster_id = shared.cluster_id();
-  out.nodes.reserve(static_cast<size_t>(shared.nodes_size()));
-  out.placements.reserve(static_cast<size_t>(shared.nodes_size()));
-  for (int i = 0; i < shared.nodes_size(); ++i) {
-    out.nodes.push_back(NodeFromWire(shared.nodes(i)));
-    out.placements.push_back(PlacementFromWire(out.nodes.back(), shared.placements(i)));
-  }
+  out.nodes.reserve(static_cast<size_t>(count));
+  out.placements.reserve(static_cast<size_t>(count));
   const uint32_t world_size = shared.world_size();
-  bool ranked = false;
-  for (const Placement& placement : out.placements) ranked = ranked || placement.rank.has_value();
-  if (ranked && shared.master() >= out.placements.size()) {
-    return Status::InvalidArgument("the master is node " + std::to_string(shared.master()) +
-                                   " of " + std::to_string(out.placements.size()));
+  int64_t rank = 0, group_rank = 0, role_rank = 0;  // the running sums
+  bool any_ranked = false;
+  for (int i = 0; i < count; ++i) {
+    out.nodes.push_back(NodeFromWire(shared.nodes(i)));
+    Placement placement = NodePlacement(out.nodes.back());
+    placement.chief = columns.chief(i);
+    rank += columns.rank_step(i);
+    group_rank += columns.group_rank_step(i);
+    role_rank += columns.role_rank_step(i);
+    if (columns.ranked(i)) {
+      if (rank < 0 || rank >= world_size) {
+        return Status::InvalidArgument("task " + placement.Task() + " has rank " +
+                                       std::to_string(rank) + " of " + std::to_string(world_size));
+      }
+      any_ranked = true;
+      RankInfo info;
+      info.rank = static_cast<int>(rank);
+      info.world_size = static_cast<int>(world_size);
+      info.local_rank = static_cast<int>(columns.local_rank(i));
+      info.local_world_size = static_cast<int>(columns.local_world_size(i));
+      info.group_rank = static_cast<int>(group_rank);
+      info.group_world_size = static_cast<int>(shared.group_world_size());
+      info.role_rank = static_cast<int>(role_rank);
+      info.role_world_size = static_cast<int>(columns.role_world_size(i));
+      placement.rank = info;
+      placement.feed = FeedShare{info.rank, info.world_size};
+    }
+    out.placements.push_back(std::move(placement));
+  }
+  if (any_ranked) {
+    const uint32_t master = shared.master();
+    if (master >= out.placements.size() || !out.placements[master].rank ||
+        out.placements[master].rank->rank != 0) {
+      return Status::InvalidArgument("the master is node " + std::to_string(master) + " of " +
+                                     std::to_string(out.placements.size()) + ", not rank 0");
+    }
   }
   for (Placement& placement : out.placements) {
-    if (!placement.rank) continue;
-    RankInfo& rank = *placement.rank;
-    if (static_cast<uint32_t>(rank.rank) >= world_size) {
-      return Status::InvalidArgument("task " + placement.Task() + " has rank " +
-                                     std::to_string(rank.rank) + " of " +
-                                     std::to_string(world_size));
-    }
-    rank.world_size = static_cast<int>(world_size);
-    rank.group_world_size = static_cast<int>(shared.group_world_size());
-    PointAtMaster(out.placements[shared.master()], rank);
-    placement.feed = FeedShare{rank.rank, rank.world_size};
+    if (placement.rank) PointAtMaster(out.placements[shared.master()], *placement.rank);
   }
   DROVER_ASSIGN_OR_RETURN(out.spec, ClusterSpecOf(out.placements));
   return out;

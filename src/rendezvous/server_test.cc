@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "drover/rendezvous.h"
+#include "rendezvous/node_info_codec.h"
 #include "testing/raw_peer.h"
 #include "testing/status_matchers.h"
 #include "wire/auth.h"
@@ -295,12 +296,14 @@ TEST_F(ServerTest, FormsClusterWithDeterministicRoles) {
     EXPECT_EQ(shared.nodes(4).agent_address(), "host-10:5102");
     // Placements: chief, worker:0, worker:1 ranked in that order; ps and
     // evaluator not; rank 0's second port is torch's store.
-    ASSERT_EQ(shared.placements_size(), 5);
-    EXPECT_FALSE(shared.placements(0).has_rank());
-    EXPECT_TRUE(shared.placements(1).chief());
-    EXPECT_EQ(shared.placements(1).rank().rank(), 0u);
-    EXPECT_FALSE(shared.placements(2).has_rank());
-    EXPECT_EQ(shared.placements(4).rank().rank(), 2u);
+    ASSERT_OK_AND_ASSIGN(FormedCluster decoded, rendezvous_internal::SharedClusterFromWire(shared));
+    ASSERT_EQ(decoded.placements.size(), 5u);
+    EXPECT_FALSE(decoded.placements[0].rank.has_value());
+    EXPECT_TRUE(decoded.placements[1].chief);
+    EXPECT_EQ(decoded.placements[1].rank->rank, 0);
+    EXPECT_FALSE(decoded.placements[2].rank.has_value());
+    EXPECT_EQ(decoded.placements[4].rank->rank, 2);
+    EXPECT_EQ(decoded.placements[4].rank->store_port, 5021);
     EXPECT_EQ(shared.world_size(), 3u);
     EXPECT_EQ(shared.master(), 1u);
   }
