@@ -73,7 +73,7 @@ void Exercise(ShmChannel& channel, bool input_ring, uint64_t* sink) {
     info.record_count = 0;
     writer.Commit(info, bytes, 0);
   }
-  const FeedProgress progress = ReadRingProgress(channel, input_ring);
+  const drover::FeedProgress progress = ReadRingProgress(channel, input_ring);
   *sink += progress.records + progress.queue_bytes;
 }
 
