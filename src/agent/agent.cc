@@ -304,10 +304,6 @@ class Agent::Impl {
   std::atomic<bool> connection_lost_{false};
   std::atomic<bool> quit_watcher_{false};
   std::atomic<bool> feed_failed_{false};
-  // What the heartbeat thread reports: the program's pid once it started
-  // (0 before), and the feed once it runs (feed_ itself outlives the client).
-  std::atomic<int32_t> program_pid_{0};
-  std::atomic<FeedService*> heartbeat_feed_{nullptr};
   Mutex mu_;
   std::string lost_reason_ GUARDED_BY(mu_);
   std::string feed_error_ GUARDED_BY(mu_);
@@ -374,16 +370,6 @@ int Agent::Impl::Run() {
   if (!formed.ok()) return Fail(formed.status());
   const FormedCluster& cluster = *formed;
   const Placement& own = *cluster.own();  // a client's cluster always places it
-  // Alive from the barrier on: preparing and starting the program (under
-  // `drover guard`) can outlast the server's patience on a slow host.
-  client->StartHeartbeats(cluster.heartbeat_interval, [this] {
-    HeartbeatPayload payload;
-    payload.program_pid = program_pid_.load(std::memory_order_relaxed);
-    if (FeedService* feed = heartbeat_feed_.load(std::memory_order_acquire)) {
-      payload.feed = feed->Progress();
-    }
-    return payload;
-  });
   const std::string task = own.Task();
 
   NodeContext context;
@@ -478,7 +464,13 @@ int Agent::Impl::Run() {
     return Fail(Status::NotFound(message));
   }
   os::Subprocess child = std::move(spawned).value();
-  program_pid_.store(*program_pid, std::memory_order_relaxed);
+  // feed_ outlives the client (and so its heartbeat thread): ~Impl resets it.
+  client->StartHeartbeats(cluster.heartbeat_interval, [this, program_pid = *program_pid] {
+    HeartbeatPayload payload;
+    payload.program_pid = program_pid;
+    if (feed_) payload.feed = feed_->Progress();
+    return payload;
+  });
   std::thread watcher([this, &client] { WatchForStop(client.get()); });
 
   OutputTail tail(kTailLines);
@@ -604,8 +596,6 @@ Status Agent::Impl::StartFeeding(const FormedCluster& cluster, const std::string
     Notify();
   };
   DROVER_ASSIGN_OR_RETURN(feed_, FeedService::Start(std::move(feed)));
-  // feed_ outlives the client (and so its heartbeat thread): ~Impl resets it.
-  heartbeat_feed_.store(feed_.get(), std::memory_order_release);
   (*env)[kFeedSocketVariable] = feed_->socket_path();
   return Status::Ok();
 }
