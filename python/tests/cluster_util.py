@@ -6,6 +6,8 @@ import os
 import time
 import uuid
 
+import pytest
+
 MARK_VARIABLE = "DROVER_TEST_MARK"
 
 
@@ -80,3 +82,19 @@ def seen_records(directory, tasks):
         with open(os.path.join(directory, "worker-%d.json" % task)) as f:
             seen.extend(tuple(pair) for pair in json.load(f))
     return seen
+
+
+# Fixtures for the modules that start clusters: import them by name.
+@pytest.fixture
+def in_tmp_path(tmp_path, monkeypatch):
+    """The test runs in its tmp_path: node logs go to ./drover-logs/<cluster id>."""
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture
+def mark(monkeypatch):
+    """A fresh mark every process the test starts inherits; none may outlive it."""
+    value = new_mark()
+    monkeypatch.setenv(MARK_VARIABLE, value)
+    yield value
+    assert_no_leftovers(value)

@@ -10,7 +10,8 @@ import pytest
 
 import drover
 import cluster_util
-from cluster_util import MARK_VARIABLE, assert_no_leftovers, count_records, new_mark, seen_records
+from cluster_util import in_tmp_path, mark  # noqa: F401 (fixtures)
+from cluster_util import count_records, seen_records
 
 # The nodes cannot import this file: its functions travel by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -18,17 +19,8 @@ cloudpickle.register_pickle_by_value(cluster_util)
 
 
 @pytest.fixture(autouse=True)
-def in_tmp_path(tmp_path, monkeypatch):
-    # Node logs go to ./drover-logs/<cluster id>.
-    monkeypatch.chdir(tmp_path)
-
-
-@pytest.fixture
-def mark(monkeypatch):
-    value = new_mark()
-    monkeypatch.setenv(MARK_VARIABLE, value)
-    yield value
-    assert_no_leftovers(value)
+def _in_tmp_path(in_tmp_path):
+    """Every test here runs in its tmp_path (cluster_util.in_tmp_path)."""
 
 
 def run(main_fun, args, **kwargs):

@@ -21,6 +21,7 @@ import pytest
 
 import cluster_util
 import drover
+from cluster_util import in_tmp_path, mark  # noqa: F401 (fixtures)
 from cluster_util import MARK_VARIABLE, assert_no_leftovers, new_mark
 from drover.compat.tensorflowonspark import TFCluster, TFNode
 
@@ -193,16 +194,8 @@ class TFClusterTest(unittest.TestCase):
 
 
 @pytest.fixture(autouse=True)
-def in_tmp_path(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-
-
-@pytest.fixture
-def mark(monkeypatch):
-    value = new_mark()
-    monkeypatch.setenv(MARK_VARIABLE, value)
-    yield value
-    assert_no_leftovers(value)
+def _in_tmp_path(in_tmp_path):
+    """Every test here runs in its tmp_path (cluster_util.in_tmp_path)."""
 
 
 def write_context(args, ctx):
