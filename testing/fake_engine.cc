@@ -71,8 +71,16 @@ class FakeAgent : public AgentProcess {
   void CloseOutput() override { read_fd_.Reset(); }
 
   std::optional<os::ExitStatus> Poll() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return status_;
+    std::optional<os::ExitStatus> status;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      status = status_;
+    }
+    if (status && !exit_seen_) {
+      exit_seen_ = true;
+      if (script_.once_exit_seen) script_.once_exit_seen();
+    }
+    return status;
   }
 
   void Signal(int signal) override {
@@ -192,7 +200,8 @@ class FakeAgent : public AgentProcess {
   const size_t record_;
   const FakeNodeScript script_;
   const AgentLaunch launch_;
-  os::UniqueFd read_fd_;  // the driver's thread only
+  os::UniqueFd read_fd_;    // the driver's thread only
+  bool exit_seen_ = false;  // the driver's thread only
 
   std::mutex mu_;
   std::condition_variable changed_;

@@ -37,6 +37,9 @@ struct FakeNodeScript {
   int exit_code = 0;               // the program's exit code
   bool runs_until_stop = false;    // keeps running until STOP (a ps, an evaluator)
   bool drops_connection = false;   // closes its connection, then hangs until signalled
+  // Runs on the driver's thread when it first sees this node's exit: what
+  // reaches the driver just after (the same scancel's SIGTERM).
+  std::function<void()> once_exit_seen;
 };
 
 // The script of executor `index` in round `round` (0 first).

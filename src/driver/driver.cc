@@ -38,10 +38,21 @@ constexpr Milliseconds kExitStatusWait{2'000};
 // How long an agent that exited before the barrier waits for the server's
 // verdict (a reservation timeout names the missing nodes better).
 constexpr Milliseconds kEarlyExitWait{1'000};
+// How long a node that ended by a stop signal the driver did not send waits
+// for that signal to reach the driver too: scancel, a pod's eviction or a
+// kill of the whole job signals every process at once, in no set order, and
+// the run was then stopped, not failed.
+constexpr Milliseconds kOutsideStopWait{1'000};
 // STOP first; SIGTERM to the agents after this if they are still there.
 constexpr Milliseconds kStopBeforeTerm{1'000};
 // The most a node's output is read in one go (docs/run.md).
 constexpr size_t kMaxReadPerPump = 1 << 20;
+
+// SIGTERM, SIGINT or SIGHUP, by the signal or by the shell's 128 + signal.
+bool EndedByStopSignal(const os::ExitStatus& exit) {
+  const int code = exit.ShellCode();
+  return code == 128 + SIGTERM || code == 128 + SIGINT || code == 128 + SIGHUP;
+}
 
 std::string NewClusterId() {
   std::time_t now = std::time(nullptr);
@@ -354,11 +365,12 @@ struct Driver::Round {
       }
       int signal = Pump(Milliseconds(50));
       driver.PublishStatus(*this, "stopping");
+      if (signal != 0 && driver.interrupt_signal_ == 0) driver.interrupt_signal_ = signal;
       if (signal != 0 && !killed) {
-        driver.err_ << "drover run: " << os::SignalName(signal) << " again; killing every node\n";
+        driver.err_ << "drover run: " << os::SignalName(signal)
+                    << " while stopping; killing every node\n";
         for (Node* node : which) node->process->Signal(SIGKILL);
         killed = true;
-        if (driver.interrupt_signal_ == 0) driver.interrupt_signal_ = signal;
       }
       Emit();
     }
@@ -571,6 +583,9 @@ int Driver::Run() {
       code = 0;
       break;
     }
+    // A stop signal that came while a failure was being stopped ends the
+    // run as stopped: no restart, the signal's exit status.
+    if (outcome == Outcome::kFailure && interrupt_signal_ != 0) outcome = Outcome::kInterrupted;
     if (outcome == Outcome::kInterrupted) {
       err_ << "drover run: stopped every node after "
            << (stop_requested_ ? "a stop request" : os::SignalName(interrupt_signal_)) << "\n";
@@ -764,6 +779,7 @@ Driver::Outcome Driver::RunRound(int number) {
   Clock::time_point formed_at{};
   std::optional<Clock::time_point> training_done_at;
   std::optional<Clock::time_point> early_exit_since;
+  std::optional<Clock::time_point> outside_stop_since;
   Node* failed = nullptr;
   std::string failure_reason;
   Clock::time_point failure_deadline{};
@@ -842,6 +858,11 @@ Driver::Outcome Driver::RunRound(int number) {
           break;
         }
       }
+    }
+    if (failed != nullptr && failed->exit && EndedByStopSignal(*failed->exit) &&
+        !failed->stopping) {
+      if (!outside_stop_since) outside_stop_since = now;
+      if (now - *outside_stop_since < kOutsideStopWait) continue;  // Pump reads the signal
     }
     if (failed != nullptr && (failed->exit || now >= failure_deadline)) {
       if (failed->exit && failure_reason != failed->process->DescribeExit(*failed->exit) &&

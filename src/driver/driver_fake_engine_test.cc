@@ -6,6 +6,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -190,6 +191,44 @@ TEST(DriverFakeEngineTest, StopRequestStopsEveryNodeAndSaysSo) {
   for (const FakeNodeRecord& node : engine.nodes()) {
     EXPECT_TRUE(node.stopped || node.signal.has_value()) << "executor " << node.executor_id;
   }
+}
+
+// scancel (or a pod's eviction) sends SIGTERM to the driver and to every
+// node at once; a node may end first. The run was stopped, not failed: the
+// driver's exit status is the signal's, and nothing restarts.
+TEST(DriverFakeEngineTest, NodeEndedBySigtermThenTheDriverIsAStopNotAFailure) {
+  DriverOptions options = Options(2, 0, "outside-stop");
+  options.max_restarts = 1;
+  const int stop_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  ASSERT_GE(stop_fd, 0);
+  options.stop_fd = stop_fd;
+  FakeNodeScript terminated;
+  terminated.exit_code = 128 + SIGTERM;
+  terminated.once_exit_seen = [stop_fd] {
+    const uint64_t one = 1;
+    ASSERT_EQ(::write(stop_fd, &one, sizeof(one)), static_cast<ssize_t>(sizeof(one)));
+  };
+  FakeEngine engine(OneNodeDoes(1, terminated));
+  std::ostringstream out, err;
+  const int code = Driver(options, engine, out, err).Run();
+  ::close(stop_fd);
+
+  EXPECT_EQ(code, 128 + SIGTERM) << err.str();
+  EXPECT_THAT(err.str(), HasSubstr("stop requested"));
+  EXPECT_THAT(err.str(), Not(HasSubstr("re-forming")));
+  for (const FakeNodeRecord& node : engine.nodes()) EXPECT_EQ(node.round, 0);
+}
+
+// Without the driver's own signal, a node's SIGTERM is a failure like any
+// other (an OOM killer's, an operator's): reported, and restarted.
+TEST(DriverFakeEngineTest, NodeEndedBySigtermAloneIsAFailure) {
+  DriverOptions options = Options(2, 0, "sigterm-alone");
+  FakeNodeScript terminated;
+  terminated.exit_code = 128 + SIGTERM;
+  FakeEngine engine(OneNodeDoes(1, terminated));
+  std::ostringstream out, err;
+  EXPECT_EQ(Driver(options, engine, out, err).Run(), 1);
+  EXPECT_THAT(err.str(), HasSubstr("exit code 143"));
 }
 
 }  // namespace
