@@ -191,7 +191,8 @@ int RunMemcpy(const Args& args) {
 }
 
 int RunFeed(const Args& args) {
-  drover::Result<std::unique_ptr<drover::DataFeed>> connected = drover::DataFeed::Connect();
+  drover::Result<std::unique_ptr<drover::DataFeed>> connected =
+      drover::DataFeed::Connect(drover::ProcessEnvironment());
   if (!connected.ok()) {
     std::fprintf(stderr, "feed_consumer: %s\n", connected.status().ToString().c_str());
     return 1;

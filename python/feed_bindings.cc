@@ -374,7 +374,7 @@ class PyDataFeed {
 
     Result<std::unique_ptr<DataFeed>> connected = [&] {
       py::gil_scoped_release release;
-      return DataFeed::Connect(options);
+      return DataFeed::Connect(ProcessEnvironment(), options);
     }();
     if (!connected.ok()) RaiseConnectError(connected.status());
     feed_ = std::move(connected).value();

@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
   }
   drover::DataFeedOptions feed_options;
   feed_options.train_mode = !options.inference;
-  auto connected = drover::DataFeed::Connect(feed_options);
+  auto connected = drover::DataFeed::Connect(drover::ProcessEnvironment(), feed_options);
   if (!connected.ok()) return Fail(connected.status());
   std::unique_ptr<drover::DataFeed> feed = std::move(connected).value();
 

@@ -320,7 +320,7 @@ int Run(const Options& options) {
   Clock::time_point started = Clock::now();
 
   Rows test = LoadCsv(options.test_path);
-  drover::Result<std::unique_ptr<drover::DataFeed>> feed = drover::DataFeed::Connect();
+  drover::Result<std::unique_ptr<drover::DataFeed>> feed = drover::DataFeed::Connect(env);
   if (!feed.ok())
     Fail("connecting to drover's feed (run with --input): " + feed.status().ToString());
 

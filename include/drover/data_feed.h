@@ -8,7 +8,7 @@
 // serves its file descriptor on a Unix socket named by DROVER_FEED_SOCKET.
 // Connect() takes the descriptor, maps it and becomes the queue's one reader.
 //
-//   auto feed = drover::DataFeed::Connect().value();
+//   auto feed = drover::DataFeed::Connect(drover::ProcessEnvironment()).value();
 //   while (!feed->ShouldStop()) {
 //     drover::RecordBatch batch = feed->NextBatch(100).value();
 //     if (batch.records.empty()) break;   // the feed is over
@@ -38,6 +38,7 @@
 #include <string_view>
 #include <vector>
 
+#include "drover/environment.h"
 #include "drover/status.h"
 
 namespace drover {
@@ -46,7 +47,7 @@ namespace drover {
 inline constexpr char kFeedSocketVariable[] = "DROVER_FEED_SOCKET";
 
 struct DataFeedOptions {
-  // "" : the value of DROVER_FEED_SOCKET.
+  // "" : the value of DROVER_FEED_SOCKET in the environment Connect gets.
   std::string socket_path;
   // TensorFlowOnSpark's train_mode: false for inference (results expected).
   // Must match `drover run --mode`; a mismatch is kInvalidArgument. An
@@ -70,7 +71,9 @@ class DataFeed {
   // --input`, or a node that is not fed, such as a ps); kUnavailable when the
   // agent cannot be reached; kAlreadyExists when another process already
   // reads this node's feed; kInvalidArgument for a train_mode mismatch.
-  static Result<std::unique_ptr<DataFeed>> Connect(DataFeedOptions options = {});
+  // `env` gives DROVER_FEED_SOCKET (a program passes ProcessEnvironment()).
+  static Result<std::unique_ptr<DataFeed>> Connect(const Environment& env,
+                                                   DataFeedOptions options = {});
   virtual ~DataFeed() = default;
 
   // Up to `max_records` records (see above). kDeadlineExceeded when nothing

@@ -92,7 +92,7 @@ class FeedServiceTest : public ::testing::Test {
     DataFeedOptions options;
     options.socket_path = service_->socket_path();
     options.timeout = seconds(10);
-    return DataFeed::Connect(options);
+    return DataFeed::Connect(MapEnvironment(), options);
   }
 
   // The failures reported so far, waiting up to `timeout` for the first.

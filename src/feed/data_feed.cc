@@ -324,17 +324,18 @@ void ShmDataFeed::Terminate() {
 
 }  // namespace
 
-Result<std::unique_ptr<DataFeed>> DataFeed::Connect(DataFeedOptions options) {
+Result<std::unique_ptr<DataFeed>> DataFeed::Connect(const Environment& env,
+                                                    DataFeedOptions options) {
   std::string path = options.socket_path;
   if (path.empty()) {
-    const char* value = std::getenv(kFeedSocketVariable);
-    if (value == nullptr || *value == '\0') {
+    std::optional<std::string> value = env.Get(kFeedSocketVariable);
+    if (!value || value->empty()) {
       return Status::NotFound(
           std::string(kFeedSocketVariable) +
           " is not set: this program was not started by `drover run --input ...`, or runs on a "
           "node that is not fed (drover feeds chief, master and worker nodes)");
     }
-    path = value;
+    path = *std::move(value);
   }
   DROVER_ASSIGN_OR_RETURN(feed::JoinedFeed joined,
                           feed::JoinFeed(path, feed::FeedRole::kReader, options.train_mode,

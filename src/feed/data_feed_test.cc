@@ -89,7 +89,7 @@ class DataFeedTest : public ::testing::Test {
     return options;
   }
   std::unique_ptr<DataFeed> Connect(bool train_mode = true) {
-    Result<std::unique_ptr<DataFeed>> feed = DataFeed::Connect(Options(train_mode));
+    Result<std::unique_ptr<DataFeed>> feed = DataFeed::Connect(no_env_, Options(train_mode));
     EXPECT_OK(feed);
     return feed.ok() ? std::move(feed).value() : nullptr;
   }
@@ -97,6 +97,7 @@ class DataFeedTest : public ::testing::Test {
     ASSERT_OK(PublishBatch(*writer_, info, records));
   }
 
+  const MapEnvironment no_env_;  // the options name the socket
   TempDir dir_;
   std::unique_ptr<ShmChannel> channel_;
   std::unique_ptr<TestAgent> agent_;
@@ -205,11 +206,11 @@ TEST_F(DataFeedTest, ReadsWhileTheFeederWrites) {
 TEST_F(DataFeedTest, SecondReaderIsRefused) {
   std::unique_ptr<DataFeed> first = Connect();
   ASSERT_NE(first, nullptr);
-  EXPECT_THAT(DataFeed::Connect(Options()),
+  EXPECT_THAT(DataFeed::Connect(no_env_, Options()),
               StatusIs(Code::kAlreadyExists, HasSubstr("already has a reader")));
   first.reset();
   // Once the first reader is gone, another may read.
-  EXPECT_OK(DataFeed::Connect(Options()));
+  EXPECT_OK(DataFeed::Connect(no_env_, Options()));
 }
 
 TEST_F(DataFeedTest, TerminateStopsTheFeederAndDropsQueuedRecords) {
@@ -275,7 +276,7 @@ TEST_F(DataFeedTest, StoppedWhileWaiting) {
 TEST_F(DataFeedTest, NextBatchTimesOut) {
   DataFeedOptions options = Options();
   options.timeout = milliseconds(50);
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DataFeed> feed, DataFeed::Connect(options));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DataFeed> feed, DataFeed::Connect(no_env_, options));
   EXPECT_THAT(feed->NextBatch(10),
               StatusIs(Code::kDeadlineExceeded, HasSubstr("no record arrived for worker:0")));
   // What arrived in time comes back, without an error.
@@ -285,24 +286,19 @@ TEST_F(DataFeedTest, NextBatchTimesOut) {
 }
 
 TEST_F(DataFeedTest, ConnectNeedsASocket) {
-  const char* saved = std::getenv(kFeedSocketVariable);
-  const std::string saved_value = saved ? saved : "";
-  ::unsetenv(kFeedSocketVariable);
-  EXPECT_THAT(DataFeed::Connect(DataFeedOptions{}),
+  MapEnvironment env;
+  EXPECT_THAT(DataFeed::Connect(env, DataFeedOptions{}),
+              StatusIs(Code::kNotFound, HasSubstr("DROVER_FEED_SOCKET is not set")));
+  env.Set(kFeedSocketVariable, "");
+  EXPECT_THAT(DataFeed::Connect(env, DataFeedOptions{}),
               StatusIs(Code::kNotFound, HasSubstr("DROVER_FEED_SOCKET is not set")));
   // The variable names the socket when the options do not.
-  ::setenv(kFeedSocketVariable, agent_->socket_path().c_str(), 1);
-  Result<std::unique_ptr<DataFeed>> feed = DataFeed::Connect(DataFeedOptions{});
-  EXPECT_OK(feed);
-  if (saved) {
-    ::setenv(kFeedSocketVariable, saved_value.c_str(), 1);
-  } else {
-    ::unsetenv(kFeedSocketVariable);
-  }
+  env.Set(kFeedSocketVariable, agent_->socket_path());
+  EXPECT_OK(DataFeed::Connect(env, DataFeedOptions{}));
 }
 
 TEST_F(DataFeedTest, TrainModeMustMatchTheRun) {
-  EXPECT_THAT(DataFeed::Connect(Options(/*train_mode=*/false)),
+  EXPECT_THAT(DataFeed::Connect(no_env_, Options(/*train_mode=*/false)),
               StatusIs(Code::kInvalidArgument, HasSubstr("read it with train_mode=true")));
   ASSERT_EQ(agent_->hellos().size(), 1u);
   EXPECT_FALSE(agent_->hellos()[0].train_mode);
@@ -319,7 +315,7 @@ class InferenceFeedTest : public DataFeedTest {
 };
 
 TEST_F(InferenceFeedTest, TrainModeMustMatchTheRun) {
-  EXPECT_THAT(DataFeed::Connect(Options(/*train_mode=*/true)),
+  EXPECT_THAT(DataFeed::Connect(no_env_, Options(/*train_mode=*/true)),
               StatusIs(Code::kInvalidArgument, HasSubstr("train_mode=false")));
 }
 

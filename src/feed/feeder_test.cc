@@ -571,7 +571,7 @@ TEST_F(FeederTest, DataFeedReadsWhatTheFeederFeeds) {
   DataFeedOptions options;
   options.socket_path = agent_->socket_path();
   options.timeout = seconds(20);
-  Result<std::unique_ptr<DataFeed>> connected = DataFeed::Connect(options);
+  Result<std::unique_ptr<DataFeed>> connected = DataFeed::Connect(MapEnvironment(), options);
   ASSERT_OK(connected);
   DataFeed& feed = **connected;
   std::map<int, std::map<int, int>> ids;  // epoch -> id -> count
@@ -603,7 +603,7 @@ TEST_F(FeederTest, LargeNextBatchDoesNotStarveTheFeeder) {
   DataFeedOptions options;
   options.socket_path = agent_->socket_path();
   options.timeout = milliseconds(plan.feed_timeout_ms);
-  Result<std::unique_ptr<DataFeed>> connected = DataFeed::Connect(options);
+  Result<std::unique_ptr<DataFeed>> connected = DataFeed::Connect(MapEnvironment(), options);
   ASSERT_OK(connected);
   DataFeed& feed = **connected;
   Result<FeederReport> report = Status::Internal("not run");

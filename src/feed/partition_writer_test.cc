@@ -126,7 +126,7 @@ class PartitionWriterTest : public ::testing::Test {
     options.socket_path = service_->socket_path();
     options.train_mode = train_mode;
     options.timeout = seconds(30);
-    return DataFeed::Connect(options);
+    return DataFeed::Connect(MapEnvironment(), options);
   }
 
   TempDir dir_;

@@ -18,7 +18,8 @@ int main() {
     std::fprintf(stderr, "consumer: %s\n", context.status().ToString().c_str());
     return 1;
   }
-  drover::Result<std::unique_ptr<drover::DataFeed>> feed = drover::DataFeed::Connect();
+  drover::Result<std::unique_ptr<drover::DataFeed>> feed =
+      drover::DataFeed::Connect(drover::ProcessEnvironment());
   if (!feed.ok()) {
     std::fprintf(stderr, "consumer: %s\n", feed.status().ToString().c_str());
     return 1;
