@@ -274,7 +274,8 @@ class RendezvousClient {
 
   // Sends a heartbeat every `interval` from a thread the client owns, until
   // the client is destroyed. `payload`, when given, is called on that thread
-  // before each heartbeat and must be thread-safe.
+  // before each heartbeat and must be thread-safe. Called again, it takes the
+  // new interval (and payload, when given) and sends one heartbeat at once.
   void StartHeartbeats(Milliseconds interval, std::function<HeartbeatPayload()> payload = {});
 
   Status ReportError(const std::string& executor_id, const std::string& message,

@@ -370,6 +370,10 @@ int Agent::Impl::Run() {
   if (!formed.ok()) return Fail(formed.status());
   const FormedCluster& cluster = *formed;
   const Placement& own = *cluster.own();  // a client's cluster always places it
+  // Alive from the barrier on: preparing and starting the program (under
+  // `drover guard`) can outlast the server's patience on a slow host. The
+  // program's pid and the feed's counters join once the program runs.
+  client->StartHeartbeats(cluster.heartbeat_interval);
   const std::string task = own.Task();
 
   NodeContext context;
@@ -465,6 +469,7 @@ int Agent::Impl::Run() {
   }
   os::Subprocess child = std::move(spawned).value();
   // feed_ outlives the client (and so its heartbeat thread): ~Impl resets it.
+  // This sends the first heartbeat with the pid and the feed at once.
   client->StartHeartbeats(cluster.heartbeat_interval, [this, program_pid = *program_pid] {
     HeartbeatPayload payload;
     payload.program_pid = program_pid;

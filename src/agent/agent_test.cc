@@ -5,12 +5,14 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <set>
@@ -66,7 +68,10 @@ bool EventuallyGroupGone(pid_t pgid) {
 // A rendezvous server with N slots, and agents run on threads against it.
 class AgentTest : public ::testing::Test {
  protected:
-  void StartServer(int nodes, Milliseconds reservation_timeout = 60s, int num_ps = 0) {
+  // `missed_heartbeats`: 100 by default, as death by silence is not what
+  // most tests are about (a slow AddressSanitizer build is slow everywhere).
+  void StartServer(int nodes, Milliseconds reservation_timeout = 60s, int num_ps = 0,
+                   int missed_heartbeats = 100) {
     ASSERT_OK_AND_ASSIGN(token_, ClusterToken::Generate());
     RendezvousServerOptions options;
     options.bind_address = "127.0.0.1";
@@ -75,10 +80,7 @@ class AgentTest : public ::testing::Test {
     options.cluster.num_ps = num_ps;
     options.reservation_timeout = reservation_timeout;
     options.heartbeat_interval = 100ms;
-    // An agent's first heartbeat follows its program's start under `drover
-    // guard`, which takes 0.4 s on some hosts under AddressSanitizer: death
-    // by silence is not what these tests are about.
-    options.missed_heartbeats_until_dead = 100;
+    options.missed_heartbeats_until_dead = missed_heartbeats;
     options.on_event = [this](const NodeEvent& event) {
       std::lock_guard<std::mutex> lock(mu_);
       events_.push_back(event);
@@ -235,6 +237,23 @@ TEST_F(AgentTest, ReadsVariablesHostNameAndInterfacesThroughItsEnvironment) {
   EXPECT_EQ(env_a.count("NCCL_SOCKET_IFNAME"), 0u);  // no address given: no interface pinned
   EXPECT_EQ(env_b["NCCL_SOCKET_IFNAME"], "eth7");    // the loopback entry is passed over
   EXPECT_EQ(env_b["GLOO_SOCKET_IFNAME"], "eth7");
+}
+
+// An agent heartbeats from the barrier on: a program that takes three
+// seconds to start (here its `drover guard`, behind a slow wrapper) is not
+// declared dead after one second of silence.
+TEST_F(AgentTest, ASlowProgramStartIsNotADeath) {
+  StartServer(1, 60s, 0, /*missed_heartbeats=*/10);
+  const std::string slow = dir_.File("slow-drover");
+  std::ofstream(slow) << "#!/bin/sh\nsleep 3\nexec '" << DROVER_BIN_PATH << "' \"$@\"\n";
+  ASSERT_EQ(::chmod(slow.c_str(), 0755), 0);
+  AgentOptions options = Options("exec-0", "echo started");
+  options.drover_binary = slow;
+  EXPECT_EQ(Agent(options, ProcessEnvironment()).Run(), 0) << ReadFile(dir_.File("exec-0.err"));
+  EXPECT_EQ(ReadFile(dir_.File("exec-0.out")), "started\n");
+  for (const NodeEvent& event : Events()) {
+    EXPECT_NE(event.kind, NodeEvent::Kind::kDead) << event.message;
+  }
 }
 
 TEST_F(AgentTest, OutputIsPassedThroughUnchanged) {

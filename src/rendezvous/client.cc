@@ -317,6 +317,7 @@ class RendezvousClient::Impl {
   Mutex heartbeat_mu_;
   std::condition_variable_any heartbeat_cv_;
   bool stopping_ GUARDED_BY(heartbeat_mu_) = false;
+  bool send_now_ GUARDED_BY(heartbeat_mu_) = false;  // StartHeartbeats called again
   Milliseconds heartbeat_interval_ GUARDED_BY(heartbeat_mu_){1000};
   std::function<HeartbeatPayload()> heartbeat_payload_ GUARDED_BY(heartbeat_mu_);
   std::thread heartbeat_thread_;  // started once, by the caller's thread
@@ -621,7 +622,11 @@ void RendezvousClient::Impl::StartHeartbeats(Milliseconds interval,
     if (payload) heartbeat_payload_ = std::move(payload);
   }
   if (heartbeat_thread_.joinable()) {
-    heartbeat_cv_.notify_all();  // picks up the new interval
+    {
+      MutexLock lock(heartbeat_mu_);
+      send_now_ = true;  // the new payload's first values reach the server at once
+    }
+    heartbeat_cv_.notify_all();
     return;
   }
   heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
@@ -631,6 +636,7 @@ void RendezvousClient::Impl::HeartbeatLoop() {
   uint64_t sequence = 0;
   MutexLock lock(heartbeat_mu_);
   while (!stopping_) {
+    send_now_ = false;
     wire::Heartbeat heartbeat;
     heartbeat.set_sequence(++sequence);
     std::function<HeartbeatPayload()> payload = heartbeat_payload_;
@@ -642,7 +648,7 @@ void RendezvousClient::Impl::HeartbeatLoop() {
     if (!sent.ok()) return;
     heartbeat_cv_.wait_for(heartbeat_mu_, heartbeat_interval_, [this] {
       heartbeat_mu_.AssertHeld();
-      return stopping_;
+      return stopping_ || send_now_;
     });
   }
 }

@@ -916,7 +916,7 @@ TEST(RendezvousClientTest, LeavesNoThreadsOrDescriptorsBehind) {
     ASSERT_OK_AND_ASSIGN(auto client,
                          RendezvousClient::Connect(Options(server->address()), Soon()));
     client->StartHeartbeats(Milliseconds(1));
-    client->StartHeartbeats(Milliseconds(2));  // a second call only changes the interval
+    client->StartHeartbeats(Milliseconds(2));  // a second call: a new interval, one beat now
     std::this_thread::sleep_for(Milliseconds(10));
   }
   EXPECT_EQ(CountEntries("/proc/self/fd"), fds);
@@ -1244,6 +1244,32 @@ TEST(RendezvousEndToEndTest, ANodeThatLeavesIsNotReportedDead) {
   ASSERT_EQ(events.size(), 1u) << events.back().message;
   EXPECT_EQ(events[0].kind, NodeEvent::Kind::kLeft);
   EXPECT_EQ(events[0].node.executor_id, "1");
+}
+
+// The agent heartbeats from the barrier on, without a payload, and gives the
+// payload once its program runs: that heartbeat goes at once, not an
+// interval later (the interval here outlasts the test).
+TEST(RendezvousEndToEndTest, ANewHeartbeatPayloadIsSentAtOnce) {
+  RendezvousServerOptions options;
+  options.cluster.num_nodes = 1;
+  auto server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  std::vector<FormedCluster> formed;
+  auto clients = JoinCluster(*server, 1, &formed);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  clients[0]->StartHeartbeats(Milliseconds(600'000));
+  clients[0]->StartHeartbeats(Milliseconds(600'000), [] {
+    HeartbeatPayload payload;
+    payload.program_pid = 4242;
+    return payload;
+  });
+  ClusterState state;
+  for (Deadline deadline = Soon(); Clock::now() < deadline;) {
+    state = server->QueryState();
+    if (state.nodes[0].program_pid != 0) break;
+    std::this_thread::sleep_for(Milliseconds(5));
+  }
+  EXPECT_EQ(state.nodes[0].program_pid, 4242);
 }
 
 // Issue #9: heartbeats carry the program's pid and its feed counters; the
