@@ -22,6 +22,7 @@
 #include "feed/shm_channel.h"
 #include "feed/socket_fd.h"
 #include "os/subprocess.h"
+#include "os/unique_fd.h"
 
 namespace drover {
 namespace {
@@ -77,7 +78,7 @@ std::string PartName(uint32_t partition) {
 
 // One partition's results file, written while its results arrive.
 struct ResultFile {
-  int fd = -1;
+  os::UniqueFd fd;
   uint64_t results = 0;
   bool complete = false;
 };
@@ -98,7 +99,7 @@ class FeedService::Impl {
  private:
   void Wake() {
     uint64_t one = 1;
-    ssize_t ignored = ::write(event_fd_, &one, sizeof(one));
+    ssize_t ignored = ::write(event_fd_.get(), &one, sizeof(one));
     (void)ignored;
   }
   void Say(const std::string& message) {
@@ -126,8 +127,8 @@ class FeedService::Impl {
   std::vector<feed::FeedUnit> feeds_;
   std::string dir_;
   std::string socket_path_;
-  int listen_fd_ = -1;
-  int event_fd_ = -1;
+  os::UniqueFd listen_fd_;
+  os::UniqueFd event_fd_;
   std::thread loop_;
   std::thread results_;
   std::atomic<bool> quit_{false};
@@ -137,9 +138,9 @@ class FeedService::Impl {
   bool shut_down_ = false;
 
   // Loop thread only.
-  int reader_fd_ = -1;
+  os::UniqueFd reader_fd_;
   pid_t reader_pid_ = 0;
-  int writer_fd_ = -1;
+  os::UniqueFd writer_fd_;
   std::optional<os::Subprocess> feeder_;
   bool feeder_done_ = false;
   bool input_ended_ = false;
@@ -170,8 +171,8 @@ Status FeedService::Impl::Start() {
   DROVER_ASSIGN_OR_RETURN(feed::ShmChannel channel, feed::ShmChannel::Create(plan.queue_bytes));
   channel_.emplace(std::move(channel));
   DROVER_ASSIGN_OR_RETURN(listen_fd_, feed::ListenUnix(socket_path_));
-  event_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (event_fd_ < 0) return Status::IoError(std::string("eventfd: ") + std::strerror(errno));
+  event_fd_.Reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!event_fd_.valid()) return Status::IoError(std::string("eventfd: ") + std::strerror(errno));
   if (plan.mode == feed::FeedMode::kInference && !plan.external) {
     std::error_code error;
     fs::create_directories(plan.output_dir, error);
@@ -314,21 +315,19 @@ void FeedService::Impl::RestartFeederWhenDue() {
 }
 
 void FeedService::Impl::Accept() {
-  int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-  if (fd < 0) return;
+  os::UniqueFd fd(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  if (!fd.valid()) return;
   auto refuse = [&](const Status& status) {
-    (void)feed::SendMessage(fd, feed::EncodeRefusal(status));
-    ::close(fd);
+    (void)feed::SendMessage(fd.get(), feed::EncodeRefusal(status));
   };
-  Result<feed::PeerCredentials> peer = feed::PeerOf(fd);
+  Result<feed::PeerCredentials> peer = feed::PeerOf(fd.get());
   if (!peer.ok() || peer->uid != ::getuid()) {
     return refuse(Status::PermissionDenied("the feed of " + options_.task +
                                            " is served to its own user only"));
   }
   std::string line;
-  int ignored_fd = -1;
-  Status got = feed::ReceiveMessage(fd, Clock::now() + kHelloTimeout, &line, &ignored_fd);
-  if (ignored_fd >= 0) ::close(ignored_fd);
+  os::UniqueFd ignored_fd;
+  Status got = feed::ReceiveMessage(fd.get(), Clock::now() + kHelloTimeout, &line, &ignored_fd);
   feed::FeedRole role;
   bool train_mode = true;
   bool external_writer = false;
@@ -343,16 +342,13 @@ void FeedService::Impl::Accept() {
                       : "the feed of " + options_.task +
                             " is fed from its plan (drover run --input), not from outside"));
   }
-  int& slot = writer ? writer_fd_ : reader_fd_;
-  if (slot >= 0 && (!writer || plan.external)) {
+  os::UniqueFd& slot = writer ? writer_fd_ : reader_fd_;
+  if (slot.valid() && (!writer || plan.external)) {
     // A reader or writer that just left may not have been noticed yet.
-    pollfd p{slot, POLLIN, 0};
-    if (::poll(&p, 1, 0) > 0 && p.revents != 0) {
-      ::close(slot);
-      slot = -1;
-    }
+    pollfd p{slot.get(), POLLIN, 0};
+    if (::poll(&p, 1, 0) > 0 && p.revents != 0) slot.Reset();
   }
-  if (slot >= 0) {
+  if (slot.valid()) {
     return refuse(Status::AlreadyExists(
         !writer ? "the feed of " + options_.task + " already has a reader (pid " +
                       std::to_string(reader_pid_) + "): one process reads a node's feed"
@@ -373,11 +369,8 @@ void FeedService::Impl::Accept() {
   for (const feed::Partition& partition : plan.partitions) {
     grant.partitions.push_back(partition.Name());
   }
-  if (!feed::SendMessage(fd, feed::EncodeGrant(grant), channel_->fd()).ok()) {
-    ::close(fd);
-    return;
-  }
-  slot = fd;
+  if (!feed::SendMessage(fd.get(), feed::EncodeGrant(grant), channel_->fd()).ok()) return;
+  slot = std::move(fd);
   if (role == feed::FeedRole::kReader) reader_pid_ = peer->pid;
 }
 
@@ -390,12 +383,12 @@ void FeedService::Impl::Loop() {
   while (!quit_) {
     pollfd fds[5];
     int count = 0;
-    fds[count++] = {event_fd_, POLLIN, 0};
-    fds[count++] = {listen_fd_, POLLIN, 0};
-    const int reader_slot = reader_fd_ >= 0 ? count : -1;
-    if (reader_fd_ >= 0) fds[count++] = {reader_fd_, POLLIN, 0};
-    const int writer_slot = writer_fd_ >= 0 ? count : -1;
-    if (writer_fd_ >= 0) fds[count++] = {writer_fd_, POLLIN, 0};
+    fds[count++] = {event_fd_.get(), POLLIN, 0};
+    fds[count++] = {listen_fd_.get(), POLLIN, 0};
+    const int reader_slot = reader_fd_.valid() ? count : -1;
+    if (reader_fd_.valid()) fds[count++] = {reader_fd_.get(), POLLIN, 0};
+    const int writer_slot = writer_fd_.valid() ? count : -1;
+    if (writer_fd_.valid()) fds[count++] = {writer_fd_.get(), POLLIN, 0};
     if (feeder_ && feeder_->exit_fd() >= 0) fds[count++] = {feeder_->exit_fd(), POLLIN, 0};
     auto timeout = kPollInterval;
     if (restart_at_) {
@@ -405,16 +398,13 @@ void FeedService::Impl::Loop() {
     }
     ::poll(fds, static_cast<nfds_t>(count), static_cast<int>(timeout.count()));
     uint64_t events;
-    while (::read(event_fd_, &events, sizeof(events)) > 0) {
+    while (::read(event_fd_.get(), &events, sizeof(events)) > 0) {
     }
     if (quit_) break;
     if (fds[1].revents & POLLIN) Accept();
     // A client says nothing after its hello: readable means it is gone.
     for (auto [slot, fd] : {std::pair{reader_slot, &reader_fd_}, {writer_slot, &writer_fd_}}) {
-      if (slot >= 0 && fds[slot].revents != 0) {
-        ::close(*fd);
-        *fd = -1;
-      }
+      if (slot >= 0 && fds[slot].revents != 0) fd->Reset();
     }
     if (feeder_) {
       if (std::optional<os::ExitStatus> exited = feeder_->Poll()) OnFeederExit(*exited);
@@ -426,10 +416,8 @@ void FeedService::Impl::Loop() {
     feeder_->Wait();
     feeder_.reset();
   }
-  for (int* fd : {&reader_fd_, &writer_fd_}) {
-    if (*fd >= 0) ::close(*fd);
-    *fd = -1;
-  }
+  reader_fd_.Reset();
+  writer_fd_.Reset();
 }
 
 void FeedService::Impl::WriteResults() {
@@ -480,9 +468,11 @@ Status FeedService::Impl::WriteBatch(const feed::BatchView& batch) {
         " (were records handed to a reader that left unanswered?)");
   }
   const std::string temp = plan.output_dir + "/." + PartName(partition) + ".tmp";
-  if (file.fd < 0) {
-    file.fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (file.fd < 0) return Status::IoError("cannot write " + temp + ": " + std::strerror(errno));
+  if (!file.fd.valid()) {
+    file.fd.Reset(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!file.fd.valid()) {
+      return Status::IoError("cannot write " + temp + ": " + std::strerror(errno));
+    }
   }
   std::string text;
   text.reserve(batch.bytes + batch.info.record_count);
@@ -491,15 +481,14 @@ Status FeedService::Impl::WriteBatch(const feed::BatchView& batch) {
     text.push_back('\n');
   });
   for (size_t done = 0; done < text.size();) {
-    ssize_t n = ::write(file.fd, text.data() + done, text.size() - done);
+    ssize_t n = ::write(file.fd.get(), text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return Status::IoError("cannot write " + temp + ": " + std::strerror(errno));
     done += static_cast<size_t>(n);
   }
   file.results += batch.info.record_count;
   if (batch.info.flags & feed::kEndOfPartition) {
-    ::close(file.fd);
-    file.fd = -1;
+    file.fd.Reset();
     const std::string final_path = plan.output_dir + "/" + PartName(partition);
     if (std::rename(temp.c_str(), final_path.c_str()) != 0) {
       return Status::IoError("cannot rename " + temp + ": " + std::strerror(errno));
@@ -563,16 +552,12 @@ void FeedService::Impl::Shutdown() {
   quit_ = true;
   finishing_ = true;
   if (channel_) channel_->AdvanceState(RunState::kStopped);
-  if (event_fd_ >= 0) Wake();
+  if (event_fd_.valid()) Wake();
   if (loop_.joinable()) loop_.join();
   if (results_.joinable()) results_.join();
-  for (auto& [partition, file] : result_files_) {
-    if (file.fd >= 0) ::close(file.fd);
-    file.fd = -1;
-  }
-  if (listen_fd_ >= 0) ::close(listen_fd_);
-  if (event_fd_ >= 0) ::close(event_fd_);
-  listen_fd_ = event_fd_ = -1;
+  for (auto& [partition, file] : result_files_) file.fd.Reset();
+  listen_fd_.Reset();
+  event_fd_.Reset();
   if (!dir_.empty()) {
     std::error_code ignored;
     fs::remove_all(dir_, ignored);

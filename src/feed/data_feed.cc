@@ -10,6 +10,7 @@
 #include "feed/shm_channel.h"
 #include "feed/socket_fd.h"
 #include "os/duration_text.h"
+#include "os/unique_fd.h"
 
 namespace drover {
 namespace {
@@ -30,7 +31,7 @@ struct Piece {
 class ShmDataFeed final : public DataFeed {
  public:
   ShmDataFeed(feed::JoinedFeed joined, bool train_mode, std::chrono::milliseconds timeout)
-      : socket_(joined.socket),
+      : socket_(std::move(joined.socket)),
         grant_(std::move(joined.grant)),
         channel_(std::move(joined.channel)),
         input_(channel_, /*input_ring=*/true),
@@ -38,8 +39,6 @@ class ShmDataFeed final : public DataFeed {
         inference_(!train_mode),
         external_(grant_.mode == "external"),
         timeout_(timeout) {}
-  ~ShmDataFeed() override { ::close(socket_); }
-
   // Starts after what an earlier reader of this node's feed was handed.
   Status Resume() { return input_.Resume(); }
 
@@ -71,7 +70,9 @@ class ShmDataFeed final : public DataFeed {
   Status WriteResults(const Piece& piece, const std::vector<std::string_view>& results,
                       size_t first);
 
-  int socket_;
+  // Closing the connection is what tells the agent this reader is gone:
+  // declared before the channel, so it closes after the last use of it.
+  os::UniqueFd socket_;
   feed::FeedGrant grant_;
   feed::ShmChannel channel_;
   feed::RingReader input_;
@@ -344,7 +345,6 @@ Result<std::unique_ptr<DataFeed>> DataFeed::Connect(const Environment& env,
   // the program.
   const bool inference_run = joined.grant.mode == "inference";
   if (joined.grant.mode != "external" && inference_run == options.train_mode) {
-    ::close(joined.socket);
     return Status::InvalidArgument(
         inference_run ? "this run feeds for inference (drover run --mode inference): read it "
                         "with train_mode=false and answer with batch_results"

@@ -14,6 +14,7 @@
 #include "feed/feed_test_util.h"
 #include "feed/shm_channel.h"
 #include "feed/socket_fd.h"
+#include "os/unique_fd.h"
 #include "testing/status_matchers.h"
 
 namespace drover {
@@ -466,18 +467,18 @@ TEST(FeedSocketTest, MessagesCarryADescriptor) {
   ASSERT_OK_AND_ASSIGN(ShmChannel channel, ShmChannel::Create(64 << 10));
   ASSERT_OK(feed::SendMessage(pair[0], "{\"hello\": 1}", channel.fd()));
   std::string line;
-  int fd = -1;
+  os::UniqueFd fd;
   ASSERT_OK(feed::ReceiveMessage(pair[1], In(seconds(5)), &line, &fd));
   EXPECT_EQ(line, "{\"hello\": 1}");
-  ASSERT_GE(fd, 0);
-  EXPECT_NE(fd, channel.fd());
-  ASSERT_OK_AND_ASSIGN(ShmChannel mapped, ShmChannel::Map(fd));
+  ASSERT_TRUE(fd.valid());
+  EXPECT_NE(fd.get(), channel.fd());
+  ASSERT_OK_AND_ASSIGN(ShmChannel mapped, ShmChannel::Map(std::move(fd)));
   EXPECT_EQ(mapped.ring_bytes(), channel.ring_bytes());
 
   ASSERT_OK(feed::SendMessage(pair[0], "plain"));
   ASSERT_OK(feed::ReceiveMessage(pair[1], In(seconds(5)), &line, &fd));
   EXPECT_EQ(line, "plain");
-  EXPECT_EQ(fd, -1);
+  EXPECT_FALSE(fd.valid());
 
   EXPECT_THAT(feed::ReceiveMessage(pair[1], In(milliseconds(20)), &line, &fd),
               StatusIs(Code::kDeadlineExceeded, ::testing::_));
@@ -489,14 +490,13 @@ TEST(FeedSocketTest, MessagesCarryADescriptor) {
 
 TEST(FeedSocketTest, PeerCredentialsAreOurs) {
   TempDir dir;
-  ASSERT_OK_AND_ASSIGN(int listening, feed::ListenUnix(dir.File("s")));
-  ASSERT_OK_AND_ASSIGN(int client, feed::ConnectUnix(dir.File("s"), In(seconds(5))));
-  int server = ::accept(listening, nullptr, nullptr);
-  ASSERT_GE(server, 0);
-  ASSERT_OK_AND_ASSIGN(feed::PeerCredentials peer, feed::PeerOf(server));
+  ASSERT_OK_AND_ASSIGN(os::UniqueFd listening, feed::ListenUnix(dir.File("s")));
+  ASSERT_OK_AND_ASSIGN(os::UniqueFd client, feed::ConnectUnix(dir.File("s"), In(seconds(5))));
+  os::UniqueFd server(::accept(listening.get(), nullptr, nullptr));
+  ASSERT_TRUE(server.valid());
+  ASSERT_OK_AND_ASSIGN(feed::PeerCredentials peer, feed::PeerOf(server.get()));
   EXPECT_EQ(peer.pid, ::getpid());
   EXPECT_EQ(peer.uid, ::getuid());
-  for (int fd : {listening, client, server}) ::close(fd);
 }
 
 TEST(FeedSocketTest, ConnectGivesUpAtTheDeadline) {
@@ -539,14 +539,13 @@ TEST_F(DataFeedTest, JoinFeedReturnsTheGrant) {
   EXPECT_EQ(joined.grant.task, "worker:0");
   EXPECT_THAT(joined.grant.partitions, ElementsAre("data/a.csv", "data/b.csv", "data/c.csv"));
   EXPECT_EQ(joined.channel.ring_bytes(), channel_->ring_bytes());
-  ::close(joined.socket);
+  joined.socket.Reset();
   // Writers are not limited by this agent; readers are.
   ASSERT_OK_AND_ASSIGN(
       feed::JoinedFeed reader,
       feed::JoinFeed(agent_->socket_path(), FeedRole::kReader, true, In(seconds(5))));
   EXPECT_THAT(feed::JoinFeed(agent_->socket_path(), FeedRole::kReader, true, In(seconds(5))),
               StatusIs(Code::kAlreadyExists, ::testing::_));
-  ::close(reader.socket);
 }
 
 // json::value() used to throw for a field of another type.
@@ -572,19 +571,18 @@ TEST(FeedSocketTest, AnswerFieldsOfTheWrongTypeAreABadAnswer) {
 
 TEST(FeedSocketTest, RefusalsKeepTheirCode) {
   TempDir dir;
-  ASSERT_OK_AND_ASSIGN(int listening, feed::ListenUnix(dir.File("s")));
+  ASSERT_OK_AND_ASSIGN(os::UniqueFd listening, feed::ListenUnix(dir.File("s")));
   const std::vector<Status> refusals = {
       Status::AlreadyExists("taken"), Status::InvalidArgument("bad"), Status::NotFound("gone"),
       Status::PermissionDenied("not yours"), Status::Internal("other")};
   std::thread agent([&] {
     for (const Status& refusal : refusals) {
-      int fd = ::accept(listening, nullptr, nullptr);
-      if (fd < 0) return;
+      os::UniqueFd fd(::accept(listening.get(), nullptr, nullptr));
+      if (!fd.valid()) return;
       std::string line;
-      int ignored = -1;
-      (void)feed::ReceiveMessage(fd, In(seconds(5)), &line, &ignored);
-      (void)feed::SendMessage(fd, feed::EncodeRefusal(refusal));
-      ::close(fd);
+      os::UniqueFd ignored;
+      (void)feed::ReceiveMessage(fd.get(), In(seconds(5)), &line, &ignored);
+      (void)feed::SendMessage(fd.get(), feed::EncodeRefusal(refusal));
     }
   });
   const std::vector<Code> codes = {Code::kAlreadyExists, Code::kInvalidArgument, Code::kNotFound,
@@ -594,7 +592,6 @@ TEST(FeedSocketTest, RefusalsKeepTheirCode) {
                 StatusIs(codes[i], refusals[i].message()));
   }
   agent.join();
-  ::close(listening);
 }
 
 }  // namespace

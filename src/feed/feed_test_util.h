@@ -34,6 +34,7 @@
 #include "drover/status.h"
 #include "feed/shm_channel.h"
 #include "feed/socket_fd.h"
+#include "os/unique_fd.h"
 #include "testing/temp_dir.h"
 
 namespace drover::feed::testing {
@@ -139,28 +140,26 @@ class TestAgent {
   // Serves `channel` (borrowed; it must outlive the agent) at <dir>/feed.sock.
   TestAgent(const ShmChannel& channel, FeedGrant grant, const std::string& dir)
       : channel_fd_(channel.fd()), grant_(std::move(grant)), path_(dir + "/feed.sock") {
-    Result<int> listening = ListenUnix(path_);
+    Result<os::UniqueFd> listening = ListenUnix(path_);
     if (!listening.ok()) {
       error_ = listening.status().ToString();
       return;
     }
-    listen_fd_ = *listening;
-    if (::pipe2(stop_pipe_, O_CLOEXEC) != 0) {
-      error_ = "pipe2 failed";
+    listen_fd_ = std::move(listening).value();
+    Result<os::Pipe> stop_pipe = os::MakePipe(O_CLOEXEC);
+    if (!stop_pipe.ok()) {
+      error_ = stop_pipe.status().ToString();
       return;
     }
+    stop_pipe_ = std::move(stop_pipe).value();
     thread_ = std::thread([this] { Loop(); });
   }
   ~TestAgent() {
     if (thread_.joinable()) {
       char byte = 'x';
-      (void)!::write(stop_pipe_[1], &byte, 1);
+      (void)!::write(stop_pipe_.write.get(), &byte, 1);
       thread_.join();
     }
-    for (int fd : {listen_fd_, stop_pipe_[0], stop_pipe_[1], reader_fd_}) {
-      if (fd >= 0) ::close(fd);
-    }
-    for (int fd : others_) ::close(fd);
   }
   TestAgent(const TestAgent&) = delete;
   TestAgent& operator=(const TestAgent&) = delete;
@@ -176,7 +175,7 @@ class TestAgent {
  private:
   void Loop() {
     for (;;) {
-      pollfd fds[2] = {{stop_pipe_[0], POLLIN, 0}, {listen_fd_, POLLIN, 0}};
+      pollfd fds[2] = {{stop_pipe_.read.get(), POLLIN, 0}, {listen_fd_.get(), POLLIN, 0}};
       if (::poll(fds, 2, 100) < 0 && errno != EINTR) return;
       if (fds[0].revents != 0) return;
       if (fds[1].revents & POLLIN) Accept();
@@ -184,16 +183,15 @@ class TestAgent {
   }
 
   void Accept() {
-    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) return;
-    auto refuse = [fd](const Status& status) {
-      (void)SendMessage(fd, EncodeRefusal(status));
-      ::close(fd);
+    os::UniqueFd fd(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!fd.valid()) return;
+    auto refuse = [&fd](const Status& status) {
+      (void)SendMessage(fd.get(), EncodeRefusal(status));
     };
     std::string line;
-    int ignored_fd = -1;
-    Status got = ReceiveMessage(fd, Clock::now() + std::chrono::seconds(5), &line, &ignored_fd);
-    if (ignored_fd >= 0) ::close(ignored_fd);
+    os::UniqueFd ignored_fd;
+    Status got =
+        ReceiveMessage(fd.get(), Clock::now() + std::chrono::seconds(5), &line, &ignored_fd);
     FeedRole role = FeedRole::kReader;
     bool train_mode = true;
     if (got.ok()) got = DecodeHello(line, &role, &train_mode);
@@ -202,25 +200,21 @@ class TestAgent {
       std::lock_guard<std::mutex> lock(mutex_);
       hellos_.push_back({role, train_mode});
     }
-    if (role == FeedRole::kReader && reader_fd_ >= 0) {
+    if (role == FeedRole::kReader && reader_fd_.valid()) {
       // A reader says nothing after its hello: readable means it is gone.
-      pollfd p{reader_fd_, POLLIN, 0};
+      pollfd p{reader_fd_.get(), POLLIN, 0};
       if (::poll(&p, 1, 0) > 0 && p.revents != 0) {
-        ::close(reader_fd_);
-        reader_fd_ = -1;
+        reader_fd_.Reset();
       } else {
         return refuse(
             Status::AlreadyExists("the feed of " + grant_.task + " already has a reader"));
       }
     }
-    if (!SendMessage(fd, EncodeGrant(grant_), channel_fd_).ok()) {
-      ::close(fd);
-      return;
-    }
+    if (!SendMessage(fd.get(), EncodeGrant(grant_), channel_fd_).ok()) return;
     if (role == FeedRole::kReader) {
-      reader_fd_ = fd;
+      reader_fd_ = std::move(fd);
     } else {
-      others_.push_back(fd);
+      others_.push_back(std::move(fd));
     }
   }
 
@@ -228,12 +222,12 @@ class TestAgent {
   const FeedGrant grant_;
   const std::string path_;
   std::string error_;
-  int listen_fd_ = -1;
-  int stop_pipe_[2] = {-1, -1};
+  os::UniqueFd listen_fd_;
+  os::Pipe stop_pipe_;
   std::thread thread_;
   // Only the loop thread touches these.
-  int reader_fd_ = -1;
-  std::vector<int> others_;
+  os::UniqueFd reader_fd_;
+  std::vector<os::UniqueFd> others_;
   mutable std::mutex mutex_;
   std::vector<Hello> hellos_;  // GUARDED_BY(mutex_)
 };

@@ -219,7 +219,6 @@ Result<FeederReport> RunFeeder(const FeederOptions& options) {
   if (!report.ok() && joined.channel.state() == RunState::kRunning) {
     joined.channel.SetError(report.status().message());
   }
-  ::close(joined.socket);
   return report;
 }
 

@@ -12,6 +12,7 @@
 #include "feed/shm_channel.h"
 #include "feed/socket_fd.h"
 #include "os/duration_text.h"
+#include "os/unique_fd.h"
 
 namespace drover::feed {
 namespace {
@@ -36,7 +37,7 @@ class ShmPartitionWriter final : public PartitionWriter {
  public:
   ShmPartitionWriter(PartitionWriterOptions options, JoinedFeed joined)
       : options_(std::move(options)),
-        socket_(joined.socket),
+        socket_(std::move(joined.socket)),
         task_(joined.grant.task),
         channel_(std::move(joined.channel)),
         input_(channel_, /*input_ring=*/true) {
@@ -49,10 +50,6 @@ class ShmPartitionWriter final : public PartitionWriter {
     Result<std::optional<CommitPoint>> last = input_.LastCommit();
     if (last.ok() && last->has_value()) next_feed_seq_ = (*last)->feed_seq + 1;
   }
-  // Closing the connection is what tells the agent this writer is gone:
-  // after the last write to the channel.
-  ~ShmPartitionWriter() override { ::close(socket_); }
-
   const std::string& task() const override { return task_; }
   Status Feed(uint32_t partition, uint32_t epoch, const std::vector<std::string_view>& records,
               std::vector<std::string>* results) override;
@@ -96,7 +93,9 @@ class ShmPartitionWriter final : public PartitionWriter {
                      std::atomic<int64_t>* progress, std::vector<std::string>* results);
 
   const PartitionWriterOptions options_;
-  const int socket_;
+  // Closing the connection is what tells the agent this writer is gone:
+  // declared before the channel, so it closes after the last write to it.
+  const os::UniqueFd socket_;
   const std::string task_;
   ShmChannel channel_;
   RingWriter input_;
@@ -319,7 +318,6 @@ Result<std::unique_ptr<PartitionWriter>> PartitionWriter::Connect(PartitionWrite
                           JoinFeed(options.socket_path, FeedRole::kWriter, /*train_mode=*/true,
                                    Clock::now() + options.connect_timeout, /*external=*/true));
   if (joined.grant.mode != "external") {
-    ::close(joined.socket);
     return Status::FailedPrecondition(
         "the feed at " + options.socket_path + " of " + joined.grant.task +
         " is fed from its plan (drover run --input), not from outside");

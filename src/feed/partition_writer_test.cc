@@ -273,7 +273,6 @@ TEST_F(PartitionWriterTest, WrongNumberOfResultsNamesThePartition) {
                        AllOf(HasSubstr("worker:1 returned 1 results for the 2 records"),
                              HasSubstr("partition 2"))));
   program.Join();
-  ::close(joined.socket);
 }
 
 TEST_F(PartitionWriterTest, OneWriterAtATime) {

@@ -100,7 +100,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   int fd = SealedMemfd(bytes);
   if (fd < 0) return 0;
-  auto channel = ShmChannel::Map(fd);  // takes fd
+  auto channel = ShmChannel::Map(drover::os::UniqueFd(fd));
   if (!channel.ok()) return 0;
   uint64_t sink = channel->ring_bytes() + static_cast<uint32_t>(channel->state());
   sink += channel->error().size();

@@ -155,20 +155,16 @@ void PrefaultInputRing(void* base, uint64_t ring_bytes) {
 
 Result<ShmChannel> ShmChannel::Create(uint64_t ring_bytes) {
   ring_bytes = std::clamp(AlignUp(ring_bytes, kPage), kMinRingBytes, kMaxRingBytes);
-  int fd = ::memfd_create("drover-feed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (fd < 0) return Status::IoError(std::string("memfd_create: ") + std::strerror(errno));
+  os::UniqueFd fd(::memfd_create("drover-feed", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd.valid()) return Status::IoError(std::string("memfd_create: ") + std::strerror(errno));
   const uint64_t total = TotalBytes(ring_bytes);
-  if (::ftruncate(fd, static_cast<off_t>(total)) != 0 ||
-      ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
-    int saved = errno;
-    ::close(fd);
-    return Status::IoError(std::string("cannot size the feed channel: ") + std::strerror(saved));
+  if (::ftruncate(fd.get(), static_cast<off_t>(total)) != 0 ||
+      ::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    return Status::IoError(std::string("cannot size the feed channel: ") + std::strerror(errno));
   }
-  void* base = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* base = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (base == MAP_FAILED) {
-    int saved = errno;
-    ::close(fd);
-    return Status::IoError(std::string("cannot map the feed channel: ") + std::strerror(saved));
+    return Status::IoError(std::string("cannot map the feed channel: ") + std::strerror(errno));
   }
   PrefaultInputRing(base, ring_bytes);
   auto* header = new (base) ChannelHeader{};
@@ -180,21 +176,20 @@ Result<ShmChannel> ShmChannel::Create(uint64_t ring_bytes) {
   header->output_offset = kHeaderBytes + kRingHeaderBytes + ring_bytes;
   new (static_cast<char*>(base) + header->input_offset) RingHeader{};
   new (static_cast<char*>(base) + header->output_offset) RingHeader{};
-  return ShmChannel(fd, base, total, ring_bytes);
+  return ShmChannel(std::move(fd), base, total, ring_bytes);
 }
 
-Result<ShmChannel> ShmChannel::Map(int fd) {
-  auto fail = [fd](std::string message) {
-    ::close(fd);
+Result<ShmChannel> ShmChannel::Map(os::UniqueFd fd) {
+  auto fail = [](std::string message) {
     return Status::InvalidArgument("not a drover feed channel: " + message);
   };
   struct stat st {};
-  if (::fstat(fd, &st) != 0) return fail(std::strerror(errno));
-  int seals = ::fcntl(fd, F_GET_SEALS);
+  if (::fstat(fd.get(), &st) != 0) return fail(std::strerror(errno));
+  int seals = ::fcntl(fd.get(), F_GET_SEALS);
   if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) return fail("the memfd is not sealed");
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size < kHeaderBytes) return fail("too small");
-  void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (base == MAP_FAILED) return fail(std::string("mmap: ") + std::strerror(errno));
   // Another process may write the header while we look: each field is read
   // once, checked, and only the checked copy is used from here on.
@@ -220,19 +215,19 @@ Result<ShmChannel> ShmChannel::Map(int fd) {
     return fail(problem);
   }
   PrefaultInputRing(base, ring_bytes);
-  return ShmChannel(fd, base, size, ring_bytes);
+  return ShmChannel(std::move(fd), base, size, ring_bytes);
 }
 
 ShmChannel::ShmChannel(ShmChannel&& other) noexcept
-    : fd_(std::exchange(other.fd_, -1)),
+    : fd_(std::move(other.fd_)),
       base_(std::exchange(other.base_, nullptr)),
       size_(std::exchange(other.size_, 0)),
       ring_bytes_(std::exchange(other.ring_bytes_, 0)) {}
 
 ShmChannel& ShmChannel::operator=(ShmChannel&& other) noexcept {
   if (this != &other) {
-    this->~ShmChannel();
-    fd_ = std::exchange(other.fd_, -1);
+    if (base_ != nullptr) ::munmap(base_, size_);
+    fd_ = std::move(other.fd_);
     base_ = std::exchange(other.base_, nullptr);
     size_ = std::exchange(other.size_, 0);
     ring_bytes_ = std::exchange(other.ring_bytes_, 0);
@@ -242,7 +237,6 @@ ShmChannel& ShmChannel::operator=(ShmChannel&& other) noexcept {
 
 ShmChannel::~ShmChannel() {
   if (base_ != nullptr) ::munmap(base_, size_);
-  if (fd_ >= 0) ::close(fd_);
 }
 
 // The rings' places follow from ring_bytes_ alone (checked when created or

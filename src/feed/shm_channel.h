@@ -24,9 +24,11 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "drover/feed_progress.h"
 #include "drover/status.h"
+#include "os/unique_fd.h"
 
 namespace drover::feed {
 
@@ -100,13 +102,13 @@ class ShmChannel {
   static Result<ShmChannel> Create(uint64_t ring_bytes);
   // Maps a channel received from the agent; takes `fd`. kInvalidArgument
   // when it is not a channel (bad magic, version, size or seals).
-  static Result<ShmChannel> Map(int fd);
+  static Result<ShmChannel> Map(os::UniqueFd fd);
 
   ShmChannel(ShmChannel&& other) noexcept;
   ShmChannel& operator=(ShmChannel&& other) noexcept;
   ~ShmChannel();
 
-  int fd() const { return fd_; }
+  int fd() const { return fd_.get(); }
   // Checked once, when created or mapped, and kept here: the header's copy
   // is in memory the other processes can write.
   uint64_t ring_bytes() const { return ring_bytes_; }
@@ -128,11 +130,11 @@ class ShmChannel {
   char* output_data() const;
 
  private:
-  ShmChannel(int fd, void* base, size_t size, uint64_t ring_bytes)
-      : fd_(fd), base_(base), size_(size), ring_bytes_(ring_bytes) {}
+  ShmChannel(os::UniqueFd fd, void* base, size_t size, uint64_t ring_bytes)
+      : fd_(std::move(fd)), base_(base), size_(size), ring_bytes_(ring_bytes) {}
   ChannelHeader* header() const;
 
-  int fd_ = -1;
+  os::UniqueFd fd_;
   void* base_ = nullptr;
   size_t size_ = 0;
   uint64_t ring_bytes_ = 0;

@@ -155,7 +155,7 @@ TEST(ShmChannelTest, ReaderProgressIsCountedInTheSharedHeader) {
   ASSERT_TRUE(two.has_value());
   reader.ReleaseAll();
   // Seen through a second mapping, as the agent sees it.
-  ASSERT_OK_AND_ASSIGN(ShmChannel mapped, ShmChannel::Map(::dup(channel.fd())));
+  ASSERT_OK_AND_ASSIGN(ShmChannel mapped, ShmChannel::Map(os::UniqueFd(::dup(channel.fd()))));
   FeedProgress after_two = ReadRingProgress(mapped, true);
   EXPECT_EQ(after_two.records, 3u);
   EXPECT_EQ(after_two.bytes, 10u);
@@ -522,7 +522,7 @@ TEST(ShmChannelTest, FirstErrorWins) {
   EXPECT_EQ(channel.error(), "bad record in a.csv");
   channel.AdvanceState(RunState::kStopped);
   // Another mapping sees it.
-  ASSERT_OK_AND_ASSIGN(ShmChannel mapped, ShmChannel::Map(::dup(channel.fd())));
+  ASSERT_OK_AND_ASSIGN(ShmChannel mapped, ShmChannel::Map(os::UniqueFd(::dup(channel.fd()))));
   EXPECT_EQ(mapped.error(), "bad record in a.csv");
   EXPECT_EQ(mapped.state(), RunState::kStopped);
   // A long error is cut, not overrun.
@@ -533,7 +533,7 @@ TEST(ShmChannelTest, FirstErrorWins) {
 
 TEST(ShmChannelTest, MapSharesTheChannel) {
   ASSERT_OK_AND_ASSIGN(ShmChannel channel, ShmChannel::Create(128 << 10));
-  ASSERT_OK_AND_ASSIGN(ShmChannel mapped, ShmChannel::Map(::dup(channel.fd())));
+  ASSERT_OK_AND_ASSIGN(ShmChannel mapped, ShmChannel::Map(os::UniqueFd(::dup(channel.fd()))));
   EXPECT_EQ(mapped.ring_bytes(), channel.ring_bytes());
   RingWriter writer(mapped, /*input_ring=*/false);
   RingReader reader(channel, /*input_ring=*/false);
@@ -579,12 +579,12 @@ TEST(ShmChannelTest, MapRefusesWhatIsNotAChannel) {
   {  // The bytes of a channel, sealed: accepted (the checks below are the only differences).
     int fd = MakeMemfd(good, /*seal=*/true);
     ASSERT_GE(fd, 0);
-    EXPECT_OK(ShmChannel::Map(fd));
+    EXPECT_OK(ShmChannel::Map(os::UniqueFd(fd)));
   }
   {  // Not sealed: the creator could shrink it under the reader.
     int fd = MakeMemfd(good, /*seal=*/false);
     ASSERT_GE(fd, 0);
-    EXPECT_THAT(ShmChannel::Map(fd),
+    EXPECT_THAT(ShmChannel::Map(os::UniqueFd(fd)),
                 StatusIs(Code::kInvalidArgument, HasSubstr("the memfd is not sealed")));
     EXPECT_EQ(::fcntl(fd, F_GETFD), -1) << "Map takes the descriptor, also on failure";
   }
@@ -593,7 +593,8 @@ TEST(ShmChannelTest, MapRefusesWhatIsNotAChannel) {
     bytes[0] = 'X';
     int fd = MakeMemfd(bytes, true);
     ASSERT_GE(fd, 0);
-    EXPECT_THAT(ShmChannel::Map(fd), StatusIs(Code::kInvalidArgument, HasSubstr("bad magic")));
+    EXPECT_THAT(ShmChannel::Map(os::UniqueFd(fd)),
+                StatusIs(Code::kInvalidArgument, HasSubstr("bad magic")));
   }
   {  // Wrong version.
     std::string bytes = good;
@@ -601,18 +602,19 @@ TEST(ShmChannelTest, MapRefusesWhatIsNotAChannel) {
     std::memcpy(bytes.data() + 8, &version, sizeof(version));
     int fd = MakeMemfd(bytes, true);
     ASSERT_GE(fd, 0);
-    EXPECT_THAT(ShmChannel::Map(fd),
+    EXPECT_THAT(ShmChannel::Map(os::UniqueFd(fd)),
                 StatusIs(Code::kInvalidArgument, HasSubstr("version 2, expected 1")));
   }
   {  // Too small for a header.
     int fd = MakeMemfd(good.substr(0, 100), true);
     ASSERT_GE(fd, 0);
-    EXPECT_THAT(ShmChannel::Map(fd), StatusIs(Code::kInvalidArgument, HasSubstr("too small")));
+    EXPECT_THAT(ShmChannel::Map(os::UniqueFd(fd)),
+                StatusIs(Code::kInvalidArgument, HasSubstr("too small")));
   }
   {  // A header whose rings are not there.
     int fd = MakeMemfd(good.substr(0, 4096), true);
     ASSERT_GE(fd, 0);
-    EXPECT_THAT(ShmChannel::Map(fd),
+    EXPECT_THAT(ShmChannel::Map(os::UniqueFd(fd)),
                 StatusIs(Code::kInvalidArgument, HasSubstr("inconsistent sizes")));
   }
   {  // Not a memfd at all.
@@ -620,7 +622,8 @@ TEST(ShmChannelTest, MapRefusesWhatIsNotAChannel) {
     testing::WriteFile(dir.File("plain"), good);
     int fd = ::open(dir.File("plain").c_str(), O_RDWR | O_CLOEXEC);
     ASSERT_GE(fd, 0);
-    EXPECT_THAT(ShmChannel::Map(fd), StatusIs(Code::kInvalidArgument, HasSubstr("not sealed")));
+    EXPECT_THAT(ShmChannel::Map(os::UniqueFd(fd)),
+                StatusIs(Code::kInvalidArgument, HasSubstr("not sealed")));
   }
 }
 
@@ -648,7 +651,7 @@ TEST(ShmChannelTest, SizesWrittenOverAfterMappingAreNotFollowed) {
     }
   }
   // A process mapping it now is refused.
-  EXPECT_THAT(ShmChannel::Map(::dup(fd)),
+  EXPECT_THAT(ShmChannel::Map(os::UniqueFd(::dup(fd))),
               StatusIs(Code::kInvalidArgument, HasSubstr("inconsistent sizes")));
 }
 
@@ -907,7 +910,7 @@ const ChildBody kNumberedWriter("numbered_writer", [](const std::string& arg) {
   uint32_t seed = 0;
   int sleepy = 0;
   if (std::sscanf(arg.c_str(), "%" SCNu64 " %" SCNu32 " %d", &total, &seed, &sleepy) != 3) return 4;
-  Result<ShmChannel> mapped = ShmChannel::Map(InheritedFd(0));
+  Result<ShmChannel> mapped = ShmChannel::Map(os::UniqueFd(InheritedFd(0)));
   if (!mapped.ok()) return 2;
   return WriteNumberedRecords(*mapped, total, seed, sleepy != 0);
 });

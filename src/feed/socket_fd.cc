@@ -34,29 +34,29 @@ int MillisecondsLeft(Deadline deadline) {
 
 }  // namespace
 
-Result<int> ListenUnix(const std::string& path) {
+Result<os::UniqueFd> ListenUnix(const std::string& path) {
   DROVER_ASSIGN_OR_RETURN(sockaddr_un address, AddressOf(path));
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return Status::IoError(std::string("socket: ") + std::strerror(errno));
+  os::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return Status::IoError(std::string("socket: ") + std::strerror(errno));
   ::unlink(path.c_str());
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
-      ::listen(fd, 16) != 0) {
-    int saved = errno;
-    ::close(fd);
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+      ::listen(fd.get(), 16) != 0) {
     return Status::IoError("cannot listen on the feed socket " + path + ": " +
-                           std::strerror(saved));
+                           std::strerror(errno));
   }
   return fd;
 }
 
-Result<int> ConnectUnix(const std::string& path, Deadline deadline) {
+Result<os::UniqueFd> ConnectUnix(const std::string& path, Deadline deadline) {
   DROVER_ASSIGN_OR_RETURN(sockaddr_un address, AddressOf(path));
   for (;;) {
-    int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return Status::IoError(std::string("socket: ") + std::strerror(errno));
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0) return fd;
+    os::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd.valid()) return Status::IoError(std::string("socket: ") + std::strerror(errno));
+    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0) {
+      return fd;
+    }
     int saved = errno;
-    ::close(fd);
+    fd.Reset();
     bool retry = saved == ENOENT || saved == ECONNREFUSED || saved == EAGAIN;
     if (!retry || Clock::now() >= deadline) {
       return Status::Unavailable("cannot reach the drover agent's feed socket " + path + ": " +
@@ -97,9 +97,9 @@ Status SendMessage(int socket, const std::string& line, int fd) {
   return Status::Ok();
 }
 
-Status ReceiveMessage(int socket, Deadline deadline, std::string* line, int* fd) {
+Status ReceiveMessage(int socket, Deadline deadline, std::string* line, os::UniqueFd* fd) {
   line->clear();
-  *fd = -1;
+  fd->Reset();
   for (;;) {
     pollfd p{socket, POLLIN, 0};
     int ready = ::poll(&p, 1, MillisecondsLeft(deadline));
@@ -118,8 +118,7 @@ Status ReceiveMessage(int socket, Deadline deadline, std::string* line, int* fd)
     ssize_t n = ::recvmsg(socket, &message, MSG_CMSG_CLOEXEC);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      if (*fd >= 0) ::close(*fd);
-      *fd = -1;
+      fd->Reset();
       return Status::Unavailable("the feed socket closed");
     }
     for (cmsghdr* header = CMSG_FIRSTHDR(&message); header != nullptr;
@@ -127,8 +126,7 @@ Status ReceiveMessage(int socket, Deadline deadline, std::string* line, int* fd)
       if (header->cmsg_level == SOL_SOCKET && header->cmsg_type == SCM_RIGHTS) {
         int received;
         std::memcpy(&received, CMSG_DATA(header), sizeof(int));
-        if (*fd >= 0) ::close(*fd);
-        *fd = received;
+        fd->Reset(received);
       }
     }
     line->append(buffer, static_cast<size_t>(n));
@@ -138,8 +136,7 @@ Status ReceiveMessage(int socket, Deadline deadline, std::string* line, int* fd)
       return Status::Ok();
     }
     if (line->size() > kMaxMessage) {
-      if (*fd >= 0) ::close(*fd);
-      *fd = -1;
+      fd->Reset();
       return Status::InvalidArgument("feed socket message over 1 MiB");
     }
   }
@@ -268,30 +265,24 @@ Status DecodeHello(const std::string& line, FeedRole* role, bool* train_mode, bo
 
 Result<JoinedFeed> JoinFeed(const std::string& path, FeedRole role, bool train_mode,
                             Deadline deadline, bool external) {
-  DROVER_ASSIGN_OR_RETURN(int socket, ConnectUnix(path, deadline));
-  auto fail = [socket](Status status) {
-    ::close(socket);
-    return status;
-  };
+  DROVER_ASSIGN_OR_RETURN(os::UniqueFd socket, ConnectUnix(path, deadline));
   nlohmann::json hello = {{"role", role == FeedRole::kReader ? "reader" : "writer"},
                           {"train_mode", train_mode}};
   if (external) hello["external"] = true;
-  if (Status sent = SendMessage(socket, hello.dump()); !sent.ok()) return fail(sent);
+  if (Status sent = SendMessage(socket.get(), hello.dump()); !sent.ok()) return sent;
   std::string line;
-  int fd = -1;
-  if (Status got = ReceiveMessage(socket, deadline, &line, &fd); !got.ok()) {
-    return fail(got.WithContext("joining the feed at " + path));
+  os::UniqueFd fd;
+  if (Status got = ReceiveMessage(socket.get(), deadline, &line, &fd); !got.ok()) {
+    return got.WithContext("joining the feed at " + path);
   }
   FeedGrant grant;
   if (Status answer = DecodeAnswer(line, &grant); !answer.ok()) {
-    if (fd >= 0) ::close(fd);
-    return fail(answer.message() == kBadAnswer ? Status::Unavailable(kBadAnswer + (" " + path))
-                                               : answer);
+    return answer.message() == kBadAnswer ? Status::Unavailable(kBadAnswer + (" " + path)) : answer;
   }
-  if (fd < 0) return fail(Status::Unavailable("the agent sent no feed channel"));
-  Result<ShmChannel> channel = ShmChannel::Map(fd);
-  if (!channel.ok()) return fail(channel.status());
-  return JoinedFeed{socket, std::move(grant), std::move(channel).value()};
+  if (!fd.valid()) return Status::Unavailable("the agent sent no feed channel");
+  Result<ShmChannel> channel = ShmChannel::Map(std::move(fd));
+  if (!channel.ok()) return channel.status();
+  return JoinedFeed{std::move(socket), std::move(grant), std::move(channel).value()};
 }
 
 }  // namespace drover::feed

@@ -14,20 +14,21 @@
 
 #include "drover/status.h"
 #include "feed/shm_channel.h"
+#include "os/unique_fd.h"
 
 namespace drover::feed {
 
 // A listening socket at `path` (unlinked first). kIoError naming the path.
-Result<int> ListenUnix(const std::string& path);
+Result<os::UniqueFd> ListenUnix(const std::string& path);
 // A connected socket, retried until `deadline` while the path does not exist
 // yet. kUnavailable naming the path when nobody listens.
-Result<int> ConnectUnix(const std::string& path, Deadline deadline);
+Result<os::UniqueFd> ConnectUnix(const std::string& path, Deadline deadline);
 
 // One '\n'-terminated message, with `fd` attached when >= 0.
 Status SendMessage(int socket, const std::string& line, int fd = -1);
 // Reads one '\n'-terminated message (at most 1 MiB) and the descriptor that
-// came with it (-1 if none). kDeadlineExceeded / kUnavailable (closed).
-Status ReceiveMessage(int socket, Deadline deadline, std::string* line, int* fd);
+// came with it (none held if none). kDeadlineExceeded / kUnavailable (closed).
+Status ReceiveMessage(int socket, Deadline deadline, std::string* line, os::UniqueFd* fd);
 
 // The connecting process's pid and uid (SO_PEERCRED).
 struct PeerCredentials {
@@ -67,7 +68,7 @@ Status DecodeAnswer(const std::string& line, FeedGrant* grant);
 // A joined feed: the connection (kept open: closing it tells the agent this
 // side is gone), the grant and the mapped channel.
 struct JoinedFeed {
-  int socket = -1;
+  os::UniqueFd socket;
   FeedGrant grant;
   ShmChannel channel;
 };
