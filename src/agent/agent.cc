@@ -29,6 +29,7 @@
 #include "drover/node_context.h"
 #include "drover/placement.h"
 #include "os/subprocess.h"
+#include "os/unique_fd.h"
 
 namespace drover {
 namespace {
@@ -82,11 +83,6 @@ constexpr Milliseconds kGuardStart{60'000};
 constexpr Milliseconds kGuardSlack{1'000};
 // How long one of the agent's own lines may wait for a reader.
 constexpr Milliseconds kSayLimit{2'000};
-
-void CloseBoth(int fds[2]) {
-  ::close(fds[0]);
-  ::close(fds[1]);
-}
 
 // Writes what it can of `data` to `fd` until `deadline`; a reader that
 // stopped reading (or a closed stdout) must not stop the supervision.
@@ -222,7 +218,7 @@ Result<Credential> OwnCredential(const Credential& given, const std::string& exe
 class Agent::Impl {
  public:
   Impl(AgentOptions options, const Environment& env) : options_(std::move(options)), env_(env) {
-    event_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    event_fd_.Reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   }
   ~Impl() {
     feed_.reset();
@@ -230,7 +226,6 @@ class Agent::Impl {
       std::error_code ignored;
       fs::remove_all(feed_dir_, ignored);
     }
-    if (event_fd_ >= 0) ::close(event_fd_);
   }
 
   int Run();
@@ -254,7 +249,7 @@ class Agent::Impl {
 
   void Notify() {
     uint64_t one = 1;
-    ssize_t ignored = ::write(event_fd_, &one, sizeof(one));
+    ssize_t ignored = ::write(event_fd_.get(), &one, sizeof(one));
     (void)ignored;
   }
 
@@ -297,7 +292,7 @@ class Agent::Impl {
 
   AgentOptions options_;
   const Environment& env_;  // variables, host name and interfaces come only from here
-  int event_fd_ = -1;
+  os::UniqueFd event_fd_;
   std::atomic<int> interrupt_signal_{0};
   std::atomic<bool> started_{false};
   std::atomic<bool> stop_requested_{false};
@@ -323,7 +318,8 @@ int Agent::Impl::Run() {
   const AgentOptions& o = options_;
   if (o.executor_id.empty()) return Fail(Status::InvalidArgument("no executor id given"));
   if (o.command.empty()) return Fail(Status::InvalidArgument("no command to run after `--`"));
-  if (event_fd_ < 0) return Fail(Status::IoError(std::string("eventfd: ") + std::strerror(errno)));
+  if (!event_fd_.valid())
+    return Fail(Status::IoError(std::string("eventfd: ") + std::strerror(errno)));
   if (o.exit_with_parent > 0) {
     // SIGTERM when the parent dies: the agent stops its program as for any
     // SIGTERM. A parent that died before this line is not watched, so check.
@@ -424,10 +420,8 @@ int Agent::Impl::Run() {
   }
   Result<std::string> drover_binary = DroverBinary();
   if (!drover_binary.ok()) return Fail(drover_binary.status());
-  int report[2];
-  if (::pipe2(report, O_CLOEXEC) != 0) {
-    return Fail(Status::IoError(std::string("pipe2: ") + std::strerror(errno)));
-  }
+  Result<os::Pipe> report = os::MakePipe(O_CLOEXEC);
+  if (!report.ok()) return Fail(report.status());
   os::SubprocessOptions spawn;
   // The program runs under `drover guard`, which stops every process it
   // starts, and stops them all if this agent dies (its death signal).
@@ -436,7 +430,7 @@ int Agent::Impl::Run() {
                 "--grace",
                 std::to_string(static_cast<double>(o.grace.count()) / 1000.0),
                 "--report-fd",
-                std::to_string(report[1]),
+                std::to_string(report->write.get()),
                 "--"};
   const std::string feed_dir =
       feed_ ? fs::path(feed_->socket_path()).parent_path().string() : feed_dir_;
@@ -444,7 +438,7 @@ int Agent::Impl::Run() {
     if (!path.empty()) spawn.argv.insert(spawn.argv.end() - 1, {"--remove-at-exit", path});
   }
   spawn.argv.insert(spawn.argv.end(), o.command.begin(), o.command.end());
-  spawn.keep_fds = {report[1]};
+  spawn.keep_fds = {report->write.get()};
   spawn.parent_death_signal = SIGTERM;
   spawn.env.emplace();
   for (const auto& [name, value] : *env) spawn.env->push_back(name + "=" + value);
@@ -452,16 +446,15 @@ int Agent::Impl::Run() {
   spawn.pipe_output = true;
 
   started_ = true;
-  if (int signal = interrupt_signal_.load(); signal != 0) {
-    CloseBoth(report);
-    return 128 + signal;
-  }
+  if (int signal = interrupt_signal_.load(); signal != 0) return 128 + signal;
   ports.Release();
   Result<os::Subprocess> spawned = os::Subprocess::Spawn(spawn);
-  ::close(report[1]);
-  Result<int> program_pid = spawned.ok() ? ReadGuardReport(report[0], Clock::now() + kGuardStart)
-                                         : Result<int>(spawned.status());
-  ::close(report[0]);
+  // The guard's copy is the only writer left: its death is an end of file.
+  report->write.Reset();
+  Result<int> program_pid = spawned.ok()
+                                ? ReadGuardReport(report->read.get(), Clock::now() + kGuardStart)
+                                : Result<int>(spawned.status());
+  report->read.Reset();
   if (!program_pid.ok()) {
     std::string message = task + " could not start: " + program_pid.status().message();
     Report(*client, message, {});
@@ -704,7 +697,7 @@ Agent::Impl::Reason Agent::Impl::Supervise(os::Subprocess& child, OutputTail& ta
   for (;;) {
     pollfd fds[6];
     int count = 0;
-    fds[count++] = {event_fd_, POLLIN, 0};
+    fds[count++] = {event_fd_.get(), POLLIN, 0};
     int read_slot[2] = {-1, -1};
     int write_slot[2] = {-1, -1};
     for (int stream : {0, 1}) {
@@ -731,7 +724,7 @@ Agent::Impl::Reason Agent::Impl::Supervise(os::Subprocess& child, OutputTail& ta
     if (ready < 0 && errno != EINTR) break;  // cannot happen with valid fds
 
     uint64_t events;
-    while (::read(event_fd_, &events, sizeof(events)) > 0) {
+    while (::read(event_fd_.get(), &events, sizeof(events)) > 0) {
     }
     for (int stream : {0, 1}) {
       if (write_slot[stream] >= 0 && fds[write_slot[stream]].revents != 0) sinks[stream].Flush();

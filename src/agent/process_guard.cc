@@ -16,6 +16,7 @@
 
 #include "os/process_tree.h"
 #include "os/subprocess.h"
+#include "os/unique_fd.h"
 
 namespace drover {
 namespace {
@@ -35,13 +36,6 @@ constexpr int kForwardedSignals[] = {SIGUSR1, SIGUSR2};
 void Say(const std::string& message) {
   std::string line = "drover guard: " + message + "\n";
   (void)!::write(STDERR_FILENO, line.data(), line.size());
-}
-
-void Report(int fd, const std::string& line) {
-  if (fd < 0) return;
-  std::string text = line + "\n";
-  (void)!::write(fd, text.data(), text.size());
-  ::close(fd);
 }
 
 bool IsStopSignal(int signal) {
@@ -67,10 +61,12 @@ bool IsStopSignal(int signal) {
 
 class Guard {
  public:
-  explicit Guard(const GuardOptions& options) : options_(options) {}
+  explicit Guard(const GuardOptions& options) : options_(options), report_(options.report_fd) {}
   int Run();
 
  private:
+  // Sends the one line the starter waits for; closing is its end of file.
+  void Report(const std::string& line);
   // Sends `signal` to the program's group and to every descendant outside
   // it (each once), and starts the grace time if it is a stop.
   void Stop(int signal);
@@ -80,11 +76,19 @@ class Guard {
   void KillWhatIsLeft();
 
   const GuardOptions& options_;
+  os::UniqueFd report_;  // inherited from the starter, taken over
   os::Subprocess program_;
   std::optional<os::ExitStatus> status_;
   std::optional<Clock::time_point> kill_at_;
   bool stdin_open_ = true;
 };
+
+void Guard::Report(const std::string& line) {
+  if (!report_.valid()) return;
+  std::string text = line + "\n";
+  (void)!::write(report_.get(), text.data(), text.size());
+  report_.Reset();
+}
 
 void Guard::SignalTree(int signal) {
   program_.SignalGroup(signal);
@@ -131,10 +135,10 @@ int Guard::Run() {
   for (int signal : kForwardedSignals) sigaddset(&handled, signal);
   sigaddset(&handled, SIGCHLD);
   ::sigprocmask(SIG_BLOCK, &handled, nullptr);
-  const int signals = ::signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK);
-  if (signals < 0) {
-    Report(options_.report_fd, "error " + std::to_string(static_cast<int>(Status::Code::kIoError)) +
-                                   " signalfd: " + std::strerror(errno));
+  const os::UniqueFd signals(::signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK));
+  if (!signals.valid()) {
+    Report("error " + std::to_string(static_cast<int>(Status::Code::kIoError)) +
+           " signalfd: " + std::strerror(errno));
     return 127;
   }
 
@@ -142,21 +146,20 @@ int Guard::Run() {
   spawn.argv = options_.command;
   Result<os::Subprocess> started = os::Subprocess::Spawn(spawn);
   if (!started.ok()) {
-    Report(options_.report_fd, "error " +
-                                   std::to_string(static_cast<int>(started.status().code())) + " " +
-                                   started.status().message());
+    Report("error " + std::to_string(static_cast<int>(started.status().code())) + " " +
+           started.status().message());
     if (options_.report_fd < 0) Say(started.status().message());
     return 127;
   }
   program_ = std::move(started).value();
-  Report(options_.report_fd, "pid " + std::to_string(program_.pid()));
+  Report("pid " + std::to_string(program_.pid()));
   // A parent that died before the program started sent its signal already.
   if (::getppid() != parent) Stop(SIGTERM);
 
   for (;;) {
     pollfd fds[3];
     int count = 0;
-    fds[count++] = {signals, POLLIN, 0};
+    fds[count++] = {signals.get(), POLLIN, 0};
     const int exit_slot = !status_ && program_.exit_fd() >= 0 ? count : -1;
     if (exit_slot >= 0) fds[count++] = {program_.exit_fd(), POLLIN, 0};
     const int stdin_slot = options_.exit_with_stdin && stdin_open_ ? count : -1;
@@ -166,7 +169,7 @@ int Guard::Run() {
     ::poll(fds, static_cast<nfds_t>(count), timeout);
 
     signalfd_siginfo info;
-    while (::read(signals, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
+    while (::read(signals.get(), &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
       const int signal = static_cast<int>(info.ssi_signo);
       if (IsStopSignal(signal)) {
         Stop(signal);
@@ -191,7 +194,6 @@ int Guard::Run() {
       break;
     }
   }
-  ::close(signals);
   for (const std::string& path : options_.remove_at_exit) {
     std::error_code ignored;
     std::filesystem::remove_all(path, ignored);
