@@ -26,6 +26,7 @@
 #include "drover/environment.h"
 #include "drover/placement.h"
 #include "engine/local_engine.h"
+#include "os/unique_fd.h"
 
 namespace py = pybind11;
 
@@ -186,9 +187,9 @@ class ClusterDriver {
   ClusterDriver(DriverOptions options, py::object engine, std::set<std::string> local_executors,
                 std::string local_host)
       : options_(std::move(options)), err_(&tee_) {
-    stop_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (stop_fd_ < 0) Check(Status::IoError("eventfd failed"));
-    options_.stop_fd = stop_fd_;
+    stop_fd_.Reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (!stop_fd_.valid()) Check(Status::IoError("eventfd failed"));
+    options_.stop_fd = stop_fd_.get();
     options_.on_formed = [this](const FormedCluster& cluster) {
       std::lock_guard<std::mutex> lock(mu_);
       formed_ = cluster;
@@ -216,7 +217,6 @@ class ClusterDriver {
       // The engine may hold Python objects; drop them with the GIL held.
       engine_.reset();
     }
-    ::close(stop_fd_);
   }
 
   void Start() {
@@ -259,7 +259,7 @@ class ClusterDriver {
   }
   void RequestStop() {
     uint64_t one = 1;
-    ssize_t ignored = ::write(stop_fd_, &one, sizeof(one));
+    ssize_t ignored = ::write(stop_fd_.get(), &one, sizeof(one));
     (void)ignored;
   }
 
@@ -310,7 +310,7 @@ class ClusterDriver {
   std::unique_ptr<Driver> driver_;
   TeeBuffer tee_;
   std::ostream err_;
-  int stop_fd_ = -1;
+  os::UniqueFd stop_fd_;
   std::thread thread_;
   std::mutex mu_;
   std::condition_variable changed_;

@@ -321,12 +321,12 @@ int Run(RunFlags flags) {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  int signal_fd = ::signalfd(-1, &signals, SFD_CLOEXEC | SFD_NONBLOCK);
-  if (signal_fd < 0) {
+  const os::UniqueFd signal_fd(::signalfd(-1, &signals, SFD_CLOEXEC | SFD_NONBLOCK));
+  if (!signal_fd.valid()) {
     err << "drover run: signalfd: " << std::strerror(errno) << "\n";
     return kExitFailure;
   }
-  options.signal_fd = signal_fd;
+  options.signal_fd = signal_fd.get();
 
   std::unique_ptr<AgentProcess> tensorboard;
   if (flags.tensorboard) {
@@ -344,7 +344,6 @@ int Run(RunFlags flags) {
                                      /*capture_output=*/false, SIGKILL);
     if (!started.ok()) {
       err << "drover run: --tensorboard: " << started.status().message() << "\n";
-      ::close(signal_fd);
       return kExitFailure;
     }
     tensorboard = std::move(started).value();
@@ -355,7 +354,6 @@ int Run(RunFlags flags) {
   int code = Driver(options, engine, std::cout, err).Run();
   if (tensorboard) tensorboard->Signal(SIGTERM);
   tensorboard.reset();  // SIGKILLs and reaps whatever is left
-  ::close(signal_fd);
   return code;
 }
 

@@ -22,6 +22,7 @@
 #include "driver/status_text.h"
 #include "drover/placement.h"
 #include "os/duration_text.h"
+#include "os/unique_fd.h"
 
 namespace drover {
 namespace {
@@ -102,7 +103,7 @@ struct EventQueue {
   std::vector<NodeEvent> events GUARDED_BY(mu);
   std::vector<std::string> logs
       GUARDED_BY(mu);  // the server's lines, printed by the driver's thread
-  int wake_fd = -1;
+  os::UniqueFd wake_fd;
   void PushLog(const std::string& line) {
     MutexLock lock(mu);
     logs.push_back(line);
@@ -117,12 +118,12 @@ struct EventQueue {
       events.push_back(event);
     }
     uint64_t one = 1;
-    ssize_t ignored = ::write(wake_fd, &one, sizeof(one));
+    ssize_t ignored = ::write(wake_fd.get(), &one, sizeof(one));
     (void)ignored;
   }
   std::vector<NodeEvent> Take() {
     uint64_t count;
-    ssize_t ignored = ::read(wake_fd, &count, sizeof(count));
+    ssize_t ignored = ::read(wake_fd.get(), &count, sizeof(count));
     (void)ignored;
     MutexLock lock(mu);
     return std::exchange(events, {});
@@ -145,7 +146,6 @@ struct Driver::Round {
   ~Round() {
     if (server) server->Shutdown();
     EmitServerLog();
-    if (queue.wake_fd >= 0) ::close(queue.wake_fd);
   }
 
   // The server's own lines go through the driver's err stream, so they
@@ -173,7 +173,7 @@ struct Driver::Round {
     std::vector<Node*> owners;
     if (driver.options_.signal_fd >= 0) fds.push_back({driver.options_.signal_fd, POLLIN, 0});
     if (driver.options_.stop_fd >= 0) fds.push_back({driver.options_.stop_fd, POLLIN, 0});
-    fds.push_back({queue.wake_fd, POLLIN, 0});
+    fds.push_back({queue.wake_fd.get(), POLLIN, 0});
     owners.resize(fds.size(), nullptr);
     for (auto& node : nodes) {
       if (node->process && node->process->output_fd() >= 0) {
@@ -727,8 +727,8 @@ Driver::Outcome Driver::RunRound(int number) {
     Round& round;
     ~PublishAtEnd() { driver.PublishStatus(round, "stopping", /*force=*/true); }
   } publish_at_end{*this, round};
-  round.queue.wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (round.queue.wake_fd < 0) {
+  round.queue.wake_fd.Reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!round.queue.wake_fd.valid()) {
     err_ << "drover run: eventfd: " << std::strerror(errno) << "\n";
     return Outcome::kNoRestart;
   }

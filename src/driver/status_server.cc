@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "common/mutex.h"
+#include "os/unique_fd.h"
 #include "wire/auth.h"
 
 namespace drover {
@@ -227,7 +228,8 @@ class InlineQueue final : public httplib::TaskQueue {
 class HttpServer final : public httplib::Server {
  public:
   using httplib::Server::process_request;
-  // Takes an accepted socket (on the listening thread).
+  // Takes an accepted socket (on the listening thread); the library does not
+  // close it once handed over.
   std::function<void(int)> on_accept;
 
  private:
@@ -332,7 +334,7 @@ class StatusServer::Impl {
   void AnswerLog(const std::string& executor, const httplib::Request& request,
                  httplib::Response& response) const;
   void Routes();
-  void Accept(int fd);
+  void Accept(os::UniqueFd fd);
   void Work();
   // One connection's requests, keep-alive included.
   void Serve(Connection& connection) const;
@@ -348,10 +350,10 @@ class StatusServer::Impl {
   // the workers take.
   Mutex mu_;
   std::condition_variable_any wake_;
-  std::deque<int> queued_ GUARDED_BY(mu_);
+  std::deque<os::UniqueFd> queued_ GUARDED_BY(mu_);
   bool stopping_ GUARDED_BY(mu_) = false;
   std::vector<std::thread> workers_;
-  int stop_fd_ = -1;  // readable once stopping: ends every wait of a connection
+  os::UniqueFd stop_fd_;  // readable once stopping: ends every wait of a connection
 };
 
 Status StatusServer::Impl::Configure() {
@@ -370,7 +372,7 @@ Status StatusServer::Impl::Configure() {
         "request bytes must be positive");
   }
   server_.new_task_queue = [] { return new InlineQueue; };
-  server_.on_accept = [this](int fd) { Accept(fd); };
+  server_.on_accept = [this](int fd) { Accept(os::UniqueFd(fd)); };
   // The library's default sets SO_REUSEPORT: a second driver asking for the
   // same port would share it and answer half the requests. SO_REUSEADDR
   // alone only lets a restarted driver take a port left in TIME_WAIT.
@@ -390,8 +392,8 @@ Status StatusServer::Impl::Configure() {
 
 Status StatusServer::Impl::Start() {
   DROVER_RETURN_IF_ERROR(Configure());
-  stop_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (stop_fd_ < 0) return Status::IoError(std::string("eventfd: ") + std::strerror(errno));
+  stop_fd_.Reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!stop_fd_.valid()) return Status::IoError(std::string("eventfd: ") + std::strerror(errno));
   if (options_.port == 0) {
     port_ = server_.bind_to_any_port(options_.address);
   } else if (server_.bind_to_port(options_.address, options_.port)) {
@@ -428,29 +430,27 @@ void StatusServer::Impl::Stop() {
     MutexLock lock(mu_);
     stopping_ = true;
   }
-  if (stop_fd_ >= 0) {
+  if (stop_fd_.valid()) {
     uint64_t one = 1;
-    ssize_t ignored = ::write(stop_fd_, &one, sizeof(one));
+    ssize_t ignored = ::write(stop_fd_.get(), &one, sizeof(one));
     (void)ignored;
   }
   wake_.notify_all();
   for (std::thread& worker : workers_) worker.join();
   workers_.clear();
   MutexLock lock(mu_);
-  for (int fd : queued_) ::close(fd);
   queued_.clear();
-  if (stop_fd_ >= 0) ::close(stop_fd_);
-  stop_fd_ = -1;
+  stop_fd_.Reset();
 }
 
-void StatusServer::Impl::Accept(int fd) {
+void StatusServer::Impl::Accept(os::UniqueFd fd) {
   // The library accepts without SOCK_CLOEXEC; the agents the driver starts
   // must not inherit a client's connection.
-  ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  ::fcntl(fd.get(), F_SETFD, FD_CLOEXEC);
   {
     MutexLock lock(mu_);
     if (!stopping_ && queued_.size() < static_cast<size_t>(options_.limits.max_queued)) {
-      queued_.push_back(fd);
+      queued_.push_back(std::move(fd));
       wake_.notify_one();
       return;
     }
@@ -459,22 +459,21 @@ void StatusServer::Impl::Accept(int fd) {
   // must not block. What already arrived is read so that closing does not
   // reset the connection before the client reads the answer.
   char discard[4096];
-  while (::recv(fd, discard, sizeof(discard), MSG_DONTWAIT) > 0) {
+  while (::recv(fd.get(), discard, sizeof(discard), MSG_DONTWAIT) > 0) {
   }
   static const std::string kBusy = [] {
     const std::string body = "drover status server: too many connections; try again shortly\n";
     return "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: " +
            std::to_string(body.size()) + "\r\nRetry-After: 1\r\nConnection: close\r\n\r\n" + body;
   }();
-  ssize_t ignored = ::send(fd, kBusy.data(), kBusy.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  ssize_t ignored = ::send(fd.get(), kBusy.data(), kBusy.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
   (void)ignored;
-  ::shutdown(fd, SHUT_WR);
-  ::close(fd);
+  ::shutdown(fd.get(), SHUT_WR);
 }
 
 void StatusServer::Impl::Work() {
   for (;;) {
-    int fd;
+    os::UniqueFd fd;
     {
       MutexLock lock(mu_);
       wake_.wait(mu_, [this] {
@@ -482,13 +481,12 @@ void StatusServer::Impl::Work() {
         return stopping_ || !queued_.empty();
       });
       if (stopping_) return;
-      fd = queued_.front();
+      fd = std::move(queued_.front());
       queued_.pop_front();
     }
-    SocketConnection connection(fd, stop_fd_, options_.limits.write_timeout);
+    SocketConnection connection(fd.get(), stop_fd_.get(), options_.limits.write_timeout);
     Serve(connection);
-    ::shutdown(fd, SHUT_RDWR);
-    ::close(fd);
+    ::shutdown(fd.get(), SHUT_RDWR);
   }
 }
 

@@ -17,6 +17,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "os/unique_fd.h"
 #include "wire/frame.h"
 
 namespace drover::wire {
@@ -118,17 +119,17 @@ Result<Token> ParseToken(std::string_view hex) {
 
 Status WriteSecretFile(const std::string& path, std::string_view line) {
   // Create with 0600 from the start: a chmod after writing would leave a window.
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) return Status::IoError("cannot write token file " + path + ": " + ErrnoText());
-  if (::fchmod(fd, 0600) != 0) {
-    std::string reason = ErrnoText();
-    ::close(fd);
-    return Status::IoError("cannot chmod 600 token file " + path + ": " + reason);
+  os::UniqueFd fd(
+      ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!fd.valid()) return Status::IoError("cannot write token file " + path + ": " + ErrnoText());
+  if (::fchmod(fd.get(), 0600) != 0) {
+    return Status::IoError("cannot chmod 600 token file " + path + ": " + ErrnoText());
   }
   std::string text = std::string(line) + "\n";
-  ssize_t written = ::write(fd, text.data(), text.size());
+  ssize_t written = ::write(fd.get(), text.data(), text.size());
   std::string reason = ErrnoText();
-  if (::close(fd) != 0 || written != static_cast<ssize_t>(text.size())) {
+  // Closed by hand: a write error (NFS, quota) may only show in close's result.
+  if (::close(fd.Release()) != 0 || written != static_cast<ssize_t>(text.size())) {
     return Status::IoError("cannot write token file " + path + ": " + reason);
   }
   return Status::Ok();
