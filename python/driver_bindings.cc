@@ -15,12 +15,12 @@
 #include <condition_variable>
 #include <iostream>
 #include <map>
-#include <mutex>
 #include <set>
-#include <sstream>
+#include <streambuf>
 #include <thread>
 
 #include "bindings.h"
+#include "common/mutex.h"
 #include "driver/driver.h"
 #include "driver/live_runs.h"
 #include "drover/environment.h"
@@ -144,24 +144,40 @@ class PyEngine : public Engine {
 };
 
 // Writes to std::cerr and keeps a copy for the Python exception messages.
-class TeeBuffer : public std::stringbuf {
+// The driver's thread writes through an ostream while Python may read
+// captured() at any time, so every write takes mu_ too (no put area: each
+// write reaches xsputn or overflow; the driver writes little).
+class TeeBuffer : public std::streambuf {
  public:
-  int sync() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::string text = str();
-    str("");
-    std::cerr << text << std::flush;
-    captured_ += text;
-    return 0;
-  }
   std::string captured() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return captured_ + str();
+    MutexLock lock(mu_);
+    return captured_ + pending_;
+  }
+
+ protected:
+  std::streamsize xsputn(const char* data, std::streamsize size) override {
+    MutexLock lock(mu_);
+    pending_.append(data, static_cast<size_t>(size));
+    return size;
+  }
+  int_type overflow(int_type c) override {
+    if (traits_type::eq_int_type(c, traits_type::eof())) return traits_type::not_eof(c);
+    MutexLock lock(mu_);
+    pending_.push_back(traits_type::to_char_type(c));
+    return c;
+  }
+  int sync() override {
+    MutexLock lock(mu_);
+    std::cerr << pending_ << std::flush;
+    captured_ += pending_;
+    pending_.clear();
+    return 0;
   }
 
  private:
-  std::mutex mu_;
-  std::string captured_;
+  Mutex mu_;
+  std::string captured_ GUARDED_BY(mu_);  // already on std::cerr
+  std::string pending_ GUARDED_BY(mu_);   // until the next flush
 };
 
 // The rendezvous dict plus TensorFlowOnSpark's port and addr, and the node's
@@ -191,13 +207,13 @@ class ClusterDriver {
     if (!stop_fd_.valid()) Check(Status::IoError("eventfd failed"));
     options_.stop_fd = stop_fd_.get();
     options_.on_formed = [this](const FormedCluster& cluster) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       formed_ = cluster;
       status_url_ = driver_->status_url();
       changed_.notify_all();
     };
     options_.on_failure = [this](const NodeFailure& failure) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (!failure_) failure_ = failure;
     };
     if (engine.is_none()) {
@@ -224,7 +240,7 @@ class ClusterDriver {
     driver_ = std::make_unique<Driver>(options_, *engine_, std::cout, err_);
     thread_ = std::thread([this] {
       int code = driver_->Run();
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       exit_code_ = code;
       changed_.notify_all();
     });
@@ -233,18 +249,22 @@ class ClusterDriver {
   // Waits until the cluster formed or the driver ended; true once formed.
   bool WaitFormed(double timeout_s) {
     py::gil_scoped_release release;
-    std::unique_lock<std::mutex> lock(mu_);
-    changed_.wait_for(lock, std::chrono::duration<double>(timeout_s),
-                      [this] { return formed_.has_value() || exit_code_.has_value(); });
+    MutexLock lock(mu_);
+    changed_.wait_for(mu_, std::chrono::duration<double>(timeout_s), [this] {
+      mu_.AssertHeld();
+      return formed_.has_value() || exit_code_.has_value();
+    });
     return formed_.has_value();
   }
   // Waits until the driver ended; true once it has.
   bool Join(double timeout_s) {
     {
       py::gil_scoped_release release;
-      std::unique_lock<std::mutex> lock(mu_);
-      if (!changed_.wait_for(lock, std::chrono::duration<double>(timeout_s),
-                             [this] { return exit_code_.has_value(); })) {
+      MutexLock lock(mu_);
+      if (!changed_.wait_for(mu_, std::chrono::duration<double>(timeout_s), [this] {
+            mu_.AssertHeld();
+            return exit_code_.has_value();
+          })) {
         return false;
       }
     }
@@ -264,7 +284,7 @@ class ClusterDriver {
   }
 
   py::object Formed() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!formed_) return py::none();
     py::dict out;
     out["cluster_id"] = formed_->cluster_id;
@@ -277,7 +297,7 @@ class ClusterDriver {
     return out;
   }
   py::object Failure() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!failure_) return py::none();
     py::dict out;
     out["executor_id"] = failure_->executor_id;
@@ -288,12 +308,12 @@ class ClusterDriver {
     return out;
   }
   py::object ExitCode() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return exit_code_ ? py::object(py::int_(*exit_code_)) : py::none();
   }
   std::string Messages() { return tee_.captured(); }
   py::object StatusUrl() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return status_url_.empty() ? py::none() : py::object(py::str(status_url_));
   }
   // /api/cluster's JSON text (docs/status.md); "null" before start.
@@ -312,12 +332,12 @@ class ClusterDriver {
   std::ostream err_;
   os::UniqueFd stop_fd_;
   std::thread thread_;
-  std::mutex mu_;
-  std::condition_variable changed_;
-  std::optional<FormedCluster> formed_;
-  std::optional<NodeFailure> failure_;
-  std::optional<int> exit_code_;
-  std::string status_url_;  // guarded by mu_
+  Mutex mu_;
+  std::condition_variable_any changed_;
+  std::optional<FormedCluster> formed_ GUARDED_BY(mu_);
+  std::optional<NodeFailure> failure_ GUARDED_BY(mu_);
+  std::optional<int> exit_code_ GUARDED_BY(mu_);
+  std::string status_url_ GUARDED_BY(mu_);
 };
 
 }  // namespace

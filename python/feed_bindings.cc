@@ -17,7 +17,6 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -26,6 +25,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "common/mutex.h"
 #include "drover/data_feed.h"
 #include "feed/columns.h"
 #include "feed/record_io.h"
@@ -401,13 +401,14 @@ class PyDataFeed {
       throw py::value_error("next_batch needs a batch size of at least 1, got " +
                             std::to_string(max_records));
     }
-    std::unique_lock<std::mutex> lock(mutex_, std::defer_lock);
     std::optional<Result<RecordBatch>> batch;
-    {
-      py::gil_scoped_release release;
-      lock.lock();
-      batch.emplace(feed_->NextBatch(static_cast<size_t>(max_records)));
-    }
+    // The GIL goes first (another thread may hold mutex_ and want it), and
+    // comes back with mutex_ still held: the records are views into the
+    // queue until the next call.
+    std::optional<py::gil_scoped_release> release(std::in_place);
+    MutexLock lock(mutex_);
+    batch.emplace(feed_->NextBatch(static_cast<size_t>(max_records)));
+    release.reset();
     records_read_ = feed_->records_read();
     if (!batch->ok()) ThrowStatus(batch->status());
     epoch_ = (*batch)->epoch;
@@ -451,7 +452,7 @@ class PyDataFeed {
     Status status;
     {
       py::gil_scoped_release release;
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       status = feed_->BatchResults(views);
     }
     Check(status);
@@ -459,13 +460,13 @@ class PyDataFeed {
 
   bool ShouldStop() {
     py::gil_scoped_release release;
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     return feed_->ShouldStop();
   }
 
   void Terminate() {
     py::gil_scoped_release release;
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     feed_->Terminate();
   }
 
@@ -496,8 +497,8 @@ class PyDataFeed {
     }
   }
 
-  std::mutex mutex_;
-  std::unique_ptr<DataFeed> feed_;  // calls into it hold mutex_
+  Mutex mutex_;
+  std::unique_ptr<DataFeed> feed_ PT_GUARDED_BY(mutex_);
   feed::RecordFormat format_ = feed::RecordFormat::kCsv;
   std::string format_name_;
   std::optional<BatchLayout> layout_;  // unset: next_batch returns bytes
