@@ -88,7 +88,13 @@ class BatchWriter {
   // Appends `count` fixed-size records that fit (count <= free_records()).
   void AppendRun(std::string_view run, size_t count) {
     std::memcpy(space_ + used_, run.data(), run.size());
-    used_ += run.size();
+    AppendedInPlace(count);
+  }
+  // Where free_records() records can be written in place.
+  char* free_space() { return space_ + used_; }
+  // Counts `count` fixed-size records written at free_space().
+  void AppendedInPlace(size_t count) {
+    used_ += count * info_.record_bytes;
     info_.record_count += static_cast<uint32_t>(count);
   }
   void Publish(uint32_t flags, uint64_t source_offset) {
@@ -125,6 +131,73 @@ class BatchWriter {
   uint64_t bytes_ = 0;
 };
 
+// Which way fixed-size records reach the queue (FeederOptions::Ingest). To
+// measure, the first probe bytes go through a mapping (32 MiB by default:
+// one mapped window), the next through read(2), and the faster feeds the
+// rest; both
+// probes read bytes not read before, so a cold page cache slows both alike.
+class IngestChoice {
+ public:
+  IngestChoice(FeederOptions::Ingest ingest, size_t probe_bytes)
+      : ingest_(ingest), probe_bytes_(probe_bytes) {}
+
+  bool read() const {
+    if (ingest_ == FeederOptions::Ingest::kMeasure) return mapped_bytes_ >= probe_bytes_;
+    return ingest_ == FeederOptions::Ingest::kRead;
+  }
+  void Took(Clock::duration spent, size_t bytes) {
+    if (ingest_ != FeederOptions::Ingest::kMeasure) return;
+    if (mapped_bytes_ < probe_bytes_) {
+      mapped_bytes_ += bytes;
+      mapped_time_ += spent;
+      return;
+    }
+    read_bytes_ += bytes;
+    read_time_ += spent;
+    if (read_bytes_ < probe_bytes_) return;
+    const double map_rate = mapped_bytes_ / std::chrono::duration<double>(mapped_time_).count();
+    const double read_rate = read_bytes_ / std::chrono::duration<double>(read_time_).count();
+    ingest_ = read_rate > map_rate ? FeederOptions::Ingest::kRead : FeederOptions::Ingest::kMap;
+  }
+  // "map" or "read" once chosen (or forced), else "".
+  std::string Name() const {
+    switch (ingest_) {
+      case FeederOptions::Ingest::kMap:
+        return "map";
+      case FeederOptions::Ingest::kRead:
+        return "read";
+      case FeederOptions::Ingest::kMeasure:
+        return "";
+    }
+    return "";
+  }
+
+ private:
+  FeederOptions::Ingest ingest_;
+  const size_t probe_bytes_;
+  size_t mapped_bytes_ = 0;
+  size_t read_bytes_ = 0;
+  Clock::duration mapped_time_{};
+  Clock::duration read_time_{};
+};
+
+// Up to free_records() fixed-size records from `reader` into the batch, the
+// way `choice` says; how many (0 at the partition's end).
+Result<size_t> IngestRun(RecordReader& reader, BatchWriter& writer, IngestChoice& choice) {
+  const Clock::time_point start = Clock::now();
+  size_t count;
+  if (choice.read()) {
+    DROVER_ASSIGN_OR_RETURN(count, reader.ReadRunInto(writer.free_records(), writer.free_space()));
+    writer.AppendedInPlace(count);
+  } else {
+    std::string_view run;
+    DROVER_ASSIGN_OR_RETURN(count, reader.NextRun(writer.free_records(), &run));
+    if (count > 0) writer.AppendRun(run, count);  // an empty run may have no data()
+  }
+  choice.Took(Clock::now() - start, count * writer.info().record_bytes);
+  return count;
+}
+
 }  // namespace
 
 namespace {
@@ -143,6 +216,7 @@ Result<FeederReport> FeedShare(const FeederOptions& options, ShmChannel& channel
                           plan.read.record_bytes <= UINT32_MAX;
   BatchWriter writer(channel, options.batch_bytes, timeout,
                      fixed_size ? static_cast<uint32_t>(plan.read.record_bytes) : 0);
+  IngestChoice ingest(options.ingest, options.ingest_probe_bytes);
   // A failed Reserve: the program terminated the feed, took nothing for the
   // feed timeout (waiting inside a partition or before the next one), or the
   // channel stopped.
@@ -185,10 +259,8 @@ Result<FeederReport> FeedShare(const FeederOptions& options, ShmChannel& channel
         if (!next.ok()) return stopped(next, partition);
         continue;
       }
-      std::string_view run;
-      DROVER_ASSIGN_OR_RETURN(size_t count, reader->NextRun(writer.free_records(), &run));
+      DROVER_ASSIGN_OR_RETURN(size_t count, IngestRun(*reader, writer, ingest));
       if (count == 0) break;
-      writer.AppendRun(run, count);
       report.records += count;
     }
     while (!fixed_size) {
@@ -206,6 +278,7 @@ Result<FeederReport> FeedShare(const FeederOptions& options, ShmChannel& channel
   writer.Close();
   report.bytes = writer.bytes();
   report.finished = true;
+  if (fixed_size) report.ingest = ingest.Name();
   return report;
 }
 

@@ -26,6 +26,13 @@ struct FeederOptions {
   std::string task;  // "worker:0", for messages
   // Payload bytes per batch (clamped to what the queue takes).
   size_t batch_bytes = 1 << 20;
+  // How fixed-size raw records reach the queue: copied from a mapping of the
+  // file, or read(2) into it. kMeasure feeds the first ingest_probe_bytes
+  // each way and keeps the faster: which wins depends on the host
+  // (bench/RESULTS.md).
+  enum class Ingest { kMeasure, kMap, kRead };
+  Ingest ingest = Ingest::kMeasure;
+  size_t ingest_probe_bytes = 32 << 20;  // fed each way by kMeasure
 };
 
 struct FeederReport {
@@ -34,6 +41,9 @@ struct FeederReport {
   bool resumed = false;     // started after another feeder's commit point
   bool terminated = false;  // the program called terminate()
   bool finished = false;    // every feed of the share was published
+  // Fixed-size records: "map" or "read", as chosen; "" before the choice
+  // (too few bytes to measure) and for other formats.
+  std::string ingest;
 };
 
 // Feeds until the share is done, the program terminates the feed, or an

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <random>
@@ -254,6 +255,68 @@ TEST_F(FeederTest, FeedsEveryRecordOncePerEpoch) {
   EXPECT_EQ(channel_->error(), "");
   ASSERT_EQ(agent_->hellos().size(), 1u);
   EXPECT_EQ(agent_->hellos()[0].role, FeedRole::kWriter);
+}
+
+// Fixed-size records reach the queue copied from a mapping or read(2) into
+// it; either way, and when the feeder measures both and switches midway,
+// every record arrives once, in order.
+TEST_F(FeederTest, RawRecordsArriveTheSameMappedReadOrMeasured) {
+  std::string raw;
+  for (int id = 0; id < 3000; ++id) {
+    char record[17];
+    std::snprintf(record, sizeof(record), "%07d,abcdefgh", id);
+    raw.append(record, 16);
+  }
+  WriteFile(dir_.File("a.raw"), raw.substr(0, 16 * 1000));
+  WriteFile(dir_.File("b.raw"), raw.substr(16 * 1000));
+  PlanOptions read;
+  read.format = RecordFormat::kRaw;
+  read.record_bytes = 16;
+  read.split_bytes = 4800;  // 300 records per partition
+  ASSERT_OK_AND_ASSIGN(std::vector<Partition> partitions,
+                       PlanPartitions({dir_.File("*.raw")}, read));
+  FeedPlan plan;
+  plan.read = read;
+  plan.read.split_bytes = 0;
+  plan.epochs = 2;
+  plan.feed_timeout_ms = 20'000;
+  plan.partitions = partitions;
+  using Ingest = FeederOptions::Ingest;
+  for (Ingest ingest : {Ingest::kMap, Ingest::kRead, Ingest::kMeasure}) {
+    SCOPED_TRACE(static_cast<int>(ingest));
+    agent_.reset();  // the last round's, before the channel it serves
+    channel_.reset();
+    ASSERT_NO_FATAL_FAILURE(Serve(plan, 64 << 10));
+    RingReader reader(*channel_, /*input_ring=*/true);
+    FeederOptions options = Options(plan);
+    options.ingest = ingest;
+    options.ingest_probe_bytes = 20'000;  // measured over the first partitions
+    Result<FeederReport> report = Status::Internal("not run");
+    std::atomic<bool> done{false};
+    std::thread feeder([&] {
+      report = RunFeeder(options);
+      done = true;
+    });
+    StopAndJoin stop_and_join(*channel_, feeder);
+    Seen seen;
+    ReadAll(reader, FeedsOfShare(plan, 0, 1), &seen,
+            [&](bool idle) { return idle && done.load(); });
+    feeder.join();
+    ASSERT_OK(report);
+    EXPECT_EQ(report->records, 2u * 3000);
+    ExpectExactlyOnce(plan, seen);
+    switch (ingest) {
+      case Ingest::kMap:
+        EXPECT_EQ(report->ingest, "map");
+        break;
+      case Ingest::kRead:
+        EXPECT_EQ(report->ingest, "read");
+        break;
+      case Ingest::kMeasure:
+        EXPECT_THAT(report->ingest, ::testing::AnyOf("map", "read"));
+        break;
+    }
+  }
 }
 
 TEST_F(FeederTest, FeedsOnlyItsShare) {

@@ -247,6 +247,24 @@ class RangeBuffer {
   uint64_t remaining() const { return end_ - offset_; }
   bool read_all() const { return mapped_end_ == end_; }
 
+  // Reads `size` bytes at file_offset() into `out` with pread(2) and moves
+  // past them; fewer only at the file's end. What was mapped is dropped (and
+  // read again, if at all, by the next Fill).
+  Result<size_t> ReadInto(char* out, size_t size) {
+    Unmap();
+    DROVER_ASSIGN_OR_RETURN(size_t read, ReadFully(fd_.get(), out, size, offset_, path_));
+    offset_ += read;
+    map_offset_ = mapped_end_ = offset_;
+    return read;
+  }
+
+  // The error for a file that ends before the range does.
+  Status Truncated() const {
+    struct stat info {};
+    if (::fstat(fd_.get(), &info) != 0) return ErrnoStatus(errno, "cannot stat " + path_);
+    return TruncatedError(info.st_size);
+  }
+
   // Makes at least `want` bytes available, or all of remaining() if less.
   Status Fill(size_t want) {
     want = static_cast<size_t>(std::min<uint64_t>(want, remaining()));
@@ -260,9 +278,7 @@ class RangeBuffer {
     struct stat info {};
     if (::fstat(fd_.get(), &info) != 0) return ErrnoStatus(errno, "cannot stat " + path_);
     if (static_cast<uint64_t>(info.st_size) < page_start + length) {
-      return Status::InvalidArgument(path_ + " ends at offset " + std::to_string(info.st_size) +
-                                     ", before the partition end " + std::to_string(end_) +
-                                     " (was it truncated after planning?)");
+      return TruncatedError(info.st_size);
     }
     Unmap();
     void* map = ::mmap(nullptr, length, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd_.get(),
@@ -280,6 +296,12 @@ class RangeBuffer {
 
  private:
   static constexpr size_t kMinWindowBytes = 1 << 20;
+
+  Status TruncatedError(off_t file_size) const {
+    return Status::InvalidArgument(path_ + " ends at offset " + std::to_string(file_size) +
+                                   ", before the partition end " + std::to_string(end_) +
+                                   " (was it truncated after planning?)");
+  }
 
   void Unmap() {
     if (map_ != nullptr) ::munmap(const_cast<char*>(map_), map_size_);
@@ -472,12 +494,36 @@ class FixedSizeReader : public BufferedRecordReader<FixedSizeReader> {
     const size_t bytes = records * record_bytes_;
     *run = std::string_view(buffer_.data(), bytes);
     buffer_.Consume(bytes);
-    next_offset_ += bytes;
-    records_ += records;
+    Counted(records);
+    return records;
+  }
+
+  Result<size_t> ReadRunInto(size_t max_records, char* out) override {
+    if (!error_.ok()) return error_;
+    if (max_records == 0 || buffer_.remaining() == 0) return size_t{0};
+    const size_t records =
+        static_cast<size_t>(std::min<uint64_t>(max_records, buffer_.remaining() / record_bytes_));
+    const size_t bytes = records * record_bytes_;
+    Result<size_t> read = buffer_.ReadInto(out, bytes);
+    if (!read.ok()) {
+      error_ = read.status();
+      return error_;
+    }
+    // A partial record is not returned: the feeder publishes whole ones.
+    if (*read < bytes) {
+      Check(buffer_.Truncated());
+      return error_;
+    }
+    Counted(records);
     return records;
   }
 
  private:
+  void Counted(size_t records) {
+    next_offset_ += records * record_bytes_;
+    records_ += records;
+  }
+
   const size_t record_bytes_;
 };
 
@@ -827,6 +873,10 @@ Result<std::unique_ptr<RecordReader>> RecordReader::Open(const Partition& partit
       return Status::InvalidArgument(kPickleFromFiles);
   }
   return reader;
+}
+
+Result<size_t> RecordReader::ReadRunInto(size_t, char*) {
+  return Status::FailedPrecondition("ReadRunInto reads fixed-length raw records only");
 }
 
 Result<size_t> RecordReader::NextRun(size_t max_records, std::string_view* run) {

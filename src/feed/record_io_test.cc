@@ -383,6 +383,53 @@ TEST_F(RecordIoTest, SplitRawReadsEveryRecordOnce) {
   ExpectSplitReadsEveryRecordOnce(path, Options(RecordFormat::kRaw, 10, 24), corpus.records);
 }
 
+// ReadRunInto (pread into the caller's memory) and NextRun (a view of the
+// mapping) read the same records and may take turns: the feeder switches
+// from one to the other after measuring both.
+TEST_F(RecordIoTest, RawRunsReadIntoMemoryOrMappedTakeTurns) {
+  const Corpus corpus = MakeRaw(5000, 24, 5);
+  const Partition partition = WholeFile(Write("turns.bin", corpus.bytes));
+  const PlanOptions raw = Options(RecordFormat::kRaw, 0, 24);
+  ASSERT_OK_AND_ASSIGN(auto reader, RecordReader::Open(partition, raw, 24 * 10));
+  std::string got;
+  std::vector<char> room(24 * 700);
+  for (int turn = 0;; ++turn) {
+    size_t count;
+    if (turn % 3 == 0) {
+      std::string_view run;
+      ASSERT_OK_AND_ASSIGN(count, reader->NextRun(300 + turn, &run));
+      got.append(run);
+    } else {
+      ASSERT_OK_AND_ASSIGN(count, reader->ReadRunInto(700, room.data()));
+      got.append(room.data(), count * 24);
+    }
+    if (count == 0) break;
+    EXPECT_EQ(reader->next_offset(), 24 * 10 + got.size());
+  }
+  EXPECT_EQ(got, corpus.bytes.substr(24 * 10));
+  EXPECT_EQ(reader->next_offset(), corpus.bytes.size());
+}
+
+TEST_F(RecordIoTest, ReadRunIntoNamesATruncatedFileAndOtherFormatsRefuseIt) {
+  const Corpus corpus = MakeRaw(100, 24, 6);
+  const std::string path = Write("shrinks.bin", corpus.bytes);
+  const Partition partition = WholeFile(path);
+  ASSERT_OK_AND_ASSIGN(auto reader,
+                       RecordReader::Open(partition, Options(RecordFormat::kRaw, 0, 24), 0));
+  ASSERT_EQ(::truncate(path.c_str(), 24 * 40), 0);
+  std::vector<char> room(24 * 100);
+  EXPECT_THAT(reader->ReadRunInto(100, room.data()),
+              StatusIs(Code::kInvalidArgument, AllOf(HasSubstr("shrinks.bin ends at offset 960"),
+                                                     HasSubstr("truncated after planning"))));
+  // Sticky, as every reader error is.
+  EXPECT_THAT(reader->ReadRunInto(1, room.data()), StatusIs(Code::kInvalidArgument, ::testing::_));
+
+  ASSERT_OK_AND_ASSIGN(auto lines, RecordReader::Open(WholeFile(Write("l.csv", "a\n")),
+                                                      Options(RecordFormat::kCsv), 0));
+  EXPECT_THAT(lines->ReadRunInto(1, room.data()),
+              StatusIs(Code::kFailedPrecondition, ::testing::_));
+}
+
 TEST_F(RecordIoTest, FilesBiggerThanTheReadBufferSplitAndReadBack) {
   // Over two 4 MiB buffers per partition, so records straddle refills.
   const Corpus lines = MakeLines(120'000, 150, 4);
