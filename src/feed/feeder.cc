@@ -134,8 +134,8 @@ class BatchWriter {
 // Which way fixed-size records reach the queue (FeederOptions::Ingest). To
 // measure, the first probe bytes go through a mapping (32 MiB by default:
 // one mapped window), the next through read(2), and the faster feeds the
-// rest; both
-// probes read bytes not read before, so a cold page cache slows both alike.
+// rest. Both probes read bytes not read before, so a cold page cache slows
+// both alike.
 class IngestChoice {
  public:
   IngestChoice(FeederOptions::Ingest ingest, size_t probe_bytes)
