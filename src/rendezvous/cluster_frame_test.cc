@@ -110,13 +110,7 @@ TEST(ClusterFrameTest, PlacementsRoundTrip) {
     node.ports = ports;
     node.gpus = {index};
     formed.nodes.push_back(node);
-    Placement placement;
-    placement.job = job;
-    placement.index = index;
-    placement.host = host;
-    placement.ports = ports;
-    placement.gpus = {index};
-    formed.placements.push_back(placement);
+    formed.placements.push_back(NodePlacement(node));
   }
   ASSERT_TRUE(PlaceTasks(formed.placements).ok());
   wire::SharedCluster shared = SharedClusterToWire(formed);
