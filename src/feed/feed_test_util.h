@@ -82,6 +82,7 @@ inline constexpr uint64_t kWritePos = 0;    // in a ring header
 inline constexpr uint64_t kDataSeq = 8;     // u32
 inline constexpr uint64_t kReadPos = 128;   // in a ring header
 inline constexpr uint64_t kSpaceSeq = 136;  // u32
+inline constexpr uint64_t kWritersWaiting = 140;  // u32
 
 // Writes `value` at `offset` of the channel's memory through its descriptor
 // (the same pages every mapping sees). False when the write failed.

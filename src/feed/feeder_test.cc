@@ -426,11 +426,18 @@ TEST_F(FeederTest, ReaderThatCorruptsItsReadPositionStopsTheFeeder) {
   std::thread feeder([&] { report = RunFeeder(Options(plan)); });
   StopAndJoin stop_and_join(*channel_, feeder);
   RingWriter probe(*channel_, true);
+  // Only a feeder asleep on a full queue has stopped writing: the write
+  // position read then is the last one before the corruption.
+  auto writer_asleep = [&] {
+    return testing::Peek<uint32_t>(channel_->fd(),
+                                   testing::kInputRingHeader + testing::kWritersWaiting) != 0;
+  };
   const Deadline give_up = In(seconds(20));
-  while (Clock::now() < give_up && probe.unread_bytes() < channel_->max_batch_bytes()) {
+  while (Clock::now() < give_up &&
+         (probe.unread_bytes() < channel_->max_batch_bytes() || !writer_asleep())) {
     std::this_thread::sleep_for(milliseconds(5));
   }
-  ASSERT_GE(probe.unread_bytes(), channel_->max_batch_bytes()) << "the queue never filled";
+  ASSERT_TRUE(writer_asleep()) << "the feeder never waited for room";
   const uint64_t write_pos =
       testing::Peek<uint64_t>(channel_->fd(), testing::kInputRingHeader + testing::kWritePos);
   ASSERT_TRUE(testing::Scribble<uint64_t>(
