@@ -27,7 +27,6 @@ it and saves the model's state_dict to --model-dir (default: the node's log
 directory, $DROVER_LOG_DIR, else the current directory).
 """
 import argparse
-import contextlib
 import os
 import sys
 import time
@@ -156,7 +155,7 @@ def main():
                      "set PYTHONPATH=build/python")
         test = load_test_csv(args.test) if args.test else load_data(args.seed)[1]
         feed = ctx.get_data_feed(train_mode=True, schema=DIGITS_SCHEMA)
-        train_fed(model, feed, local_batch, optimizer, loss_fn, is_chief, world_size)
+        train_fed(model, feed, local_batch, optimizer, loss_fn, is_chief)
     else:
         train, test = load_data(args.seed)
         train_local(model, train, local_batch, optimizer, loss_fn, is_chief, rank, world_size,
@@ -191,20 +190,19 @@ def step(model, optimizer, loss_fn, x, y):
     return loss.item()
 
 
-def train_fed(model, feed, local_batch, optimizer, loss_fn, is_chief, world_size):
-    # Workers get different numbers of rows from the feed; DDP's join() lets
-    # the ones that finish first shadow the others' gradient all-reduces.
-    joined = model.join() if world_size > 1 else contextlib.nullcontext()
+def train_fed(model, feed, local_batch, optimizer, loss_fn, is_chief):
+    # drover feeds every worker the same number of rows each epoch (equal
+    # shares), so every worker takes the same number of steps and DDP's
+    # all-reduces pair up without join().
     epoch, total, batches, rows = 0, 0.0, 0, 0
-    with joined:
-        for batch_epoch, x, y in fed_batches(feed, local_batch):
-            if batch_epoch != epoch:
-                if is_chief and epoch % 10 == 9:
-                    print(f"epoch {epoch + 1}: train loss {total / max(batches, 1):.4f} "
-                          f"({rows} rows fed to this worker)", flush=True)
-                epoch, total, batches, rows = batch_epoch, 0.0, 0, 0
-            total += step(model, optimizer, loss_fn, x, y)
-            batches, rows = batches + 1, rows + len(y)
+    for batch_epoch, x, y in fed_batches(feed, local_batch):
+        if batch_epoch != epoch:
+            if is_chief and epoch % 10 == 9:
+                print(f"epoch {epoch + 1}: train loss {total / max(batches, 1):.4f} "
+                      f"({rows} rows fed to this worker)", flush=True)
+            epoch, total, batches, rows = batch_epoch, 0.0, 0, 0
+        total += step(model, optimizer, loss_fn, x, y)
+        batches, rows = batches + 1, rows + len(y)
     if is_chief:
         print(f"epoch {epoch + 1}: train loss {total / max(batches, 1):.4f} "
               f"({rows} rows fed to this worker; {feed.records_read} in all)", flush=True)

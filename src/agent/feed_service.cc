@@ -156,7 +156,7 @@ class FeedService::Impl {
 
 Status FeedService::Impl::Start() {
   const feed::FeedPlan& plan = options_.plan;
-  feeds_ = feed::FeedsOfShare(plan, options_.share, options_.shares);
+  DROVER_ASSIGN_OR_RETURN(feeds_, feed::FeedsOfShare(plan, options_.share, options_.shares));
   if (!options_.socket_dir.empty()) {
     dir_ = options_.socket_dir;
   } else {

@@ -241,6 +241,8 @@ int Run(RunFlags flags) {
         << " slots (give more with host:N or slots=N)\n";
     return kExitBadInput;
   }
+  flags.feed.fed_nodes =
+      options.cluster.num_nodes - options.cluster.num_ps - (options.cluster.eval_node ? 1 : 0);
   Result<std::optional<feed::FeedPlan>> plan = feed::PlanFeed(flags.feed);
   if (!plan.ok()) {
     err << "drover run: " << plan.status().message() << "\n";
@@ -452,6 +454,10 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   feeding->add_option("--queue-bytes", flags->feed.queue_bytes, "Shared-memory queue size per node")
       ->check(CLI::Range(uint64_t{64 << 10}, uint64_t{16ull << 30}))
       ->capture_default_str();
+  feeding->add_option("--remainder", flags->feed.remainder,
+                      "Training: every fed node gets the same number of records each epoch; the "
+                      "records left over are fed again from the start (pad, the default) or to "
+                      "no node (drop)");
   feeding
       ->add_option("--split-bytes", flags->feed.split_bytes,
                    "Files larger than this are split into partitions of about this size")

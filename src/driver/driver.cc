@@ -629,6 +629,26 @@ double SecondsBetween(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double>(to - from).count();
 }
 
+// "  share 1: partitions 2 3 0, 1667 records an epoch" per fed node, in
+// rank order.
+void PrintShares(const feed::FeedPlan& plan, std::ostream& out) {
+  for (size_t k = 0; k < plan.shares.size(); ++k) {
+    out << "  share " << k << ":";
+    if (plan.shares[k].empty()) out << " nothing";
+    uint64_t records = 0;
+    bool counted = true;
+    for (size_t i = 0; i < plan.shares[k].size(); ++i) {
+      const uint32_t p = plan.shares[k][i];
+      out << (i == 0 ? " partitions " : " ") << p;
+      const auto& count = plan.partitions[p].records;
+      counted = counted && count.has_value();
+      records += count.value_or(0);
+    }
+    if (counted && !plan.shares[k].empty()) out << ", " << records << " records an epoch";
+    out << "\n";
+  }
+}
+
 }  // namespace
 
 void Driver::PublishStatus(Round& round, const std::string& phase, bool force) {
@@ -936,10 +956,16 @@ void Driver::PrintPlan(std::ostream& out) const {
         << (plan.epochs == 1 ? "" : "s") << ", "
         << (plan.mode == feed::FeedMode::kInference ? "inference into " + plan.output_dir
                                                     : std::string("training"))
-        << ", to the chief, master and worker nodes (partition i to fed node i mod n)\n";
-    for (const feed::Partition& partition : plan.partitions) {
-      out << "  " << partition.Name() << "\n";
+        << ", to the chief, master and worker nodes in equal shares\n";
+    for (size_t p = 0; p < plan.partitions.size(); ++p) {
+      const feed::Partition& partition = plan.partitions[p];
+      out << "  " << p << ": " << partition.Name();
+      if (partition.records) {
+        out << " (" << *partition.records << (*partition.records == 1 ? " record)" : " records)");
+      }
+      out << "\n";
     }
+    PrintShares(plan, out);
   }
   // Ranks depend only on the roles and hosts: the same layout as the server's,
   // with placeholder ports (port-bearing values are shown as such).

@@ -19,10 +19,10 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-constexpr std::string_view kPlanFields[] = {"mode",       "format",          "record_bytes",
-                                            "epochs",     "feed_timeout_ms", "queue_bytes",
-                                            "output_dir", "external",        "partitions"};
-constexpr std::string_view kPartitionFields[] = {"path", "begin", "end"};
+constexpr std::string_view kPlanFields[] = {
+    "mode",        "format",     "record_bytes", "epochs",     "feed_timeout_ms",
+    "queue_bytes", "output_dir", "external",     "partitions", "shares"};
+constexpr std::string_view kPartitionFields[] = {"path", "begin", "end", "records"};
 
 std::string TypeName(const Json& value) {
   switch (value.type()) {
@@ -151,7 +151,7 @@ Status ParsePartition(const Json& json, size_t index, Partition* partition) {
                       "must be an object {\"path\", \"begin\", \"end\"}, got " + TypeName(json));
   }
   DROVER_RETURN_IF_ERROR(CheckFields(json, where, kPartitionFields));
-  for (std::string_view name : kPartitionFields) {
+  for (std::string_view name : {"path", "begin", "end"}) {
     if (!json.contains(name)) return FieldError(where + "." + std::string(name), "is missing");
   }
   DROVER_RETURN_IF_ERROR(GetString(json["path"], where + ".path", &partition->path));
@@ -167,6 +167,32 @@ Status ParsePartition(const Json& json, size_t index, Partition* partition) {
   if (partition->begin > partition->end) {
     return FieldError(where + ".begin", "must not be after end (" + std::to_string(partition->end) +
                                             "), got " + std::to_string(partition->begin));
+  }
+  if (json.contains("records")) {
+    uint64_t records = 0;
+    DROVER_RETURN_IF_ERROR(GetInteger<uint64_t>(json["records"], where + ".records", 0,
+                                                partition->end - partition->begin, &records));
+    partition->records = records;
+  }
+  return Status::Ok();
+}
+
+Status ParseShares(const Json& json, size_t partitions, std::vector<std::vector<uint32_t>>* out) {
+  if (!json.is_array()) return FieldError("shares", "must be an array, got " + TypeName(json));
+  for (size_t k = 0; k < json.size(); ++k) {
+    const std::string where = "shares[" + std::to_string(k) + "]";
+    if (!json[k].is_array()) {
+      return FieldError(where, "must be an array of partition indexes, got " + TypeName(json[k]));
+    }
+    std::vector<uint32_t>& share = out->emplace_back();
+    for (size_t i = 0; i < json[k].size(); ++i) {
+      if (partitions == 0) return FieldError(where, "names a partition of a plan without any");
+      uint32_t partition = 0;
+      DROVER_RETURN_IF_ERROR(GetInteger<uint32_t>(json[k][i], where + "[" + std::to_string(i) + "]",
+                                                  0, static_cast<uint32_t>(partitions - 1),
+                                                  &partition));
+      share.push_back(partition);
+    }
   }
   return Status::Ok();
 }
@@ -189,9 +215,11 @@ std::string FeedPlan::ToJson() const {
     entry["path"] = partition.path;
     entry["begin"] = partition.begin;
     entry["end"] = partition.end;
+    if (partition.records) entry["records"] = *partition.records;
     list.push_back(std::move(entry));
   }
   json["partitions"] = std::move(list);
+  if (!shares.empty()) json["shares"] = shares;
   // replace: a path that is not UTF-8 must not throw here; FromJson rejects it.
   return json.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
@@ -269,6 +297,9 @@ Result<FeedPlan> FeedPlan::FromJson(std::string_view text) {
   for (size_t i = 0; i < partitions.size(); ++i) {
     DROVER_RETURN_IF_ERROR(ParsePartition(partitions[i], i, &plan.partitions[i]));
   }
+  if (json.contains("shares")) {
+    DROVER_RETURN_IF_ERROR(ParseShares(json["shares"], plan.partitions.size(), &plan.shares));
+  }
   return plan;
 }
 
@@ -303,14 +334,29 @@ Result<FeedPlan> FeedPlan::ReadFile(const std::string& path) {
   return plan;
 }
 
-std::vector<FeedUnit> FeedsOfShare(const FeedPlan& plan, int share, int shares) {
+Result<std::vector<FeedUnit>> FeedsOfShare(const FeedPlan& plan, int share, int shares) {
   std::vector<FeedUnit> feeds;
-  if (plan.external || shares <= 0 || share < 0 || share >= shares) return feeds;
-  const size_t partitions = plan.partitions.size();
-  for (int epoch = 0; epoch < plan.epochs; ++epoch) {
-    for (size_t p = static_cast<size_t>(share); p < partitions; p += static_cast<size_t>(shares)) {
-      feeds.push_back(FeedUnit{epoch, static_cast<int>(p)});
+  if (plan.external) return feeds;
+  if (shares <= 0 || share < 0 || share >= shares) {
+    return Status::InvalidArgument("feed share " + std::to_string(share) + " of " +
+                                   std::to_string(shares) + " does not exist");
+  }
+  if (!plan.shares.empty() && plan.shares.size() != static_cast<size_t>(shares)) {
+    return Status::InvalidArgument("the feed plan was laid out for " +
+                                   std::to_string(plan.shares.size()) +
+                                   " fed nodes, but the cluster has " + std::to_string(shares));
+  }
+  std::vector<uint32_t> dealt;
+  if (plan.shares.empty()) {
+    for (size_t p = static_cast<size_t>(share); p < plan.partitions.size();
+         p += static_cast<size_t>(shares)) {
+      dealt.push_back(static_cast<uint32_t>(p));
     }
+  }
+  const std::vector<uint32_t>& mine =
+      plan.shares.empty() ? dealt : plan.shares[static_cast<size_t>(share)];
+  for (int epoch = 0; epoch < plan.epochs; ++epoch) {
+    for (uint32_t p : mine) feeds.push_back(FeedUnit{epoch, static_cast<int>(p)});
   }
   return feeds;
 }

@@ -10,8 +10,10 @@
 //
 // JSON: {"mode": "train"|"inference", "format": "csv"|..., "record_bytes": N,
 //        "epochs": E, "feed_timeout_ms": T, "queue_bytes": Q, "output_dir": str,
-//        "external": bool, "partitions": [{"path": str, "begin": N, "end": N}, ...]}
-// ("external" is written only when true.)
+//        "external": bool, "partitions": [{"path": str, "begin": N, "end": N,
+//        "records": N}, ...], "shares": [[partition, ...], ...]}
+// ("external" is written only when true, "records" and "shares" only when
+// set.)
 
 #ifndef DROVER_FEED_FEED_PLAN_H_
 #define DROVER_FEED_FEED_PLAN_H_
@@ -39,6 +41,11 @@ struct FeedPlan {
   // and mode does not matter (the program picks train or inference).
   bool external = false;
   std::vector<Partition> partitions;
+  // Which partitions each fed node is fed every epoch, in order: shares[k]
+  // for the k-th fed node in cluster order (feed/share_layout.h). Empty: the
+  // partitions are dealt round-robin (partition i to node i mod n), as in a
+  // plan written by hand.
+  std::vector<std::vector<uint32_t>> shares;
 
   friend bool operator==(const FeedPlan&, const FeedPlan&) = default;
 
@@ -61,10 +68,12 @@ struct FeedUnit {
   friend bool operator==(const FeedUnit&, const FeedUnit&) = default;
 };
 
-// The feeds of share `share` of `shares` (the fed nodes, in cluster order):
-// epoch by epoch, partitions p with p % shares == share, in plan order.
-// Empty unless 0 <= share < shares, and for an external plan.
-std::vector<FeedUnit> FeedsOfShare(const FeedPlan& plan, int share, int shares);
+// The feeds of share `share` of `shares` (the fed nodes, in cluster order),
+// epoch by epoch: the plan's shares[share], or without a layout partitions p
+// with p % shares == share, in plan order. Empty for an external plan.
+// kInvalidArgument unless 0 <= share < shares, or when the plan was laid out
+// for another number of fed nodes (a cluster that changed size).
+Result<std::vector<FeedUnit>> FeedsOfShare(const FeedPlan& plan, int share, int shares);
 
 }  // namespace drover::feed
 

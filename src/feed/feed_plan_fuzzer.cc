@@ -45,8 +45,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // FeedsOfShare allocates epochs x partitions units; keep that small.
   if (plan.external) {
     for (int share = 0; share < 3; ++share) {
-      Check(drover::feed::FeedsOfShare(plan, share, 3).empty(), "an external plan has feeds", json);
+      auto feeds = drover::feed::FeedsOfShare(plan, share, 3);
+      Check(feeds.ok() && feeds->empty(), "an external plan has feeds", json);
     }
+    return 0;
+  }
+  if (!plan.shares.empty()) {
+    uint64_t listed = 0;
+    for (const auto& share : plan.shares) listed += share.size();
+    if (listed * static_cast<uint64_t>(plan.epochs) > 10'000) return 0;
+    const int shares = static_cast<int>(plan.shares.size());
+    for (int share = 0; share < shares; ++share) {
+      auto feeds = drover::feed::FeedsOfShare(plan, share, shares);
+      Check(feeds.ok(), "a laid-out share was refused", json);
+      Check(feeds->size() ==
+                plan.shares[static_cast<size_t>(share)].size() * static_cast<size_t>(plan.epochs),
+            "a share's feeds are not its list once per epoch", json);
+      for (const auto& unit : *feeds) {
+        Check(static_cast<size_t>(unit.partition) < plan.partitions.size(),
+              "a unit names no partition", json);
+      }
+    }
+    Check(!drover::feed::FeedsOfShare(plan, 0, shares + 1).ok(),
+          "a plan laid out for another cluster size was taken", json);
     return 0;
   }
   const uint64_t units = static_cast<uint64_t>(plan.epochs) * plan.partitions.size();
@@ -54,7 +75,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int shares = 1; shares <= 3; ++shares) {
     std::set<std::pair<int, int>> seen;
     for (int share = 0; share < shares; ++share) {
-      for (const auto& unit : drover::feed::FeedsOfShare(plan, share, shares)) {
+      auto feeds = drover::feed::FeedsOfShare(plan, share, shares);
+      Check(feeds.ok(), "a share was refused", json);
+      for (const auto& unit : *feeds) {
         Check(unit.partition % shares == share, "a unit went to the wrong share", json);
         Check(seen.emplace(unit.epoch, unit.partition).second, "a unit was fed twice", json);
       }

@@ -34,7 +34,8 @@ FeedPlan SamplePlan() {
   plan.queue_bytes = 1ull << 33;
   plan.output_dir = "/out/predictions";
   plan.partitions = {
-      {"/data/a.bin", 0, 7840}, {"/data/b.bin", 0, 1568}, {"/data/b.bin", 1568, 3136}};
+      {"/data/a.bin", 0, 7840}, {"/data/b.bin", 0, 1568, 2}, {"/data/b.bin", 1568, 3136}};
+  plan.shares = {{0, 2}, {1, 0}};
   return plan;
 }
 
@@ -51,6 +52,31 @@ TEST(FeedPlanTest, JsonRoundTrip) {
   EXPECT_EQ(value["record_bytes"], 784);
   EXPECT_EQ(value["queue_bytes"], 1ull << 33);
   EXPECT_EQ(value["partitions"][2]["begin"], 1568);
+  EXPECT_EQ(value["partitions"][1]["records"], 2);
+  EXPECT_FALSE(value["partitions"][0].contains("records"));
+  EXPECT_EQ(value["shares"], nlohmann::json::parse("[[0, 2], [1, 0]]"));
+}
+
+TEST(FeedPlanTest, MalformedSharesAndCountsNameTheField) {
+  const std::string partitions =
+      R"("partitions": [{"path": "/a", "begin": 0, "end": 10}, {"path": "/b", "begin": 0, "end": 4}])";
+  auto plan = [&](const std::string& more) {
+    return FeedPlan::FromJson(R"({"mode": "train", "format": "csv", )" + partitions + more + "}");
+  };
+  EXPECT_THAT(plan(R"(, "shares": [[0], [2]])"),
+              StatusIs(Code::kInvalidArgument, HasSubstr("'shares[1][0]' must be at most 1")));
+  EXPECT_THAT(plan(R"(, "shares": [0, 1])"),
+              StatusIs(Code::kInvalidArgument, HasSubstr("'shares[0]' must be an array")));
+  EXPECT_THAT(plan(R"(, "shares": {"0": [1]})"),
+              StatusIs(Code::kInvalidArgument, HasSubstr("'shares' must be an array")));
+  EXPECT_THAT(
+      FeedPlan::FromJson(
+          R"({"mode": "train", "format": "csv", "partitions": [{"path": "/a", "begin": 0, "end": 10, "records": 11}]})"),
+      StatusIs(Code::kInvalidArgument, HasSubstr("'partitions[0].records' must be at most 10")));
+  EXPECT_THAT(
+      FeedPlan::FromJson(
+          R"({"mode": "train", "format": "csv", "partitions": [], "shares": [[0]]})"),
+      StatusIs(Code::kInvalidArgument, HasSubstr("names a partition of a plan without any")));
 }
 
 TEST(FeedPlanTest, EveryFormatAndModeRoundTrips) {
@@ -263,15 +289,21 @@ FeedPlan PlanOf(int partitions, int epochs) {
   return plan;
 }
 
+// The feeds of a share that exists.
+std::vector<FeedUnit> Feeds(const FeedPlan& plan, int share, int shares) {
+  Result<std::vector<FeedUnit>> feeds = FeedsOfShare(plan, share, shares);
+  EXPECT_OK(feeds);
+  return feeds.ok() ? *feeds : std::vector<FeedUnit>{};
+}
+
 TEST(FeedsOfShareTest, EpochByEpochThePartitionsOfTheShare) {
   const FeedPlan plan = PlanOf(5, 2);
-  EXPECT_THAT(FeedsOfShare(plan, 0, 2),
-              ElementsAre(FeedUnit{0, 0}, FeedUnit{0, 2}, FeedUnit{0, 4}, FeedUnit{1, 0},
-                          FeedUnit{1, 2}, FeedUnit{1, 4}));
-  EXPECT_THAT(FeedsOfShare(plan, 1, 2),
+  EXPECT_THAT(Feeds(plan, 0, 2), ElementsAre(FeedUnit{0, 0}, FeedUnit{0, 2}, FeedUnit{0, 4},
+                                             FeedUnit{1, 0}, FeedUnit{1, 2}, FeedUnit{1, 4}));
+  EXPECT_THAT(Feeds(plan, 1, 2),
               ElementsAre(FeedUnit{0, 1}, FeedUnit{0, 3}, FeedUnit{1, 1}, FeedUnit{1, 3}));
   EXPECT_THAT(
-      FeedsOfShare(plan, 0, 1),
+      Feeds(plan, 0, 1),
       ElementsAre(FeedUnit{0, 0}, FeedUnit{0, 1}, FeedUnit{0, 2}, FeedUnit{0, 3}, FeedUnit{0, 4},
                   FeedUnit{1, 0}, FeedUnit{1, 1}, FeedUnit{1, 2}, FeedUnit{1, 3}, FeedUnit{1, 4}));
 }
@@ -282,7 +314,7 @@ TEST(FeedsOfShareTest, SharesCoverEveryFeedExactlyOnce) {
       const FeedPlan plan = PlanOf(partitions, 3);
       std::set<std::pair<int, int>> seen;
       for (int share = 0; share < shares; ++share) {
-        for (const FeedUnit& unit : FeedsOfShare(plan, share, shares)) {
+        for (const FeedUnit& unit : Feeds(plan, share, shares)) {
           EXPECT_EQ(unit.partition % shares, share);
           EXPECT_TRUE(seen.emplace(unit.epoch, unit.partition).second);
         }
@@ -294,22 +326,40 @@ TEST(FeedsOfShareTest, SharesCoverEveryFeedExactlyOnce) {
 
 TEST(FeedsOfShareTest, MoreSharesThanPartitionsLeavesSomeIdle) {
   const FeedPlan plan = PlanOf(2, 1);
-  EXPECT_THAT(FeedsOfShare(plan, 1, 4), ElementsAre(FeedUnit{0, 1}));
-  EXPECT_THAT(FeedsOfShare(plan, 3, 4), IsEmpty());
+  EXPECT_THAT(Feeds(plan, 1, 4), ElementsAre(FeedUnit{0, 1}));
+  EXPECT_THAT(Feeds(plan, 3, 4), IsEmpty());
 }
 
 TEST(FeedsOfShareTest, ExternalPlanHasNoFeeds) {
   FeedPlan plan = PlanOf(4, 2);
   plan.external = true;
-  EXPECT_THAT(FeedsOfShare(plan, 0, 1), IsEmpty());
-  EXPECT_THAT(FeedsOfShare(plan, 1, 2), IsEmpty());
+  EXPECT_THAT(Feeds(plan, 0, 1), IsEmpty());
+  EXPECT_THAT(Feeds(plan, 1, 2), IsEmpty());
 }
 
-TEST(FeedsOfShareTest, ShareOutOfRangeIsEmpty) {
+TEST(FeedsOfShareTest, ShareOutOfRangeIsAnError) {
   const FeedPlan plan = PlanOf(4, 1);
-  EXPECT_THAT(FeedsOfShare(plan, 2, 2), IsEmpty());
-  EXPECT_THAT(FeedsOfShare(plan, -1, 2), IsEmpty());
-  EXPECT_THAT(FeedsOfShare(plan, 0, 0), IsEmpty());
+  for (auto [share, shares] : {std::pair{2, 2}, std::pair{-1, 2}, std::pair{0, 0}}) {
+    EXPECT_THAT(FeedsOfShare(plan, share, shares),
+                StatusIs(Code::kInvalidArgument, HasSubstr("does not exist")));
+  }
+}
+
+TEST(FeedsOfShareTest, LaidOutSharesAreFedAsListedEveryEpoch) {
+  FeedPlan plan = PlanOf(4, 2);
+  plan.shares = {{0, 1}, {2, 3}, {3, 0}};
+  EXPECT_THAT(Feeds(plan, 2, 3),
+              ElementsAre(FeedUnit{0, 3}, FeedUnit{0, 0}, FeedUnit{1, 3}, FeedUnit{1, 0}));
+  EXPECT_THAT(Feeds(plan, 0, 3),
+              ElementsAre(FeedUnit{0, 0}, FeedUnit{0, 1}, FeedUnit{1, 0}, FeedUnit{1, 1}));
+}
+
+TEST(FeedsOfShareTest, PlanLaidOutForAnotherClusterSizeIsAnError) {
+  FeedPlan plan = PlanOf(4, 1);
+  plan.shares = {{0, 1}, {2, 3}};
+  EXPECT_THAT(FeedsOfShare(plan, 0, 3),
+              StatusIs(Code::kInvalidArgument,
+                       HasSubstr("laid out for 2 fed nodes, but the cluster has 3")));
 }
 
 }  // namespace

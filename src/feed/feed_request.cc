@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "feed/record_io.h"
+#include "feed/share_layout.h"
 
 namespace drover::feed {
 
@@ -17,9 +18,9 @@ std::string FormatOfExtension(const std::string& pattern) {
 Result<std::optional<FeedPlan>> PlanFeed(const FeedRequest& request) {
   if (request.inputs.empty()) {
     if (!request.output.empty() || request.mode != "train" || request.epochs != 1 ||
-        !request.format.empty() || request.record_bytes != 0) {
+        !request.format.empty() || request.record_bytes != 0 || !request.remainder.empty()) {
       return Status::InvalidArgument(
-          "--format, --record-bytes, --epochs, --mode and --output go with --input");
+          "--format, --record-bytes, --epochs, --mode, --output and --remainder go with --input");
     }
     return std::optional<FeedPlan>();
   }
@@ -58,13 +59,31 @@ Result<std::optional<FeedPlan>> PlanFeed(const FeedRequest& request) {
                                      "); remove them or choose another --output");
       }
     }
+    if (!request.remainder.empty()) {
+      return Status::InvalidArgument(
+          "--remainder goes with --mode train: inference feeds every record once");
+    }
   } else if (!request.output.empty()) {
     return Status::InvalidArgument("--output goes with --mode inference");
+  }
+  Remainder remainder = Remainder::kPad;
+  if (!request.remainder.empty()) {
+    Result<Remainder> parsed = ParseRemainder(request.remainder);
+    if (!parsed.ok()) {
+      return Status::InvalidArgument("--remainder takes pad or drop, not '" + request.remainder +
+                                     "'");
+    }
+    remainder = *parsed;
   }
   DROVER_ASSIGN_OR_RETURN(plan.partitions, PlanPartitions(request.inputs, plan.read));
   if (plan.partitions.empty()) {
     return Status::InvalidArgument("--input matched only empty files: nothing to feed");
   }
+  if (request.fed_nodes < 1) {
+    return Status::InvalidArgument(
+        "--input needs a fed node (a chief, master or worker), but the cluster has none");
+  }
+  DROVER_ASSIGN_OR_RETURN(plan, LayOutEqualShares(std::move(plan), request.fed_nodes, remainder));
   return std::optional<FeedPlan>(std::move(plan));
 }
 

@@ -2,8 +2,8 @@
 // that go with it), and PlanFeed, the policy that turns it into a FeedPlan:
 // the format from the first input's extension unless given, train or
 // inference, an output directory that holds no earlier results, partitions
-// planned over the inputs. Error messages name the `drover run` flags, the
-// one front end that asks this way.
+// planned over the inputs and laid out in equal shares for the fed nodes. Error messages name the
+// `drover run` flags, the one front end that asks this way.
 //
 // Values and a function of the request and the files; thread-safe.
 
@@ -30,6 +30,12 @@ struct FeedRequest {
   std::string output;          // inference: the results' directory
   uint64_t queue_bytes = 64ull << 20;
   uint64_t split_bytes = 64ull << 20;
+  // Training: what equal shares do with the records left over when they do
+  // not divide evenly: "pad" (the default; "" means it) or "drop"
+  // (feed/share_layout.h).
+  std::string remainder;
+  // The fed nodes (chief/master and workers) the shares are laid out for.
+  int fed_nodes = 1;
 };
 
 // The format a file name's extension implies ("csv", "jsonl", "tfrecord"),

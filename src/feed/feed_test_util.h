@@ -78,10 +78,10 @@ inline constexpr uint64_t kInputRingHeader = 4096;
 inline uint64_t OutputRingHeader(const ShmChannel& channel) {
   return 8192 + channel.ring_bytes();
 }
-inline constexpr uint64_t kWritePos = 0;    // in a ring header
-inline constexpr uint64_t kDataSeq = 8;     // u32
-inline constexpr uint64_t kReadPos = 128;   // in a ring header
-inline constexpr uint64_t kSpaceSeq = 136;  // u32
+inline constexpr uint64_t kWritePos = 0;          // in a ring header
+inline constexpr uint64_t kDataSeq = 8;           // u32
+inline constexpr uint64_t kReadPos = 128;         // in a ring header
+inline constexpr uint64_t kSpaceSeq = 136;        // u32
 inline constexpr uint64_t kWritersWaiting = 140;  // u32
 
 // Writes `value` at `offset` of the channel's memory through its descriptor

@@ -204,7 +204,8 @@ namespace {
 
 Result<FeederReport> FeedShare(const FeederOptions& options, ShmChannel& channel) {
   const FeedPlan& plan = options.plan;
-  const std::vector<FeedUnit> feeds = FeedsOfShare(plan, options.share, options.shares);
+  DROVER_ASSIGN_OR_RETURN(const std::vector<FeedUnit> feeds,
+                          FeedsOfShare(plan, options.share, options.shares));
   RingWriter probe(channel, /*input_ring=*/true);
   DROVER_ASSIGN_OR_RETURN(std::optional<CommitPoint> commit, probe.LastCommit());
   DROVER_ASSIGN_OR_RETURN(StartPoint start, StartAfter(commit, feeds.size()));

@@ -197,7 +197,7 @@ class FeederTest : public ::testing::Test {
   // Every feed of the share arrived whole, in order, exactly once; and each
   // record id of those partitions once per epoch.
   void ExpectExactlyOnce(const FeedPlan& plan, const Seen& seen, int share = 0, int shares = 1) {
-    const std::vector<FeedUnit> feeds = FeedsOfShare(plan, share, shares);
+    const std::vector<FeedUnit> feeds = FeedsOfShare(plan, share, shares).value();
     EXPECT_TRUE(seen.closed);
     ASSERT_EQ(seen.records.size(), feeds.size());
     std::map<int, std::map<int, int>> ids;  // epoch -> id -> count
@@ -242,7 +242,8 @@ TEST_F(FeederTest, FeedsEveryRecordOncePerEpoch) {
   });
   StopAndJoin stop_and_join(*channel_, feeder);
   Seen seen;
-  ReadAll(reader, FeedsOfShare(plan, 0, 1), &seen, [&](bool idle) { return idle && done.load(); });
+  ReadAll(reader, FeedsOfShare(plan, 0, 1).value(), &seen,
+          [&](bool idle) { return idle && done.load(); });
   feeder.join();
 
   ASSERT_OK(report);
@@ -299,7 +300,7 @@ TEST_F(FeederTest, RawRecordsArriveTheSameMappedReadOrMeasured) {
     });
     StopAndJoin stop_and_join(*channel_, feeder);
     Seen seen;
-    ReadAll(reader, FeedsOfShare(plan, 0, 1), &seen,
+    ReadAll(reader, FeedsOfShare(plan, 0, 1).value(), &seen,
             [&](bool idle) { return idle && done.load(); });
     feeder.join();
     ASSERT_OK(report);
@@ -326,7 +327,7 @@ TEST_F(FeederTest, FeedsOnlyItsShare) {
   EXPECT_TRUE(report.finished);
   RingReader reader(*channel_, true);
   Seen seen;
-  ReadAll(reader, FeedsOfShare(plan, 1, 2), &seen, WhenIdle);
+  ReadAll(reader, FeedsOfShare(plan, 1, 2).value(), &seen, WhenIdle);
   ExpectExactlyOnce(plan, seen, 1, 2);
   for (const BatchInfo& info : seen.batches) EXPECT_EQ(info.partition % 2, 1u);
   EXPECT_LT(report.records, static_cast<uint64_t>(total_records_));
@@ -336,7 +337,7 @@ TEST_F(FeederTest, FeedsOnlyItsShare) {
 TEST_F(FeederTest, ResumesAfterAPartialCommit) {
   const FeedPlan plan = CsvPlan(/*split_bytes=*/4000, /*epochs=*/2);
   ASSERT_NO_FATAL_FAILURE(Serve(plan, 1 << 20));
-  const std::vector<FeedUnit> feeds = FeedsOfShare(plan, 0, 1);
+  const std::vector<FeedUnit> feeds = FeedsOfShare(plan, 0, 1).value();
   const Partition& first = plan.partitions[static_cast<size_t>(feeds[0].partition)];
   {
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<RecordReader> records,
@@ -370,7 +371,7 @@ TEST_F(FeederTest, ResumesAfterAPartialCommit) {
 TEST_F(FeederTest, ResumesAfterAFinishedPartition) {
   const FeedPlan plan = CsvPlan(/*split_bytes=*/4000, /*epochs=*/1);
   ASSERT_NO_FATAL_FAILURE(Serve(plan, 1 << 20));
-  const std::vector<FeedUnit> feeds = FeedsOfShare(plan, 0, 1);
+  const std::vector<FeedUnit> feeds = FeedsOfShare(plan, 0, 1).value();
   const Partition& first = plan.partitions[static_cast<size_t>(feeds[0].partition)];
   const std::vector<std::string> first_records = RecordsOf(plan, first);
   RingReader reader(*channel_, true);
@@ -490,7 +491,7 @@ TEST_F(FeederTest, KilledFeederIsResumedExactlyOnce) {
   WriteFile(dir_.File("a.csv"), CsvLines(1000, 20000));  // ~1 MB; ids apart from b and c
   const FeedPlan plan = CsvPlan(/*split_bytes=*/50'000, /*epochs=*/3);
   ASSERT_NO_FATAL_FAILURE(Serve(plan, 64 << 10));
-  const std::vector<FeedUnit> feeds = FeedsOfShare(plan, 0, 1);
+  const std::vector<FeedUnit> feeds = FeedsOfShare(plan, 0, 1).value();
   RingReader reader(*channel_, true);
   Seen seen;
   int killed = 0;
@@ -565,7 +566,7 @@ TEST_F(FeederTest, BadTfRecordStopsTheFeedNamingTheFile) {
   // The good file went through; nothing of the bad one's unpublished batch.
   RingReader reader(*channel_, true);
   Seen seen;
-  ReadAll(reader, FeedsOfShare(plan, 0, 1), &seen, WhenIdle);
+  ReadAll(reader, FeedsOfShare(plan, 0, 1).value(), &seen, WhenIdle);
   EXPECT_FALSE(seen.closed);
   ASSERT_TRUE(seen.ended.count(0));
   EXPECT_EQ(seen.records[0].size(), 20u);

@@ -32,6 +32,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -59,6 +60,9 @@ struct Partition {
   std::string path;  // absolute
   uint64_t begin = 0;
   uint64_t end = 0;  // exclusive; a record boundary (or the file size)
+  // How many records it holds, where the planner counted them (equal shares,
+  // feed/share_layout.h).
+  std::optional<uint64_t> records;
   // "data/a.csv" for a whole file, "data/a.csv[0:67108864]" for a range.
   std::string Name() const;
   friend bool operator==(const Partition&, const Partition&) = default;

@@ -77,6 +77,48 @@ def test_every_record_once_per_epoch_across_nodes(tmp_path):
         assert epochs == sorted(epochs)
 
 
+def write_uneven_csvs(tmp_path):
+    """The quick start's shape: 4 files of uneven sizes, 1001 records."""
+    first = 0
+    for name, count in (("a", 300), ("b", 250), ("c", 250), ("d", 201)):
+        write_csv(tmp_path / f"{name}.csv", first, count)
+        first += count
+
+
+@pytest.mark.parametrize("remainder, each, twice, fed", [
+    (None, 334, {0: 2}, range(1001)),      # pad: the first record again
+    ("drop", 333, {}, range(999)),         # drop: the last two to nobody
+])
+def test_equal_shares_feed_every_node_the_same_records_each_epoch(
+        tmp_path, remainder, each, twice, fed):
+    write_uneven_csvs(tmp_path)
+    out = tmp_path / "seen"
+    result = run_feed(tmp_path, "--nodes", "3", "--input", str(tmp_path / "*.csv"),
+                      "--epochs", "2", *(["--remainder", remainder] if remainder else []), "--",
+                      FEED_READER, "--out", str(out), "--batch", "64")
+    assert result.returncode == 0, result.stderr
+    seen = read_seen(out)
+    assert sorted(seen) == ["0", "1", "2"]
+    for executor, records in seen.items():
+        per_epoch = collections.Counter(epoch for epoch, _ in records)
+        assert per_epoch == {0: each, 1: each}, (executor, per_epoch)
+    for epoch, counts in ids_by_epoch(seen).items():
+        assert set(counts) == set(fed), epoch
+        assert {i: n for i, n in counts.items() if n != 1} == twice, epoch
+
+
+def test_dry_run_shows_each_share(tmp_path):
+    write_uneven_csvs(tmp_path)
+    result = run_feed(tmp_path, "--nodes", "3", "--dry-run", "--input", "*.csv", "--",
+                      "true", timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert "in equal shares" in result.stdout, result.stdout
+    shares = [line for line in result.stdout.splitlines() if line.startswith("  share ")]
+    assert len(shares) == 3, result.stdout
+    assert all(line.endswith(", 334 records an epoch") for line in shares), result.stdout
+    assert "a.csv[0:" in result.stdout and "(300 records)" not in result.stdout, result.stdout
+
+
 def feeders_by_executor(mark):
     """{executor id: [feeder pid, ...]} of the agents whose command carries `mark`."""
     found = {}
@@ -294,6 +336,9 @@ def test_parameter_servers_are_not_fed(tmp_path):
     (["--epochs", "2"], "go with --input"),
     (["--input", "data.csv", "--mode", "inference", "--output", "out", "--epochs", "2"],
      "one epoch"),
+    (["--input", "data.csv", "--remainder", "some"], "--remainder takes pad or drop"),
+    (["--input", "data.csv", "--mode", "inference", "--output", "out", "--remainder", "drop"],
+     "--remainder goes with --mode train"),
 ])
 def test_bad_feed_flags_are_one_clear_line_and_exit_2(tmp_path, args, message):
     write_csv(tmp_path / "data.csv", 0, 10)
