@@ -464,6 +464,23 @@ class PyDataFeed {
     return feed_->ShouldStop();
   }
 
+  py::object Commit() {
+    std::optional<Result<std::optional<FeedPosition>>> committed;
+    {
+      py::gil_scoped_release release;
+      MutexLock lock(mutex_);
+      committed.emplace(feed_->Commit());
+    }
+    if (!committed->ok()) ThrowStatus(committed->status());
+    const std::optional<FeedPosition>& position = **committed;
+    if (!position) return py::none();
+    py::dict out;
+    out["feed"] = position->feed;
+    out["record"] = position->record;
+    out["done"] = position->done;
+    return std::move(out);
+  }
+
   void Terminate() {
     py::gil_scoped_release release;
     MutexLock lock(mutex_);
@@ -571,6 +588,13 @@ void RegisterFeed(py::module_& m) {
            "str, or anything else written as str(item); none may contain a newline.")
       .def("should_stop", &PyDataFeed::ShouldStop,
            "True once every epoch is read, or the feed was terminated or stopped.")
+      .def("commit", &PyDataFeed::Commit,
+           "Training: records in the driver that every record next_batch returned so far\n"
+           "is consumed; call it when the model is checkpointed. After a failure the next\n"
+           "round (--max-restarts) feeds this node's share from just after its last commit.\n"
+           "Returns the position on record, {'feed': n, 'record': n, 'done': bool}, or None\n"
+           "when nothing was committed or read. RuntimeError in inference, for a feed from\n"
+           "drover.Cluster.train, or when the driver cannot be reached.")
       .def("terminate", &PyDataFeed::Terminate,
            "Stops feeding this node now; next_batch returns nothing from then on.")
       .def_property_readonly("records_read", &PyDataFeed::records_read)

@@ -8,6 +8,10 @@
 //   --short-results       inference: answers with one result too few
 //   --terminate-after N   calls Terminate() once N records were read
 //   --die-after N         SIGKILLs itself once N records were read
+//   --die-in-rounds K     ... only in rounds 0..K-1 (DROVER_RESTART_COUNT)
+//   --commit-every N      calls Commit() after every N batches and writes
+//                         "#commit" once it returned
+//   --append              appends to the file, after a "#round R" line
 //   --sleep-us U          sleeps U microseconds per batch (a slow trainer)
 //   --tag T               ignored: lets a test find the processes by T
 // Exit: 0 after the feed ends, 3 on a DataFeed error (printed).
@@ -33,6 +37,9 @@ struct Options {
   long terminate_after = -1;
   long die_after = -1;
   long sleep_us = 0;
+  long die_in_rounds = -1;
+  long commit_every = 0;
+  bool append = false;
 };
 
 bool Parse(int argc, char** argv, Options* options) {
@@ -51,6 +58,12 @@ bool Parse(int argc, char** argv, Options* options) {
       options->terminate_after = std::strtol(value(), nullptr, 10);
     } else if (flag == "--die-after") {
       options->die_after = std::strtol(value(), nullptr, 10);
+    } else if (flag == "--die-in-rounds") {
+      options->die_in_rounds = std::strtol(value(), nullptr, 10);
+    } else if (flag == "--commit-every") {
+      options->commit_every = std::strtol(value(), nullptr, 10);
+    } else if (flag == "--append") {
+      options->append = true;
     } else if (flag == "--tag") {
       value();
     } else if (flag == "--sleep-us") {
@@ -78,11 +91,18 @@ int main(int argc, char** argv) {
   }
   const char* executor = std::getenv("DROVER_EXECUTOR_ID");
   std::string path = options.out + "." + (executor != nullptr ? executor : "0");
-  FILE* out = std::fopen(path.c_str(), "w");
+  FILE* out = std::fopen(path.c_str(), options.append ? "a" : "w");
   if (out == nullptr) {
     std::perror(path.c_str());
     return 2;
   }
+  const char* round_text = std::getenv("DROVER_RESTART_COUNT");
+  const long round = round_text != nullptr ? std::strtol(round_text, nullptr, 10) : 0;
+  if (options.append) {
+    std::fprintf(out, "#round %ld\n", round);
+    std::fflush(out);
+  }
+  if (options.die_in_rounds >= 0 && round >= options.die_in_rounds) options.die_after = -1;
   drover::DataFeedOptions feed_options;
   feed_options.train_mode = !options.inference;
   auto connected = drover::DataFeed::Connect(drover::ProcessEnvironment(), feed_options);
@@ -90,6 +110,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<drover::DataFeed> feed = std::move(connected).value();
 
   long seen = 0;
+  long batches = 0;
   while (!feed->ShouldStop()) {
     auto batch = feed->NextBatch(options.batch);
     if (!batch.ok()) return Fail(batch.status());
@@ -107,6 +128,12 @@ int main(int argc, char** argv) {
       if (auto answered = feed->BatchResults(views); !answered.ok()) return Fail(answered);
     }
     if (options.die_after >= 0 && seen >= options.die_after) ::kill(::getpid(), SIGKILL);
+    if (options.commit_every > 0 && ++batches % options.commit_every == 0) {
+      auto committed = feed->Commit();
+      if (!committed.ok()) return Fail(committed.status());
+      std::fprintf(out, "#commit\n");
+      std::fflush(out);
+    }
     if (options.terminate_after >= 0 && seen >= options.terminate_after) feed->Terminate();
     if (options.sleep_us > 0) ::usleep(static_cast<useconds_t>(options.sleep_us));
   }

@@ -101,6 +101,43 @@ def fed_batches(feed, batch_size):
                torch.from_numpy(batch["label"]))
 
 
+CHECKPOINT = "digits_checkpoint.pt"
+
+
+def restore_checkpoint(model, optimizer, model_dir, world_size):
+    """In a later round of `drover run --max-restarts`: the chief's last
+    checkpoint, handed to every worker, loaded into the model and optimizer
+    before DDP wraps the model. Returns its epoch, or None."""
+    if int(os.environ.get("DROVER_RESTART_COUNT", "0")) == 0:
+        return None
+    path = os.path.join(model_dir, CHECKPOINT)
+    state = [torch.load(path) if os.path.exists(path) and int(os.environ.get("RANK", "0")) == 0
+             else None]
+    if world_size > 1:
+        dist.broadcast_object_list(state, src=0)
+    if state[0] is None:
+        return None
+    model.load_state_dict(state[0]["model"])
+    optimizer.load_state_dict(state[0]["optimizer"])
+    return state[0]["epoch"]
+
+
+def save_checkpoint(model, optimizer, feed, epoch, is_chief, model_dir, world_size):
+    """The chief saves the model; then every worker commits its feed at the
+    same step, so a later round resumes the model and the feed from the same
+    point: no row trained twice, none skipped."""
+    if is_chief:
+        module = model.module if isinstance(model, DistributedDataParallel) else model
+        path = os.path.join(model_dir, CHECKPOINT)
+        os.makedirs(model_dir, exist_ok=True)
+        torch.save({"model": module.state_dict(), "optimizer": optimizer.state_dict(),
+                    "epoch": epoch}, path + ".tmp")
+        os.replace(path + ".tmp", path)
+    if world_size > 1:
+        dist.barrier()
+    feed.commit()
+
+
 def make_model(hidden):
     return nn.Sequential(
         nn.Linear(64, hidden), nn.ReLU(),
@@ -141,9 +178,12 @@ def main():
 
     torch.manual_seed(args.seed)  # the same initial weights everywhere (DDP also broadcasts)
     model = make_model(args.hidden)
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    resumed = restore_checkpoint(model, optimizer, model_dir, world_size)
+    if resumed is not None and is_chief:
+        print(f"resuming from the checkpoint of epoch {resumed + 1}", flush=True)
     if world_size > 1:
         model = DistributedDataParallel(model)
-    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     loss_fn = nn.CrossEntropyLoss()
     # A global batch split across the workers: the same steps, whatever the
     # number of workers, so the accuracy does not depend on it.
@@ -155,7 +195,9 @@ def main():
                      "set PYTHONPATH=build/python")
         test = load_test_csv(args.test) if args.test else load_data(args.seed)[1]
         feed = ctx.get_data_feed(train_mode=True, schema=DIGITS_SCHEMA)
-        train_fed(model, feed, local_batch, optimizer, loss_fn, is_chief)
+        checkpoint = lambda epoch: save_checkpoint(  # noqa: E731
+            model, optimizer, feed, epoch, is_chief, model_dir, world_size)
+        train_fed(model, feed, local_batch, optimizer, loss_fn, is_chief, checkpoint)
     else:
         train, test = load_data(args.seed)
         train_local(model, train, local_batch, optimizer, loss_fn, is_chief, rank, world_size,
@@ -190,21 +232,25 @@ def step(model, optimizer, loss_fn, x, y):
     return loss.item()
 
 
-def train_fed(model, feed, local_batch, optimizer, loss_fn, is_chief):
+def train_fed(model, feed, local_batch, optimizer, loss_fn, is_chief, checkpoint):
     # drover feeds every worker the same number of rows each epoch (equal
     # shares), so every worker takes the same number of steps and DDP's
-    # all-reduces pair up without join().
-    epoch, total, batches, rows = 0, 0.0, 0, 0
+    # all-reduces pair up without join(). A checkpoint (and feed commit) is
+    # taken after the first step of each epoch: every worker reaches it at
+    # the same step, having trained on every row it was handed.
+    epoch, total, batches, rows = None, 0.0, 0, 0
     for batch_epoch, x, y in fed_batches(feed, local_batch):
         if batch_epoch != epoch:
-            if is_chief and epoch % 10 == 9:
+            if is_chief and epoch is not None and epoch % 10 == 9:
                 print(f"epoch {epoch + 1}: train loss {total / max(batches, 1):.4f} "
                       f"({rows} rows fed to this worker)", flush=True)
-            epoch, total, batches, rows = batch_epoch, 0.0, 0, 0
+            new_epoch, epoch, total, batches, rows = epoch is not None, batch_epoch, 0.0, 0, 0
         total += step(model, optimizer, loss_fn, x, y)
         batches, rows = batches + 1, rows + len(y)
+        if batches == 1 and new_epoch:
+            checkpoint(epoch)
     if is_chief:
-        print(f"epoch {epoch + 1}: train loss {total / max(batches, 1):.4f} "
+        print(f"epoch {(epoch or 0) + 1}: train loss {total / max(batches, 1):.4f} "
               f"({rows} rows fed to this worker; {feed.records_read} in all)", flush=True)
 
 

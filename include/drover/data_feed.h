@@ -33,7 +33,9 @@
 #define DROVER_DATA_FEED_H_
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -56,6 +58,18 @@ struct DataFeedOptions {
   // How long NextBatch waits for records before kDeadlineExceeded; 0: the
   // run's --feed-timeout.
   std::chrono::milliseconds timeout{0};
+};
+
+// How far a program had consumed its node's share when it committed
+// (Commit): every feed before `feed` (a share is fed as a numbered list of
+// partitions, epoch after epoch: `drover run --dry-run` lists a share's
+// partitions), and in feed `feed` the records of its partition before index
+// `record` (all of them when `done`).
+struct FeedPosition {
+  uint32_t feed = 0;
+  uint64_t record = 0;
+  bool done = false;
+  friend bool operator==(const FeedPosition&, const FeedPosition&) = default;
 };
 
 struct RecordBatch {
@@ -87,6 +101,18 @@ class DataFeed {
   // may not contain '\n' (results are written one per line), except in an
   // external feed.
   virtual Status BatchResults(const std::vector<std::string_view>& results) = 0;
+
+  // Training from files (`drover run --input`): records in the driver that
+  // the program has consumed every record NextBatch returned so far. Call it
+  // when the model is checkpointed: after a failure, the next round
+  // (--max-restarts) feeds this node's share from just after its last
+  // commit, so no record before it is fed again and every record after it
+  // is fed again once. Returns the position now on record; nullopt when
+  // nothing was committed or read (the share starts from the beginning).
+  // Blocks until the driver has it (a round trip through the agent).
+  // kFailedPrecondition in inference and for an external feed;
+  // kUnavailable when the agent or the driver cannot record it.
+  virtual Result<std::optional<FeedPosition>> Commit() = 0;
 
   // True once the feed is over (every epoch read), terminated, or stopped.
   virtual bool ShouldStop() const = 0;

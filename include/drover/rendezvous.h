@@ -221,6 +221,9 @@ class RendezvousServer {
   ClusterState QueryState();
   // Sends STOP to one node / every node.
   Status StopNode(const std::string& executor_id);
+  // The value the KV store holds under `key` (what nodes SET); nullopt when
+  // none, or once the server is shut down.
+  std::optional<std::string> StoredValue(const std::string& key);
   void StopAll();
   // Stops the loop and closes every connection; idempotent.
   void Shutdown();

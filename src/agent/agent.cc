@@ -83,6 +83,8 @@ constexpr Milliseconds kGuardStart{60'000};
 constexpr Milliseconds kGuardSlack{1'000};
 // How long one of the agent's own lines may wait for a reader.
 constexpr Milliseconds kSayLimit{2'000};
+// Recording a commit in the driver: one KV round trip.
+constexpr Milliseconds kCommitWait{30'000};
 
 // Writes what it can of `data` to `fd` until `deadline`; a reader that
 // stopped reading (or a closed stdout) must not stop the supervision.
@@ -303,6 +305,11 @@ class Agent::Impl {
   std::string lost_reason_ GUARDED_BY(mu_);
   std::string feed_error_ GUARDED_BY(mu_);
   std::unique_ptr<FeedService> feed_;
+  // The feed's commits go to the driver on a connection of their own
+  // (made when the first comes; feed_'s loop thread only): the main
+  // client's reads belong to the stop watcher.
+  RendezvousClientOptions commit_options_;
+  std::unique_ptr<RendezvousClient> commit_client_;
   // The feed plan, read before registering; its error is reported once the
   // node has registered, as any failure to start feeding.
   std::optional<Result<feed::FeedPlan>> plan_;
@@ -350,6 +357,7 @@ int Agent::Impl::Run() {
   if (!credential.ok()) return Fail(credential.status());
   client_options.credential = std::move(credential).value();
   client_options.name = o.executor_id;
+  commit_options_ = client_options;
   Result<std::unique_ptr<RendezvousClient>> connected =
       RendezvousClient::Connect(client_options, deadline);
   if (!connected.ok()) return Fail(connected.status());
@@ -585,6 +593,16 @@ Status Agent::Impl::StartFeeding(const FormedCluster& cluster, const std::string
   feed.task = task;
   DROVER_ASSIGN_OR_RETURN(feed.drover_binary, DroverBinary());
   feed.say = [this, task](const std::string& message) { Say(task + ": " + message); };
+  feed.record_commit = [this, share = share->share](const feed::FeedPosition& position) {
+    const Deadline deadline = Clock::now() + kCommitWait;
+    if (!commit_client_) {
+      DROVER_ASSIGN_OR_RETURN(commit_client_, RendezvousClient::Connect(commit_options_, deadline));
+    }
+    Status set =
+        commit_client_->Set(feed::CommitKey(share), feed::FeedPositionToJson(position), deadline);
+    if (!set.ok()) commit_client_.reset();  // connect again for the next one
+    return set;
+  };
   feed.on_failure = [this](const Status& failure) {
     {
       MutexLock lock(mu_);

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "drover/cluster_spec.h"
 #include "feed/shm_channel.h"
@@ -70,6 +71,14 @@ std::string Seconds(std::chrono::milliseconds delay) {
   return text;
 }
 
+// Whether the peer of a connected socket has closed it (readable, and
+// nothing left to read); a pending request is not a close.
+bool PeerClosed(int fd) {
+  char byte;
+  const ssize_t got = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 std::string PartName(uint32_t partition) {
   char name[32];
   std::snprintf(name, sizeof(name), "part-%05u", partition);
@@ -117,6 +126,9 @@ class FeedService::Impl {
   // Whether a writer closed the input ring (an external feed that ended).
   bool InputEnded();
   std::string DescribeCommit(const std::optional<feed::CommitPoint>& commit) const;
+  // The reader sent a request (a commit); answers it.
+  void AnswerReader();
+  Status RecordCommit(const feed::FeedPosition& position);
 
   void WriteResults();
   Status WriteBatch(const feed::BatchView& batch);
@@ -125,6 +137,9 @@ class FeedService::Impl {
   FeedServiceOptions options_;
   std::optional<feed::ShmChannel> channel_;
   std::vector<feed::FeedUnit> feeds_;
+  // The program's last commit on record (loop thread): this round's, else
+  // the plan's start for the share.
+  std::optional<feed::FeedPosition> committed_;
   std::string dir_;
   std::string socket_path_;
   os::UniqueFd listen_fd_;
@@ -157,6 +172,9 @@ class FeedService::Impl {
 Status FeedService::Impl::Start() {
   const feed::FeedPlan& plan = options_.plan;
   DROVER_ASSIGN_OR_RETURN(feeds_, feed::FeedsOfShare(plan, options_.share, options_.shares));
+  if (static_cast<size_t>(options_.share) < plan.starts.size()) {
+    committed_ = plan.starts[static_cast<size_t>(options_.share)];
+  }
   if (!options_.socket_dir.empty()) {
     dir_ = options_.socket_dir;
   } else {
@@ -343,10 +361,8 @@ void FeedService::Impl::Accept() {
                             " is fed from its plan (drover run --input), not from outside"));
   }
   os::UniqueFd& slot = writer ? writer_fd_ : reader_fd_;
-  if (slot.valid() && (!writer || plan.external)) {
-    // A reader or writer that just left may not have been noticed yet.
-    pollfd p{slot.get(), POLLIN, 0};
-    if (::poll(&p, 1, 0) > 0 && p.revents != 0) slot.Reset();
+  if (slot.valid() && (!writer || plan.external) && PeerClosed(slot.get())) {
+    slot.Reset();  // a reader or writer that just left, not noticed yet
   }
   if (slot.valid()) {
     return refuse(Status::AlreadyExists(
@@ -372,6 +388,48 @@ void FeedService::Impl::Accept() {
   if (!feed::SendMessage(fd.get(), feed::EncodeGrant(grant), channel_->fd()).ok()) return;
   slot = std::move(fd);
   if (role == feed::FeedRole::kReader) reader_pid_ = peer->pid;
+}
+
+void FeedService::Impl::AnswerReader() {
+  std::string line;
+  os::UniqueFd ignored_fd;
+  std::optional<feed::FeedPosition> handed;
+  Status request =
+      feed::ReceiveMessage(reader_fd_.get(), Clock::now() + kHelloTimeout, &line, &ignored_fd);
+  if (request.ok()) request = feed::DecodeCommitRequest(line, &handed);
+  if (!request.ok()) {
+    // A reader that speaks out of turn loses its connection, as a bad hello.
+    (void)feed::SendMessage(reader_fd_.get(), feed::EncodeRefusal(request));
+    reader_fd_.Reset();
+    return;
+  }
+  Status recorded = handed ? RecordCommit(*handed) : Status::Ok();
+  (void)feed::SendMessage(reader_fd_.get(), recorded.ok() ? feed::EncodeCommitAnswer(committed_)
+                                                          : feed::EncodeRefusal(recorded));
+}
+
+Status FeedService::Impl::RecordCommit(const feed::FeedPosition& position) {
+  if (position.feed >= feeds_.size()) {
+    return Status::InvalidArgument("commit: feed " + std::to_string(position.feed) + " of " +
+                                   std::to_string(feeds_.size()) + " does not exist");
+  }
+  const feed::Partition& partition =
+      options_.plan.partitions[static_cast<size_t>(feeds_[position.feed].partition)];
+  if (partition.records && position.record > *partition.records) {
+    return Status::InvalidArgument("commit: " + partition.Name() + " has " +
+                                   std::to_string(*partition.records) + " records, not " +
+                                   std::to_string(position.record));
+  }
+  auto order = [](const feed::FeedPosition& p) { return std::tuple(p.feed, p.done, p.record); };
+  if (committed_ && order(position) < order(*committed_)) {
+    return Status::InvalidArgument("commit: a position before the last commit");
+  }
+  if (!options_.record_commit) {
+    return Status::FailedPrecondition("commit: this feed has no driver to record commits in");
+  }
+  DROVER_RETURN_IF_ERROR(options_.record_commit(position));
+  committed_ = position;
+  return Status::Ok();
 }
 
 void FeedService::Impl::Loop() {
@@ -402,9 +460,15 @@ void FeedService::Impl::Loop() {
     }
     if (quit_) break;
     if (fds[1].revents & POLLIN) Accept();
-    // A client says nothing after its hello: readable means it is gone.
-    for (auto [slot, fd] : {std::pair{reader_slot, &reader_fd_}, {writer_slot, &writer_fd_}}) {
-      if (slot >= 0 && fds[slot].revents != 0) fd->Reset();
+    // A writer says nothing after its hello: readable means it is gone. A
+    // reader may ask for a commit.
+    if (writer_slot >= 0 && fds[writer_slot].revents != 0) writer_fd_.Reset();
+    if (reader_slot >= 0 && fds[reader_slot].revents != 0) {
+      if (PeerClosed(reader_fd_.get())) {
+        reader_fd_.Reset();
+      } else {
+        AnswerReader();
+      }
     }
     if (feeder_) {
       if (std::optional<os::ExitStatus> exited = feeder_->Poll()) OnFeederExit(*exited);

@@ -4,7 +4,9 @@
 // share of the plan and starts it again, from the last published batch, when
 // it is killed; in inference it writes the program's results, one line per
 // record, to <output>/part-NNNNN, renamed into place once the partition is
-// complete.
+// complete. In training, the program's reader may ask it to record a commit
+// (DataFeed::Commit): it checks the position and hands it to record_commit
+// (the agent: the driver's KV store), answering with the position on record.
 //
 // With an external plan (FeedPlan::external: drover.Cluster.train and
 // inference) it runs no feeder and writes no results: writers from outside
@@ -54,6 +56,10 @@ struct FeedServiceOptions {
   // without progress (0.1 s up to 5 s): the program's feed timeout bounds
   // how long it waits for one that never feeds.
   int max_stalled_restarts = 3;
+  // Records the program's commit (DataFeed::Commit) where the next round
+  // finds it: the driver. Called on the service's loop thread; the reader
+  // waits for it. Unset: commits are refused (kFailedPrecondition).
+  std::function<Status(const feed::FeedPosition&)> record_commit;
   // Feeding failed for good (a bad record, the feed timeout, a feeder that
   // keeps dying): the program should be stopped and this reported.
   std::function<void(const Status&)> on_failure;

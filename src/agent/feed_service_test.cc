@@ -9,8 +9,10 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -37,6 +39,7 @@ using ::drover::feed::testing::OutputRingHeader;
 using ::drover::feed::testing::Scribble;
 using ::drover::testing::Child;
 using ::drover::testing::ChildBody;
+using ::drover::testing::StatusIs;
 using ::drover::testing::TempDir;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
@@ -198,6 +201,99 @@ TEST_F(FeedServiceTest, ReaderThatReconnectsIsNotHandedThePreviousReadersRecords
   EXPECT_TRUE(end.records.empty());
   // Counted once each too.
   EXPECT_EQ(service_->Progress().records, records.size());
+}
+
+class FeedServiceCommitTest : public FeedServiceTest {
+ protected:
+  // A training plan over one file of two records, with a feeder that feeds
+  // nothing: the test speaks the reader's side of the socket itself.
+  void ServeTraining(std::function<Status(const feed::FeedPosition&)> record_commit,
+                     std::vector<std::optional<feed::FeedPosition>> starts = {}) {
+    testing::WriteFile(dir_.File("data.csv"), "a\nb\n");
+    FeedServiceOptions options = BaseOptions();
+    options.plan.read.format = feed::RecordFormat::kCsv;
+    options.plan.epochs = 2;
+    options.plan.partitions = {feed::Partition{dir_.File("data.csv"), 0, 4, 2}};
+    options.plan.starts = std::move(starts);
+    options.plan_path = dir_.File("plan.json");
+    options.drover_binary = "/bin/true";
+    options.record_commit = std::move(record_commit);
+    ASSERT_OK_AND_ASSIGN(service_, FeedService::Start(std::move(options)));
+    ASSERT_OK_AND_ASSIGN(joined_, feed::JoinFeed(service_->socket_path(), feed::FeedRole::kReader,
+                                                 /*train_mode=*/true,
+                                                 std::chrono::steady_clock::now() + seconds(10)));
+  }
+
+  // Sends one request line and returns what the agent answered.
+  Result<std::optional<feed::FeedPosition>> Ask(const std::string& line) {
+    DROVER_RETURN_IF_ERROR(feed::SendMessage(joined_->socket.get(), line));
+    std::string answer;
+    os::UniqueFd none;
+    DROVER_RETURN_IF_ERROR(feed::ReceiveMessage(
+        joined_->socket.get(), std::chrono::steady_clock::now() + seconds(10), &answer, &none));
+    std::optional<feed::FeedPosition> position;
+    DROVER_RETURN_IF_ERROR(feed::DecodeCommitAnswer(answer, &position));
+    return position;
+  }
+  Result<std::optional<feed::FeedPosition>> Commit(std::optional<feed::FeedPosition> position) {
+    return Ask(feed::EncodeCommitRequest(position));
+  }
+
+  std::optional<feed::JoinedFeed> joined_;
+};
+
+// A commit's answer as text: the position's JSON, "none", or the error.
+std::string Text(const Result<std::optional<feed::FeedPosition>>& answer) {
+  if (!answer.ok()) return answer.status().ToString();
+  return *answer ? feed::FeedPositionToJson(**answer) : "none";
+}
+
+TEST_F(FeedServiceCommitTest, CommitsAreRecordedInOrderAndAnsweredWithThePosition) {
+  std::vector<feed::FeedPosition> recorded;
+  ASSERT_NO_FATAL_FAILURE(ServeTraining([&](const feed::FeedPosition& position) {
+    recorded.push_back(position);
+    return Status::Ok();
+  }));
+  EXPECT_EQ(Text(Commit(std::nullopt)), "none") << "nothing yet";
+  const feed::FeedPosition first{0, 1, false};
+  EXPECT_EQ(Text(Commit(first)), feed::FeedPositionToJson(first));
+  const feed::FeedPosition done{0, 2, true};
+  EXPECT_EQ(Text(Commit(done)), feed::FeedPositionToJson(done));
+  EXPECT_EQ(Text(Commit(std::nullopt)), feed::FeedPositionToJson(done))
+      << "a reader that read nothing new gets the position on record";
+  EXPECT_THAT(Commit(first), StatusIs(Status::Code::kInvalidArgument,
+                                      HasSubstr("a position before the last commit")));
+  EXPECT_THAT(Commit(feed::FeedPosition{2, 0, false}),
+              StatusIs(Status::Code::kInvalidArgument, HasSubstr("feed 2 of 2 does not exist")));
+  EXPECT_THAT(Commit(feed::FeedPosition{1, 3, false}),
+              StatusIs(Status::Code::kInvalidArgument, HasSubstr("has 2 records, not 3")));
+  EXPECT_EQ(recorded, (std::vector<feed::FeedPosition>{first, done}));
+  // A request that is not one loses the connection: the reader is gone.
+  EXPECT_THAT(Ask("{\"hello\": 1}"),
+              StatusIs(Status::Code::kInvalidArgument, HasSubstr("bad feed request")));
+  char byte;
+  EXPECT_EQ(::recv(joined_->socket.get(), &byte, 1, 0), 0);
+}
+
+TEST_F(FeedServiceCommitTest, APlanStartIsThePositionOnRecord) {
+  const feed::FeedPosition start{1, 1, false};
+  ASSERT_NO_FATAL_FAILURE(
+      ServeTraining([](const feed::FeedPosition&) { return Status::Ok(); }, {start}));
+  EXPECT_EQ(Text(Commit(std::nullopt)), feed::FeedPositionToJson(start));
+}
+
+TEST_F(FeedServiceCommitTest, WhatTheDriverRefusesIsRefusedAndNotOnRecord) {
+  ASSERT_NO_FATAL_FAILURE(ServeTraining(
+      [](const feed::FeedPosition&) { return Status::Unavailable("the driver is gone"); }));
+  EXPECT_THAT(Commit(feed::FeedPosition{0, 1, false}),
+              StatusIs(Status::Code::kUnavailable, HasSubstr("the driver is gone")));
+  EXPECT_EQ(Text(Commit(std::nullopt)), "none");
+}
+
+TEST_F(FeedServiceCommitTest, WithoutADriverCommitsAreRefused) {
+  ASSERT_NO_FATAL_FAILURE(ServeTraining(nullptr));
+  EXPECT_THAT(Commit(feed::FeedPosition{0, 1, false}),
+              StatusIs(Status::Code::kFailedPrecondition, HasSubstr("no driver")));
 }
 
 }  // namespace

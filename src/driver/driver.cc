@@ -144,7 +144,10 @@ struct Driver::Round {
   nlohmann::json spec = nlohmann::json::object();
 
   ~Round() {
-    if (server) server->Shutdown();
+    if (server) {
+      driver.CollectFeedCommits(*server);
+      server->Shutdown();
+    }
     EmitServerLog();
   }
 
@@ -531,6 +534,49 @@ Status Driver::Prepare() {
   return Status::Ok();
 }
 
+void Driver::CollectFeedCommits(RendezvousServer& server) {
+  if (!options_.feed || options_.feed->external) return;
+  const size_t shares = options_.feed->shares.size();
+  feed_starts_.resize(shares);
+  for (size_t k = 0; k < shares; ++k) {
+    std::optional<std::string> value = server.StoredValue(feed::CommitKey(static_cast<int>(k)));
+    if (!value) continue;
+    Result<feed::FeedPosition> position = feed::FeedPositionFromJson(*value);
+    if (!position.ok()) {
+      err_ << "drover run: ignoring share " << k << "'s commit: " << position.status().message()
+           << "\n";
+      continue;
+    }
+    if (feed_starts_[k] != *position) {
+      feed_starts_[k] = *position;
+      feed_starts_changed_ = true;
+    }
+  }
+}
+
+Status Driver::WriteFeedPlanForRound() {
+  if (!feed_starts_changed_ || feed_plan_file_.empty()) return Status::Ok();
+  feed_starts_changed_ = false;
+  feed::FeedPlan plan = *options_.feed;
+  plan.starts = feed_starts_;
+  const int shares = static_cast<int>(plan.shares.size());
+  for (int k = 0; k < shares; ++k) {
+    const std::optional<feed::FeedPosition>& start = feed_starts_[static_cast<size_t>(k)];
+    Result<std::vector<feed::FeedUnit>> feeds = feed::FeedsOfShare(plan, k, shares);
+    if (!start || !feeds.ok() || start->feed >= feeds->size()) continue;
+    const feed::FeedUnit& unit = (*feeds)[start->feed];
+    err_ << "drover run: feed share " << k << " resumes after its last commit: "
+         << (start->done ? "after the end of "
+                         : "at record " + std::to_string(start->record) + " of ")
+         << plan.partitions[static_cast<size_t>(unit.partition)].Name() << " (epoch "
+         << unit.epoch + 1 << " of " << plan.epochs << ")\n";
+  }
+  std::ofstream out(feed_plan_file_, std::ios::trunc);
+  out << plan.ToJson() << "\n";
+  if (!out.flush()) return Status::IoError("cannot write the feed plan " + feed_plan_file_);
+  return Status::Ok();
+}
+
 void Driver::StartJanitor() {
   if (options_.agent_binary.empty()) return;
   Result<std::unique_ptr<os::Janitor>> janitor = os::Janitor::Start(options_.agent_binary);
@@ -750,6 +796,10 @@ Driver::Outcome Driver::RunRound(int number) {
   round.queue.wake_fd.Reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!round.queue.wake_fd.valid()) {
     err_ << "drover run: eventfd: " << std::strerror(errno) << "\n";
+    return Outcome::kNoRestart;
+  }
+  if (Status written = WriteFeedPlanForRound(); !written.ok()) {
+    err_ << "drover run: " << written.message() << "\n";
     return Outcome::kNoRestart;
   }
   std::ofstream tee;

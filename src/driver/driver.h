@@ -168,7 +168,17 @@ class Driver {
   double last_history_t_ = -1;
   std::deque<RateSample> history_;
   std::map<std::string, RateMeter> rates_;  // by executor id
+  // Reads the feed commits (DataFeed::Commit) the round's nodes recorded in
+  // its rendezvous store into feed_starts_.
+  void CollectFeedCommits(RendezvousServer& server);
+  // Writes feed_plan_file_ with feed_starts_ when they changed and says
+  // where each share resumes.
+  Status WriteFeedPlanForRound();
+
   std::string feed_plan_file_;
+  // Where each share's feeding starts next round (its last commit).
+  std::vector<std::optional<feed::FeedPosition>> feed_starts_;
+  bool feed_starts_changed_ = false;
   std::string private_dir_;  // removed at the end
   // Removes private_dir_, the live-run record and the engine's temporary
   // paths if this process dies before it does (os/janitor.h).

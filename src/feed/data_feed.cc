@@ -21,6 +21,8 @@ using feed::Clock;
 using feed::RunState;
 
 constexpr auto kConnectTimeout = std::chrono::seconds(10);
+// The agent records a commit in the driver: one round trip each way.
+constexpr auto kCommitTimeout = std::chrono::seconds(60);
 
 // Records handed out in inference mode and not answered yet, per batch.
 struct Piece {
@@ -46,6 +48,7 @@ class ShmDataFeed final : public DataFeed {
   Status BatchResults(const std::vector<std::string_view>& results) override;
   bool ShouldStop() const override;
   void Terminate() override;
+  Result<std::optional<FeedPosition>> Commit() override;
   uint64_t records_read() const override { return records_read_; }
   std::string format() const override { return grant_.format; }
   uint64_t record_bytes() const override { return grant_.record_bytes; }
@@ -92,6 +95,8 @@ class ShmDataFeed final : public DataFeed {
   bool terminated_ = false;
   uint64_t records_read_ = 0;
   std::vector<Piece> unanswered_;
+  // Just past the last record handed out; nullopt before the first.
+  std::optional<FeedPosition> handed_;
 };
 
 Result<std::optional<BatchView>> ShmDataFeed::NextWhileHolding(Clock::time_point deadline,
@@ -132,6 +137,8 @@ void ShmDataFeed::Take(size_t wanted, RecordBatch* batch) {
   }
   const bool finished = taken_ == view.info.record_count;
   input_.MarkHanded(view, next_record_);
+  handed_ = FeedPosition{view.info.feed_seq, view.info.first_record + taken_,
+                         finished && (view.info.flags & feed::kEndOfPartition) != 0};
   if (inference_ && taken_ > first) {
     Piece piece{view.info, finished && (view.info.flags & feed::kEndOfPartition) != 0};
     piece.info.first_record = view.info.first_record + first;
@@ -321,6 +328,34 @@ void ShmDataFeed::Terminate() {
   current_.reset();
   unanswered_.clear();
   input_.DiscardAll();
+}
+
+Result<std::optional<FeedPosition>> ShmDataFeed::Commit() {
+  if (external_) {
+    return Status::FailedPrecondition(
+        "commit: a feed from drover.Cluster.train has no commit points; they are for "
+        "`drover run --input` training");
+  }
+  if (inference_) {
+    return Status::FailedPrecondition(
+        "commit: commit points are for training; inference answers every record once");
+  }
+  if (Status sent = feed::SendMessage(socket_.get(), feed::EncodeCommitRequest(handed_));
+      !sent.ok()) {
+    return Status::Unavailable("commit: the agent of " + grant_.task +
+                               " is gone: " + sent.message());
+  }
+  std::string line;
+  os::UniqueFd none;
+  if (Status received =
+          feed::ReceiveMessage(socket_.get(), Clock::now() + kCommitTimeout, &line, &none);
+      !received.ok()) {
+    return Status::Unavailable("commit: the agent of " + grant_.task +
+                               " did not answer: " + received.message());
+  }
+  std::optional<FeedPosition> position;
+  DROVER_RETURN_IF_ERROR(feed::DecodeCommitAnswer(line, &position));
+  return position;
 }
 
 }  // namespace

@@ -1,12 +1,15 @@
 // Fuzzes the feed socket's handshake (docs/shm_queue_format.md, "The feed
 // socket handshake"): the hello line the agent reads from any process of its
-// user (DecodeHello), and the answer line a client reads (DecodeAnswer).
+// user (DecodeHello), and the answer line a client reads (DecodeAnswer);
+// then a reader's commit request and its answer (DecodeCommitRequest,
+// DecodeCommitAnswer).
 // Each returns a status for any bytes, never throws; an answer that decodes
 // decodes the same once encoded again. Aborts on any violation.
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "feed/socket_fd.h"
@@ -41,6 +44,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       FeedGrant none;
       drover::Status refused = DecodeAnswer(EncodeRefusal(hello), &none);
       Check(refused.code() == Code::kInvalidArgument, "refusal lost its code");
+    }
+
+    // A reader's commit request and the agent's answer (DataFeed::Commit).
+    std::optional<drover::FeedPosition> position;
+    drover::Status request = DecodeCommitRequest(line, &position);
+    Check(request.ok() || request.code() == Code::kInvalidArgument, "commit: unexpected code");
+    if (request.ok()) {
+      std::optional<drover::FeedPosition> again;
+      Check(DecodeCommitRequest(EncodeCommitRequest(position), &again).ok() && again == position,
+            "commit request changed through a round trip");
+    }
+    std::optional<drover::FeedPosition> answered;
+    if (DecodeCommitAnswer(line, &answered).ok()) {
+      std::optional<drover::FeedPosition> again;
+      Check(DecodeCommitAnswer(EncodeCommitAnswer(answered), &again).ok() && again == answered,
+            "commit answer changed through a round trip");
     }
 
     FeedGrant grant;

@@ -20,8 +20,8 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 constexpr std::string_view kPlanFields[] = {
-    "mode",        "format",     "record_bytes", "epochs",     "feed_timeout_ms",
-    "queue_bytes", "output_dir", "external",     "partitions", "shares"};
+    "mode",       "format",   "record_bytes", "epochs", "feed_timeout_ms", "queue_bytes",
+    "output_dir", "external", "partitions",   "shares", "starts"};
 constexpr std::string_view kPartitionFields[] = {"path", "begin", "end", "records"};
 
 std::string TypeName(const Json& value) {
@@ -177,6 +177,49 @@ Status ParsePartition(const Json& json, size_t index, Partition* partition) {
   return Status::Ok();
 }
 
+Status ParsePosition(const Json& json, std::string_view where, FeedPosition* position) {
+  if (!json.is_object()) {
+    return FieldError(where,
+                      "must be an object {\"feed\", \"record\", \"done\"}, got " + TypeName(json));
+  }
+  static constexpr std::string_view kFields[] = {"feed", "record", "done"};
+  DROVER_RETURN_IF_ERROR(CheckFields(json, where, kFields));
+  for (std::string_view name : kFields) {
+    if (!json.contains(name))
+      return FieldError(std::string(where) + "." + std::string(name), "is missing");
+  }
+  const std::string prefix(where);
+  DROVER_RETURN_IF_ERROR(GetInteger<uint32_t>(
+      json["feed"], prefix + ".feed", 0, std::numeric_limits<uint32_t>::max(), &position->feed));
+  DROVER_RETURN_IF_ERROR(GetInteger<uint64_t>(json["record"], prefix + ".record", 0,
+                                              std::numeric_limits<int64_t>::max(),
+                                              &position->record));
+  if (!json["done"].is_boolean()) {
+    return FieldError(prefix + ".done", "must be a boolean, got " + TypeName(json["done"]));
+  }
+  position->done = json["done"].get<bool>();
+  return Status::Ok();
+}
+
+Json PositionJson(const FeedPosition& position) {
+  Json json;
+  json["feed"] = position.feed;
+  json["record"] = position.record;
+  json["done"] = position.done;
+  return json;
+}
+
+Status ParseStarts(const Json& json, std::vector<std::optional<FeedPosition>>* out) {
+  if (!json.is_array()) return FieldError("starts", "must be an array, got " + TypeName(json));
+  for (size_t k = 0; k < json.size(); ++k) {
+    std::optional<FeedPosition>& start = out->emplace_back();
+    if (json[k].is_null()) continue;
+    DROVER_RETURN_IF_ERROR(
+        ParsePosition(json[k], "starts[" + std::to_string(k) + "]", &start.emplace()));
+  }
+  return Status::Ok();
+}
+
 Status ParseShares(const Json& json, size_t partitions, std::vector<std::vector<uint32_t>>* out) {
   if (!json.is_array()) return FieldError("shares", "must be an array, got " + TypeName(json));
   for (size_t k = 0; k < json.size(); ++k) {
@@ -220,6 +263,13 @@ std::string FeedPlan::ToJson() const {
   }
   json["partitions"] = std::move(list);
   if (!shares.empty()) json["shares"] = shares;
+  if (!starts.empty()) {
+    Json list = Json::array();
+    for (const std::optional<FeedPosition>& start : starts) {
+      list.push_back(start ? PositionJson(*start) : Json());
+    }
+    json["starts"] = std::move(list);
+  }
   // replace: a path that is not UTF-8 must not throw here; FromJson rejects it.
   return json.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
@@ -300,7 +350,23 @@ Result<FeedPlan> FeedPlan::FromJson(std::string_view text) {
   if (json.contains("shares")) {
     DROVER_RETURN_IF_ERROR(ParseShares(json["shares"], plan.partitions.size(), &plan.shares));
   }
+  if (json.contains("starts")) DROVER_RETURN_IF_ERROR(ParseStarts(json["starts"], &plan.starts));
   return plan;
+}
+
+std::string FeedPositionToJson(const FeedPosition& position) {
+  return PositionJson(position).dump();
+}
+
+std::string CommitKey(int share) {
+  return "drover/feed/commit/" + std::to_string(share);
+}
+
+Result<FeedPosition> FeedPositionFromJson(std::string_view text) {
+  DROVER_ASSIGN_OR_RETURN(Json json, ParseJson(text));
+  FeedPosition position;
+  DROVER_RETURN_IF_ERROR(ParsePosition(json, "position", &position));
+  return position;
 }
 
 Result<FeedPlan> FeedPlan::ReadFile(const std::string& path) {

@@ -11,24 +11,38 @@
 // JSON: {"mode": "train"|"inference", "format": "csv"|..., "record_bytes": N,
 //        "epochs": E, "feed_timeout_ms": T, "queue_bytes": Q, "output_dir": str,
 //        "external": bool, "partitions": [{"path": str, "begin": N, "end": N,
-//        "records": N}, ...], "shares": [[partition, ...], ...]}
-// ("external" is written only when true, "records" and "shares" only when
-// set.)
+//        "records": N}, ...], "shares": [[partition, ...], ...],
+//        "starts": [null | {"feed": N, "record": N, "done": bool}, ...]}
+// ("external" is written only when true, "records", "shares" and "starts"
+// only when set.)
 
 #ifndef DROVER_FEED_FEED_PLAN_H_
 #define DROVER_FEED_FEED_PLAN_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "drover/data_feed.h"
 #include "drover/status.h"
 #include "feed/record_io.h"
 
 namespace drover::feed {
 
 enum class FeedMode { kTrain, kInference };
+
+// FeedPosition (include/drover/data_feed.h): how far a program had consumed
+// its share when it committed.
+using ::drover::FeedPosition;
+// {"feed": N, "record": N, "done": bool}
+std::string FeedPositionToJson(const FeedPosition& position);
+// kInvalidArgument naming the field for anything else (fuzzed).
+Result<FeedPosition> FeedPositionFromJson(std::string_view json);
+// The rendezvous KV key under which a share's last commit is recorded for
+// the driver: "drover/feed/commit/<share>".
+std::string CommitKey(int share);
 
 struct FeedPlan {
   FeedMode mode = FeedMode::kTrain;
@@ -46,6 +60,10 @@ struct FeedPlan {
   // partitions are dealt round-robin (partition i to node i mod n), as in a
   // plan written by hand.
   std::vector<std::vector<uint32_t>> shares;
+  // Where each share's feeding starts in this round: its program's last
+  // commit in an earlier round (docs/feed.md, "Commit points"); nullopt or
+  // an empty vector: from the start.
+  std::vector<std::optional<FeedPosition>> starts;
 
   friend bool operator==(const FeedPlan&, const FeedPlan&) = default;
 

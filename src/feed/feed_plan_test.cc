@@ -36,6 +36,7 @@ FeedPlan SamplePlan() {
   plan.partitions = {
       {"/data/a.bin", 0, 7840}, {"/data/b.bin", 0, 1568, 2}, {"/data/b.bin", 1568, 3136}};
   plan.shares = {{0, 2}, {1, 0}};
+  plan.starts = {std::nullopt, FeedPosition{3, 1, false}};
   return plan;
 }
 
@@ -55,6 +56,23 @@ TEST(FeedPlanTest, JsonRoundTrip) {
   EXPECT_EQ(value["partitions"][1]["records"], 2);
   EXPECT_FALSE(value["partitions"][0].contains("records"));
   EXPECT_EQ(value["shares"], nlohmann::json::parse("[[0, 2], [1, 0]]"));
+  EXPECT_EQ(value["starts"],
+            nlohmann::json::parse(R"([null, {"feed": 3, "record": 1, "done": false}])"));
+}
+
+TEST(FeedPositionTest, JsonRoundTripAndErrors) {
+  const FeedPosition position{7, 12345, true};
+  ASSERT_OK_AND_ASSIGN(FeedPosition parsed, FeedPositionFromJson(FeedPositionToJson(position)));
+  EXPECT_EQ(parsed, position);
+  EXPECT_THAT(FeedPositionFromJson(R"({"feed": 1, "record": 2})"),
+              StatusIs(Code::kInvalidArgument, HasSubstr("'position.done' is missing")));
+  EXPECT_THAT(FeedPositionFromJson(R"({"feed": -1, "record": 2, "done": false})"),
+              StatusIs(Code::kInvalidArgument, HasSubstr("'position.feed' must not be negative")));
+  EXPECT_THAT(FeedPositionFromJson(R"({"feed": 1, "record": 2, "done": 0})"),
+              StatusIs(Code::kInvalidArgument, HasSubstr("'position.done' must be a boolean")));
+  EXPECT_THAT(FeedPositionFromJson(R"({"feed": 1, "record": 2, "done": false, "x": 1})"),
+              StatusIs(Code::kInvalidArgument, HasSubstr("unknown field 'x'")));
+  EXPECT_EQ(CommitKey(3), "drover/feed/commit/3");
 }
 
 TEST(FeedPlanTest, MalformedSharesAndCountsNameTheField) {

@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "feed/record_index.h"
 #include "feed/shm_channel.h"
 #include "feed/socket_fd.h"
 #include "os/duration_text.h"
@@ -34,6 +35,28 @@ Result<StartPoint> StartAfter(const std::optional<CommitPoint>& commit, size_t f
     start.record = commit->records_through;
     start.offset = commit->source_offset;
   }
+  return start;
+}
+
+// Where a share starts from its program's last commit in an earlier round
+// (the plan's start; the queue is new and holds no commit point).
+Result<StartPoint> StartAtPosition(const FeedPlan& plan, const std::vector<FeedUnit>& feeds,
+                                   const FeedPosition& position) {
+  if (position.feed >= feeds.size()) {
+    return Status::InvalidArgument("the plan's start names feed " + std::to_string(position.feed) +
+                                   " of " + std::to_string(feeds.size()));
+  }
+  StartPoint start;
+  if (position.done) {
+    start.feed = position.feed + 1;
+    return start;
+  }
+  const Partition& partition = plan.partitions[static_cast<size_t>(feeds[position.feed].partition)];
+  DROVER_ASSIGN_OR_RETURN(std::vector<uint64_t> offsets,
+                          RecordOffsets(partition, plan.read, {position.record}));
+  start.feed = position.feed;
+  start.record = position.record;
+  start.offset = offsets.front();
   return start;
 }
 
@@ -208,10 +231,19 @@ Result<FeederReport> FeedShare(const FeederOptions& options, ShmChannel& channel
                           FeedsOfShare(plan, options.share, options.shares));
   RingWriter probe(channel, /*input_ring=*/true);
   DROVER_ASSIGN_OR_RETURN(std::optional<CommitPoint> commit, probe.LastCommit());
-  DROVER_ASSIGN_OR_RETURN(StartPoint start, StartAfter(commit, feeds.size()));
+  const std::optional<FeedPosition> committed =
+      static_cast<size_t>(options.share) < plan.starts.size()
+          ? plan.starts[static_cast<size_t>(options.share)]
+          : std::nullopt;
+  StartPoint start;
+  if (commit || !committed) {
+    DROVER_ASSIGN_OR_RETURN(start, StartAfter(commit, feeds.size()));
+  } else {
+    DROVER_ASSIGN_OR_RETURN(start, StartAtPosition(plan, feeds, *committed));
+  }
 
   FeederReport report;
-  report.resumed = commit.has_value();
+  report.resumed = commit.has_value() || committed.has_value();
   const std::chrono::milliseconds timeout(plan.feed_timeout_ms);
   const bool fixed_size = plan.read.format == RecordFormat::kRaw && plan.read.record_bytes > 0 &&
                           plan.read.record_bytes <= UINT32_MAX;

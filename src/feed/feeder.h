@@ -1,11 +1,11 @@
 // Feeder: the work of `drover feeder`, the process an agent starts to fill
 // its node's input queue (docs/feed.md). It joins the agent's feed socket as
 // the writer, works out where the previous feeder stopped from the queue's
-// commit point, and feeds the node's share of the plan, epoch by epoch, a
-// batch at a time. It is a separate process so that killing it (as a test
-// does, at random points) loses nothing: what it published stays queued,
-// what it did not is fed again by the next feeder, from the first record
-// after the last published batch.
+// commit point (or, on a new queue, where the plan says the share resumes:
+// its program's last DataFeed::Commit in an earlier round), and feeds the
+// node's share of the plan, epoch by epoch, a batch at a time. It is a separate process so that
+// killing it (as a test does, at random points) loses nothing: what it published stays queued, what
+// it did not is fed again by the next feeder, from the first record after the last published batch.
 
 #ifndef DROVER_FEED_FEEDER_H_
 #define DROVER_FEED_FEEDER_H_
@@ -38,7 +38,7 @@ struct FeederOptions {
 struct FeederReport {
   uint64_t records = 0;  // fed by this process
   uint64_t bytes = 0;
-  bool resumed = false;     // started after another feeder's commit point
+  bool resumed = false;     // started after a commit point, the queue's or the plan's
   bool terminated = false;  // the program called terminate()
   bool finished = false;    // every feed of the share was published
   // Fixed-size records: "map" or "read", as chosen; "" before the choice

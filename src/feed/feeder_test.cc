@@ -367,6 +367,53 @@ TEST_F(FeederTest, ResumesAfterAPartialCommit) {
   ExpectExactlyOnce(plan, seen);
 }
 
+// A new round's feeder on a new queue starts at the share's last commit
+// (the plan's start): mid-partition, or after a partition that was done.
+TEST_F(FeederTest, StartsAtThePlansCommittedPosition) {
+  FeedPlan plan = CsvPlan(/*split_bytes=*/4000, /*epochs=*/2);
+  const std::vector<FeedUnit> feeds = FeedsOfShare(plan, 0, 1).value();
+  ASSERT_GT(feeds.size(), 4u);
+  for (const FeedPosition& start : {FeedPosition{3, 17, false}, FeedPosition{3, 0, true}}) {
+    SCOPED_TRACE(FeedPositionToJson(start));
+    plan.starts = {start};
+    ASSERT_NO_FATAL_FAILURE(Serve(plan, 1 << 20));
+    ASSERT_OK_AND_ASSIGN(FeederReport report, RunFeeder(Options(plan)));
+    EXPECT_TRUE(report.resumed);
+    EXPECT_TRUE(report.finished);
+    RingReader reader(*channel_, true);
+    std::vector<BatchInfo> batches;
+    std::vector<std::string> records;
+    for (;;) {
+      ASSERT_OK_AND_ASSIGN(std::optional<BatchView> batch, reader.Next(In(seconds(5))));
+      if (!batch) break;
+      batches.push_back(batch->info);
+      ForEachRecord(*batch, [&](std::string_view record) { records.emplace_back(record); });
+      reader.Release(batch->end);
+    }
+    ASSERT_FALSE(batches.empty());
+    const size_t first_feed = start.done ? start.feed + 1 : start.feed;
+    EXPECT_EQ(batches.front().feed_seq, first_feed);
+    EXPECT_EQ(batches.front().first_record, start.done ? 0u : start.record);
+    std::vector<std::string> expected;
+    for (size_t seq = first_feed; seq < feeds.size(); ++seq) {
+      std::vector<std::string> all =
+          RecordsOf(plan, plan.partitions[static_cast<size_t>(feeds[seq].partition)]);
+      const size_t skip = seq == start.feed && !start.done ? start.record : 0;
+      expected.insert(expected.end(), all.begin() + static_cast<ptrdiff_t>(skip), all.end());
+    }
+    EXPECT_EQ(records, expected);
+    EXPECT_EQ(report.records, expected.size());
+  }
+}
+
+TEST_F(FeederTest, RefusesAPlanStartOutsideTheShare) {
+  FeedPlan plan = CsvPlan(/*split_bytes=*/4000, /*epochs=*/1);
+  plan.starts = {FeedPosition{999, 0, false}};
+  ASSERT_NO_FATAL_FAILURE(Serve(plan, 1 << 20));
+  EXPECT_THAT(RunFeeder(Options(plan)),
+              StatusIs(Code::kInvalidArgument, HasSubstr("the plan's start names feed 999")));
+}
+
 // A previous feeder finished feed 0 (and the reader took it already).
 TEST_F(FeederTest, ResumesAfterAFinishedPartition) {
   const FeedPlan plan = CsvPlan(/*split_bytes=*/4000, /*epochs=*/1);

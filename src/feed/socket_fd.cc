@@ -248,6 +248,56 @@ Status DecodeAnswer(const std::string& line, FeedGrant* grant) {
   return Status::Ok();
 }
 
+namespace {
+
+nlohmann::json PositionOrNull(const std::optional<FeedPosition>& position) {
+  return position ? nlohmann::json::parse(FeedPositionToJson(*position)) : nlohmann::json();
+}
+
+// `json` (null or a position) into *position.
+Status PositionFrom(const nlohmann::json& json, std::optional<FeedPosition>* position) {
+  if (json.is_null()) {
+    position->reset();
+    return Status::Ok();
+  }
+  DROVER_ASSIGN_OR_RETURN(FeedPosition parsed, FeedPositionFromJson(Dump(json)));
+  *position = parsed;
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string EncodeCommitRequest(const std::optional<FeedPosition>& position) {
+  return Dump({{"commit", PositionOrNull(position)}});
+}
+
+Status DecodeCommitRequest(const std::string& line, std::optional<FeedPosition>* position) {
+  const nlohmann::json json = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object() || json.size() != 1 || !json.contains("commit")) {
+    return Status::InvalidArgument("bad feed request: expected {\"commit\": position or null}");
+  }
+  return PositionFrom(json["commit"], position);
+}
+
+std::string EncodeCommitAnswer(const std::optional<FeedPosition>& position) {
+  return Dump({{"ok", true}, {"position", PositionOrNull(position)}});
+}
+
+Status DecodeCommitAnswer(const std::string& line, std::optional<FeedPosition>* position) {
+  const nlohmann::json reply = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!reply.is_object() || !reply.contains("ok") || !reply["ok"].is_boolean()) {
+    return Status::Unavailable(kBadAnswer);
+  }
+  if (!reply["ok"].get<bool>()) {
+    FeedGrant unused;
+    return DecodeAnswer(line, &unused);
+  }
+  if (!reply.contains("position") || !PositionFrom(reply["position"], position).ok()) {
+    return Status::Unavailable(kBadAnswer);
+  }
+  return Status::Ok();
+}
+
 Status DecodeHello(const std::string& line, FeedRole* role, bool* train_mode, bool* external) {
   nlohmann::json json = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (!json.is_object() || !json.contains("role") || !json["role"].is_string()) {

@@ -9,10 +9,12 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "drover/status.h"
+#include "feed/feed_plan.h"
 #include "feed/shm_channel.h"
 #include "os/unique_fd.h"
 
@@ -64,6 +66,19 @@ Status DecodeHello(const std::string& line, FeedRole* role, bool* train_mode,
 // answer" for a line that is neither, a field of the wrong type included
 // (fuzzed).
 Status DecodeAnswer(const std::string& line, FeedGrant* grant);
+
+// After its hello a reader may ask the agent to record a commit point
+// (DataFeed::Commit): {"commit": POSITION | null}, null when it has read
+// nothing since it joined. The agent answers {"ok": true, "position":
+// POSITION | null} with the position now on record (null: none, the share
+// starts from the beginning), or a refusal (EncodeRefusal). POSITION is
+// FeedPosition's JSON.
+std::string EncodeCommitRequest(const std::optional<FeedPosition>& position);
+// kInvalidArgument for anything else (fuzzed).
+Status DecodeCommitRequest(const std::string& line, std::optional<FeedPosition>* position);
+std::string EncodeCommitAnswer(const std::optional<FeedPosition>& position);
+// The refusal it carries with its code, or kUnavailable "bad answer" (fuzzed).
+Status DecodeCommitAnswer(const std::string& line, std::optional<FeedPosition>* position);
 
 // A joined feed: the connection (kept open: closing it tells the agent this
 // side is gone), the grant and the mapped channel.

@@ -21,6 +21,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -61,6 +62,12 @@ class KvStore {
   // Shutdown: every parked WAIT ends without a reply; the data stays.
   void Clear();
 
+  // The value under `key`, if any.
+  std::optional<std::string> Find(const std::string& key) const {
+    auto it = data_.find(key);
+    if (it == data_.end()) return std::nullopt;
+    return it->second;
+  }
   size_t keys() const { return data_.size(); }
   uint64_t bytes() const { return bytes_; }
   size_t parked_waits() const { return waiters_.size(); }

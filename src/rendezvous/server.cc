@@ -132,6 +132,7 @@ class Server : public ConnectionHost, public ServerContext {
   Result<FormedCluster> WaitForCluster(Deadline deadline);
   ClusterState QueryState();
   Status StopNode(const std::string& executor_id);
+  std::optional<std::string> StoredValue(const std::string& key);
   void StopAll();
   void Shutdown();
 
@@ -280,6 +281,10 @@ ClusterState Server::QueryState() {
   stopped.phase = "stopped";
   stopped.expected = options_.cluster.num_nodes;
   return RunOnLoop<ClusterState>([this] { return nodes_.State(Clock::now()); }, stopped);
+}
+
+std::optional<std::string> Server::StoredValue(const std::string& key) {
+  return RunOnLoop<std::optional<std::string>>([this, key] { return kv_.Find(key); }, std::nullopt);
 }
 
 Status Server::StopNode(const std::string& executor_id) {
@@ -579,6 +584,10 @@ ClusterState RendezvousServer::QueryState() {
 
 Status RendezvousServer::StopNode(const std::string& executor_id) {
   return impl_->StopNode(executor_id);
+}
+
+std::optional<std::string> RendezvousServer::StoredValue(const std::string& key) {
+  return impl_->StoredValue(key);
 }
 
 void RendezvousServer::StopAll() {

@@ -4,7 +4,9 @@ data feed, must reach test accuracy >= 0.95 and save the model. Needs Debian's
 python3-torch and python3-sklearn (scripts/deps.sh) and the Python module."""
 import os
 import re
+import signal
 import subprocess
+import time
 
 import pytest
 
@@ -14,6 +16,21 @@ EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
 TRAIN = os.path.join(EXAMPLE, "train.py")
 
 
+def clean_env():
+    """This environment without what an outer launcher or cluster set."""
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(("TF_CONFIG", "DROVER_", "MASTER_", "RANK", "WORLD_SIZE",
+                                 "LOCAL_", "GROUP_", "OMPI_", "SLURM_"))}
+
+
+def make_data(tmp_path):
+    """The example's CSV shards and test set (make_csv.py)."""
+    data = tmp_path / "digits-data"
+    subprocess.run(["/usr/bin/python3", os.path.join(EXAMPLE, "make_csv.py"), str(data)],
+                   check=True, capture_output=True)
+    return data
+
+
 def test_two_nodes_train_digits_to_95_percent(tmp_path):
     for module in ("torch", "sklearn"):
         done = subprocess.run(["/usr/bin/python3", "-c", f"import {module}"], capture_output=True)
@@ -21,12 +38,8 @@ def test_two_nodes_train_digits_to_95_percent(tmp_path):
             pytest.fail(f"/usr/bin/python3 cannot import {module}: scripts/deps.sh installs "
                         "python3-torch and python3-sklearn")
     log_dir = tmp_path / "logs"
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("TF_CONFIG", "DROVER_", "MASTER_", "RANK", "WORLD_SIZE",
-                                "LOCAL_", "GROUP_", "OMPI_", "SLURM_"))}
-    data = tmp_path / "digits-data"
-    subprocess.run(["/usr/bin/python3", os.path.join(EXAMPLE, "make_csv.py"), str(data)],
-                   check=True, capture_output=True)
+    env = clean_env()
+    data = make_data(tmp_path)
     done = subprocess.run(
         [DROVER, "run", "--nodes", "2", "--log-dir", str(log_dir), "--grace", "2",
          "--input", str(data / "train-*.csv"), "--epochs", "40", "--",
@@ -50,3 +63,55 @@ def test_two_nodes_train_digits_to_95_percent(tmp_path):
     assert "[worker:0] worker:0: rank 0 of 2, chief=True" in output, output
     fed = re.findall(r"^\[worker:0\] epoch 40: .*; ([0-9]+) in all\)$", output, re.MULTILINE)
     assert fed and int(fed[0]) == 40 * 674, output  # its 2 of the 4 shards, 40 times
+
+
+def rank_of(pid):
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            for entry in f.read().split(b"\0"):
+                if entry.startswith(b"RANK="):
+                    return int(entry[5:])
+    except OSError:
+        pass
+    return None
+
+
+def test_a_worker_killed_mid_run_resumes_from_its_checkpoint_and_commit(tmp_path):
+    """train.py checkpoints and commits its feed every epoch: worker:1 is
+    SIGKILLed once the first checkpoint exists, and the next round (the
+    --max-restarts) resumes the model from the checkpoint and the feed from
+    the commits, still reaching 0.95."""
+    log_dir = tmp_path / "logs"
+    env = clean_env()
+    data = make_data(tmp_path)
+    test_csv = str(data / "test.csv")
+    proc = subprocess.Popen(
+        [DROVER, "run", "--nodes", "2", "--log-dir", str(log_dir), "--grace", "2",
+         "--max-restarts", "1", "--input", str(data / "train-*.csv"), "--epochs", "40", "--",
+         "/usr/bin/python3", TRAIN, "--test", test_csv],
+        env=env, cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        # Progress, not the clock: the first checkpoint (after epoch 1).
+        checkpoint = log_dir / "digits_checkpoint.pt"
+        deadline = time.monotonic() + 300
+        while not checkpoint.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert checkpoint.exists(), "no checkpoint was written"
+        victims = [int(pid) for pid in subprocess.run(
+            ["pgrep", "-f", f"train.py --test {test_csv}"], capture_output=True,
+            text=True).stdout.split() if rank_of(int(pid)) == 1]
+        assert victims, "worker:1's program was not found"
+        for pid in victims:
+            os.kill(pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate(timeout=540)
+    finally:
+        proc.kill()
+    output = stdout + stderr
+    assert proc.returncode == 0, output
+    assert output.count("re-forming the group (restart 1 of 1)") == 1, output
+    assert "resumes after its last commit" in output, output
+    assert re.search(r"^\[worker:0\] resuming from the checkpoint of epoch \d+$", output,
+                     re.MULTILINE), output
+    accuracies = re.findall(r"^\[worker:0\] test accuracy: ([0-9.]+)$", output, re.MULTILINE)
+    assert len(accuracies) == 1 and float(accuracies[0]) >= 0.95, output

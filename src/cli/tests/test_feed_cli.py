@@ -386,3 +386,99 @@ def test_a_second_reader_of_a_nodes_feed_is_refused(tmp_path):
                       f"{FEED_READER} --out second; echo second=$?; wait", timeout=60)
     assert "already has a reader" in result.stdout + result.stderr, result.stdout + result.stderr
     assert "second=3" in result.stdout, result.stdout
+
+
+def consumed_by_epoch(prefix):
+    """What the programs consumed, per epoch: the records of each round up to
+    its last "#commit" (a round that was killed loses the rest, which the
+    next round must feed again), and every record of a node's last round (the
+    run succeeded: its program read to the end)."""
+    by_epoch = collections.defaultdict(collections.Counter)
+    directory, stem = os.path.split(str(prefix))
+    for name in os.listdir(directory):
+        if not name.startswith(stem + "."):
+            continue
+        rounds = []
+        with open(os.path.join(directory, name)) as f:
+            for line in f:
+                line = line.rstrip("\n")
+                if line.startswith("#round"):
+                    rounds.append({"committed": [], "pending": []})
+                elif line == "#commit":
+                    rounds[-1]["committed"] += rounds[-1]["pending"]
+                    rounds[-1]["pending"] = []
+                else:
+                    epoch, record = line.split("\t", 1)
+                    rounds[-1]["pending"].append((int(epoch), int(record.split(",", 1)[0])))
+        for i, r in enumerate(rounds):
+            kept = r["committed"] + (r["pending"] if i == len(rounds) - 1 else [])
+            for epoch, record in kept:
+                by_epoch[epoch][record] += 1
+    return by_epoch
+
+
+KILL_TRIALS = 20 if os.environ.get("DROVER_KILL_MATRIX") == "full" else 4
+
+
+@pytest.mark.parametrize("trial", range(KILL_TRIALS))
+def test_killed_worker_resumes_after_its_last_commit(tmp_path, trial):
+    """A random worker SIGKILLs itself at a random point in one or more
+    rounds; the program commits every few batches. Relative to the commits,
+    every record is consumed exactly once per epoch: none fed again before a
+    share's last commit, none lost after it. The fault waits for progress
+    (a number of records read), never for the clock."""
+    rng = random.Random(7000 + trial)
+    total, nodes = 6000, 2
+    write_csv(tmp_path / "data.csv", 0, total)
+    victim = rng.randrange(nodes)
+    rounds_killed = rng.randint(1, 3)
+    die_after = rng.randrange(100, 2 * total // nodes)
+    commit_every = rng.randint(1, 3)
+    out = tmp_path / "seen"
+    mark = marker()
+    reader = (f'exec {FEED_READER} --out {out} --batch 50 --append '
+              f'--commit-every {commit_every} --tag {mark}')
+    result = run_feed(tmp_path, "--nodes", str(nodes), "--input", str(tmp_path / "data.csv"),
+                      "--split-bytes", "20000", "--epochs", "2", "--max-restarts", "3",
+                      "--grace", "2", "--", "sh", "-c",
+                      f'if [ "$RANK" = {victim} ]; then {reader} --die-after {die_after} '
+                      f'--die-in-rounds {rounds_killed}; else {reader}; fi', mark,
+                      timeout=300)
+    context = (victim, rounds_killed, die_after, commit_every)
+    assert result.returncode == 0, (context, result.stderr)
+    # A later round may have fewer records left than die_after: it ends.
+    assert 1 <= result.stderr.count("re-forming the group") <= rounds_killed, \
+        (context, result.stderr)
+    by_epoch = consumed_by_epoch(out)
+    assert sorted(by_epoch) == [0, 1], context
+    for epoch, counts in by_epoch.items():
+        missing = set(range(total)) - set(counts)
+        twice = [i for i, n in counts.items() if n != 1]
+        assert not missing and not twice, (context, epoch, sorted(missing)[:10], twice[:10])
+    assert_no_leftovers(mark)
+
+
+def test_without_commits_a_new_round_feeds_from_the_start(tmp_path):
+    write_csv(tmp_path / "data.csv", 0, 2000)
+    out = tmp_path / "seen"
+    reader = f"exec {FEED_READER} --out {out} --batch 50 --append"
+    result = run_feed(tmp_path, "--nodes", "2", "--input", str(tmp_path / "data.csv"),
+                      "--max-restarts", "1", "--grace", "2", "--", "sh", "-c",
+                      f'if [ "$RANK" = 1 ]; then {reader} --die-after 300 --die-in-rounds 1; '
+                      f'else {reader}; fi')
+    assert result.returncode == 0, result.stderr
+    assert "resumes after its last commit" not in result.stderr
+    with open(f"{out}.1") as f:
+        lines = [line.rstrip("\n") for line in f]
+    second = lines[lines.index("#round 1") + 1:]
+    assert second[0] == "0\t1000,payload-1000", second[:3]  # its share, from the start
+
+
+def test_commit_in_inference_is_refused(tmp_path):
+    write_csv(tmp_path / "data.csv", 0, 100)
+    result = run_feed(tmp_path, "--nodes", "1", "--input", str(tmp_path / "data.csv"),
+                      "--mode", "inference", "--output", str(tmp_path / "out"), "--",
+                      FEED_READER, "--out", "seen", "--inference", "--commit-every", "1",
+                      timeout=60)
+    assert result.returncode != 0
+    assert "commit points are for training" in result.stderr, result.stderr
