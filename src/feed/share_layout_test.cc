@@ -5,6 +5,7 @@
 
 #include <fstream>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -208,6 +209,36 @@ TEST(RecordIndexTest, OffsetsOfRecordsSkipEmptyLines) {
               StatusIs(Code::kInvalidArgument, HasSubstr("has no record 4")));
   EXPECT_THAT(RecordOffsets(partition, read, {2, 1}),
               StatusIs(Code::kInvalidArgument, HasSubstr("must ascend")));
+}
+
+// CSV and JSONL are counted without a reader: the count must be what a
+// reader yields, for any mix of empty lines, "\r\n", lone '\r' and a last
+// line without '\n', from any record boundary, across the counter's chunks.
+TEST(RecordIndexTest, LineCountsAreWhatTheReaderYields) {
+  TempDir dir;
+  std::mt19937 random(42);
+  const std::string alphabet = "ab\n\n\r";
+  for (int trial = 0; trial < 200; ++trial) {
+    std::string text(random() % (trial < 190 ? 300 : 9'000'000), 'x');
+    for (char& c : text) c = alphabet[random() % alphabet.size()];
+    const std::string path = dir.File("t" + std::to_string(trial) + ".csv");
+    std::ofstream(path, std::ios::binary) << text;
+    // A partition starts at a line boundary: the file's start or after '\n'.
+    uint64_t begin = 0;
+    if (const size_t cut = text.empty() ? 0 : random() % text.size(); cut > 0) {
+      const size_t newline = text.rfind('\n', cut);
+      begin = newline == std::string::npos ? 0 : newline + 1;
+    }
+    const Partition partition{path, begin, text.size()};
+    PlanOptions read;
+    read.format = trial % 2 ? RecordFormat::kCsv : RecordFormat::kJsonl;
+    ASSERT_OK_AND_ASSIGN(auto reader, RecordReader::Open(partition, read, begin));
+    uint64_t expected = 0;
+    std::string_view record;
+    while (reader->Next(&record).value_or(false)) ++expected;
+    ASSERT_OK_AND_ASSIGN(uint64_t counted, CountRecords(partition, read));
+    EXPECT_EQ(counted, expected) << "trial " << trial << " from " << begin;
+  }
 }
 
 }  // namespace
