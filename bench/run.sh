@@ -19,6 +19,9 @@ echo
 echo "== feeding: records/s from file to consumer (ratios to memcpy and to TensorFlowOnSpark's queues) =="
 /usr/bin/python3 bench/feed_bench.py --build build
 echo
+echo "== planning equal shares: counting a 1 GB CSV (ratio to read() of the file) =="
+/usr/bin/python3 bench/plan_bench.py --drover build/bin/drover --mib 1000 --reps 3
+echo
 echo "== start-up over SSH: three sshd hosts (ratio to a plain parallel ssh fan-out) =="
 if [ "$(id -u)" -eq 0 ]; then
   /usr/bin/python3 bench/ssh_startup_bench.py --drover build/bin/drover --per-host 1,2 --reps 5
