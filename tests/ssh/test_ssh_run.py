@@ -231,3 +231,48 @@ def test_host_keys_are_checked_unless_turned_off(ssh_hosts, mark, tmp_path):
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert not (tmp_path / "known_hosts").exists()
+
+
+def consumed_by_epoch(prefix):
+    """Per epoch, how often each record was consumed: each round's records up
+    to its last "#commit", and all of a node's last round."""
+    counts = {}
+    for path in Path(prefix).parent.glob(Path(prefix).name + ".*"):
+        rounds = []
+        for line in path.read_text().splitlines():
+            if line.startswith("#round"):
+                rounds.append([[], []])  # committed, pending
+            elif line == "#commit":
+                rounds[-1][0] += rounds[-1][1]
+                rounds[-1][1] = []
+            else:
+                epoch, record = line.split("\t", 1)
+                rounds[-1][1].append((int(epoch), int(record.split(",", 1)[0])))
+        for i, (committed, pending) in enumerate(rounds):
+            for epoch, record in committed + (pending if i == len(rounds) - 1 else []):
+                per_epoch = counts.setdefault(epoch, {})
+                per_epoch[record] = per_epoch.get(record, 0) + 1
+    return counts
+
+
+def test_a_killed_worker_resumes_after_its_last_commit_across_hosts(ssh_hosts, mark, tmp_path):
+    """worker:1 on h2 SIGKILLs itself mid-epoch; the next round feeds each of
+    the three shares from its last commit: relative to the commits every
+    record is consumed once per epoch."""
+    total = 6000
+    with open(tmp_path / "data.csv", "w") as f:
+        f.writelines(f"{i},payload-{i}\n" for i in range(total))
+    out = tmp_path / "seen"
+    done = drover(ssh_hosts, "h1,h2,h3", "--input", str(tmp_path / "data.csv"),
+                  "--split-bytes", "20000", "--epochs", "2", "--max-restarts", "1",
+                  command=[PYTHON, str(Path(__file__).parent / "commit_reader.py"), str(out),
+                           "1", "700"])
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert "re-forming the group (restart 1 of 1)" in output, output
+    assert "feed share 1 resumes after its last commit" in output, output
+    counts = consumed_by_epoch(out)
+    assert sorted(counts) == [0, 1], output
+    for epoch, seen in counts.items():
+        assert sorted(seen) == list(range(total)), epoch
+        assert set(seen.values()) == {1}, (epoch, [r for r, n in seen.items() if n != 1][:10])
