@@ -155,6 +155,7 @@ class FeedService::Impl {
   // Loop thread only.
   os::UniqueFd reader_fd_;
   pid_t reader_pid_ = 0;
+  uint64_t accepted_ = 0;  // readers and writers joined so far
   os::UniqueFd writer_fd_;
   std::optional<os::Subprocess> feeder_;
   bool feeder_done_ = false;
@@ -387,6 +388,7 @@ void FeedService::Impl::Accept() {
   }
   if (!feed::SendMessage(fd.get(), feed::EncodeGrant(grant), channel_->fd()).ok()) return;
   slot = std::move(fd);
+  ++accepted_;
   if (role == feed::FeedRole::kReader) reader_pid_ = peer->pid;
 }
 
@@ -459,11 +461,15 @@ void FeedService::Impl::Loop() {
     while (::read(event_fd_.get(), &events, sizeof(events)) > 0) {
     }
     if (quit_) break;
+    // What poll saw of a reader or writer that Accept replaces is not news
+    // of the new one.
+    const uint64_t accepted_before = accepted_;
     if (fds[1].revents & POLLIN) Accept();
+    const bool same_clients = accepted_ == accepted_before;
     // A writer says nothing after its hello: readable means it is gone. A
     // reader may ask for a commit.
-    if (writer_slot >= 0 && fds[writer_slot].revents != 0) writer_fd_.Reset();
-    if (reader_slot >= 0 && fds[reader_slot].revents != 0) {
+    if (same_clients && writer_slot >= 0 && fds[writer_slot].revents != 0) writer_fd_.Reset();
+    if (same_clients && reader_slot >= 0 && fds[reader_slot].revents != 0) {
       if (PeerClosed(reader_fd_.get())) {
         reader_fd_.Reset();
       } else {
