@@ -584,9 +584,7 @@ Status Agent::Impl::StartFeeding(const FormedCluster& cluster, const std::string
     }
     feed_dir_ = feed.socket_dir = dir;
     feed.plan_path = feed_dir_ + "/plan.json";
-    std::ofstream out(feed.plan_path, std::ios::trunc);
-    out << feed.plan.ToJson() << "\n";
-    if (!out.flush()) return Status::IoError("cannot write the feed plan " + feed.plan_path);
+    DROVER_RETURN_IF_ERROR(feed.plan.WriteFile(feed.plan_path));
   }
   feed.share = share->share;
   feed.shares = share->shares;

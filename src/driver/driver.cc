@@ -527,9 +527,7 @@ Status Driver::Prepare() {
   }
   if (options_.feed && !options_.feed->external) {
     feed_plan_file_ = private_dir_ + "/feed-plan.json";
-    std::ofstream plan(feed_plan_file_, std::ios::trunc);
-    plan << options_.feed->ToJson() << "\n";
-    if (!plan.flush()) return Status::IoError("cannot write the feed plan " + feed_plan_file_);
+    DROVER_RETURN_IF_ERROR(options_.feed->WriteFile(feed_plan_file_));
   }
   return Status::Ok();
 }
@@ -571,10 +569,7 @@ Status Driver::WriteFeedPlanForRound() {
          << plan.partitions[static_cast<size_t>(unit.partition)].Name() << " (epoch "
          << unit.epoch + 1 << " of " << plan.epochs << ")\n";
   }
-  std::ofstream out(feed_plan_file_, std::ios::trunc);
-  out << plan.ToJson() << "\n";
-  if (!out.flush()) return Status::IoError("cannot write the feed plan " + feed_plan_file_);
-  return Status::Ok();
+  return plan.WriteFile(feed_plan_file_);
 }
 
 void Driver::StartJanitor() {

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -367,6 +368,13 @@ Result<FeedPosition> FeedPositionFromJson(std::string_view text) {
   FeedPosition position;
   DROVER_RETURN_IF_ERROR(ParsePosition(json, "position", &position));
   return position;
+}
+
+Status FeedPlan::WriteFile(const std::string& path) const {
+  std::ofstream out(path, std::ios::trunc);
+  out << ToJson() << "\n";
+  if (!out.flush()) return Status::IoError("cannot write the feed plan " + path);
+  return Status::Ok();
 }
 
 Result<FeedPlan> FeedPlan::ReadFile(const std::string& path) {

@@ -76,6 +76,9 @@ struct FeedPlan {
   // external plan); the rest default as above.
   static Result<FeedPlan> FromJson(std::string_view json);
   static Result<FeedPlan> ReadFile(const std::string& path);
+  // Writes ToJson() and a newline to `path` (replacing it); kIoError naming
+  // the path.
+  Status WriteFile(const std::string& path) const;
 };
 
 // One unit of feeding: a partition in an epoch. A node's feeds are numbered

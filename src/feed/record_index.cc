@@ -25,7 +25,8 @@ bool FixedSize(const PlanOptions& options) {
 // The lines of a chunk that are records, as LineReader yields them: every
 // '\n' ends a line, and a line that is empty, or only "\r", is skipped.
 // `data[-2]` and `data[-1]` are the two bytes before the chunk ('\n' at the
-// partition's begin, which is a line boundary): the records are the newlines less the empty lines.
+// partition's begin, which is a line boundary): the records are the
+// newlines less the empty lines.
 uint64_t CountLineEnds(const unsigned char* data, size_t size) {
   uint64_t newlines = 0;
   uint64_t empty = 0;
