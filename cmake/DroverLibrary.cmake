@@ -10,7 +10,7 @@ find_package(Threads REQUIRED)
 # keep linking the static components.
 set(DROVER_LIB_COMPONENTS
   drover_version drover_common drover_os drover_spec drover_resolver drover_wire
-  drover_rendezvous drover_feed_io drover_feed drover_agent)
+  drover_rendezvous drover_feed_io drover_feed drover_report drover_agent)
 add_library(drover_lib SHARED ${PROJECT_SOURCE_DIR}/include/drover/version.h)
 add_library(drover::drover ALIAS drover_lib)
 # Every object of each component, used here or not, so the library holds

@@ -42,6 +42,7 @@ void RegisterContext(pybind11::module_& m);
 void RegisterFeed(pybind11::module_& m);
 void RegisterDriver(pybind11::module_& m);
 void RegisterPartitionWriter(pybind11::module_& m);
+void RegisterReport(pybind11::module_& m);
 
 }  // namespace drover::python
 

@@ -49,4 +49,5 @@ PYBIND11_MODULE(_drover, m) {
   drover::python::RegisterDriver(m);
   drover::python::RegisterPartitionWriter(m);
   drover::python::RegisterSsh(m);
+  drover::python::RegisterReport(m);
 }

@@ -13,6 +13,9 @@
 //                         "#commit" once it returned
 //   --append              appends to the file, after a "#round R" line
 //   --sleep-us U          sleeps U microseconds per batch (a slow trainer)
+//   --slow ID=U           ... but executor ID sleeps U (a straggler)
+//   --report              reports, per batch, drover::Report(step = batches
+//                         read, loss = 1 / step, records = records read)
 //   --tag T               ignored: lets a test find the processes by T
 // Exit: 0 after the feed ends, 3 on a DataFeed error (printed).
 
@@ -26,6 +29,7 @@
 #include <vector>
 
 #include "drover/data_feed.h"
+#include "drover/report.h"
 
 namespace {
 
@@ -40,6 +44,8 @@ struct Options {
   long die_in_rounds = -1;
   long commit_every = 0;
   bool append = false;
+  bool report = false;
+  std::string slow;  // "ID=U"
 };
 
 bool Parse(int argc, char** argv, Options* options) {
@@ -68,6 +74,10 @@ bool Parse(int argc, char** argv, Options* options) {
       value();
     } else if (flag == "--sleep-us") {
       options->sleep_us = std::strtol(value(), nullptr, 10);
+    } else if (flag == "--slow") {
+      options->slow = value();
+    } else if (flag == "--report") {
+      options->report = true;
     } else {
       std::fprintf(stderr, "feed_reader: unknown flag %s\n", flag.c_str());
       return false;
@@ -103,6 +113,11 @@ int main(int argc, char** argv) {
     std::fflush(out);
   }
   if (options.die_in_rounds >= 0 && round >= options.die_in_rounds) options.die_after = -1;
+  const size_t equals = options.slow.find('=');
+  if (equals != std::string::npos && executor != nullptr &&
+      options.slow.substr(0, equals) == executor) {
+    options.sleep_us = std::strtol(options.slow.c_str() + equals + 1, nullptr, 10);
+  }
   drover::DataFeedOptions feed_options;
   feed_options.train_mode = !options.inference;
   auto connected = drover::DataFeed::Connect(drover::ProcessEnvironment(), feed_options);
@@ -111,6 +126,7 @@ int main(int argc, char** argv) {
 
   long seen = 0;
   long batches = 0;
+  int64_t step = 0;
   while (!feed->ShouldStop()) {
     auto batch = feed->NextBatch(options.batch);
     if (!batch.ok()) return Fail(batch.status());
@@ -135,6 +151,12 @@ int main(int argc, char** argv) {
       std::fflush(out);
     }
     if (options.terminate_after >= 0 && seen >= options.terminate_after) feed->Terminate();
+    ++step;
+    if (options.report) {
+      auto reported = drover::Report(step, {{"loss", 1.0 / static_cast<double>(step)},
+                                            {"records", static_cast<double>(seen)}});
+      if (!reported.ok()) return Fail(reported);
+    }
     if (options.sleep_us > 0) ::usleep(static_cast<useconds_t>(options.sleep_us));
   }
   std::fclose(out);

@@ -26,6 +26,7 @@
 #include "drover/cluster_spec.h"
 #include "drover/feed_progress.h"
 #include "drover/placement.h"
+#include "drover/report.h"
 #include "drover/status.h"
 
 namespace drover {
@@ -135,12 +136,14 @@ struct FormedCluster {
 struct HeartbeatPayload {
   int32_t program_pid = 0;  // 0: not known
   std::optional<FeedProgress> feed;
+  std::vector<MetricValue> metrics;  // the program's reports, each name's last
 };
 
 struct NodeStatus {
   NodeInfo node;
   int32_t program_pid = 0;           // from the last heartbeat
   std::optional<FeedProgress> feed;  // from the last heartbeat
+  std::vector<MetricValue> metrics;  // from the last heartbeat
   bool alive = true;
   bool left = false;  // finished and said so (LEAVE); not alive, not dead
   Milliseconds last_heartbeat_age{0};

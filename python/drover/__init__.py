@@ -43,6 +43,15 @@ empty once the feed is over. ``feed.records_read``, ``feed.format`` and
 constructor raises RuntimeError; TimeoutError when no records came in time;
 ValueError for a bad schema or a record that does not match it.
 
+Any node's program tells the run how training goes with ``drover.report``
+(docs/status.md, "Metrics"); the status page charts it per node, and a node
+far behind the others' step rate is named as a straggler::
+
+    drover.report(step=step, loss=float(loss))  # every step: ~1 us, never blocks
+    drover.report(accuracy=acc)                 # no step: charted over time
+
+Outside drover it does nothing, so the same program runs alone.
+
 From a Python driver program, ``drover.Cluster`` is TensorFlowOnSpark's
 TFCluster (docs/python_api.md)::
 
@@ -74,8 +83,11 @@ from drover._drover import (
     TorchEnvClusterResolver,
     expand_hostlist,
     expand_tasks_per_node,
+    flush_reports,
     framework_environment,
     make_tf_config,
+    report,
+    reports_enabled,
     resolve,
 )
 
@@ -302,7 +314,10 @@ __all__ = [
     "engines",
     "expand_hostlist",
     "expand_tasks_per_node",
+    "flush_reports",
     "framework_environment",
     "make_tf_config",
+    "report",
+    "reports_enabled",
     "resolve",
 ]

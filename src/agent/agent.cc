@@ -30,6 +30,7 @@
 #include "drover/placement.h"
 #include "os/subprocess.h"
 #include "os/unique_fd.h"
+#include "report/metrics_inbox.h"
 
 namespace drover {
 namespace {
@@ -224,10 +225,10 @@ class Agent::Impl {
   }
   ~Impl() {
     feed_.reset();
-    if (!feed_dir_.empty()) {
-      std::error_code ignored;
-      fs::remove_all(feed_dir_, ignored);
-    }
+    metrics_.reset();
+    std::error_code ignored;
+    if (!feed_dir_.empty()) fs::remove_all(feed_dir_, ignored);
+    if (!report_dir_.empty()) fs::remove_all(report_dir_, ignored);
   }
 
   int Run();
@@ -242,6 +243,10 @@ class Agent::Impl {
       // behind. unlink and rmdir are async-signal-safe.
       ::unlink(feed_socket_c_);
       ::rmdir(feed_dir_c_);
+    }
+    if (!started && report_dir_ready_.load()) {
+      ::unlink(report_socket_c_);
+      ::rmdir(report_dir_c_);
     }
     return started;
   }
@@ -291,6 +296,9 @@ class Agent::Impl {
   // Reads the plan (inline or from its file) and, for an external plan,
   // makes the feed socket's directory; sets node->feed_socket.
   Status PrepareFeeding(NodeInfo* node);
+  // Makes the metrics inbox (drover::Report) in a private directory; sets
+  // DROVER_REPORT_SOCKET in *env.
+  Status OpenMetricsInbox(std::map<std::string, std::string>* env);
 
   AgentOptions options_;
   const Environment& env_;  // variables, host name and interfaces come only from here
@@ -319,6 +327,13 @@ class Agent::Impl {
   char feed_dir_c_[64] = {};
   char feed_socket_c_[80] = {};
   std::atomic<bool> feed_dir_ready_{false};
+  // The program's reports (drover::Report), read by the heartbeat thread;
+  // their directory (0700) and copies of its paths for Interrupt().
+  std::unique_ptr<report::MetricsInbox> metrics_;
+  std::string report_dir_;
+  char report_dir_c_[64] = {};
+  char report_socket_c_[80] = {};
+  std::atomic<bool> report_dir_ready_{false};
 };
 
 int Agent::Impl::Run() {
@@ -426,6 +441,11 @@ int Agent::Impl::Run() {
     Report(*client, message, {});
     return Fail(Status::InvalidArgument(message));
   }
+  if (Status opened = OpenMetricsInbox(&*env); !opened.ok()) {
+    std::string message = task + " could not start: " + opened.message();
+    Report(*client, message, {});
+    return Fail(Status::IoError(message));
+  }
   Result<std::string> drover_binary = DroverBinary();
   if (!drover_binary.ok()) return Fail(drover_binary.status());
   Result<os::Pipe> report = os::MakePipe(O_CLOEXEC);
@@ -442,7 +462,8 @@ int Agent::Impl::Run() {
                 "--"};
   const std::string feed_dir =
       feed_ ? fs::path(feed_->socket_path()).parent_path().string() : feed_dir_;
-  for (const std::string& path : {feed_dir, temporary_context ? context_path : std::string()}) {
+  for (const std::string& path :
+       {feed_dir, report_dir_, temporary_context ? context_path : std::string()}) {
     if (!path.empty()) spawn.argv.insert(spawn.argv.end() - 1, {"--remove-at-exit", path});
   }
   spawn.argv.insert(spawn.argv.end(), o.command.begin(), o.command.end());
@@ -475,6 +496,7 @@ int Agent::Impl::Run() {
     HeartbeatPayload payload;
     payload.program_pid = program_pid;
     if (feed_) payload.feed = feed_->Progress();
+    if (metrics_) payload.metrics = metrics_->Latest();
     return payload;
   });
   std::thread watcher([this, &client] { WatchForStop(client.get()); });
@@ -521,6 +543,26 @@ int Agent::Impl::Run() {
   std::string message = task + (status.signaled() ? " " : " exited with ") + status.ToString();
   Report(*client, message, tail.Lines());
   return status.ShellCode();
+}
+
+Status Agent::Impl::OpenMetricsInbox(std::map<std::string, std::string>* env) {
+  std::error_code error;
+  std::string temp = fs::temp_directory_path(error).string();
+  // A socket's path has room for 107 bytes.
+  if (error || temp.size() > 40) temp = "/tmp";
+  std::string pattern = temp + "/drover-report-XXXXXX";
+  if (::mkdtemp(pattern.data()) == nullptr) {
+    return Status::IoError("cannot make a directory for the metrics socket (" + pattern +
+                           "): " + std::strerror(errno));
+  }
+  report_dir_ = pattern;
+  const std::string socket_path = report_dir_ + "/metrics.sock";
+  std::snprintf(report_dir_c_, sizeof(report_dir_c_), "%s", report_dir_.c_str());
+  std::snprintf(report_socket_c_, sizeof(report_socket_c_), "%s", socket_path.c_str());
+  report_dir_ready_ = true;
+  DROVER_ASSIGN_OR_RETURN(metrics_, report::MetricsInbox::Open(socket_path));
+  (*env)["DROVER_REPORT_SOCKET"] = socket_path;
+  return Status::Ok();
 }
 
 Result<std::string> Agent::Impl::DroverBinary() const {

@@ -71,6 +71,7 @@ struct RunFlags {
   std::string token_file;
   std::string progress = "auto";
   double progress_interval = 10;
+  double straggler_after = 30;
   std::vector<std::string> command;
 };
 
@@ -105,6 +106,7 @@ bool SetStatusOptions(const RunFlags& flags, DriverOptions* options, std::ostrea
                            : terminal                     ? ProgressMode::kTerminal
                                                           : ProgressMode::kPlain;
   options->progress.plain_interval = ToMs(flags.progress_interval);
+  options->straggler_after = ToMs(flags.straggler_after);
   options->summary = true;
   return true;
 }
@@ -496,6 +498,13 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
       ->add_option("--progress-interval", flags->progress_interval,
                    "Seconds between plain progress lines")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  seeing
+      ->add_option("--straggler-after", flags->straggler_after,
+                   "Name a node a straggler once it has run below 70% of the median step rate "
+                   "(from drover.report's steps, else the feed rate) for this many seconds; 0: "
+                   "never")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   run->add_option("command", flags->command, "The program and its arguments, after --")->required();
   run->footer(

@@ -452,6 +452,7 @@ Driver::Driver(DriverOptions options, Engine& engine, std::ostream& out, std::os
       progress_(out, err, options_.progress),
       out_(progress_.out()),
       err_(progress_.err()),
+      stragglers_(kStragglerRatio, std::chrono::duration<double>(options_.straggler_after).count()),
       others_grace_ms_(options_.others_grace.count()) {}
 
 std::vector<std::string> Driver::AgentArgv(int index, int round, uint16_t port) const {
@@ -753,6 +754,7 @@ void Driver::PublishStatus(Round& round, const std::string& phase, bool force) {
       }
       if (out.error.empty()) out.error = status->error;
       out.feed = status->feed;
+      out.metrics = status->metrics;
       if (out.feed) {
         std::tie(out.records_per_s, out.bytes_per_s) =
             rates_[out.executor_id].Add(snapshot.elapsed_s, out.feed->records, out.feed->bytes);
@@ -776,6 +778,7 @@ void Driver::PublishStatus(Round& round, const std::string& phase, bool force) {
     }
     snapshot.history.assign(history_.begin(), history_.end());
   }
+  ObserveTraining(snapshot);
   progress_.Show(ProgressText(snapshot), now);
   status_.Publish(std::move(snapshot));
 }
@@ -812,6 +815,8 @@ Driver::Outcome Driver::RunRound(int number) {
   round.cluster_id = server_options.cluster_id;
   status_.ClearLogs();
   for (auto& [executor, meter] : rates_) meter.Reset();
+  for (auto& [executor, meter] : step_rates_) meter.Reset();
+  stragglers_.Reset();
   server_options.reservation_timeout = options_.reservation_timeout;
   EventQueue* queue = &round.queue;
   server_options.on_event = [queue](const NodeEvent& event) { queue->Push(event); };

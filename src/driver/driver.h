@@ -38,6 +38,7 @@
 #include "driver/progress_line.h"
 #include "driver/run_status.h"
 #include "driver/status_server.h"
+#include "driver/straggler_watch.h"
 #include "drover/rendezvous.h"
 #include "drover/status.h"
 #include "engine/engine.h"
@@ -107,10 +108,16 @@ struct DriverOptions {
   // (driver/live_runs.h, LiveRunsDir); "" : nowhere.
   std::string live_runs_dir;
   ProgressOptions progress;
+  // A node slower than kStragglerRatio of the median step (else feed) rate
+  // for this long is named a straggler; 0: never.
+  Milliseconds straggler_after{30'000};
   // At the end, print the summary (per node: role, runtime, exit, records)
   // on `err`. <log_dir>/run.json records the run either way.
   bool summary = false;
 };
+
+// A straggler's rate is below this fraction of the median (StragglerWatch).
+inline constexpr double kStragglerRatio = 0.7;
 
 // Exit codes: 0 success, 1 failure, 2 bad input, 128 + signal interrupted.
 class Driver {
@@ -167,7 +174,12 @@ class Driver {
   Clock::time_point last_publish_{};
   double last_history_t_ = -1;
   std::deque<RateSample> history_;
-  std::map<std::string, RateMeter> rates_;  // by executor id
+  std::map<std::string, RateMeter> rates_;       // by executor id
+  std::map<std::string, RateMeter> step_rates_;  // by executor id
+  StragglerWatch stragglers_;
+  // The nodes' reports: their steps, step rates, the chart's points, the
+  // lead node's metrics and the stragglers, into `snapshot`.
+  void ObserveTraining(RunSnapshot& snapshot);
   // Reads the feed commits (DataFeed::Commit) the round's nodes recorded in
   // its rendezvous store into feed_starts_.
   void CollectFeedCommits(RendezvousServer& server);

@@ -104,12 +104,71 @@ void Driver::Finish(int code) {
   progress_.Clear();
   status_.Publish(snapshot);
   if (snapshot.nodes.empty()) return;  // nothing started
-  const nlohmann::json record = SnapshotToJson(snapshot);
+  nlohmann::json record = SnapshotToJson(snapshot);
+  record["metric_history"] = status_.MetricHistoryJson();
   if (options_.summary) err_ << RenderSummary(record) << std::flush;
   const fs::path path = fs::path(options_.log_dir) / "run.json";
   std::ofstream out(path, std::ios::trunc);
   out << record.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   if (!out.flush()) err_ << "drover run: cannot write " << path.string() << "\n";
+}
+
+namespace {
+
+// The node whose reports stand for the run: the chief, else rank 0, else the
+// first that reported.
+const NodeSnapshot* LeadNode(const RunSnapshot& snapshot) {
+  const NodeSnapshot* lead = nullptr;
+  for (const NodeSnapshot& node : snapshot.nodes) {
+    if (node.metrics.empty()) continue;
+    if (node.chief || (node.rank == 0 && (lead == nullptr || !lead->chief))) {
+      lead = &node;
+    } else if (lead == nullptr) {
+      lead = &node;
+    }
+  }
+  return lead;
+}
+
+}  // namespace
+
+void Driver::ObserveTraining(RunSnapshot& snapshot) {
+  const double t = snapshot.elapsed_s;
+  bool any_step = false;
+  for (NodeSnapshot& node : snapshot.nodes) {
+    if (node.metrics.empty()) continue;
+    status_.AddMetrics(node.Task(), t, node.metrics);
+    for (const MetricValue& metric : node.metrics) {
+      if (metric.step && (!node.step || *metric.step > *node.step)) node.step = metric.step;
+    }
+    if (!node.step) continue;
+    any_step = true;
+    node.step_rate = step_rates_[node.executor_id]
+                         .Add(t, static_cast<uint64_t>(std::max<int64_t>(0, *node.step)), 0)
+                         .first;
+  }
+  if (const NodeSnapshot* lead = LeadNode(snapshot)) {
+    snapshot.metrics_task = lead->Task();
+    snapshot.metrics = lead->metrics;
+  }
+  // Steps when the programs report them, else the feed; the ranked nodes
+  // that still run.
+  std::vector<NodeRate> rates;
+  for (const NodeSnapshot& node : snapshot.nodes) {
+    if (node.state != "running" || !node.rank) continue;
+    if (any_step && node.step_rate) {
+      rates.push_back({node.executor_id, node.Task(), node.host, *node.step_rate});
+    } else if (!any_step && node.feed) {
+      rates.push_back({node.executor_id, node.Task(), node.host, node.records_per_s});
+    }
+  }
+  if (snapshot.phase != "running") rates.clear();
+  for (const Straggler& straggler : stragglers_.Update(t, rates, any_step ? "step" : "feed")) {
+    for (NodeSnapshot& node : snapshot.nodes) {
+      if (node.executor_id == straggler.executor_id) node.straggler = straggler.text;
+    }
+    snapshot.stragglers.push_back(straggler.text);
+  }
 }
 
 }  // namespace drover

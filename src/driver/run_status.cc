@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <set>
 
 namespace drover {
@@ -26,6 +27,24 @@ json FeedToJson(const FeedProgress& feed, double records_per_s, double bytes_per
               {"queue_capacity", feed.queue_capacity},
               {"feeder_restarts", feed.feeder_restarts},
               {"results", feed.results}};
+}
+
+// NaN and infinities have no JSON form: null.
+json Number(double value) {
+  return std::isfinite(value) ? json(value) : json(nullptr);
+}
+
+json MetricsToJson(const std::vector<MetricValue>& metrics, bool with_steps) {
+  json out = json::object();
+  for (const MetricValue& metric : metrics) {
+    if (!with_steps) {
+      out[metric.name] = Number(metric.value);
+      continue;
+    }
+    out[metric.name] = json{{"value", Number(metric.value)},
+                            {"step", metric.step ? json(*metric.step) : json(nullptr)}};
+  }
+  return out;
 }
 
 json NodeToJson(const NodeSnapshot& node) {
@@ -55,6 +74,10 @@ json NodeToJson(const NodeSnapshot& node) {
       {"gpus", node.gpus},
       {"feed",
        node.feed ? FeedToJson(*node.feed, node.records_per_s, node.bytes_per_s) : json(nullptr)},
+      {"metrics", MetricsToJson(node.metrics, /*with_steps=*/true)},
+      {"step", node.step ? json(*node.step) : json(nullptr)},
+      {"step_rate", Optional(node.step_rate)},
+      {"straggler", node.straggler.empty() ? json(nullptr) : json(node.straggler)},
   };
 }
 
@@ -97,10 +120,18 @@ class MetricsWriter {
       }
       out_ += "}";
     }
+    out_ += " ";
+    if (std::isnan(value)) {
+      out_ += "NaN\n";
+      return;
+    }
+    if (std::isinf(value)) {
+      out_ += value > 0 ? "+Inf\n" : "-Inf\n";
+      return;
+    }
     // The shortest text that reads back as the same double.
     char number[32];
     auto [end, error] = std::to_chars(number, number + sizeof(number), value);
-    out_ += " ";
     out_.append(number, error == std::errc() ? end : number);
     out_ += "\n";
   }
@@ -172,6 +203,17 @@ std::optional<RunStatus::NodeLog> RunStatus::LogTail(const std::string& executor
 void RunStatus::ClearLogs() {
   MutexLock lock(mu_);
   logs_.clear();
+}
+
+void RunStatus::AddMetrics(const std::string& task, double t,
+                           const std::vector<MetricValue>& metrics) {
+  MutexLock lock(mu_);
+  metric_history_.Add(task, t, metrics);
+}
+
+nlohmann::json RunStatus::MetricHistoryJson() const {
+  MutexLock lock(mu_);
+  return metric_history_.ToJson();
 }
 
 std::pair<double, double> RateMeter::Add(double t, uint64_t records, uint64_t bytes) {
@@ -246,6 +288,9 @@ nlohmann::json SnapshotToJson(const RunSnapshot& snapshot) {
       {"nodes", std::move(nodes)},
       {"feed", snapshot.feed ? TotalsToJson(*snapshot.feed, snapshot.history) : json(nullptr)},
       {"exit_code", snapshot.exit_code ? json(*snapshot.exit_code) : json(nullptr)},
+      {"metrics", MetricsToJson(snapshot.metrics, /*with_steps=*/false)},
+      {"metrics_task", snapshot.metrics_task},
+      {"stragglers", snapshot.stragglers},
   };
 }
 
@@ -321,6 +366,38 @@ std::string SnapshotToPrometheus(const RunSnapshot& snapshot) {
         out.Sample(metric.name, {{"executor", node.executor_id}, {"task", node.Task()}},
                    metric.value(node));
       }
+    }
+  }
+  out.Family("drover_metric", "gauge",
+             "The last value of each metric the node's program reported (drover.report).");
+  for (const NodeSnapshot& node : snapshot.nodes) {
+    for (const MetricValue& metric : node.metrics) {
+      out.Sample("drover_metric",
+                 {{"name", metric.name}, {"executor", node.executor_id}, {"task", node.Task()}},
+                 metric.value);
+    }
+  }
+  out.Family("drover_node_step", "gauge", "The highest step the node's program reported.");
+  for (const NodeSnapshot& node : snapshot.nodes) {
+    if (node.step) {
+      out.Sample("drover_node_step", {{"executor", node.executor_id}, {"task", node.Task()}},
+                 static_cast<double>(*node.step));
+    }
+  }
+  out.Family("drover_node_step_rate", "gauge", "Steps per second over the last seconds.");
+  for (const NodeSnapshot& node : snapshot.nodes) {
+    if (node.step_rate) {
+      out.Sample("drover_node_step_rate", {{"executor", node.executor_id}, {"task", node.Task()}},
+                 *node.step_rate);
+    }
+  }
+  out.Family("drover_straggler", "gauge",
+             "1 for a node below 70% of the median step (else feed) rate for the straggler time.");
+  for (const NodeSnapshot& node : snapshot.nodes) {
+    if (node.state == "running" && (node.step_rate || node.feed)) {
+      out.Sample("drover_straggler",
+                 {{"executor", node.executor_id}, {"task", node.Task()}, {"host", node.host}},
+                 node.straggler.empty() ? 0 : 1);
     }
   }
   if (snapshot.feed && snapshot.feed->eta_s) {

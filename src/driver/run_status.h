@@ -19,7 +19,9 @@
 #include <vector>
 
 #include "common/mutex.h"
+#include "driver/metric_history.h"
 #include "drover/rendezvous.h"
+#include "drover/report.h"
 
 namespace drover {
 
@@ -47,6 +49,11 @@ struct NodeSnapshot {
   std::optional<FeedProgress> feed;
   double records_per_s = 0;
   double bytes_per_s = 0;
+  // What its program reported (drover::Report): each name's last value.
+  std::vector<MetricValue> metrics;
+  std::optional<int64_t> step;      // the highest step reported
+  std::optional<double> step_rate;  // steps per second over the last seconds
+  std::string straggler;            // "worker:3 on h2 at 41% of the median step rate"
 
   // "worker:1", or "executor 3" before the barrier.
   std::string Task() const;
@@ -96,6 +103,11 @@ struct RunSnapshot {
   std::optional<FeedTotals> feed;
   std::vector<RateSample> history;
   std::optional<int> exit_code;  // the run's, once it ended
+  // The lead node's reports (the chief, else rank 0, else the first that
+  // reported): the run's metrics on the progress line, in run.json.
+  std::string metrics_task;
+  std::vector<MetricValue> metrics;
+  std::vector<std::string> stragglers;  // NodeSnapshot::straggler of each
 };
 
 class RunStatus {
@@ -116,11 +128,18 @@ class RunStatus {
   // A new round: the nodes' lines from the last one are kept until replaced.
   void ClearLogs();
 
+  // The charts' points (driver/metric_history.h); `t` in seconds since the
+  // run started.
+  void AddMetrics(const std::string& task, double t, const std::vector<MetricValue>& metrics);
+  // /api/metrics, and run.json's "metric_history".
+  nlohmann::json MetricHistoryJson() const;
+
  private:
   const size_t log_lines_kept_;
   mutable Mutex mu_;
   RunSnapshot snapshot_ GUARDED_BY(mu_);
   std::map<std::string, std::deque<std::string>> logs_ GUARDED_BY(mu_);
+  MetricHistory metric_history_ GUARDED_BY(mu_);
 };
 
 // Per-node feed rates from the counters of successive heartbeats, over a

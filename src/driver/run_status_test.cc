@@ -139,6 +139,41 @@ TEST(SnapshotPrometheusTest, NamesEscapesAndCountsStates) {
   }
 }
 
+TEST(SnapshotJsonTest, CarriesTheReportsAndStragglers) {
+  RunSnapshot snapshot = TwoNodes();
+  snapshot.nodes[0].metrics = {{"loss", 0.25, 40}, {"acc", std::nan(""), std::nullopt}};
+  snapshot.nodes[0].step = 40;
+  snapshot.nodes[0].step_rate = 12.5;
+  snapshot.nodes[0].straggler = "worker:0 on h1 at 41% of the median step rate";
+  snapshot.metrics_task = "worker:0";
+  snapshot.metrics = snapshot.nodes[0].metrics;
+  snapshot.stragglers = {snapshot.nodes[0].straggler};
+  nlohmann::json json = SnapshotToJson(snapshot);
+  const nlohmann::json& worker = json["nodes"][0];
+  EXPECT_EQ(worker["metrics"]["loss"], nlohmann::json::parse(R"({"value": 0.25, "step": 40})"));
+  EXPECT_TRUE(worker["metrics"]["acc"]["value"].is_null());  // NaN has no JSON form
+  EXPECT_EQ(worker["step"], 40);
+  EXPECT_EQ(worker["step_rate"], 12.5);
+  EXPECT_EQ(worker["straggler"], "worker:0 on h1 at 41% of the median step rate");
+  EXPECT_TRUE(json["nodes"][1]["straggler"].is_null());
+  EXPECT_EQ(json["metrics"]["loss"], 0.25);
+  EXPECT_EQ(json["metrics_task"], "worker:0");
+  EXPECT_EQ(json["stragglers"].size(), 1u);
+
+  std::string text = SnapshotToPrometheus(snapshot);
+  EXPECT_NE(text.find("drover_metric{name=\"loss\",executor=\"0\",task=\"worker:0\"} 0.25\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("drover_metric{name=\"acc\",executor=\"0\",task=\"worker:0\"} NaN\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("drover_node_step{executor=\"0\",task=\"worker:0\"} 40\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("drover_node_step_rate{executor=\"0\",task=\"worker:0\"} 12.5\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("drover_straggler{executor=\"0\",task=\"worker:0\",host=\"\"} 1\n"),
+            std::string::npos);
+}
+
 TEST(SnapshotPrometheusTest, EscapesLabelValues) {
   RunSnapshot snapshot;
   snapshot.cluster_id = "a\"b\\c\nd";

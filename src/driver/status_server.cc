@@ -597,6 +597,11 @@ void StatusServer::Impl::Routes() {
     response.set_header("Cache-Control", "no-store");
     response.set_content(JsonText(SnapshotToJson(status_.Snapshot())), "application/json");
   });
+  server_.Get("/api/metrics", [this](const httplib::Request& request, httplib::Response& response) {
+    if (!Authorized(request, response)) return;
+    response.set_header("Cache-Control", "no-store");
+    response.set_content(JsonText(status_.MetricHistoryJson()), "application/json");
+  });
   server_.Get("/metrics", [this](const httplib::Request& request, httplib::Response& response) {
     if (!Authorized(request, response)) return;
     response.set_content(SnapshotToPrometheus(status_.Snapshot()),

@@ -152,6 +152,57 @@ std::string FormatBytes(double bytes) {
   return text;
 }
 
+namespace {
+
+// Counts whole, the rest to 4 significant digits.
+std::string MetricNumber(double value) {
+  char text[32];
+  if (std::isfinite(value) && value == std::floor(value) && std::fabs(value) < 1e15) {
+    std::snprintf(text, sizeof(text), "%.0f", value);
+  } else {
+    std::snprintf(text, sizeof(text), "%.4g", value);
+  }
+  return text;
+}
+
+// "loss 0.041  acc 0.97"
+std::string MetricsText(const std::vector<MetricValue>& metrics) {
+  std::string text;
+  for (const MetricValue& metric : metrics) {
+    if (!text.empty()) text += "  ";
+    text += metric.name + " " + MetricNumber(metric.value);
+  }
+  return text;
+}
+
+// The same from JSON ({"loss": 0.041} or {"loss": {"value": 0.041, ...}}).
+std::string MetricsText(const json& metrics) {
+  if (!metrics.is_object()) return "";
+  std::string text;
+  for (const auto& [name, entry] : metrics.items()) {
+    const json& value = entry.is_object() ? Get(entry, "value") : entry;
+    if (!text.empty()) text += "  ";
+    text += name + " " + (value.is_number() ? MetricNumber(value.get<double>()) : "nan");
+  }
+  return text;
+}
+
+// "step 120  loss 0.041  acc 0.97"; "" when the programs report nothing.
+std::string TrainingText(const RunSnapshot& snapshot) {
+  std::string text = MetricsText(snapshot.metrics);
+  std::optional<int64_t> step;
+  for (const MetricValue& metric : snapshot.metrics) {
+    if (metric.step && (!step || *metric.step > *step)) step = metric.step;
+  }
+  if (step && !text.empty()) text = "step " + std::to_string(*step) + "  " + text;
+  for (const std::string& straggler : snapshot.stragglers) {
+    text += (text.empty() ? "straggler: " : "; straggler: ") + straggler;
+  }
+  return text;
+}
+
+}  // namespace
+
 std::string ProgressText(const RunSnapshot& snapshot) {
   if (snapshot.phase == "reserving") {
     std::string text = std::to_string(snapshot.registered) + "/" +
@@ -164,9 +215,11 @@ std::string ProgressText(const RunSnapshot& snapshot) {
     }
     return "drover run: " + text + " (" + FormatDuration(snapshot.elapsed_s) + ")";
   }
-  if (snapshot.phase != "running" || !snapshot.feed) return "";
+  if (snapshot.phase != "running") return "";
+  const std::string training = TrainingText(snapshot);
+  const bool fed = snapshot.feed && (snapshot.feed->records > 0 || snapshot.feed->partitions_done);
+  if (!fed) return training.empty() ? "" : "drover run: " + training;
   const FeedTotals& feed = *snapshot.feed;
-  if (feed.records == 0 && feed.partitions_done == 0) return "";
   std::string text = "drover run: feeding";
   if (feed.partitions_total > 0) {
     text += " epoch " + std::to_string(feed.epoch + 1) + "/" + std::to_string(feed.epochs) + " (" +
@@ -178,6 +231,7 @@ std::string ProgressText(const RunSnapshot& snapshot) {
   if (feed.epoch_eta_s && feed.epochs > 1)
     text += ", epoch ETA " + FormatDuration(*feed.epoch_eta_s);
   if (feed.eta_s) text += ", ETA " + FormatDuration(*feed.eta_s);
+  if (!training.empty()) text += "; " + training;
   return text;
 }
 
@@ -200,10 +254,17 @@ std::string RenderStatus(const json& cluster) {
   out += "\n";
   const json& feed = Get(cluster, "feed");
   if (feed.is_object()) out += "feed: " + FeedLine(feed) + "\n";
+  const std::string metrics = MetricsText(Get(cluster, "metrics"));
+  if (!metrics.empty()) {
+    out += "metrics (" + Text(Get(cluster, "metrics_task")) + "): " + metrics + "\n";
+  }
+  for (const json& straggler : Items(cluster, "stragglers")) {
+    out += "straggler: " + Text(straggler) + "\n";
+  }
   out += "logs: " + Text(Get(cluster, "log_dir")) + "\n\n";
   std::vector<std::vector<std::string>> rows = {{"TASK", "EXECUTOR", "HOST", "PID", "STATE",
                                                  "RESTARTS", "HEARTBEAT", "EXIT", "RECORDS",
-                                                 "RECORDS/S", "GPUS"}};
+                                                 "RECORDS/S", "GPUS", "STEP", "METRICS"}};
   std::vector<std::string> errors;
   for (const json& node : Items(cluster, "nodes")) {
     const json& age = Get(node, "last_heartbeat_age_s");
@@ -214,7 +275,8 @@ std::string RenderStatus(const json& cluster) {
          age.is_number() ? FormatDuration(age.get<double>()) + " ago" : "-", ExitText(node),
          node_feed.is_object() ? FormatCount(Count(node_feed, "records")) : "-",
          node_feed.is_object() ? FormatCount(Count(node_feed, "rate_records_per_s")) : "-",
-         Join(Items(node, "gpus"))});
+         Join(Items(node, "gpus")), Text(Get(node, "step")),
+         MetricsText(Get(node, "metrics")).empty() ? "-" : MetricsText(Get(node, "metrics"))});
     std::string error = Text(Get(node, "error"), "");
     if (!error.empty()) errors.push_back(Task(node) + ": " + error);
   }
@@ -249,6 +311,10 @@ std::string RenderSummary(const json& cluster) {
              FormatCount(Count(feed, "partitions_total")) + " partitions (x epochs)";
     }
     out += "\n";
+  }
+  const std::string metrics = MetricsText(Get(cluster, "metrics"));
+  if (!metrics.empty()) {
+    out += "metrics (" + Text(Get(cluster, "metrics_task")) + "): " + metrics + "\n";
   }
   return out;
 }

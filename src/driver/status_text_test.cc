@@ -54,6 +54,25 @@ TEST(ProgressTextTest, FeedingShowsEpochRateAndEta) {
   EXPECT_EQ(ProgressText(snapshot), "");
 }
 
+TEST(ProgressTextTest, ShowsTheLeadNodesMetricsAndStragglers) {
+  RunSnapshot snapshot;
+  snapshot.phase = "running";
+  snapshot.metrics = {{"loss", 0.041234, 1200}, {"acc", 0.97, std::nullopt}};
+  EXPECT_EQ(ProgressText(snapshot), "drover run: step 1200  loss 0.04123  acc 0.97");
+  snapshot.stragglers = {"worker:3 on h2 at 41% of the median step rate"};
+  EXPECT_EQ(ProgressText(snapshot),
+            "drover run: step 1200  loss 0.04123  acc 0.97; straggler: worker:3 on h2 at 41% of "
+            "the median step rate");
+  FeedTotals feed;
+  feed.records = 10;
+  feed.records_per_s = 5;
+  snapshot.feed = feed;
+  snapshot.stragglers.clear();
+  EXPECT_EQ(ProgressText(snapshot),
+            "drover run: feeding: 10 records, 5 records/s, 0 B/s; step 1200  loss 0.04123  acc "
+            "0.97");
+}
+
 nlohmann::json Cluster() {
   return nlohmann::json::parse(R"({
     "cluster_id": "run-1", "phase": "failed", "engine": "local", "elapsed_s": 12.5,
@@ -84,6 +103,22 @@ TEST(RenderTest, StatusListsEveryNodeAndItsError) {
   EXPECT_NE(text.find("1.5 s ago"), std::string::npos) << text;
   EXPECT_NE(text.find("executor 1: its agent exited before the cluster formed"), std::string::npos)
       << text;
+}
+
+TEST(RenderTest, StatusAndSummaryShowMetrics) {
+  nlohmann::json cluster = Cluster();
+  cluster["nodes"][0]["metrics"] = {{"loss", {{"value", 0.5}, {"step", 7}}}};
+  cluster["nodes"][0]["step"] = 7;
+  cluster["stragglers"] = {"worker:0 on h1 at 41% of the median step rate"};
+  cluster["metrics"] = {{"loss", 0.5}, {"acc", nullptr}};
+  cluster["metrics_task"] = "worker:0";
+  std::string text = RenderStatus(cluster);
+  EXPECT_NE(text.find("STEP  METRICS"), std::string::npos) << text;
+  EXPECT_NE(text.find("7     loss 0.5"), std::string::npos) << text;
+  EXPECT_NE(text.find("straggler: worker:0 on h1 at 41%"), std::string::npos) << text;
+  EXPECT_NE(text.find("metrics (worker:0): acc nan  loss 0.5"), std::string::npos) << text;
+  EXPECT_NE(RenderSummary(cluster).find("metrics (worker:0): acc nan  loss 0.5"), std::string::npos)
+      << RenderSummary(cluster);
 }
 
 TEST(RenderTest, SummaryHasRuntimeExitAndRecords) {

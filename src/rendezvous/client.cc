@@ -610,6 +610,7 @@ void AddPayload(const HeartbeatPayload& payload, wire::Heartbeat* heartbeat) {
   if (payload.feed) {
     *heartbeat->mutable_feed() = rendezvous_internal::FeedProgressToWire(*payload.feed);
   }
+  rendezvous_internal::MetricsToWire(payload.metrics, heartbeat->mutable_metrics());
 }
 
 }  // namespace
@@ -694,6 +695,7 @@ Result<ClusterState> RendezvousClient::Impl::QueryState(Deadline deadline) {
     status.last_heartbeat_age = Milliseconds(node.last_heartbeat_age_ms());
     status.program_pid = node.program_pid();
     if (node.has_feed()) status.feed = rendezvous_internal::FeedProgressFromWire(node.feed());
+    status.metrics = rendezvous_internal::MetricsFromWire(node.metrics());
     status.error = node.error();
     status.last_log_lines.assign(node.last_log_lines().begin(), node.last_log_lines().end());
     out.nodes.push_back(std::move(status));

@@ -22,6 +22,7 @@ wire::State StateToWire(const ClusterState& state) {
     node->set_last_heartbeat_age_ms(static_cast<uint64_t>(status.last_heartbeat_age.count()));
     node->set_program_pid(status.program_pid);
     if (status.feed) *node->mutable_feed() = FeedProgressToWire(*status.feed);
+    MetricsToWire(status.metrics, node->mutable_metrics());
     node->set_error(status.error);
     for (const std::string& line : status.last_log_lines) node->add_last_log_lines(line);
   }

@@ -14,6 +14,7 @@ void Liveness::HandleHeartbeat(Peer& peer, const wire::Heartbeat& heartbeat) {
   node->last_seen = Clock::now();
   node->program_pid = heartbeat.program_pid();
   if (heartbeat.has_feed()) node->feed = FeedProgressFromWire(heartbeat.feed());
+  node->metrics = MetricsFromWire(heartbeat.metrics());
 }
 
 void Liveness::CheckHeartbeats(Clock::time_point now) {

@@ -65,6 +65,30 @@ FeedProgress FeedProgressFromWire(const wire::FeedProgress& progress) {
   return out;
 }
 
+void MetricsToWire(const std::vector<MetricValue>& metrics,
+                   google::protobuf::RepeatedPtrField<wire::Metric>* out) {
+  for (const MetricValue& metric : metrics) {
+    wire::Metric* added = out->Add();
+    added->set_name(metric.name);
+    added->set_value(metric.value);
+    added->set_has_step(metric.step.has_value());
+    if (metric.step) added->set_step(*metric.step);
+  }
+}
+
+std::vector<MetricValue> MetricsFromWire(
+    const google::protobuf::RepeatedPtrField<wire::Metric>& in) {
+  std::vector<MetricValue> metrics;
+  for (const wire::Metric& metric : in) {
+    if (metrics.size() == kMaxMetrics) break;
+    if (!ValidMetricName(metric.name())) continue;
+    MetricValue value{metric.name(), metric.value(), std::nullopt};
+    if (metric.has_step()) value.step = metric.step();
+    metrics.push_back(std::move(value));
+  }
+  return metrics;
+}
+
 Placement NodePlacement(const NodeInfo& node) {
   Placement out;
   out.job = node.job_name;

@@ -1,4 +1,4 @@
-// NodeInfo, FeedProgress and the formed cluster <-> their wire forms
+// NodeInfo, FeedProgress, metrics and the formed cluster <-> their wire forms
 // (drover.proto), shared by the rendezvous server and client. Pure functions; thread-safe.
 
 #ifndef DROVER_SRC_RENDEZVOUS_NODE_INFO_CODEC_H_
@@ -13,6 +13,12 @@ wire::NodeInfo NodeToWire(const NodeInfo& node);
 NodeInfo NodeFromWire(const wire::NodeInfo& node);
 wire::FeedProgress FeedProgressToWire(const FeedProgress& progress);
 FeedProgress FeedProgressFromWire(const wire::FeedProgress& progress);
+void MetricsToWire(const std::vector<MetricValue>& metrics,
+                   google::protobuf::RepeatedPtrField<wire::Metric>* out);
+// Keeps the first kMaxMetrics metrics with valid names; drops the rest (a
+// node's reports are bounded wherever they are held).
+std::vector<MetricValue> MetricsFromWire(
+    const google::protobuf::RepeatedPtrField<wire::Metric>& in);
 
 // Where `node` is, as it registered: its role, host, ports and GPUs; the rest
 // of its placement (chief, ranks, share) is PlaceTasks's to fill in.

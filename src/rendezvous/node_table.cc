@@ -179,6 +179,7 @@ ClusterState NodeTable::State(Clock::time_point now) const {
     status.last_log_lines = node.last_log_lines;
     status.program_pid = node.program_pid;
     status.feed = node.feed;
+    status.metrics = node.metrics;
     state.nodes.push_back(std::move(status));
   }
   return state;

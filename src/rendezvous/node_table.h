@@ -35,6 +35,7 @@ struct NodeRecord {
   std::vector<std::string> last_log_lines;
   int32_t program_pid = 0;           // from the last heartbeat
   std::optional<FeedProgress> feed;  // from the last heartbeat
+  std::vector<MetricValue> metrics;  // from the last heartbeat
 };
 
 enum class Phase { kReserving, kFormed, kStopped };
