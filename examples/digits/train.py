@@ -24,7 +24,9 @@ on its shard of the training set (DistributedSampler) with its share of the
 global batch; DDP averages the gradients. The test set is evaluated in shards
 too and the counts summed, so every worker knows the accuracy; the chief prints
 it and saves the model's state_dict to --model-dir (default: the node's log
-directory, $DROVER_LOG_DIR, else the current directory).
+directory, $DROVER_LOG_DIR, else the current directory). Under drover every
+worker reports its training loss each step and the test accuracy each epoch
+(drover.report), which the status page charts.
 """
 import argparse
 import os
@@ -69,6 +71,20 @@ def node_context():
     except ImportError:  # drover's Python module not on PYTHONPATH: the variables suffice
         return None
     return drover.context()
+
+
+def metrics_reporter():
+    """drover.report and drover.flush_reports (the status page's charts; no-ops
+    outside drover), or no-ops when drover's module is not importable
+    (torchrun, plain python)."""
+    try:
+        import drover
+    except ImportError:
+        return (lambda step=None, **metrics: None), (lambda: None)
+    return drover.report, drover.flush_reports
+
+
+report, flush_reports = metrics_reporter()
 
 
 def load_data(seed):
@@ -197,13 +213,17 @@ def main():
         feed = ctx.get_data_feed(train_mode=True, schema=DIGITS_SCHEMA)
         checkpoint = lambda epoch: save_checkpoint(  # noqa: E731
             model, optimizer, feed, epoch, is_chief, model_dir, world_size)
-        train_fed(model, feed, local_batch, optimizer, loss_fn, is_chief, checkpoint)
+        score = lambda: evaluate(model, test, rank, world_size)  # noqa: E731
+        steps = train_fed(model, feed, local_batch, optimizer, loss_fn, is_chief, checkpoint,
+                          score)
     else:
         train, test = load_data(args.seed)
-        train_local(model, train, local_batch, optimizer, loss_fn, is_chief, rank, world_size,
-                    args.epochs, args.seed)
+        score = lambda: evaluate(model, test, rank, world_size)  # noqa: E731
+        steps = train_local(model, train, local_batch, optimizer, loss_fn, is_chief, rank,
+                            world_size, args.epochs, args.seed, score)
 
     accuracy = evaluate(model, test, rank, world_size)
+    report(step=steps, test_accuracy=accuracy)
     if is_chief:
         print(f"test accuracy: {accuracy:.3f}", flush=True)
         os.makedirs(model_dir, exist_ok=True)
@@ -220,6 +240,7 @@ def main():
         # in about fifteen 3-node runs). Everything is written and flushed.
         sys.stdout.flush()
         sys.stderr.flush()
+        flush_reports()  # os._exit skips the exit-time flush
         os._exit(0)
     return 0
 
@@ -232,41 +253,54 @@ def step(model, optimizer, loss_fn, x, y):
     return loss.item()
 
 
-def train_fed(model, feed, local_batch, optimizer, loss_fn, is_chief, checkpoint):
+def train_fed(model, feed, local_batch, optimizer, loss_fn, is_chief, checkpoint, score):
     # drover feeds every worker the same number of rows each epoch (equal
     # shares), so every worker takes the same number of steps and DDP's
     # all-reduces pair up without join(). A checkpoint (and feed commit) is
     # taken after the first step of each epoch: every worker reaches it at
-    # the same step, having trained on every row it was handed.
-    epoch, total, batches, rows = None, 0.0, 0, 0
+    # the same step, having trained on every row it was handed; so is the
+    # test accuracy reported at the end of each epoch (a collective).
+    epoch, total, batches, rows, steps = None, 0.0, 0, 0, 0
     for batch_epoch, x, y in fed_batches(feed, local_batch):
         if batch_epoch != epoch:
+            if epoch is not None:
+                report(step=steps, epoch=epoch + 1, test_accuracy=score())
             if is_chief and epoch is not None and epoch % 10 == 9:
                 print(f"epoch {epoch + 1}: train loss {total / max(batches, 1):.4f} "
                       f"({rows} rows fed to this worker)", flush=True)
             new_epoch, epoch, total, batches, rows = epoch is not None, batch_epoch, 0.0, 0, 0
-        total += step(model, optimizer, loss_fn, x, y)
-        batches, rows = batches + 1, rows + len(y)
+        loss = step(model, optimizer, loss_fn, x, y)
+        total, batches, rows, steps = total + loss, batches + 1, rows + len(y), steps + 1
+        report(step=steps, train_loss=loss)
         if batches == 1 and new_epoch:
             checkpoint(epoch)
     if is_chief:
         print(f"epoch {(epoch or 0) + 1}: train loss {total / max(batches, 1):.4f} "
               f"({rows} rows fed to this worker; {feed.records_read} in all)", flush=True)
+    report(step=steps, epoch=(epoch or 0) + 1)
+    return steps
 
 
 def train_local(model, train, local_batch, optimizer, loss_fn, is_chief, rank, world_size,
-                epochs, seed):
+                epochs, seed, score):
     sampler = DistributedSampler(train, num_replicas=world_size, rank=rank,
                                  shuffle=True, seed=seed)
     loader = DataLoader(train, batch_size=local_batch, sampler=sampler)
+    steps = 0
     for epoch in range(epochs):
         sampler.set_epoch(epoch)
         total, batches = 0.0, 0
         for x, y in loader:
-            total, batches = total + step(model, optimizer, loss_fn, x, y), batches + 1
+            loss = step(model, optimizer, loss_fn, x, y)
+            total, batches, steps = total + loss, batches + 1, steps + 1
+            report(step=steps, train_loss=loss)
+        if epoch < epochs - 1:
+            report(step=steps, epoch=epoch + 1, test_accuracy=score())
         if is_chief and (epoch % 10 == 9 or epoch == epochs - 1):
             print(f"epoch {epoch + 1}/{epochs}: train loss {total / batches:.4f} "
                   f"({len(sampler)} examples on this worker)", flush=True)
+    report(step=steps, epoch=epochs)
+    return steps
 
 
 if __name__ == "__main__":

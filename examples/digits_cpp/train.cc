@@ -42,6 +42,7 @@
 #include "drover/framework_env.h"
 #include "drover/host_port.h"
 #include "drover/node_context.h"
+#include "drover/report.h"
 
 namespace {
 
@@ -188,7 +189,7 @@ TrainStats Train(torch::nn::Sequential& model, drover::DataFeed& feed, c10d::Pro
   TrainStats stats;
   int epoch = 0;
   double loss_sum = 0;
-  int64_t batches = 0, epoch_rows = 0;
+  int64_t batches = 0, epoch_rows = 0, steps = 0;
   std::vector<float> pixels;
   std::vector<int64_t> labels;
   bool feed_over = false;
@@ -226,8 +227,12 @@ TrainStats Train(torch::nn::Sequential& model, drover::DataFeed& feed, c10d::Pro
       optimizer.zero_grad();
       torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(local.x), local.y);
       loss.backward();
-      loss_sum += loss.item<double>();
+      const double loss_value = loss.item<double>();
+      loss_sum += loss_value;
       ++batches;
+      ++steps;
+      // The status page's learning curve; a no-op outside drover.
+      (void)drover::Report(steps, {{"train_loss", loss_value}, {"epoch", epoch + 1.0}});
       epoch_rows += rows;
       std::vector<torch::Tensor> grads;
       for (const auto& p : params) grads.push_back(p.grad());
@@ -331,6 +336,8 @@ int Run(const Options& options) {
   TrainStats stats = Train(model, **feed, *group, local_batch, options.lr, ctx.is_chief);
   double seconds = std::chrono::duration<double>(Clock::now() - started).count();
   double accuracy = Evaluate(model, test, *group, rank.rank, rank.world_size);
+  (void)drover::Report(std::nullopt, {{"test_accuracy", accuracy}});
+  drover::FlushReports();
 
   if (ctx.is_chief) {
     std::printf("test accuracy: %.3f\n", accuracy);

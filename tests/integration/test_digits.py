@@ -2,6 +2,7 @@
 real PyTorch DDP over gloo on two local nodes fed CSV shards through drover's
 data feed, must reach test accuracy >= 0.95 and save the model. Needs Debian's
 python3-torch and python3-sklearn (scripts/deps.sh) and the Python module."""
+import json
 import os
 import re
 import signal
@@ -63,6 +64,16 @@ def test_two_nodes_train_digits_to_95_percent(tmp_path):
     assert "[worker:0] worker:0: rank 0 of 2, chief=True" in output, output
     fed = re.findall(r"^\[worker:0\] epoch 40: .*; ([0-9]+) in all\)$", output, re.MULTILINE)
     assert fed and int(fed[0]) == 40 * 674, output  # its 2 of the 4 shards, 40 times
+
+    # What it reported (drover.report): the run's record and the summary show
+    # the learning curve of each worker and the chief's final accuracy.
+    record = json.loads((log_dir / "run.json").read_text())
+    assert record["metrics_task"] == "worker:0"
+    assert record["metrics"]["epoch"] == 40 and record["metrics"]["test_accuracy"] >= 0.95, record
+    for task in ("worker:0", "worker:1"):
+        losses = [p[2] for p in record["metric_history"]["train_loss"][task]]
+        assert len(losses) >= 2 and losses[-1] < losses[0], (task, losses)
+    assert "metrics (worker:0): epoch 40  test_accuracy 0.9" in done.stderr, done.stderr
 
 
 def rank_of(pid):
