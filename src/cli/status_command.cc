@@ -4,13 +4,12 @@
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <thread>
 
 #include "cli/resolve_command.h"
 #include "cli/status_client.h"
+#include "driver/run_history.h"
 #include "driver/status_text.h"
 
 namespace drover::cli {
@@ -19,39 +18,42 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-int ShowFinished(const RunStatusFlags& flags, const fs::path& record_path, std::ostream& out,
+int ShowFinished(const RunStatusFlags& flags, const std::string& dir, std::ostream& out,
                  std::ostream& err) {
-  std::ifstream in(record_path);
-  std::stringstream text;
-  text << in.rdbuf();
-  json record = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (!record.is_object()) {
-    err << "drover status: " << record_path.string() << " is not a run record (JSON object)\n";
+  Result<json> record = ReadRunRecord(dir);
+  if (!record.ok()) {
+    err << "drover status: " << record.status().message() << "\n";
     return kExitFailure;
   }
-  out << (flags.json ? record.dump(2) + "\n" : RenderStatus(record));
+  out << (flags.json ? record->dump(2) + "\n" : RenderStatus(*record));
   return kExitOk;
 }
 
-}  // namespace
-
-int ShowRunStatus(const RunStatusFlags& flags, std::ostream& out, std::ostream& err) {
-  if (!flags.target.empty() && fs::is_directory(flags.target) &&
-      fs::exists(fs::path(flags.target) / "run.json")) {
-    return ShowFinished(flags, fs::path(flags.target) / "run.json", out, err);
+// The server `target` names (or the run going on here) and the key it wants.
+Result<std::pair<StatusServerRef, std::string>> ServerAndBearer(const std::string& target,
+                                                                const std::string& token_file,
+                                                                int* failure_code) {
+  *failure_code = kExitFailure;
+  DROVER_ASSIGN_OR_RETURN(StatusServerRef server, FindStatusServer(target, token_file));
+  Result<std::string> bearer = StatusBearer(server);
+  if (!bearer.ok()) {
+    *failure_code = kExitBadInput;
+    return bearer.status();
   }
-  Result<StatusServerRef> server = FindStatusServer(flags.target, flags.token_file);
+  return std::make_pair(std::move(server), std::move(bearer).value());
+}
+
+int ShowLive(const RunStatusFlags& flags, const std::string& target, std::ostream& out,
+             std::ostream& err) {
+  int failure_code = kExitFailure;
+  auto server = ServerAndBearer(target, flags.token_file, &failure_code);
   if (!server.ok()) {
     err << "drover status: " << server.status().message() << "\n";
-    return kExitFailure;
+    return failure_code;
   }
-  Result<std::string> bearer = StatusBearer(*server);
-  if (!bearer.ok()) {
-    err << "drover status: " << bearer.status().message() << "\n";
-    return kExitBadInput;
-  }
+  const auto& [ref, bearer] = *server;
   for (;;) {
-    Result<json> cluster = GetStatusJson(server->url, "/api/cluster", *bearer);
+    Result<json> cluster = GetStatusJson(ref.url, "/api/cluster", bearer);
     if (!cluster.ok()) {
       err << "drover status: " << cluster.status().message() << "\n";
       return kExitFailure;
@@ -67,6 +69,78 @@ int ShowRunStatus(const RunStatusFlags& flags, std::ostream& out, std::ostream& 
     std::this_thread::sleep_for(std::chrono::duration<double>(flags.watch));
     if (!::isatty(STDOUT_FILENO)) out << "\n";
   }
+}
+
+int ListRuns(const std::string& dir, std::ostream& out, std::ostream& err) {
+  Result<std::vector<PastRun>> runs = ListPastRuns(dir);
+  if (!runs.ok()) {
+    err << "drover status: " << runs.status().message() << "\n";
+    return kExitFailure;
+  }
+  if (runs->empty()) {
+    err << "drover status: no finished runs in " << dir << " (no " << dir << "/*/run.json)\n";
+    return kExitFailure;
+  }
+  out << RenderRunList(*runs) << std::flush;
+  return kExitOk;
+}
+
+// A run to compare, and its name in the table: a finished run's record, or
+// what a live run's status server says now.
+struct Compared {
+  std::string name;
+  json record;
+};
+
+Result<Compared> RunToCompare(const std::string& target, const std::string& token_file,
+                              int* failure_code) {
+  *failure_code = kExitFailure;
+  std::optional<std::string> dir = RunDirectory(target);
+  if (dir && fs::exists(fs::path(*dir) / "run.json")) {
+    DROVER_ASSIGN_OR_RETURN(json record, ReadRunRecord(*dir));
+    return Compared{RunId(*dir), std::move(record)};
+  }
+  DROVER_ASSIGN_OR_RETURN(auto server,
+                          ServerAndBearer(dir.value_or(target), token_file, failure_code));
+  DROVER_ASSIGN_OR_RETURN(json cluster,
+                          GetStatusJson(server.first.url, "/api/cluster", server.second));
+  auto id = cluster.find("cluster_id");
+  return Compared{id != cluster.end() && id->is_string() ? id->get<std::string>() : target,
+                  std::move(cluster)};
+}
+
+int CompareRuns(const RunStatusFlags& flags, std::ostream& out, std::ostream& err) {
+  int failure_code = kExitFailure;
+  Result<Compared> a = RunToCompare(flags.target, flags.token_file, &failure_code);
+  if (!a.ok()) {
+    err << "drover status: " << a.status().message() << "\n";
+    return failure_code;
+  }
+  Result<Compared> b = RunToCompare(flags.other, flags.token_file, &failure_code);
+  if (!b.ok()) {
+    err << "drover status: " << b.status().message() << "\n";
+    return failure_code;
+  }
+  out << RenderComparison(a->name, a->record, b->name, b->record) << std::flush;
+  return kExitOk;
+}
+
+}  // namespace
+
+int ShowRunStatus(const RunStatusFlags& flags, std::ostream& out, std::ostream& err) {
+  if ((flags.list || !flags.other.empty()) && (flags.json || flags.watch > 0)) {
+    err << "drover status: --json and --watch show one run; not with --list or two runs\n";
+    return kExitBadInput;
+  }
+  if (flags.list && !flags.other.empty()) {
+    err << "drover status: --list takes one directory, not two\n";
+    return kExitBadInput;
+  }
+  if (flags.list) return ListRuns(flags.target.empty() ? kDefaultLogsDir : flags.target, out, err);
+  if (!flags.other.empty()) return CompareRuns(flags, out, err);
+  std::optional<std::string> dir = RunDirectory(flags.target);
+  if (dir && fs::exists(fs::path(*dir) / "run.json")) return ShowFinished(flags, *dir, out, err);
+  return ShowLive(flags, dir.value_or(flags.target), out, err);
 }
 
 }  // namespace drover::cli

@@ -152,6 +152,10 @@ std::string FormatBytes(double bytes) {
   return text;
 }
 
+std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {
+  return Table(rows);
+}
+
 std::string ProgressText(const RunSnapshot& snapshot) {
   if (snapshot.phase == "reserving") {
     std::string text = std::to_string(snapshot.registered) + "/" +
