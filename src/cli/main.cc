@@ -7,6 +7,7 @@
 #include "cli/agent_command.h"
 #include "cli/feeder_command.h"
 #include "cli/guard_command.h"
+#include "cli/logs_command.h"
 #include "cli/rendezvous_command.h"
 #include "cli/resolve_command.h"
 #include "cli/run_command.h"
@@ -125,6 +126,7 @@ int main(int argc, char** argv) {
   drover::cli::AddGuardCommand(app, &exit_code);
   drover::cli::AddJanitorCommand(app, &exit_code);
   drover::cli::AddSubmitCommands(app, &exit_code);
+  drover::cli::AddLogsCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -367,7 +367,8 @@ void PrintJob(const slurm::JobInfo& job, const std::vector<slurm::JobStep>& step
 
 int RunStatus(const RunStatusFlags& flags) {
   std::ostream& err = std::cerr;
-  if (ClassifyStatusTarget(flags.target) != StatusTarget::kSlurmJob) {
+  if (flags.list || !flags.other.empty() ||
+      ClassifyStatusTarget(flags.target) != StatusTarget::kSlurmJob) {
     return ShowRunStatus(flags, std::cout, err);
   }
   const std::string& target = flags.target;
@@ -503,10 +504,17 @@ void AddStatus(CLI::App& app, int* exit_code) {
       "status",
       "Show a run: its phase, rendezvous, feed progress and every node (role, host, pid,\n"
       "state, heartbeat, exit, records), from a running driver's status server or a\n"
-      "finished run's log directory; or a Slurm job drover submitted.");
+      "finished run's log directory; or a Slurm job drover submitted. With --list, the\n"
+      "finished runs of a directory; with two runs, the two side by side.");
   status->add_option("target", flags->target,
                      "HOST:PORT of a driver's status server (drover run printed it), a run's\n"
-                     "log directory, or a Slurm job id; none: the run going on here");
+                     "log directory (or its run id under ./drover-logs), or a Slurm job id;\n"
+                     "none: the run going on here. With --list: the directory of runs");
+  status->add_option("other", flags->other,
+                     "A second run (log directory, run id or HOST:PORT): compare the two");
+  status->add_flag("--list", flags->list,
+                   "List the finished runs in TARGET (default ./drover-logs), newest first:\n"
+                   "id, start, duration, result, nodes, records, last metrics, command");
   status->add_option("--token-file", flags->token_file,
                      "For a status server beyond loopback: the run's status.token, or the\n"
                      "cluster token (only the status key derived from it is sent)");
@@ -518,6 +526,8 @@ void AddStatus(CLI::App& app, int* exit_code) {
       "  drover status                       # the run going on here\n"
       "  drover status 127.0.0.1:41231 --json\n"
       "  drover status drover-logs/run-20261125-080000-1a2b\n"
+      "  drover status --list                # the runs in ./drover-logs\n"
+      "  drover status run-20261125-080000-1a2b run-20261125-093000-3c4d\n"
       "  drover status 1234                  # a Slurm job from drover submit\n"
       "Exit codes: 0 shown, 1 nothing to show (no such run or job, unreachable, refused),\n"
       "2 bad input.");

@@ -19,6 +19,7 @@
 
 #include "common/mutex.h"
 #include "driver/line_splitter.h"
+#include "driver/node_logs.h"
 #include "driver/status_text.h"
 #include "drover/placement.h"
 #include "os/duration_text.h"
@@ -288,7 +289,7 @@ struct Driver::Round {
       node.unlogged.clear();
       return;
     }
-    if (number > 0) node.log << "=== drover run: restart " << number << " ===\n";
+    if (number > 0) node.log << RestartMarker(number) << "\n";
     for (const std::string& line : node.unlogged) node.log << line << "\n";
     node.unlogged.clear();
     node.log.flush();

@@ -182,22 +182,47 @@ void RunStatus::AppendLog(const std::string& executor_id, const std::vector<std:
     log.push_back(line);
     if (log.size() > log_lines_kept_) log.pop_front();
   }
+  next_line_[executor_id] += lines.size();
 }
 
-std::optional<RunStatus::NodeLog> RunStatus::LogTail(const std::string& executor_id,
-                                                     size_t count) const {
-  MutexLock lock(mu_);
+std::optional<RunStatus::NodeLog> RunStatus::Lines(const std::string& executor_id, uint64_t since,
+                                                   size_t count) const {
   std::optional<NodeLog> log;
   for (const NodeSnapshot& node : snapshot_.nodes) {
     if (node.executor_id == executor_id) log = NodeLog{node.Task(), {}};
   }
   auto it = logs_.find(executor_id);
-  if (it == logs_.end()) return log;
+  if (it == logs_.end()) {
+    if (!log) return log;
+    auto next = next_line_.find(executor_id);
+    log->first = log->next = next == next_line_.end() ? 0 : next->second;
+    return log;
+  }
   if (!log) log = NodeLog{"executor " + executor_id, {}};
   const std::deque<std::string>& lines = it->second;
-  size_t first = lines.size() > count ? lines.size() - count : 0;
-  log->lines.assign(lines.begin() + static_cast<ptrdiff_t>(first), lines.end());
+  const uint64_t end = next_line_.at(executor_id);
+  const uint64_t kept_from = end - lines.size();
+  log->first = std::clamp(since, kept_from, end);
+  const size_t skip = static_cast<size_t>(log->first - kept_from);
+  const size_t take = std::min(count, lines.size() - skip);
+  log->lines.assign(lines.begin() + static_cast<ptrdiff_t>(skip),
+                    lines.begin() + static_cast<ptrdiff_t>(skip + take));
+  log->next = log->first + take;
   return log;
+}
+
+std::optional<RunStatus::NodeLog> RunStatus::LogTail(const std::string& executor_id,
+                                                     size_t count) const {
+  MutexLock lock(mu_);
+  auto it = next_line_.find(executor_id);
+  const uint64_t end = it == next_line_.end() ? 0 : it->second;
+  return Lines(executor_id, end > count ? end - count : 0, count);
+}
+
+std::optional<RunStatus::NodeLog> RunStatus::LogSince(const std::string& executor_id,
+                                                      uint64_t since, size_t count) const {
+  MutexLock lock(mu_);
+  return Lines(executor_id, since, count);
 }
 
 void RunStatus::ClearLogs() {

@@ -117,15 +117,24 @@ class RunStatus {
   void Publish(RunSnapshot snapshot);
   RunSnapshot Snapshot() const;
 
+  // Every line relayed from a node gets that node's next sequence number:
+  // from 0, one more per line, over the whole run (a new round goes on
+  // counting), so that a follower can ask for the lines after those it saw.
   void AppendLog(const std::string& executor_id, const std::vector<std::string>& lines);
-  // A node's task ("worker:1", "executor 3" before the barrier) and the last
-  // `count` lines relayed from it; nullopt for an unknown id.
+  // A node's task ("worker:1", "executor 3" before the barrier) and lines.
   struct NodeLog {
     std::string task;
     std::vector<std::string> lines;
+    uint64_t first = 0;  // the sequence number of lines[0] (of `next` when none)
+    uint64_t next = 0;   // the one after the last of `lines`: since= for what follows
   };
+  // The last `count` lines relayed from the node; nullopt for an unknown id.
   std::optional<NodeLog> LogTail(const std::string& executor_id, size_t count) const;
-  // A new round: the nodes' lines from the last one are kept until replaced.
+  // The first `count` lines numbered `since` or later, oldest first; nullopt
+  // for an unknown id. first > since: the lines in between are no longer kept.
+  std::optional<NodeLog> LogSince(const std::string& executor_id, uint64_t since,
+                                  size_t count) const;
+  // A new round: the lines of the last one are dropped; the numbering goes on.
   void ClearLogs();
 
   // The charts' points (driver/metric_history.h); `t` in seconds since the
@@ -135,10 +144,16 @@ class RunStatus {
   nlohmann::json MetricHistoryJson() const;
 
  private:
+  // The lines kept of the node numbered [first, next) from `since` on (at
+  // most `count`); nullopt for a node neither in the snapshot nor logging.
+  std::optional<NodeLog> Lines(const std::string& executor_id, uint64_t since, size_t count) const
+      REQUIRES(mu_);
+
   const size_t log_lines_kept_;
   mutable Mutex mu_;
   RunSnapshot snapshot_ GUARDED_BY(mu_);
   std::map<std::string, std::deque<std::string>> logs_ GUARDED_BY(mu_);
+  std::map<std::string, uint64_t> next_line_ GUARDED_BY(mu_);  // survives ClearLogs
   MetricHistory metric_history_ GUARDED_BY(mu_);
 };
 

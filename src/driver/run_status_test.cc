@@ -198,5 +198,44 @@ TEST(RunStatusTest, KeepsTheLastLogLinesPerNode) {
   EXPECT_FALSE(status.LogTail("0", 5).has_value());
 }
 
+TEST(RunStatusTest, NumbersEachNodesLinesOverTheWholeRun) {
+  RunStatus status(3);
+  RunSnapshot snapshot;
+  snapshot.nodes.push_back(NodeSnapshot{.executor_id = "0"});
+  status.Publish(snapshot);
+  status.AppendLog("0", {"a", "b"});
+  status.AppendLog("1", {"x"});
+  std::optional<RunStatus::NodeLog> log = status.LogSince("0", 0, 10);
+  EXPECT_EQ(log->lines, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(log->first, 0u);
+  EXPECT_EQ(log->next, 2u);
+  EXPECT_EQ(status.LogSince("1", 0, 10)->next, 1u);  // each node counts its own
+  status.AppendLog("0", {"c", "d", "e"});
+  // Only 3 kept: the first asked for is gone, and `first` says so.
+  log = status.LogSince("0", 1, 10);
+  EXPECT_EQ(log->lines, (std::vector<std::string>{"c", "d", "e"}));
+  EXPECT_EQ(log->first, 2u);
+  EXPECT_EQ(log->next, 5u);
+  log = status.LogSince("0", 3, 1);
+  EXPECT_EQ(log->lines, (std::vector<std::string>{"d"}));
+  EXPECT_EQ(log->next, 4u);
+  log = status.LogTail("0", 2);
+  EXPECT_EQ(log->lines, (std::vector<std::string>{"d", "e"}));
+  EXPECT_EQ(log->first, 3u);
+  EXPECT_EQ(log->next, 5u);
+  // A new round starts its lines after the last round's numbers.
+  status.ClearLogs();
+  log = status.LogSince("0", 5, 10);
+  EXPECT_TRUE(log->lines.empty());
+  EXPECT_EQ(log->first, 5u);
+  EXPECT_EQ(log->next, 5u);
+  status.AppendLog("0", {"f"});
+  log = status.LogSince("0", 5, 10);
+  EXPECT_EQ(log->lines, (std::vector<std::string>{"f"}));
+  EXPECT_EQ(log->first, 5u);
+  EXPECT_EQ(log->next, 6u);
+  EXPECT_FALSE(status.LogSince("9", 0, 10).has_value());
+}
+
 }  // namespace
 }  // namespace drover

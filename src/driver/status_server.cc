@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -310,6 +311,13 @@ std::optional<size_t> ParseLogLines(std::string_view text) {
   return value;
 }
 
+std::optional<uint64_t> ParseLogSince(std::string_view text) {
+  uint64_t value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
 class StatusServer::Impl {
  public:
   Impl(StatusServerOptions options, const RunStatus& status)
@@ -552,7 +560,10 @@ bool StatusServer::Impl::MisdirectedAnswered(const httplib::Request& request,
 void StatusServer::Impl::AnswerLog(const std::string& executor, const httplib::Request& request,
                                    httplib::Response& response) const {
   if (!Authorized(request, response)) return;
-  size_t count = kDefaultLogLines;
+  // A follower (since=) wants everything after what it saw, as much as one
+  // answer may carry; a glance (lines= alone) the last few.
+  const bool follow = request.has_param("since");
+  size_t count = follow ? kMaxLogLines : kDefaultLogLines;
   if (request.has_param("lines")) {
     std::optional<size_t> lines = ParseLogLines(request.get_param_value("lines"));
     if (!lines) {
@@ -562,13 +573,27 @@ void StatusServer::Impl::AnswerLog(const std::string& executor, const httplib::R
     }
     count = *lines;
   }
-  std::optional<RunStatus::NodeLog> log = status_.LogTail(executor, count);
+  std::optional<uint64_t> since;
+  if (follow) {
+    since = ParseLogSince(request.get_param_value("since"));
+    if (!since) {
+      response.status = 400;
+      response.set_content("since must be a line number\n", "text/plain");
+      return;
+    }
+  }
+  std::optional<RunStatus::NodeLog> log =
+      since ? status_.LogSince(executor, *since, count) : status_.LogTail(executor, count);
   if (!log) {
     response.status = 404;
     response.set_content("no node with executor id '" + executor + "'\n", "text/plain");
     return;
   }
-  nlohmann::json body{{"executor_id", executor}, {"task", log->task}, {"lines", log->lines}};
+  nlohmann::json body{{"executor_id", executor},
+                      {"task", log->task},
+                      {"lines", log->lines},
+                      {"first", log->first},
+                      {"next", log->next}};
   response.set_header("Cache-Control", "no-store");
   response.set_content(JsonText(body), "application/json");
 }

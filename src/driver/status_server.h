@@ -3,7 +3,8 @@
 //
 //   GET /                           the live page (embedded; no build step)
 //   GET /api/cluster                the run as JSON (RunStatus snapshot)
-//   GET /api/nodes/<executor>/log   {"executor_id", "task", "lines": [...]}
+//   GET /api/nodes/<executor>/log   {"executor_id", "task", "lines": [...], "first", "next"}
+//                                   (?lines=N: the last N; ?since=S: those from number S on)
 //   GET /metrics                    the Prometheus text format
 //
 // Bound to loopback it answers anyone on this host. Bound to any other
@@ -118,6 +119,9 @@ std::optional<std::string> LogPathExecutor(std::string_view path);
 // The `lines` parameter of the log endpoint: decimal digits, at most 1000
 // (larger asks for 1000); nullopt when it is not a number.
 std::optional<size_t> ParseLogLines(std::string_view text);
+// The `since` parameter of the log endpoint: a line's sequence number
+// (RunStatus::AppendLog), decimal digits; nullopt when it is not one.
+std::optional<uint64_t> ParseLogSince(std::string_view text);
 
 // The page served at "/" (status_page/index.html, embedded at build time).
 extern const char* const kStatusPageHtml;

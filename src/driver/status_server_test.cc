@@ -127,12 +127,45 @@ TEST_F(StatusServerTest, LoopbackServesThePageTheJsonTheLogAndMetrics) {
   EXPECT_EQ(lines["task"], "worker:0");
   ASSERT_EQ(lines["lines"].size(), 2u);
   EXPECT_EQ(lines["lines"][0], "two");
+  EXPECT_EQ(lines["first"], 1);
+  EXPECT_EQ(lines["next"], 3);
   EXPECT_EQ(client.Get("/api/nodes/9/log")->status, 404);
   EXPECT_EQ(client.Get("/api/nodes/0/log?lines=x")->status, 400);
   auto metrics = client.Get("/metrics");
   ASSERT_TRUE(metrics);
   EXPECT_NE(metrics->body.find("drover_nodes{state=\"starting\"} 1"), std::string::npos);
   EXPECT_NE(metrics->get_header_value("Content-Type").find("text/plain"), std::string::npos);
+}
+
+// drover logs -f asks for the lines after the last one it saw, and gets
+// each line once, however the lines and the requests interleave.
+TEST_F(StatusServerTest, SinceGivesTheLinesAfterThoseSeen) {
+  auto server = Serve("127.0.0.1");
+  ASSERT_NE(server, nullptr);
+  httplib::Client client("127.0.0.1", server->port());
+  auto get = [&](const std::string& path) {
+    auto response = client.Get(path);
+    EXPECT_TRUE(response);
+    EXPECT_EQ(response ? response->status : 0, 200) << path;
+    return response ? nlohmann::json::parse(response->body) : nlohmann::json();
+  };
+  nlohmann::json all = get("/api/nodes/0/log?since=0");
+  EXPECT_EQ(all["lines"].size(), 3u);
+  EXPECT_EQ(all["first"], 0);
+  EXPECT_EQ(all["next"], 3);
+  EXPECT_TRUE(get("/api/nodes/0/log?since=3")["lines"].empty());
+  status_.AppendLog("0", {"four", "five"});
+  nlohmann::json more = get("/api/nodes/0/log?since=3");
+  EXPECT_EQ(more["lines"], (nlohmann::json{"four", "five"}));
+  EXPECT_EQ(more["next"], 5);
+  // At most lines= of them, from the oldest: the rest comes with the next request.
+  nlohmann::json some = get("/api/nodes/0/log?since=1&lines=2");
+  EXPECT_EQ(some["lines"], (nlohmann::json{"two", "bad \xef\xbf\xbd utf-8"}));
+  EXPECT_EQ(some["first"], 1);
+  EXPECT_EQ(some["next"], 3);
+  EXPECT_EQ(get("/api/nodes/0/log?since=99")["next"], 5);  // nothing beyond the last
+  EXPECT_EQ(client.Get("/api/nodes/0/log?since=-1")->status, 400);
+  EXPECT_EQ(client.Get("/api/nodes/0/log?since=")->status, 400);
 }
 
 TEST_F(StatusServerTest, BeyondLoopbackDataWantsTheToken) {
@@ -259,6 +292,13 @@ TEST(StatusRequestTest, LogPathAndLines) {
   EXPECT_EQ(ParseLogLines("-1"), std::nullopt);
   EXPECT_EQ(ParseLogLines("12abc"), std::nullopt);
   EXPECT_EQ(ParseLogLines(" 1"), std::nullopt);
+  EXPECT_EQ(ParseLogSince("0"), 0u);
+  EXPECT_EQ(ParseLogSince("18446744073709551615"), UINT64_MAX);
+  EXPECT_EQ(ParseLogSince("18446744073709551616"), std::nullopt);  // no number a line has
+  EXPECT_EQ(ParseLogSince(""), std::nullopt);
+  EXPECT_EQ(ParseLogSince("+1"), std::nullopt);
+  EXPECT_EQ(ParseLogSince("-1"), std::nullopt);
+  EXPECT_EQ(ParseLogSince("1 "), std::nullopt);
 }
 
 // Issue #15: connections beyond what the threads and the queue hold are

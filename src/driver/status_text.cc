@@ -203,6 +203,10 @@ std::string TrainingText(const RunSnapshot& snapshot) {
 
 }  // namespace
 
+std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {
+  return Table(rows);
+}
+
 std::string ProgressText(const RunSnapshot& snapshot) {
   if (snapshot.phase == "reserving") {
     std::string text = std::to_string(snapshot.registered) + "/" +

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "driver/run_status.h"
 
@@ -31,6 +32,8 @@ std::string FormatDuration(double seconds);
 std::string FormatCount(uint64_t count);
 // "980 B", "1.2 MB", "3.4 GB" (powers of 1000).
 std::string FormatBytes(double bytes);
+// Rows laid out in columns two spaces apart, one line each.
+std::string FormatTable(const std::vector<std::vector<std::string>>& rows);
 
 }  // namespace drover
 
