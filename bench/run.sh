@@ -22,6 +22,9 @@ echo
 echo "== planning equal shares: counting a 1 GB CSV (ratio to read() of the file) =="
 /usr/bin/python3 bench/plan_bench.py --drover build/bin/drover --mib 1000 --reps 3
 echo
+echo "== reporting: drover.report once per step of a 10,000 steps/s loop (ratio to the loop without it) =="
+PYTHONPATH="$PWD/build/python" /usr/bin/python3 bench/report_bench.py --drover build/bin/drover --reps 5
+echo
 echo "== start-up over SSH: three sshd hosts (ratio to a plain parallel ssh fan-out) =="
 if [ "$(id -u)" -eq 0 ]; then
   /usr/bin/python3 bench/ssh_startup_bench.py --drover build/bin/drover --per-host 1,2 --reps 5

@@ -39,17 +39,23 @@ def test_outside_drover_a_report_does_nothing_but_checks_its_arguments():
         drover.report(step=1.5, loss=1.0)
 
 
-def test_values_reach_the_socket_batched_and_flushed_at_exit(tmp_path):
+def test_values_reach_the_socket_from_parent_and_forked_child_flushed_at_exit(tmp_path):
     path = str(tmp_path / "metrics.sock")
     inbox = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     inbox.bind(path)
     inbox.settimeout(30)
     program = textwrap.dedent("""
-        import drover, numpy as np
+        import os, drover, numpy as np
         assert drover.reports_enabled()
         for step in range(1000):
             drover.report(step=step, loss=1.0 / (step + 1))
         drover.report(acc=np.float32(0.5))
+        pid = os.fork()  # a data loader's worker reports through its own reporter
+        if pid == 0:
+            drover.report(step=7, child=1.0)
+            drover.flush_reports()
+            os._exit(0)
+        os.waitpid(pid, 0)
         # no flush: exit sends what is left
     """)
     env = clean_env()
@@ -67,7 +73,7 @@ def test_values_reach_the_socket_batched_and_flushed_at_exit(tmp_path):
         for line in datagram.splitlines():
             name, value, *step = line.split(" ")
             latest[name] = (float(value), int(step[0]) if step else None)
-    assert latest == {"loss": (1.0 / 1000, 999), "acc": (0.5, None)}
+    assert latest == {"loss": (1.0 / 1000, 999), "acc": (0.5, None), "child": (1.0, 7)}
 
 
 def test_a_runs_record_holds_each_nodes_last_values(tmp_path):

@@ -1,8 +1,11 @@
 // drover::Report's process-wide state: the last value of each name, sent by
 // a thread of its own (started by the first report) every kSendInterval.
-// One Reporter per process id: a forked child makes its own rather than use
-// the parent's, whose lock may have been held by a thread the child lacks.
+// One Reporter per process: a forked child makes its own (a fork handler
+// forgets the parent's) rather than use the parent's, whose lock may have
+// been held by a thread the child lacks. Not getpid() per call: a system
+// call costs a microsecond on some virtual machines.
 
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -131,11 +134,18 @@ class Reporter {
 
 std::atomic<Reporter*> current_reporter{nullptr};
 
-// This process's Reporter (a forked child's is its own; the parent's is
-// left alone, never freed: its lock may be held by a thread the child lacks).
+// In a forked child (one thread): the parent's Reporter is left alone, never
+// freed, and the child's first report makes its own.
+void ForgetReporterInChild() { current_reporter.store(nullptr, std::memory_order_release); }
+
 Reporter& ThisProcessReporter() {
   Reporter* reporter = current_reporter.load(std::memory_order_acquire);
-  if (reporter != nullptr && reporter->pid() == ::getpid()) return *reporter;
+  if (reporter != nullptr) return *reporter;
+  static const bool fork_handler = [] {
+    ::pthread_atfork(nullptr, nullptr, ForgetReporterInChild);
+    return true;
+  }();
+  (void)fork_handler;
   auto* fresh = new Reporter(std::getenv("DROVER_REPORT_SOCKET"));
   if (current_reporter.compare_exchange_strong(reporter, fresh, std::memory_order_acq_rel)) {
     return *fresh;
