@@ -818,6 +818,7 @@ Driver::Outcome Driver::RunRound(int number) {
   for (auto& [executor, meter] : rates_) meter.Reset();
   for (auto& [executor, meter] : step_rates_) meter.Reset();
   stragglers_.Reset();
+  status_.BreakMetrics();
   server_options.reservation_timeout = options_.reservation_timeout;
   EventQueue* queue = &round.queue;
   server_options.on_event = [queue](const NodeEvent& event) { queue->Push(event); };

@@ -3,7 +3,8 @@
 // node's latest values as its heartbeats bring them; a point is kept only
 // when its value or step changed. Each series holds at most 2 x max_points:
 // when full, every other point goes (the curve's shape over the whole run
-// stays, at half the resolution). Thread-compatible; RunStatus guards it.
+// stays, at half the resolution; breaks between rounds stay). Thread-compatible;
+// RunStatus guards it.
 
 #ifndef DROVER_DRIVER_METRIC_HISTORY_H_
 #define DROVER_DRIVER_METRIC_HISTORY_H_
@@ -25,7 +26,11 @@ class MetricHistory {
 
   // `t`: seconds since the run started.
   void Add(const std::string& task, double t, const std::vector<MetricValue>& metrics);
-  // {"loss": {"worker:0": [[t, step or null, value or null], ...], ...}, ...}
+  // A new round: every series breaks here (its steps start again), so a
+  // chart does not join the rounds' lines.
+  void Break();
+  // {"loss": {"worker:0": [[t, step or null, value or null], ..., null, ...]}}:
+  // a null entry is a break.
   nlohmann::json ToJson() const;
   bool empty() const { return series_.empty(); }
 
@@ -34,6 +39,7 @@ class MetricHistory {
     double t;
     std::optional<int64_t> step;
     double value;
+    bool gap = false;  // a break, not a point
   };
   const size_t max_points_;
   // metric -> task -> points, oldest first

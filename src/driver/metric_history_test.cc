@@ -33,6 +33,31 @@ TEST(MetricHistoryTest, AFullSeriesKeepsItsWholeSpanAtHalfTheResolution) {
   for (size_t i = 1; i < points.size(); ++i) EXPECT_LT(points[i - 1][1], points[i][1]);
 }
 
+TEST(MetricHistoryTest, ANewRoundBreaksEverySeriesOnce) {
+  MetricHistory history;
+  history.Break();  // nothing yet: nothing to break
+  history.Add("worker:0", 1.0, {{"loss", 0.9, 10}});
+  history.Add("worker:0", 2.0, {{"loss", 0.5, 20}});
+  history.Break();
+  history.Break();
+  history.Add("worker:0", 3.0, {{"loss", 0.5, 20}});  // the same point, after a break: kept
+  history.Add("worker:0", 4.0, {{"loss", 0.4, 5}});
+  EXPECT_EQ(history.ToJson()["loss"]["worker:0"],
+            nlohmann::json::parse(
+                "[[1.0, 10, 0.9], [2.0, 20, 0.5], null, [3.0, 20, 0.5], [4.0, 5, 0.4]]"));
+}
+
+TEST(MetricHistoryTest, HalvingKeepsTheBreaks) {
+  MetricHistory history(4);
+  for (int round = 0; round < 3; ++round) {
+    for (int step = 0; step < 5; ++step)
+      history.Add("w", round * 10 + step, {{"m", 1.0 * step, step}});
+    history.Break();
+  }
+  nlohmann::json points = history.ToJson()["m"]["w"];
+  EXPECT_EQ(std::count(points.begin(), points.end(), nullptr), 3);
+}
+
 TEST(MetricHistoryTest, ANonFiniteValueIsNullInJson) {
   MetricHistory history;
   history.Add("worker:0", 1.0, {{"loss", std::numeric_limits<double>::quiet_NaN(), 1}});

@@ -236,6 +236,11 @@ void RunStatus::AddMetrics(const std::string& task, double t,
   metric_history_.Add(task, t, metrics);
 }
 
+void RunStatus::BreakMetrics() {
+  MutexLock lock(mu_);
+  metric_history_.Break();
+}
+
 nlohmann::json RunStatus::MetricHistoryJson() const {
   MutexLock lock(mu_);
   return metric_history_.ToJson();

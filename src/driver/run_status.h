@@ -140,6 +140,8 @@ class RunStatus {
   // The charts' points (driver/metric_history.h); `t` in seconds since the
   // run started.
   void AddMetrics(const std::string& task, double t, const std::vector<MetricValue>& metrics);
+  // A new round: the charts' lines break (MetricHistory::Break).
+  void BreakMetrics();
   // /api/metrics, and run.json's "metric_history".
   nlohmann::json MetricHistoryJson() const;
 
