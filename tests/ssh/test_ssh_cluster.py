@@ -297,7 +297,8 @@ import sys, time
 from drover.ssh import SSHCluster
 cluster = SSHCluster(sys.argv[1], ssh_config=sys.argv[2])
 cluster.start(["sh", "-c", "setsid sleep 600 & echo ready; wait"], timeout=240, grace=2)
-print("started", flush=True)
+open(sys.argv[3], "w").close()
+print("started", file=sys.stderr, flush=True)
 time.sleep(600)
 """
 
@@ -311,17 +312,22 @@ def test_start_does_not_outlive_a_killed_interpreter(ssh_hosts, tmp_path, mark):
     # The mark on this side too: the guard, drover run and its ssh clients.
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in __import__("sys").path if p),
                **{MARK_VARIABLE: mark})
-    starter = subprocess.Popen(["/usr/bin/python3", str(script), str(spec), ssh_hosts.config],
-                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    started = tmp_path / "started"
+    output = tmp_path / "starter.out"
+    with open(output, "w") as out:
+        starter = subprocess.Popen(
+            ["/usr/bin/python3", str(script), str(spec), ssh_hosts.config, str(started)],
+            env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
     try:
-        # The run's tagged output shares the starter's stdout: read up to
-        # "started", or to its end if the starter failed (then its stderr
-        # has ended too).
-        for line in iter(starter.stdout.readline, ""):
-            if line == "started\n":
-                break
-        else:
-            raise AssertionError("the starter ended: " + starter.stderr.read())
+        # start() returned: a file, not a line on the stdout the run's tagged
+        # output shares (one such wait once saw nothing for 10 minutes).
+        try:
+            wait_for(lambda: started.exists() or starter.poll() is not None,
+                     "SSHCluster.start to return", timeout=300)
+        finally:
+            if not started.exists():
+                raise AssertionError("SSHCluster.start did not return; the starter's output:\n"
+                                     + output.read_text())
         # Progress before the fault: the program runs on every host.
         wait_for(lambda: len([p for p, c in marked_processes(mark) if c.startswith("sleep 600")])
                  == 3, "a program on every host", timeout=120)
