@@ -138,9 +138,7 @@ void Driver::ObserveTraining(RunSnapshot& snapshot) {
   for (NodeSnapshot& node : snapshot.nodes) {
     if (node.metrics.empty()) continue;
     status_.AddMetrics(node.Task(), t, node.metrics);
-    for (const MetricValue& metric : node.metrics) {
-      if (metric.step && (!node.step || *metric.step > *node.step)) node.step = metric.step;
-    }
+    node.step = HighestStep(node.metrics);
     if (!node.step) continue;
     any_step = true;
     node.step_rate = step_rates_[node.executor_id]

@@ -40,16 +40,9 @@ std::optional<json> ParseRecordFile(const fs::path& path, std::string* why) {
 }
 
 // Records may come from older drivers or be damaged: every field is
-// optional and of any type.
-const json& Field(const json& object, const char* key) {
-  static const json kNull;
-  if (!object.is_object()) return kNull;
-  auto it = object.find(key);
-  return it == object.end() ? kNull : *it;
-}
-
+// optional and of any type (JsonField).
 std::optional<double> NumberField(const json& object, const char* key) {
-  const json& value = Field(object, key);
+  const json& value = JsonField(object, key);
   return value.is_number() ? std::optional<double>(value.get<double>()) : std::nullopt;
 }
 
@@ -71,7 +64,7 @@ std::string Duration(const json& record) {
 
 // "succeeded", "failed (exit 1)", "interrupted (exit 130)".
 std::string Outcome(const json& record) {
-  const json& phase = Field(record, "phase");
+  const json& phase = JsonField(record, "phase");
   std::string text = phase.is_string() ? phase.get<std::string>() : "-";
   std::optional<double> code = NumberField(record, "exit_code");
   if (code && *code != 0) text += " (exit " + std::to_string(static_cast<int64_t>(*code)) + ")";
@@ -79,12 +72,12 @@ std::string Outcome(const json& record) {
 }
 
 std::string Nodes(const json& record) {
-  const json& nodes = Field(record, "nodes");
+  const json& nodes = JsonField(record, "nodes");
   return nodes.is_array() ? std::to_string(nodes.size()) : "-";
 }
 
 std::optional<double> Records(const json& record) {
-  std::optional<double> records = NumberField(Field(record, "feed"), "records");
+  std::optional<double> records = NumberField(JsonField(record, "feed"), "records");
   if (records && !(*records >= 0 && *records < 1.8e19)) return std::nullopt;
   return records;
 }
@@ -103,13 +96,13 @@ std::string RecordsPerSecond(const json& record) {
 }
 
 std::string Rendezvous(const json& record) {
-  std::optional<double> duration = NumberField(Field(record, "rendezvous"), "duration_s");
+  std::optional<double> duration = NumberField(JsonField(record, "rendezvous"), "duration_s");
   return duration ? FormatDuration(*duration) : "-";
 }
 
 std::string Command(const json& record) {
   std::string text;
-  for (const json& word : Field(record, "command")) {
+  for (const json& word : JsonField(record, "command")) {
     if (!word.is_string()) continue;
     if (!text.empty()) text += ' ';
     text += word.get<std::string>();
@@ -134,7 +127,7 @@ std::string MetricText(const json& value) {
 
 // "acc=0.97 loss=0.041", by name.
 std::string Metrics(const json& record) {
-  const json& metrics = Field(record, "metrics");
+  const json& metrics = JsonField(record, "metrics");
   if (!metrics.is_object() || metrics.empty()) return "-";
   std::string text;
   for (auto it = metrics.begin(); it != metrics.end(); ++it) {
@@ -236,14 +229,14 @@ std::string RenderComparison(const std::string& name_a, const json& a, const std
   row("rendezvous", Rendezvous);
   std::set<std::string> names;
   for (const json* record : {&a, &b}) {
-    const json& metrics = Field(*record, "metrics");
+    const json& metrics = JsonField(*record, "metrics");
     if (!metrics.is_object()) continue;
     for (auto it = metrics.begin(); it != metrics.end(); ++it) names.insert(it.key());
   }
   if (names.empty()) rows.push_back({"metrics", "-", "-"});
   for (const std::string& name : names) {
     auto value = [&name](const json& record) {
-      const json& metrics = Field(record, "metrics");
+      const json& metrics = JsonField(record, "metrics");
       return MetricText(metrics.is_object() && metrics.contains(name) ? metrics[name] : json());
     };
     rows.push_back({"metric " + name, value(a), value(b)});

@@ -258,6 +258,14 @@ std::pair<double, double> RateMeter::Add(double t, uint64_t records, uint64_t by
           static_cast<double>(last.bytes - first.bytes) / span};
 }
 
+std::optional<int64_t> HighestStep(const std::vector<MetricValue>& metrics) {
+  std::optional<int64_t> step;
+  for (const MetricValue& metric : metrics) {
+    if (metric.step && (!step || *metric.step > *step)) step = metric.step;
+  }
+  return step;
+}
+
 FeedTotals SumFeeds(const std::vector<NodeSnapshot>& nodes) {
   FeedTotals totals;
   bool first = true;

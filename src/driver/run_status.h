@@ -179,6 +179,9 @@ class RateMeter {
   std::deque<Sample> samples_;
 };
 
+// The highest step among `metrics`; nullopt when none has one.
+std::optional<int64_t> HighestStep(const std::vector<MetricValue>& metrics);
+
 // Sums the fed nodes' progress and estimates what is left.
 FeedTotals SumFeeds(const std::vector<NodeSnapshot>& nodes);
 

@@ -10,19 +10,10 @@ namespace {
 
 using nlohmann::json;
 
-// The member `key` of `object`; null when `object` is no object or lacks it
-// (the JSON may come from another driver, or a damaged run.json).
-const json& Get(const json& object, const char* key) {
-  static const json kNull;
-  if (!object.is_object()) return kNull;
-  auto it = object.find(key);
-  return it == object.end() ? kNull : *it;
-}
-
 // The array member `key` of `object`; empty when it is anything else.
 const json& Items(const json& object, const char* key) {
   static const json kEmpty = json::array();
-  const json& items = Get(object, key);
+  const json& items = JsonField(object, key);
   return items.is_array() ? items : kEmpty;
 }
 
@@ -52,7 +43,7 @@ std::string Text(const json& value, const std::string& fallback = "-") {
 }
 
 double Number(const json& object, const char* key, double fallback = 0) {
-  const json& value = Get(object, key);
+  const json& value = JsonField(object, key);
   return value.is_number() ? value.get<double>() : fallback;
 }
 
@@ -82,8 +73,8 @@ std::string Join(const json& array) {
 }
 
 std::string Task(const json& node) {
-  std::string task = Text(Get(node, "task"), "");
-  return task.empty() ? "executor " + Text(Get(node, "executor_id")) : task;
+  std::string task = Text(JsonField(node, "task"), "");
+  return task.empty() ? "executor " + Text(JsonField(node, "executor_id")) : task;
 }
 
 std::string Percent(double fraction) {
@@ -91,8 +82,8 @@ std::string Percent(double fraction) {
 }
 
 std::string ExitText(const json& node) {
-  const json& exit = Get(node, "exit");
-  return exit.is_object() ? Text(Get(exit, "text")) : "-";
+  const json& exit = JsonField(node, "exit");
+  return exit.is_object() ? Text(JsonField(exit, "text")) : "-";
 }
 
 std::string FeedLine(const json& feed) {
@@ -105,7 +96,7 @@ std::string FeedLine(const json& feed) {
             FormatCount(total) + ", epoch " + std::to_string(SmallInt(feed, "epoch") + 1) + "/" +
             std::to_string(SmallInt(feed, "epochs"));
   }
-  const json& eta = Get(feed, "eta_s");
+  const json& eta = JsonField(feed, "eta_s");
   if (eta.is_number()) line += ", ETA " + FormatDuration(eta.get<double>());
   return line;
 }
@@ -180,20 +171,24 @@ std::string MetricsText(const json& metrics) {
   if (!metrics.is_object()) return "";
   std::string text;
   for (const auto& [name, entry] : metrics.items()) {
-    const json& value = entry.is_object() ? Get(entry, "value") : entry;
+    const json& value = entry.is_object() ? JsonField(entry, "value") : entry;
     if (!text.empty()) text += "  ";
     text += name + " " + (value.is_number() ? MetricNumber(value.get<double>()) : "nan");
   }
   return text;
 }
 
+// "metrics (worker:0): loss 0.041  acc 0.97\n"; "" without reports.
+std::string LeadMetricsLine(const json& cluster) {
+  const std::string metrics = MetricsText(JsonField(cluster, "metrics"));
+  if (metrics.empty()) return "";
+  return "metrics (" + Text(JsonField(cluster, "metrics_task")) + "): " + metrics + "\n";
+}
+
 // "step 120  loss 0.041  acc 0.97"; "" when the programs report nothing.
 std::string TrainingText(const RunSnapshot& snapshot) {
   std::string text = MetricsText(snapshot.metrics);
-  std::optional<int64_t> step;
-  for (const MetricValue& metric : snapshot.metrics) {
-    if (metric.step && (!step || *metric.step > *step)) step = metric.step;
-  }
+  const std::optional<int64_t> step = HighestStep(snapshot.metrics);
   if (step && !text.empty()) text = "step " + std::to_string(*step) + "  " + text;
   for (const std::string& straggler : snapshot.stragglers) {
     text += (text.empty() ? "straggler: " : "; straggler: ") + straggler;
@@ -202,6 +197,13 @@ std::string TrainingText(const RunSnapshot& snapshot) {
 }
 
 }  // namespace
+
+const json& JsonField(const json& object, const char* key) {
+  static const json kNull;
+  if (!object.is_object()) return kNull;
+  auto it = object.find(key);
+  return it == object.end() ? kNull : *it;
+}
 
 std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {
   return Table(rows);
@@ -241,47 +243,47 @@ std::string ProgressText(const RunSnapshot& snapshot) {
 
 std::string RenderStatus(const json& cluster) {
   std::string out;
-  out += "cluster " + Text(Get(cluster, "cluster_id")) + ": " + Text(Get(cluster, "phase")) +
-         " on the " + Text(Get(cluster, "engine")) + " engine for " +
-         FormatDuration(Number(cluster, "elapsed_s"));
+  out += "cluster " + Text(JsonField(cluster, "cluster_id")) + ": " +
+         Text(JsonField(cluster, "phase")) + " on the " + Text(JsonField(cluster, "engine")) +
+         " engine for " + FormatDuration(Number(cluster, "elapsed_s"));
   const int round = SmallInt(cluster, "round");
   if (round > 0) out += " (restart " + std::to_string(round) + ")";
   out += "\n";
-  const json& rendezvous = Get(cluster, "rendezvous");
-  out += "rendezvous: " + Text(Get(rendezvous, "registered")) + "/" +
-         Text(Get(rendezvous, "expected")) + " nodes registered";
-  const json& duration = Get(rendezvous, "duration_s");
+  const json& rendezvous = JsonField(cluster, "rendezvous");
+  out += "rendezvous: " + Text(JsonField(rendezvous, "registered")) + "/" +
+         Text(JsonField(rendezvous, "expected")) + " nodes registered";
+  const json& duration = JsonField(rendezvous, "duration_s");
   if (duration.is_number()) out += ", formed in " + FormatDuration(duration.get<double>());
   for (const json& waiting : Items(rendezvous, "waiting_for")) {
     out += "\n  waiting for " + Text(waiting);
   }
   out += "\n";
-  const json& feed = Get(cluster, "feed");
+  const json& feed = JsonField(cluster, "feed");
   if (feed.is_object()) out += "feed: " + FeedLine(feed) + "\n";
-  const std::string metrics = MetricsText(Get(cluster, "metrics"));
-  if (!metrics.empty()) {
-    out += "metrics (" + Text(Get(cluster, "metrics_task")) + "): " + metrics + "\n";
-  }
+  out += LeadMetricsLine(cluster);
   for (const json& straggler : Items(cluster, "stragglers")) {
     out += "straggler: " + Text(straggler) + "\n";
   }
-  out += "logs: " + Text(Get(cluster, "log_dir")) + "\n\n";
+  out += "logs: " + Text(JsonField(cluster, "log_dir")) + "\n\n";
   std::vector<std::vector<std::string>> rows = {{"TASK", "EXECUTOR", "HOST", "PID", "STATE",
                                                  "RESTARTS", "HEARTBEAT", "EXIT", "RECORDS",
                                                  "RECORDS/S", "GPUS", "STEP", "METRICS"}};
   std::vector<std::string> errors;
   for (const json& node : Items(cluster, "nodes")) {
-    const json& age = Get(node, "last_heartbeat_age_s");
-    const json& node_feed = Get(node, "feed");
+    const json& age = JsonField(node, "last_heartbeat_age_s");
+    const json& node_feed = JsonField(node, "feed");
     rows.push_back(
-        {Task(node), Text(Get(node, "executor_id")), Text(Get(node, "host")),
-         Text(Get(node, "pid")), Text(Get(node, "state")), Text(Get(node, "restarts")),
+        {Task(node), Text(JsonField(node, "executor_id")), Text(JsonField(node, "host")),
+         Text(JsonField(node, "pid")), Text(JsonField(node, "state")),
+         Text(JsonField(node, "restarts")),
          age.is_number() ? FormatDuration(age.get<double>()) + " ago" : "-", ExitText(node),
          node_feed.is_object() ? FormatCount(Count(node_feed, "records")) : "-",
          node_feed.is_object() ? FormatCount(Count(node_feed, "rate_records_per_s")) : "-",
-         Join(Items(node, "gpus")), Text(Get(node, "step")),
-         MetricsText(Get(node, "metrics")).empty() ? "-" : MetricsText(Get(node, "metrics"))});
-    std::string error = Text(Get(node, "error"), "");
+         Join(Items(node, "gpus")), Text(JsonField(node, "step")),
+         MetricsText(JsonField(node, "metrics")).empty()
+             ? "-"
+             : MetricsText(JsonField(node, "metrics"))});
+    std::string error = Text(JsonField(node, "error"), "");
     if (!error.empty()) errors.push_back(Task(node) + ": " + error);
   }
   out += Table(rows);
@@ -294,19 +296,19 @@ std::string RenderSummary(const json& cluster) {
   std::vector<std::vector<std::string>> rows = {
       {"TASK", "EXECUTOR", "HOST", "RUNTIME", "EXIT", "RECORDS"}};
   for (const json& node : Items(cluster, "nodes")) {
-    const json& feed = Get(node, "feed");
-    rows.push_back({Task(node), Text(Get(node, "executor_id")), Text(Get(node, "host")),
+    const json& feed = JsonField(node, "feed");
+    rows.push_back({Task(node), Text(JsonField(node, "executor_id")), Text(JsonField(node, "host")),
                     FormatDuration(Number(node, "runtime_s")),
-                    ExitText(node) == "-" ? Text(Get(node, "state")) : ExitText(node),
+                    ExitText(node) == "-" ? Text(JsonField(node, "state")) : ExitText(node),
                     feed.is_object() ? FormatCount(Count(feed, "records")) : "-"});
   }
-  std::string out = "cluster " + Text(Get(cluster, "cluster_id")) + " " +
-                    Text(Get(cluster, "phase")) + " after " +
+  std::string out = "cluster " + Text(JsonField(cluster, "cluster_id")) + " " +
+                    Text(JsonField(cluster, "phase")) + " after " +
                     FormatDuration(Number(cluster, "elapsed_s"));
-  const json& duration = Get(Get(cluster, "rendezvous"), "duration_s");
+  const json& duration = JsonField(JsonField(cluster, "rendezvous"), "duration_s");
   if (duration.is_number()) out += " (rendezvous " + FormatDuration(duration.get<double>()) + ")";
   out += "\n" + Table(rows);
-  const json& feed = Get(cluster, "feed");
+  const json& feed = JsonField(cluster, "feed");
   if (feed.is_object()) {
     out += "fed " + FormatCount(Count(feed, "records")) + " records (" +
            FormatBytes(Number(feed, "bytes")) + ")";
@@ -316,10 +318,7 @@ std::string RenderSummary(const json& cluster) {
     }
     out += "\n";
   }
-  const std::string metrics = MetricsText(Get(cluster, "metrics"));
-  if (!metrics.empty()) {
-    out += "metrics (" + Text(Get(cluster, "metrics_task")) + "): " + metrics + "\n";
-  }
+  out += LeadMetricsLine(cluster);
   return out;
 }
 

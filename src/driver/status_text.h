@@ -32,6 +32,10 @@ std::string FormatDuration(double seconds);
 std::string FormatCount(uint64_t count);
 // "980 B", "1.2 MB", "3.4 GB" (powers of 1000).
 std::string FormatBytes(double bytes);
+// The member `key` of `object`; null when `object` is no object or lacks it
+// (the JSON may come from another driver, an older one, or a damaged
+// run.json).
+const nlohmann::json& JsonField(const nlohmann::json& object, const char* key);
 // Rows laid out in columns two spaces apart, one line each.
 std::string FormatTable(const std::vector<std::vector<std::string>>& rows);
 
