@@ -63,6 +63,26 @@ std::string InterfaceOf(const std::string& address,
   return "";
 }
 
+// A socket and its private directory as plain arrays, for a signal handler
+// to remove (unlink and rmdir are async-signal-safe) when the agent exits
+// before its program started.
+struct SocketDirForSignals {
+  char dir[64] = {};
+  char socket[108] = {};  // sockaddr_un's sun_path
+  std::atomic<bool> ready{false};
+
+  void Set(const std::string& dir_path, const std::string& socket_path) {
+    std::snprintf(dir, sizeof(dir), "%s", dir_path.c_str());
+    std::snprintf(socket, sizeof(socket), "%s", socket_path.c_str());
+    ready = true;
+  }
+  void RemoveNow() {
+    if (!ready.load()) return;
+    ::unlink(socket);
+    ::rmdir(dir);
+  }
+};
+
 constexpr size_t kTailLines = 20;
 // How often the STOP watcher hands the connection back to check for its end.
 constexpr Milliseconds kStopPoll{100};
@@ -238,15 +258,11 @@ class Agent::Impl {
     interrupt_signal_.compare_exchange_strong(expected, signal);
     Notify();
     const bool started = started_.load();
-    if (!started && feed_dir_ready_.load()) {
+    if (!started) {
       // The caller (a signal handler) exits now: leave no socket directory
-      // behind. unlink and rmdir are async-signal-safe.
-      ::unlink(feed_socket_c_);
-      ::rmdir(feed_dir_c_);
-    }
-    if (!started && report_dir_ready_.load()) {
-      ::unlink(report_socket_c_);
-      ::rmdir(report_dir_c_);
+      // behind.
+      feed_dir_for_signals_.RemoveNow();
+      report_dir_for_signals_.RemoveNow();
     }
     return started;
   }
@@ -324,16 +340,12 @@ class Agent::Impl {
   // An external plan's socket directory (0700, made before registering;
   // removed with the agent) and copies of its paths for Interrupt().
   std::string feed_dir_;
-  char feed_dir_c_[64] = {};
-  char feed_socket_c_[80] = {};
-  std::atomic<bool> feed_dir_ready_{false};
+  SocketDirForSignals feed_dir_for_signals_;
   // The program's reports (drover::Report), read by the heartbeat thread;
   // their directory (0700) and copies of its paths for Interrupt().
   std::unique_ptr<report::MetricsInbox> metrics_;
   std::string report_dir_;
-  char report_dir_c_[64] = {};
-  char report_socket_c_[80] = {};
-  std::atomic<bool> report_dir_ready_{false};
+  SocketDirForSignals report_dir_for_signals_;
 };
 
 int Agent::Impl::Run() {
@@ -556,9 +568,7 @@ Status Agent::Impl::OpenMetricsInbox(std::map<std::string, std::string>* env) {
   }
   report_dir_ = pattern;
   const std::string socket_path = report_dir_ + "/metrics.sock";
-  std::snprintf(report_dir_c_, sizeof(report_dir_c_), "%s", report_dir_.c_str());
-  std::snprintf(report_socket_c_, sizeof(report_socket_c_), "%s", socket_path.c_str());
-  report_dir_ready_ = true;
+  report_dir_for_signals_.Set(report_dir_, socket_path);
   DROVER_ASSIGN_OR_RETURN(metrics_, report::MetricsInbox::Open(socket_path));
   (*env)["DROVER_REPORT_SOCKET"] = socket_path;
   return Status::Ok();
@@ -589,10 +599,8 @@ Status Agent::Impl::PrepareFeeding(NodeInfo* node) {
   }
   feed_dir_ = dir;
   node->feed_socket = feed_dir_ + "/feed.sock";
-  static_assert(sizeof(dir) <= sizeof(feed_dir_c_));
-  std::memcpy(feed_dir_c_, feed_dir_.c_str(), feed_dir_.size() + 1);
-  std::memcpy(feed_socket_c_, node->feed_socket.c_str(), node->feed_socket.size() + 1);
-  feed_dir_ready_ = true;
+  static_assert(sizeof(dir) <= sizeof(SocketDirForSignals::dir));
+  feed_dir_for_signals_.Set(feed_dir_, node->feed_socket);
   return Status::Ok();
 }
 
@@ -602,7 +610,7 @@ Status Agent::Impl::StartFeeding(const FormedCluster& cluster, const std::string
   if (!plan_) return Status::Ok();
   const std::optional<FeedShare>& share = cluster.own()->feed;
   if (!share) {  // ps and evaluator nodes are not fed
-    feed_dir_ready_ = false;
+    feed_dir_for_signals_.ready = false;
     if (!feed_dir_.empty()) {
       std::error_code ignored;
       fs::remove_all(feed_dir_, ignored);
