@@ -14,6 +14,9 @@
 //   --append              appends to the file, after a "#round R" line
 //   --sleep-us U          sleeps U microseconds per batch (a slow trainer)
 //   --slow ID=U           ... but executor ID sleeps U (a straggler)
+//   --hold ID=FILE        executor ID, after its first batch, waits until FILE
+//                         exists (up to 300 s, then exits 4): a node held
+//                         back until the test says, never for a set time
 //   --report              reports, per batch, drover::Report(step = batches
 //                         read, loss = 1 / step, records = records read)
 //   --tag T               ignored: lets a test find the processes by T
@@ -46,6 +49,7 @@ struct Options {
   bool append = false;
   bool report = false;
   std::string slow;  // "ID=U"
+  std::string hold;  // "ID=FILE"
 };
 
 bool Parse(int argc, char** argv, Options* options) {
@@ -74,6 +78,8 @@ bool Parse(int argc, char** argv, Options* options) {
       value();
     } else if (flag == "--sleep-us") {
       options->sleep_us = std::strtol(value(), nullptr, 10);
+    } else if (flag == "--hold") {
+      options->hold = value();
     } else if (flag == "--slow") {
       options->slow = value();
     } else if (flag == "--report") {
@@ -118,6 +124,11 @@ int main(int argc, char** argv) {
       options.slow.substr(0, equals) == executor) {
     options.sleep_us = std::strtol(options.slow.c_str() + equals + 1, nullptr, 10);
   }
+  std::string hold_file;
+  if (const size_t at = options.hold.find('=');
+      at != std::string::npos && executor != nullptr && options.hold.substr(0, at) == executor) {
+    hold_file = options.hold.substr(at + 1);
+  }
   drover::DataFeedOptions feed_options;
   feed_options.train_mode = !options.inference;
   auto connected = drover::DataFeed::Connect(drover::ProcessEnvironment(), feed_options);
@@ -158,6 +169,15 @@ int main(int argc, char** argv) {
       if (!reported.ok()) return Fail(reported);
     }
     if (options.sleep_us > 0) ::usleep(static_cast<useconds_t>(options.sleep_us));
+    if (!hold_file.empty() && step == 1) {
+      for (int waited_ms = 0; ::access(hold_file.c_str(), F_OK) != 0; waited_ms += 10) {
+        if (waited_ms >= 300'000) {
+          std::fprintf(stderr, "feed_reader: %s never appeared\n", hold_file.c_str());
+          return 4;
+        }
+        ::usleep(10'000);
+      }
+    }
   }
   std::fclose(out);
   std::printf("feed_reader: read %ld records\n", seen);

@@ -306,6 +306,9 @@ class Agent::Impl {
   // share of it; sets DROVER_FEED_SOCKET in *env.
   Status StartFeeding(const FormedCluster& cluster, const std::string& task,
                       std::map<std::string, std::string>* env);
+  // The connection that records commits and claims (feed_'s loop thread
+  // only), made when first needed.
+  Result<RendezvousClient*> CommitClient(Deadline deadline);
   // options_.drover_binary, else this executable: runs `drover guard` and
   // `drover feeder`.
   Result<std::string> DroverBinary() const;
@@ -604,6 +607,13 @@ Status Agent::Impl::PrepareFeeding(NodeInfo* node) {
   return Status::Ok();
 }
 
+Result<RendezvousClient*> Agent::Impl::CommitClient(Deadline deadline) {
+  if (!commit_client_) {
+    DROVER_ASSIGN_OR_RETURN(commit_client_, RendezvousClient::Connect(commit_options_, deadline));
+  }
+  return commit_client_.get();
+}
+
 Status Agent::Impl::StartFeeding(const FormedCluster& cluster, const std::string& task,
                                  std::map<std::string, std::string>* env) {
   env->erase(kFeedSocketVariable);
@@ -642,14 +652,37 @@ Status Agent::Impl::StartFeeding(const FormedCluster& cluster, const std::string
   feed.say = [this, task](const std::string& message) { Say(task + ": " + message); };
   feed.record_commit = [this, share = share->share](const feed::FeedPosition& position) {
     const Deadline deadline = Clock::now() + kCommitWait;
-    if (!commit_client_) {
-      DROVER_ASSIGN_OR_RETURN(commit_client_, RendezvousClient::Connect(commit_options_, deadline));
-    }
-    Status set =
-        commit_client_->Set(feed::CommitKey(share), feed::FeedPositionToJson(position), deadline);
+    DROVER_ASSIGN_OR_RETURN(RendezvousClient * client, CommitClient(deadline));
+    Status set = client->Set(feed::CommitKey(share), feed::FeedPositionToJson(position), deadline);
     if (!set.ok()) commit_client_.reset();  // connect again for the next one
     return set;
   };
+  if (feed.plan.balance == feed::Balance::kDynamic) {
+    const uint64_t queue_size = feed::DynamicQueue(feed.plan).size();
+    feed.claim_feed = [this, share = share->share,
+                       queue_size](uint32_t seq) -> Result<std::optional<uint64_t>> {
+      const Deadline deadline = Clock::now() + kCommitWait;
+      DROVER_ASSIGN_OR_RETURN(RendezvousClient * client, CommitClient(deadline));
+      Result<int64_t> claimed = client->Add(feed::ClaimCounterKey(), 1, deadline);
+      if (!claimed.ok()) {
+        commit_client_.reset();
+        return claimed.status().WithContext("claiming a partition from the driver");
+      }
+      if (*claimed < 1 || static_cast<uint64_t>(*claimed) > queue_size) {
+        return std::optional<uint64_t>();
+      }
+      const uint64_t entry = static_cast<uint64_t>(*claimed) - 1;
+      // Recorded so that the next round knows what this share took: an
+      // entry claimed but not recorded (this agent died in between) is fed
+      // again then.
+      Status recorded = client->Set(feed::ClaimKey(share, seq), std::to_string(entry), deadline);
+      if (!recorded.ok()) {
+        commit_client_.reset();
+        return recorded.WithContext("recording a claimed partition in the driver");
+      }
+      return std::optional(entry);
+    };
+  }
   feed.on_failure = [this](const Status& failure) {
     {
       MutexLock lock(mu_);

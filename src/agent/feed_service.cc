@@ -19,6 +19,7 @@
 #include <thread>
 #include <tuple>
 
+#include "common/mutex.h"
 #include "drover/cluster_spec.h"
 #include "feed/shm_channel.h"
 #include "feed/socket_fd.h"
@@ -128,6 +129,10 @@ class FeedService::Impl {
   std::string DescribeCommit(const std::optional<feed::CommitPoint>& commit) const;
   // The reader sent a request (a commit); answers it.
   void AnswerReader();
+  // The feeder sent a request (a claim) or left.
+  void AnswerFeeder();
+  Result<std::optional<feed::FeedUnit>> ClaimFeed(uint32_t seq);
+  bool dynamic() const { return options_.plan.balance == feed::Balance::kDynamic; }
   Status RecordCommit(const feed::FeedPosition& position);
 
   void WriteResults();
@@ -136,7 +141,12 @@ class FeedService::Impl {
 
   FeedServiceOptions options_;
   std::optional<feed::ShmChannel> channel_;
-  std::vector<feed::FeedUnit> feeds_;
+  // The share's feeds: fixed at the start, or as claimed so far (dynamic:
+  // appended by the loop thread, read by any).
+  mutable Mutex feeds_mutex_;
+  std::vector<feed::FeedUnit> feeds_ GUARDED_BY(feeds_mutex_);
+  std::vector<feed::FeedUnit> queue_;  // dynamic: the round's queue
+  bool queue_empty_ = false;           // dynamic: a claim found nothing left (loop thread)
   // The program's last commit on record (loop thread): this round's, else
   // the plan's start for the share.
   std::optional<feed::FeedPosition> committed_;
@@ -172,7 +182,14 @@ class FeedService::Impl {
 
 Status FeedService::Impl::Start() {
   const feed::FeedPlan& plan = options_.plan;
-  DROVER_ASSIGN_OR_RETURN(feeds_, feed::FeedsOfShare(plan, options_.share, options_.shares));
+  if (dynamic()) {
+    queue_ = feed::DynamicQueue(plan);
+  } else {
+    DROVER_ASSIGN_OR_RETURN(std::vector<feed::FeedUnit> feeds,
+                            feed::FeedsOfShare(plan, options_.share, options_.shares));
+    MutexLock lock(feeds_mutex_);
+    feeds_ = std::move(feeds);
+  }
   if (static_cast<size_t>(options_.share) < plan.starts.size()) {
     committed_ = plan.starts[static_cast<size_t>(options_.share)];
   }
@@ -212,9 +229,13 @@ FeedProgress FeedService::Impl::ReadProgress() const {
   FeedProgress progress = feed::ReadRingProgress(*channel_, /*input_ring=*/true);
   progress.feeder_restarts = feeder_restarts_.load(std::memory_order_relaxed);
   if (!plan.external) {
+    MutexLock lock(feeds_mutex_);
     progress.partitions_total = static_cast<uint32_t>(feeds_.size());
     progress.epochs = static_cast<uint32_t>(plan.epochs);
+    // A dynamic share's size is known only once the queue is empty: no
+    // share bytes, so no estimate of the time left.
     for (const feed::FeedUnit& unit : feeds_) {
+      if (dynamic()) break;
       if (unit.epoch != 0) break;
       const feed::Partition& partition = plan.partitions[static_cast<size_t>(unit.partition)];
       progress.share_bytes += partition.end - partition.begin;
@@ -274,8 +295,10 @@ bool FeedService::Impl::InputEnded() {
 
 std::string FeedService::Impl::DescribeCommit(
     const std::optional<feed::CommitPoint>& commit) const {
+  MutexLock lock(feeds_mutex_);
   if (!commit || commit->feed_seq >= feeds_.size()) return "from the start";
-  const feed::FeedUnit& unit = feeds_[commit->feed_seq];
+  const feed::FeedUnit unit = feeds_[commit->feed_seq];
+  lock.Unlock();
   std::string partition = options_.plan.partitions[static_cast<size_t>(unit.partition)].Name();
   if (commit->flags & feed::kEndOfPartition) {
     return "after the end of " + partition + " (epoch " + std::to_string(unit.epoch + 1) + " of " +
@@ -410,13 +433,68 @@ void FeedService::Impl::AnswerReader() {
                                                           : feed::EncodeRefusal(recorded));
 }
 
+void FeedService::Impl::AnswerFeeder() {
+  if (PeerClosed(writer_fd_.get())) {
+    writer_fd_.Reset();
+    return;
+  }
+  std::string line;
+  os::UniqueFd ignored_fd;
+  uint32_t seq = 0;
+  Status request =
+      feed::ReceiveMessage(writer_fd_.get(), Clock::now() + kHelloTimeout, &line, &ignored_fd);
+  if (request.ok()) request = feed::DecodeClaimRequest(line, &seq);
+  Result<std::optional<feed::FeedUnit>> claimed =
+      request.ok() ? ClaimFeed(seq) : Result<std::optional<feed::FeedUnit>>(request);
+  if (!claimed.ok()) {
+    // A writer that speaks out of turn loses its connection, as a bad hello.
+    (void)feed::SendMessage(writer_fd_.get(), feed::EncodeRefusal(claimed.status()));
+    writer_fd_.Reset();
+    return;
+  }
+  (void)feed::SendMessage(writer_fd_.get(), feed::EncodeClaimAnswer(*claimed));
+}
+
+Result<std::optional<feed::FeedUnit>> FeedService::Impl::ClaimFeed(uint32_t seq) {
+  if (!dynamic() || options_.plan.external) {
+    return Status::FailedPrecondition("the feed of " + options_.task +
+                                      " is not dynamic: there is nothing to claim");
+  }
+  {
+    MutexLock lock(feeds_mutex_);
+    if (seq < feeds_.size()) return std::optional(feeds_[seq]);  // a feeder started again
+    if (seq > feeds_.size()) {
+      return Status::InvalidArgument("claim: feed " + std::to_string(seq) + " before feed " +
+                                     std::to_string(feeds_.size()));
+    }
+  }
+  if (queue_empty_) return std::optional<feed::FeedUnit>();
+  if (!options_.claim_feed) {
+    return Status::FailedPrecondition("claim: this feed has no driver to claim from");
+  }
+  DROVER_ASSIGN_OR_RETURN(std::optional<uint64_t> entry, options_.claim_feed(seq));
+  if (!entry) {
+    queue_empty_ = true;
+    return std::optional<feed::FeedUnit>();
+  }
+  if (*entry >= queue_.size()) {
+    return Status::Internal("the driver handed out entry " + std::to_string(*entry) +
+                            " of a queue of " + std::to_string(queue_.size()));
+  }
+  MutexLock lock(feeds_mutex_);
+  feeds_.push_back(queue_[*entry]);
+  return std::optional(feeds_.back());
+}
+
 Status FeedService::Impl::RecordCommit(const feed::FeedPosition& position) {
+  MutexLock lock(feeds_mutex_);
   if (position.feed >= feeds_.size()) {
     return Status::InvalidArgument("commit: feed " + std::to_string(position.feed) + " of " +
                                    std::to_string(feeds_.size()) + " does not exist");
   }
   const feed::Partition& partition =
       options_.plan.partitions[static_cast<size_t>(feeds_[position.feed].partition)];
+  lock.Unlock();
   if (partition.records && position.record > *partition.records) {
     return Status::InvalidArgument("commit: " + partition.Name() + " has " +
                                    std::to_string(*partition.records) + " records, not " +
@@ -466,9 +544,8 @@ void FeedService::Impl::Loop() {
     const uint64_t accepted_before = accepted_;
     if (fds[1].revents & POLLIN) Accept();
     const bool same_clients = accepted_ == accepted_before;
-    // A writer says nothing after its hello: readable means it is gone. A
-    // reader may ask for a commit.
-    if (same_clients && writer_slot >= 0 && fds[writer_slot].revents != 0) writer_fd_.Reset();
+    // A writer may claim a feed (dynamic), a reader ask for a commit.
+    if (same_clients && writer_slot >= 0 && fds[writer_slot].revents != 0) AnswerFeeder();
     if (same_clients && reader_slot >= 0 && fds[reader_slot].revents != 0) {
       if (PeerClosed(reader_fd_.get())) {
         reader_fd_.Reset();
@@ -571,7 +648,10 @@ Status FeedService::Impl::WriteBatch(const feed::BatchView& batch) {
 Status FeedService::Impl::CheckResults() {
   if (!results_status_.ok()) return results_status_;
   std::set<int> partitions;
-  for (const feed::FeedUnit& unit : feeds_) partitions.insert(unit.partition);
+  {
+    MutexLock lock(feeds_mutex_);
+    for (const feed::FeedUnit& unit : feeds_) partitions.insert(unit.partition);
+  }
   int unanswered = 0;
   std::string first;
   for (int partition : partitions) {

@@ -7,6 +7,10 @@
 // complete. In training, the program's reader may ask it to record a commit
 // (DataFeed::Commit): it checks the position and hands it to record_commit
 // (the agent: the driver's KV store), answering with the position on record.
+// With a dynamic plan (`--balance dynamic`) the feeder claims each of its
+// feeds through the service, which takes the next entry of the driver's
+// queue (claim_feed) and remembers it, so a feeder started again gets the
+// feed it was in.
 //
 // With an external plan (FeedPlan::external: drover.Cluster.train and
 // inference) it runs no feeder and writes no results: writers from outside
@@ -60,6 +64,12 @@ struct FeedServiceOptions {
   // finds it: the driver. Called on the service's loop thread; the reader
   // waits for it. Unset: commits are refused (kFailedPrecondition).
   std::function<Status(const feed::FeedPosition&)> record_commit;
+  // A dynamic plan: takes the next entry of the round's queue in the driver
+  // for this share's feed `seq` and records the claim there; the entry's
+  // index into the plan's queue, nullopt once it is empty. Called on the
+  // service's loop thread; the feeder waits for it. Unset: claims are
+  // refused (kFailedPrecondition).
+  std::function<Result<std::optional<uint64_t>>(uint32_t seq)> claim_feed;
   // Feeding failed for good (a bad record, the feed timeout, a feeder that
   // keeps dying): the program should be stopped and this reported.
   std::function<void(const Status&)> on_failure;

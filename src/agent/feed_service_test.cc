@@ -296,5 +296,91 @@ TEST_F(FeedServiceCommitTest, WithoutADriverCommitsAreRefused) {
               StatusIs(Status::Code::kFailedPrecondition, HasSubstr("no driver")));
 }
 
+class FeedServiceClaimTest : public FeedServiceTest {
+ protected:
+  // A dynamic plan over two partitions of two epochs, with a feeder that
+  // feeds nothing: the test speaks the feeder's side of the socket itself.
+  void ServeDynamic(std::function<Result<std::optional<uint64_t>>(uint32_t)> claim_feed,
+                    feed::Balance balance = feed::Balance::kDynamic) {
+    testing::WriteFile(dir_.File("data.csv"), "a\nb\nc\n");
+    FeedServiceOptions options = BaseOptions();
+    options.plan.read.format = feed::RecordFormat::kCsv;
+    options.plan.epochs = 2;
+    options.plan.partitions = {feed::Partition{dir_.File("data.csv"), 0, 4, 2},
+                               feed::Partition{dir_.File("data.csv"), 4, 6, 1}};
+    options.plan.balance = balance;
+    options.plan_path = dir_.File("plan.json");
+    options.drover_binary = "/bin/true";
+    options.claim_feed = std::move(claim_feed);
+    ASSERT_OK_AND_ASSIGN(service_, FeedService::Start(std::move(options)));
+    ASSERT_OK_AND_ASSIGN(joined_, feed::JoinFeed(service_->socket_path(), feed::FeedRole::kWriter,
+                                                 /*train_mode=*/true,
+                                                 std::chrono::steady_clock::now() + seconds(10)));
+  }
+  Result<std::optional<feed::FeedUnit>> Claim(uint32_t seq) {
+    return feed::ClaimFeed(joined_->socket.get(), seq,
+                           std::chrono::steady_clock::now() + seconds(10));
+  }
+
+  std::optional<feed::JoinedFeed> joined_;
+};
+
+TEST_F(FeedServiceClaimTest, ClaimsTakeTheDriversNextEntryOnceAndAFeederAskingAgainGetsTheSame) {
+  std::vector<uint32_t> asked;
+  ASSERT_NO_FATAL_FAILURE(ServeDynamic([&](uint32_t seq) -> Result<std::optional<uint64_t>> {
+    asked.push_back(seq);
+    // Another node took entries 0 and 2: this one gets 1, then 3, then none.
+    if (asked.size() == 1) return std::optional<uint64_t>(1);
+    if (asked.size() == 2) return std::optional<uint64_t>(3);
+    return std::optional<uint64_t>();
+  }));
+  ASSERT_OK_AND_ASSIGN(std::optional<feed::FeedUnit> first, Claim(0));
+  EXPECT_EQ(first, (feed::FeedUnit{0, 1}));
+  ASSERT_OK_AND_ASSIGN(std::optional<feed::FeedUnit> again, Claim(0));
+  EXPECT_EQ(again, first) << "a feeder started again is in the same feed";
+  EXPECT_THAT(Claim(2),
+              StatusIs(Status::Code::kInvalidArgument, HasSubstr("claim: feed 2 before feed 1")));
+}
+
+TEST_F(FeedServiceClaimTest, AnEmptyQueueEndsTheFeedAndTheDriverIsNotAskedAgain) {
+  std::vector<uint32_t> asked;
+  ASSERT_NO_FATAL_FAILURE(ServeDynamic([&](uint32_t seq) -> Result<std::optional<uint64_t>> {
+    asked.push_back(seq);
+    if (asked.size() <= 2) return std::optional<uint64_t>(asked.size() == 1 ? 3 : 0);
+    return std::optional<uint64_t>();
+  }));
+  EXPECT_EQ(Claim(0).value(), (feed::FeedUnit{1, 1}));
+  EXPECT_EQ(Claim(1).value(), (feed::FeedUnit{0, 0}));
+  EXPECT_EQ(Claim(2).value(), std::nullopt);
+  EXPECT_EQ(Claim(2).value(), std::nullopt);
+  EXPECT_EQ(asked, (std::vector<uint32_t>{0, 1, 2}));
+  // What it claimed is its share so far; no share size, so no estimate.
+  const FeedProgress progress = service_->Progress();
+  EXPECT_EQ(progress.partitions_total, 2u);
+  EXPECT_EQ(progress.share_bytes, 0u);
+}
+
+TEST_F(FeedServiceClaimTest, WhatTheDriverCannotHandOutIsAnErrorAndTheFeederLosesItsConnection) {
+  ASSERT_NO_FATAL_FAILURE(ServeDynamic([](uint32_t) -> Result<std::optional<uint64_t>> {
+    return std::optional<uint64_t>(4);  // a queue of 4
+  }));
+  Result<std::optional<feed::FeedUnit>> claimed = Claim(0);
+  ASSERT_FALSE(claimed.ok());
+  EXPECT_THAT(claimed.status().message(), HasSubstr("entry 4 of a queue of 4"));
+  char byte;
+  EXPECT_EQ(::recv(joined_->socket.get(), &byte, 1, 0), 0);
+}
+
+TEST_F(FeedServiceClaimTest, AnEqualFeedHasNothingToClaim) {
+  ASSERT_NO_FATAL_FAILURE(ServeDynamic(nullptr, feed::Balance::kEqual));
+  EXPECT_THAT(Claim(0), StatusIs(Status::Code::kFailedPrecondition,
+                                 HasSubstr("is not dynamic: there is nothing to claim")));
+}
+
+TEST_F(FeedServiceClaimTest, WithoutADriverClaimsAreRefused) {
+  ASSERT_NO_FATAL_FAILURE(ServeDynamic(nullptr));
+  EXPECT_THAT(Claim(0), StatusIs(Status::Code::kFailedPrecondition, HasSubstr("no driver")));
+}
+
 }  // namespace
 }  // namespace drover

@@ -460,6 +460,11 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
                       "Training: every fed node gets the same number of records each epoch; the "
                       "records left over are fed again from the start (pad, the default) or to "
                       "no node (drop)");
+  feeding->add_option("--balance", flags->feed.balance,
+                      "equal: shares laid out before the run, the same number of records for "
+                      "every fed node each epoch (the default); dynamic: each partition goes to "
+                      "the first node with room in its queue (uneven node speeds, asynchronous "
+                      "training, inference)");
   feeding
       ->add_option("--split-bytes", flags->feed.split_bytes,
                    "Files larger than this are split into partitions of about this size")

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -534,29 +535,84 @@ Status Driver::Prepare() {
   return Status::Ok();
 }
 
+namespace {
+
+// Share `share`'s last commit in `server`'s store, if it recorded one that
+// parses (a bad one is reported and ignored: it comes from the program's side).
+std::optional<feed::FeedPosition> StoredCommit(RendezvousServer& server, int share,
+                                               std::ostream& err) {
+  std::optional<std::string> value = server.StoredValue(feed::CommitKey(share));
+  if (!value) return std::nullopt;
+  Result<feed::FeedPosition> position = feed::FeedPositionFromJson(*value);
+  if (!position.ok()) {
+    err << "drover run: ignoring share " << share << "'s commit: " << position.status().message()
+        << "\n";
+    return std::nullopt;
+  }
+  return *position;
+}
+
+// The queue entries share `share` claimed in `server`'s store, by feed_seq.
+std::vector<uint64_t> StoredClaims(RendezvousServer& server, int share) {
+  std::vector<uint64_t> claims;
+  for (uint32_t seq = 0;; ++seq) {
+    std::optional<std::string> value = server.StoredValue(feed::ClaimKey(share, seq));
+    uint64_t entry = 0;
+    if (!value ||
+        std::from_chars(value->data(), value->data() + value->size(), entry).ec != std::errc()) {
+      return claims;
+    }
+    claims.push_back(entry);
+  }
+}
+
+}  // namespace
+
 void Driver::CollectFeedCommits(RendezvousServer& server) {
   if (!options_.feed || options_.feed->external) return;
+  if (options_.feed->balance == feed::Balance::kDynamic) return CollectDynamicQueue(server);
   const size_t shares = options_.feed->shares.size();
   feed_starts_.resize(shares);
   for (size_t k = 0; k < shares; ++k) {
-    std::optional<std::string> value = server.StoredValue(feed::CommitKey(static_cast<int>(k)));
-    if (!value) continue;
-    Result<feed::FeedPosition> position = feed::FeedPositionFromJson(*value);
-    if (!position.ok()) {
-      err_ << "drover run: ignoring share " << k << "'s commit: " << position.status().message()
-           << "\n";
-      continue;
-    }
-    if (feed_starts_[k] != *position) {
+    std::optional<feed::FeedPosition> position = StoredCommit(server, static_cast<int>(k), err_);
+    if (position && feed_starts_[k] != *position) {
       feed_starts_[k] = *position;
       feed_starts_changed_ = true;
     }
   }
 }
 
+void Driver::CollectDynamicQueue(RendezvousServer& server) {
+  const ClusterTemplate& cluster = options_.cluster;
+  const int shares = cluster.num_nodes - cluster.num_ps - (cluster.eval_node ? 1 : 0);
+  std::vector<std::vector<uint64_t>> claims;
+  std::vector<std::optional<feed::FeedPosition>> commits;
+  bool committed = false;
+  for (int k = 0; k < shares; ++k) {
+    claims.push_back(StoredClaims(server, k));
+    commits.push_back(StoredCommit(server, k, err_));
+    committed = committed || commits.back().has_value();
+  }
+  // Without a commit nothing was consumed for good: the same queue again.
+  if (!committed) return;
+  feed::FeedPlan& plan = *options_.feed;
+  const std::vector<feed::FeedUnit> queue = feed::DynamicQueue(plan);
+  plan.queue = feed::QueueAfterRound(queue, claims, commits);
+  size_t partial = 0;
+  for (const feed::FeedUnit& unit : *plan.queue) partial += unit.first_record > 0 ? 1 : 0;
+  feed_starts_changed_ = true;
+  feed_queue_note_ =
+      "drover run: the feed resumes after the last commits: " + std::to_string(plan.queue->size()) +
+      " of " + std::to_string(queue.size()) + " queued feeds left" +
+      (partial > 0 ? " (" + std::to_string(partial) + " from a record mid-partition)"
+                   : std::string()) +
+      "\n";
+}
+
 Status Driver::WriteFeedPlanForRound() {
   if (!feed_starts_changed_ || feed_plan_file_.empty()) return Status::Ok();
   feed_starts_changed_ = false;
+  err_ << std::exchange(feed_queue_note_, "");
   feed::FeedPlan plan = *options_.feed;
   plan.starts = feed_starts_;
   const int shares = static_cast<int>(plan.shares.size());
@@ -1008,7 +1064,11 @@ void Driver::PrintPlan(std::ostream& out) const {
         << (plan.epochs == 1 ? "" : "s") << ", "
         << (plan.mode == feed::FeedMode::kInference ? "inference into " + plan.output_dir
                                                     : std::string("training"))
-        << ", to the chief, master and worker nodes in equal shares\n";
+        << ", to the chief, master and worker nodes "
+        << (plan.balance == feed::Balance::kDynamic
+                ? "on demand (dynamic: each partition to the first with room)"
+                : "in equal shares")
+        << "\n";
     for (size_t p = 0; p < plan.partitions.size(); ++p) {
       const feed::Partition& partition = plan.partitions[p];
       out << "  " << p << ": " << partition.Name();

@@ -183,6 +183,9 @@ class Driver {
   // Reads the feed commits (DataFeed::Commit) the round's nodes recorded in
   // its rendezvous store into feed_starts_.
   void CollectFeedCommits(RendezvousServer& server);
+  // A dynamic feed: the next round's queue, from the round's claims and
+  // commits (feed::QueueAfterRound), into options_.feed.
+  void CollectDynamicQueue(RendezvousServer& server);
   // Writes feed_plan_file_ with feed_starts_ when they changed and says
   // where each share resumes.
   Status WriteFeedPlanForRound();
@@ -191,7 +194,8 @@ class Driver {
   // Where each share's feeding starts next round (its last commit).
   std::vector<std::optional<feed::FeedPosition>> feed_starts_;
   bool feed_starts_changed_ = false;
-  std::string private_dir_;  // removed at the end
+  std::string feed_queue_note_;  // said when the next round's plan is written
+  std::string private_dir_;      // removed at the end
   // Removes private_dir_, the live-run record and the engine's temporary
   // paths if this process dies before it does (os/janitor.h).
   std::unique_ptr<os::Janitor> janitor_;

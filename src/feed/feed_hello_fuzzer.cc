@@ -2,7 +2,8 @@
 // socket handshake"): the hello line the agent reads from any process of its
 // user (DecodeHello), and the answer line a client reads (DecodeAnswer);
 // then a reader's commit request and its answer (DecodeCommitRequest,
-// DecodeCommitAnswer).
+// DecodeCommitAnswer), and a dynamic feeder's claim and its answer
+// (DecodeClaimRequest, DecodeClaimAnswer).
 // Each returns a status for any bytes, never throws; an answer that decodes
 // decodes the same once encoded again. Aborts on any violation.
 
@@ -60,6 +61,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::optional<drover::FeedPosition> again;
       Check(DecodeCommitAnswer(EncodeCommitAnswer(answered), &again).ok() && again == answered,
             "commit answer changed through a round trip");
+    }
+
+    // A dynamic feeder's claim and the agent's answer.
+    uint32_t seq = 0;
+    drover::Status claim = DecodeClaimRequest(line, &seq);
+    Check(claim.ok() || claim.code() == Code::kInvalidArgument, "claim: unexpected code");
+    if (claim.ok()) {
+      uint32_t again = 0;
+      Check(DecodeClaimRequest(EncodeClaimRequest(seq), &again).ok() && again == seq,
+            "claim request changed through a round trip");
+    }
+    std::optional<FeedUnit> unit;
+    if (DecodeClaimAnswer(line, &unit).ok()) {
+      std::optional<FeedUnit> again;
+      Check(DecodeClaimAnswer(EncodeClaimAnswer(unit), &again).ok() && again == unit,
+            "claim answer changed through a round trip");
     }
 
     FeedGrant grant;

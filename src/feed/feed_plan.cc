@@ -21,8 +21,9 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 constexpr std::string_view kPlanFields[] = {
-    "mode",       "format",   "record_bytes", "epochs", "feed_timeout_ms", "queue_bytes",
-    "output_dir", "external", "partitions",   "shares", "starts"};
+    "mode",        "format",     "record_bytes", "epochs",     "feed_timeout_ms",
+    "queue_bytes", "output_dir", "external",     "partitions", "shares",
+    "starts",      "balance",    "queue"};
 constexpr std::string_view kPartitionFields[] = {"path", "begin", "end", "records"};
 
 std::string TypeName(const Json& value) {
@@ -241,6 +242,50 @@ Status ParseShares(const Json& json, size_t partitions, std::vector<std::vector<
   return Status::Ok();
 }
 
+// [[epoch, partition, first record], ...], each naming what the plan has.
+Status ParseQueue(const Json& json, const FeedPlan& plan, std::vector<FeedUnit>* out) {
+  if (!json.is_array()) return FieldError("queue", "must be an array, got " + TypeName(json));
+  for (size_t i = 0; i < json.size(); ++i) {
+    const std::string where = "queue[" + std::to_string(i) + "]";
+    if (!json[i].is_array() || json[i].size() != 3) {
+      return FieldError(where,
+                        "must be [epoch, partition, first record], got " + TypeName(json[i]));
+    }
+    if (plan.partitions.empty())
+      return FieldError(where, "names a partition of a plan without any");
+    FeedUnit& unit = out->emplace_back();
+    DROVER_RETURN_IF_ERROR(
+        GetInteger<int>(json[i][0], where + "[0]", 0, plan.epochs - 1, &unit.epoch));
+    DROVER_RETURN_IF_ERROR(GetInteger<int>(json[i][1], where + "[1]", 0,
+                                           static_cast<int>(plan.partitions.size() - 1),
+                                           &unit.partition));
+    const Partition& partition = plan.partitions[static_cast<size_t>(unit.partition)];
+    DROVER_RETURN_IF_ERROR(GetInteger<uint64_t>(
+        json[i][2], where + "[2]", 0, partition.end - partition.begin, &unit.first_record));
+  }
+  return Status::Ok();
+}
+
+Status ParseBalance(const Json& json, FeedPlan* plan) {
+  if (json.contains("balance")) {
+    std::string name;
+    DROVER_RETURN_IF_ERROR(GetString(json["balance"], "balance", &name));
+    if (name != "equal" && name != "dynamic") {
+      return FieldError("balance",
+                        "must be \"equal\" or \"dynamic\", got '" + Printable(name) + "'");
+    }
+    plan->balance = name == "dynamic" ? Balance::kDynamic : Balance::kEqual;
+  }
+  const bool dynamic = plan->balance == Balance::kDynamic;
+  if (dynamic && !plan->shares.empty()) return FieldError("shares", "is set in a dynamic plan");
+  if (dynamic && !plan->starts.empty()) return FieldError("starts", "is set in a dynamic plan");
+  if (json.contains("queue")) {
+    if (!dynamic) return FieldError("queue", "is set in a plan that is not dynamic");
+    DROVER_RETURN_IF_ERROR(ParseQueue(json["queue"], *plan, &plan->queue.emplace()));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::string FeedPlan::ToJson() const {
@@ -270,6 +315,14 @@ std::string FeedPlan::ToJson() const {
       list.push_back(start ? PositionJson(*start) : Json());
     }
     json["starts"] = std::move(list);
+  }
+  if (balance == Balance::kDynamic) json["balance"] = "dynamic";
+  if (queue) {
+    Json list = Json::array();
+    for (const FeedUnit& unit : *queue) {
+      list.push_back(Json::array({unit.epoch, unit.partition, unit.first_record}));
+    }
+    json["queue"] = std::move(list);
   }
   // replace: a path that is not UTF-8 must not throw here; FromJson rejects it.
   return json.dump(-1, ' ', false, Json::error_handler_t::replace);
@@ -339,7 +392,13 @@ Result<FeedPlan> FeedPlan::FromJson(std::string_view text) {
                         "must be an absolute path, got '" + Printable(plan.output_dir) + "'");
     }
   }
-  if (!json.contains("partitions")) return plan;  // external
+  if (!json.contains("partitions")) {  // external
+    if (json.contains("balance") || json.contains("queue")) {
+      return FieldError(json.contains("queue") ? "queue" : "balance",
+                        "is set in a plan without partitions");
+    }
+    return plan;
+  }
   const Json& partitions = json["partitions"];
   if (!partitions.is_array()) {
     return FieldError("partitions", "must be an array, got " + TypeName(partitions));
@@ -352,6 +411,7 @@ Result<FeedPlan> FeedPlan::FromJson(std::string_view text) {
     DROVER_RETURN_IF_ERROR(ParseShares(json["shares"], plan.partitions.size(), &plan.shares));
   }
   if (json.contains("starts")) DROVER_RETURN_IF_ERROR(ParseStarts(json["starts"], &plan.starts));
+  DROVER_RETURN_IF_ERROR(ParseBalance(json, &plan));
   return plan;
 }
 
@@ -361,6 +421,14 @@ std::string FeedPositionToJson(const FeedPosition& position) {
 
 std::string CommitKey(int share) {
   return "drover/feed/commit/" + std::to_string(share);
+}
+
+std::string ClaimCounterKey() {
+  return "drover/feed/claimed";
+}
+
+std::string ClaimKey(int share, uint32_t seq) {
+  return "drover/feed/claim/" + std::to_string(share) + "/" + std::to_string(seq);
 }
 
 Result<FeedPosition> FeedPositionFromJson(std::string_view text) {
@@ -411,6 +479,9 @@ Result<FeedPlan> FeedPlan::ReadFile(const std::string& path) {
 Result<std::vector<FeedUnit>> FeedsOfShare(const FeedPlan& plan, int share, int shares) {
   std::vector<FeedUnit> feeds;
   if (plan.external) return feeds;
+  if (plan.balance == Balance::kDynamic) {
+    return Status::InvalidArgument("a dynamic feed plan has no shares: its feeds are claimed");
+  }
   if (shares <= 0 || share < 0 || share >= shares) {
     return Status::InvalidArgument("feed share " + std::to_string(share) + " of " +
                                    std::to_string(shares) + " does not exist");
@@ -433,6 +504,51 @@ Result<std::vector<FeedUnit>> FeedsOfShare(const FeedPlan& plan, int share, int 
     for (uint32_t p : mine) feeds.push_back(FeedUnit{epoch, static_cast<int>(p)});
   }
   return feeds;
+}
+
+}  // namespace drover::feed
+
+namespace drover::feed {
+
+std::vector<FeedUnit> DynamicQueue(const FeedPlan& plan) {
+  if (plan.queue) return *plan.queue;
+  std::vector<FeedUnit> queue;
+  queue.reserve(plan.partitions.size() * static_cast<size_t>(plan.epochs));
+  for (int epoch = 0; epoch < plan.epochs; ++epoch) {
+    for (size_t p = 0; p < plan.partitions.size(); ++p) {
+      queue.push_back(FeedUnit{epoch, static_cast<int>(p)});
+    }
+  }
+  return queue;
+}
+
+std::vector<FeedUnit> QueueAfterRound(const std::vector<FeedUnit>& queue,
+                                      const std::vector<std::vector<uint64_t>>& claims,
+                                      const std::vector<std::optional<FeedPosition>>& commits) {
+  std::vector<bool> consumed(queue.size(), false);
+  std::vector<std::optional<uint64_t>> resume_at(queue.size());
+  for (size_t share = 0; share < claims.size() && share < commits.size(); ++share) {
+    const std::optional<FeedPosition>& commit = commits[share];
+    const std::vector<uint64_t>& claimed = claims[share];
+    if (!commit || commit->feed >= claimed.size()) continue;
+    for (size_t seq = 0; seq <= commit->feed; ++seq) {
+      const uint64_t entry = claimed[seq];
+      if (entry >= queue.size()) continue;
+      if (seq < commit->feed || commit->done) {
+        consumed[entry] = true;
+      } else if (commit->record >= queue[entry].first_record) {
+        resume_at[entry] = commit->record;
+      }
+    }
+  }
+  std::vector<FeedUnit> next;
+  for (size_t i = 0; i < queue.size(); ++i) {
+    if (consumed[i]) continue;
+    FeedUnit unit = queue[i];
+    if (resume_at[i]) unit.first_record = *resume_at[i];
+    next.push_back(unit);
+  }
+  return next;
 }
 
 }  // namespace drover::feed

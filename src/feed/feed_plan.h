@@ -12,9 +12,10 @@
 //        "epochs": E, "feed_timeout_ms": T, "queue_bytes": Q, "output_dir": str,
 //        "external": bool, "partitions": [{"path": str, "begin": N, "end": N,
 //        "records": N}, ...], "shares": [[partition, ...], ...],
-//        "starts": [null | {"feed": N, "record": N, "done": bool}, ...]}
-// ("external" is written only when true, "records", "shares" and "starts"
-// only when set.)
+//        "starts": [null | {"feed": N, "record": N, "done": bool}, ...],
+//        "balance": "equal"|"dynamic", "queue": [[epoch, partition, record], ...]}
+// ("external" is written only when true, "balance" only when dynamic,
+// "records", "shares", "starts" and "queue" only when set.)
 
 #ifndef DROVER_FEED_FEED_PLAN_H_
 #define DROVER_FEED_FEED_PLAN_H_
@@ -33,6 +34,12 @@ namespace drover::feed {
 
 enum class FeedMode { kTrain, kInference };
 
+// How partitions reach the fed nodes (`drover run --balance`): laid out
+// before the run (equal shares, or round-robin in a plan written by hand),
+// or handed out on demand by the driver, one at a time to whichever node's
+// feeder has room (docs/feed.md, "Dynamic balance").
+enum class Balance { kEqual, kDynamic };
+
 // FeedPosition (include/drover/data_feed.h): how far a program had consumed
 // its share when it committed.
 using ::drover::FeedPosition;
@@ -43,6 +50,23 @@ Result<FeedPosition> FeedPositionFromJson(std::string_view json);
 // The rendezvous KV key under which a share's last commit is recorded for
 // the driver: "drover/feed/commit/<share>".
 std::string CommitKey(int share);
+// Dynamic balance: the counter every claim adds one to (the n-th claim of
+// the round takes the queue's entry n - 1), and the key recording which
+// queue entry share `share` took as its feed `seq` (the value: the index,
+// in decimal), for the driver to work out the next round's queue.
+std::string ClaimCounterKey();
+std::string ClaimKey(int share, uint32_t seq);
+
+// One unit of feeding: a partition in an epoch, from its record
+// `first_record` (not 0 only for a partition a dynamic queue resumes after a
+// commit). A node's feeds are numbered 0, 1, ... in the order they are fed
+// (its `feed_seq`).
+struct FeedUnit {
+  int epoch = 0;      // 0-based
+  int partition = 0;  // index into FeedPlan::partitions
+  uint64_t first_record = 0;
+  friend bool operator==(const FeedUnit&, const FeedUnit&) = default;
+};
 
 struct FeedPlan {
   FeedMode mode = FeedMode::kTrain;
@@ -64,6 +88,11 @@ struct FeedPlan {
   // commit in an earlier round (docs/feed.md, "Commit points"); nullopt or
   // an empty vector: from the start.
   std::vector<std::optional<FeedPosition>> starts;
+  // kDynamic: no shares; the fed nodes claim the entries of `queue` in
+  // order, each as its next feed. An unset queue is every partition of every
+  // epoch, epoch by epoch (DynamicQueue).
+  Balance balance = Balance::kEqual;
+  std::optional<std::vector<FeedUnit>> queue;
 
   friend bool operator==(const FeedPlan&, const FeedPlan&) = default;
 
@@ -72,6 +101,8 @@ struct FeedPlan {
   // wrong type, a negative or out-of-range number, an unknown mode, format or
   // field, a repeated key, a relative path, a partition with begin > end, the
   // pickle format in a plan that is not external.
+  // Shares or starts in a dynamic plan, or a queue in an equal one, or a
+  // queue entry naming an epoch or partition the plan does not have.
   // "mode", "format" and "partitions" are required ("partitions" not in an
   // external plan); the rest default as above.
   static Result<FeedPlan> FromJson(std::string_view json);
@@ -81,20 +112,28 @@ struct FeedPlan {
   Status WriteFile(const std::string& path) const;
 };
 
-// One unit of feeding: a partition in an epoch. A node's feeds are numbered
-// 0, 1, ... in the order they are fed (its `feed_seq`).
-struct FeedUnit {
-  int epoch = 0;      // 0-based
-  int partition = 0;  // index into FeedPlan::partitions
-  friend bool operator==(const FeedUnit&, const FeedUnit&) = default;
-};
-
 // The feeds of share `share` of `shares` (the fed nodes, in cluster order),
 // epoch by epoch: the plan's shares[share], or without a layout partitions p
 // with p % shares == share, in plan order. Empty for an external plan.
 // kInvalidArgument unless 0 <= share < shares, or when the plan was laid out
-// for another number of fed nodes (a cluster that changed size).
+// for another number of fed nodes (a cluster that changed size), or for a
+// dynamic plan (its feeds are claimed as it goes).
 Result<std::vector<FeedUnit>> FeedsOfShare(const FeedPlan& plan, int share, int shares);
+
+// A dynamic plan's queue: plan.queue, or every partition of every epoch.
+std::vector<FeedUnit> DynamicQueue(const FeedPlan& plan);
+
+// The queue of the next round of a dynamic feed, from this round's `queue`,
+// which entries each share claimed (claims[share][seq]: an index into
+// `queue`) and each share's last commit in this round. An entry a share
+// consumed before its commit leaves the queue; the entry its commit falls in
+// stays from the record after it; every other entry stays as it was, in
+// queue order: claimed but uncommitted ones are fed again (to whoever claims
+// them), as are those never claimed. Claims or commits naming what does not
+// exist are ignored (they come from the programs' side of the store).
+std::vector<FeedUnit> QueueAfterRound(const std::vector<FeedUnit>& queue,
+                                      const std::vector<std::vector<uint64_t>>& claims,
+                                      const std::vector<std::optional<FeedPosition>>& commits);
 
 }  // namespace drover::feed
 

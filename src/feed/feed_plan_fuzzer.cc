@@ -50,6 +50,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     return 0;
   }
+  if (plan.balance == drover::feed::Balance::kDynamic) {
+    Check(!drover::feed::FeedsOfShare(plan, 0, 1).ok(), "a dynamic plan has shares", json);
+    if (static_cast<uint64_t>(plan.epochs) * plan.partitions.size() > 10'000 && !plan.queue) {
+      return 0;
+    }
+    const auto queue = drover::feed::DynamicQueue(plan);
+    for (const auto& unit : queue) {
+      Check(
+          unit.epoch < plan.epochs && static_cast<size_t>(unit.partition) < plan.partitions.size(),
+          "a queue entry names what the plan does not have", json);
+    }
+    // Whatever the claims and commits, the next queue is a subset, in order.
+    std::vector<std::vector<uint64_t>> claims = {{0, 2, 1}, {3, 99}};
+    std::vector<std::optional<drover::FeedPosition>> commits = {drover::FeedPosition{1, 0, true},
+                                                                drover::FeedPosition{0, 5, false}};
+    const auto next = drover::feed::QueueAfterRound(queue, claims, commits);
+    Check(next.size() <= queue.size(), "the next queue grew", json);
+    return 0;
+  }
   if (!plan.shares.empty()) {
     uint64_t listed = 0;
     for (const auto& share : plan.shares) listed += share.size();

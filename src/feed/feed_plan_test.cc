@@ -380,5 +380,93 @@ TEST(FeedsOfShareTest, PlanLaidOutForAnotherClusterSizeIsAnError) {
                        HasSubstr("laid out for 2 fed nodes, but the cluster has 3")));
 }
 
+FeedPlan DynamicPlan() {
+  FeedPlan plan;
+  plan.read.format = RecordFormat::kCsv;
+  plan.epochs = 2;
+  plan.partitions = {{"/data/a.csv", 0, 100}, {"/data/b.csv", 0, 50}};
+  plan.balance = Balance::kDynamic;
+  return plan;
+}
+
+TEST(DynamicPlanTest, JsonRoundTripWithAndWithoutAQueue) {
+  FeedPlan plan = DynamicPlan();
+  ASSERT_OK_AND_ASSIGN(FeedPlan parsed, FeedPlan::FromJson(plan.ToJson()));
+  EXPECT_EQ(parsed, plan);
+  EXPECT_EQ(nlohmann::json::parse(plan.ToJson())["balance"], "dynamic");
+  EXPECT_FALSE(nlohmann::json::parse(plan.ToJson()).contains("queue"));
+  plan.queue = std::vector<FeedUnit>{{1, 0, 7}, {0, 1, 0}};
+  ASSERT_OK_AND_ASSIGN(parsed, FeedPlan::FromJson(plan.ToJson()));
+  EXPECT_EQ(parsed, plan);
+  EXPECT_EQ(nlohmann::json::parse(plan.ToJson())["queue"],
+            nlohmann::json::parse("[[1, 0, 7], [0, 1, 0]]"));
+  // An equal plan says nothing of balance.
+  EXPECT_FALSE(nlohmann::json::parse(SamplePlan().ToJson()).contains("balance"));
+}
+
+TEST(DynamicPlanTest, MalformedDynamicFieldsNameTheField) {
+  auto with = [](const std::string& fields) {
+    return FeedPlan::FromJson(R"({"mode": "train", "format": "csv", "epochs": 2, "partitions": [)"
+                              R"({"path": "/a", "begin": 0, "end": 10}])" +
+                              fields + "}");
+  };
+  EXPECT_THAT(with(R"(, "balance": "fair")"),
+              StatusIs(Code::kInvalidArgument, HasSubstr("'balance' must be \"equal\" or")));
+  EXPECT_THAT(with(R"(, "balance": "dynamic", "shares": [[0]])"),
+              StatusIs(Code::kInvalidArgument, HasSubstr("'shares' is set in a dynamic plan")));
+  EXPECT_THAT(with(R"(, "balance": "dynamic", "starts": [null])"),
+              StatusIs(Code::kInvalidArgument, HasSubstr("'starts' is set in a dynamic plan")));
+  EXPECT_THAT(with(R"(, "queue": [[0, 0, 0]])"),
+              StatusIs(Code::kInvalidArgument, HasSubstr("'queue' is set in a plan that is not")));
+  EXPECT_THAT(with(R"(, "balance": "dynamic", "queue": [[2, 0, 0]])"),
+              StatusIs(Code::kInvalidArgument, HasSubstr("'queue[0][0]' must be at most 1")));
+  EXPECT_THAT(with(R"(, "balance": "dynamic", "queue": [[0, 1, 0]])"),
+              StatusIs(Code::kInvalidArgument, HasSubstr("'queue[0][1]' must be at most 0")));
+  EXPECT_THAT(with(R"(, "balance": "dynamic", "queue": [[0, 0, 11]])"),
+              StatusIs(Code::kInvalidArgument, HasSubstr("'queue[0][2]' must be at most 10")));
+  EXPECT_THAT(with(R"(, "balance": "dynamic", "queue": [[0, 0]])"),
+              StatusIs(Code::kInvalidArgument, HasSubstr("'queue[0]' must be [epoch, partition")));
+  EXPECT_OK(with(R"(, "balance": "dynamic", "queue": [])").status());
+}
+
+TEST(DynamicPlanTest, TheQueueIsEveryPartitionEpochByEpochAndThereAreNoShares) {
+  const FeedPlan plan = DynamicPlan();
+  EXPECT_THAT(DynamicQueue(plan),
+              ElementsAre(FeedUnit{0, 0}, FeedUnit{0, 1}, FeedUnit{1, 0}, FeedUnit{1, 1}));
+  EXPECT_THAT(FeedsOfShare(plan, 0, 2),
+              StatusIs(Code::kInvalidArgument, HasSubstr("its feeds are claimed")));
+}
+
+TEST(QueueAfterRoundTest, CommittedFeedsLeaveAndTheCommittedOneResumesAfterItsRecord) {
+  const std::vector<FeedUnit> queue = {{0, 0}, {0, 1}, {0, 2}, {1, 0}, {1, 1}, {1, 2}};
+  // Share 0 took entries 0 and 2 and committed in its second feed at record
+  // 5; share 1 took 1 and 3 and committed the end of its first.
+  const std::vector<std::vector<uint64_t>> claims = {{0, 2}, {1, 3}};
+  const std::vector<std::optional<FeedPosition>> commits = {FeedPosition{1, 5, false},
+                                                            FeedPosition{0, 9, true}};
+  EXPECT_THAT(QueueAfterRound(queue, claims, commits),
+              ElementsAre(FeedUnit{0, 2, 5}, FeedUnit{1, 0}, FeedUnit{1, 1}, FeedUnit{1, 2}));
+}
+
+TEST(QueueAfterRoundTest, WithoutACommitEveryClaimIsFedAgain) {
+  const std::vector<FeedUnit> queue = {{0, 0, 3}, {0, 1}, {0, 2}};
+  EXPECT_EQ(QueueAfterRound(queue, {{0, 1}, {2}}, {std::nullopt, std::nullopt}), queue);
+  // A share that committed nothing gives back what it claimed; one that did
+  // keeps its own consumed part only.
+  EXPECT_THAT(QueueAfterRound(queue, {{0, 1}, {2}}, {std::nullopt, FeedPosition{0, 4, true}}),
+              ElementsAre(FeedUnit{0, 0, 3}, FeedUnit{0, 1}));
+}
+
+TEST(QueueAfterRoundTest, ClaimsAndCommitsNamingWhatDoesNotExistAreIgnored) {
+  const std::vector<FeedUnit> queue = {{0, 0}, {0, 1}};
+  // Entry 7 does not exist; a commit past the claims; a record before the
+  // entry's first.
+  EXPECT_THAT(
+      QueueAfterRound(queue, {{7, 1}, {0}}, {FeedPosition{1, 2, false}, FeedPosition{3, 0, true}}),
+      ElementsAre(FeedUnit{0, 0}, FeedUnit{0, 1, 2}));
+  const std::vector<FeedUnit> resumed = {{0, 0, 10}};
+  EXPECT_EQ(QueueAfterRound(resumed, {{0}}, {FeedPosition{0, 4, false}}), resumed);
+}
+
 }  // namespace
 }  // namespace drover::feed

@@ -18,9 +18,11 @@ std::string FormatOfExtension(const std::string& pattern) {
 Result<std::optional<FeedPlan>> PlanFeed(const FeedRequest& request) {
   if (request.inputs.empty()) {
     if (!request.output.empty() || request.mode != "train" || request.epochs != 1 ||
-        !request.format.empty() || request.record_bytes != 0 || !request.remainder.empty()) {
+        !request.format.empty() || request.record_bytes != 0 || !request.remainder.empty() ||
+        !request.balance.empty()) {
       return Status::InvalidArgument(
-          "--format, --record-bytes, --epochs, --mode, --output and --remainder go with --input");
+          "--format, --record-bytes, --epochs, --mode, --output, --remainder and --balance go "
+          "with --input");
     }
     return std::optional<FeedPlan>();
   }
@@ -66,6 +68,17 @@ Result<std::optional<FeedPlan>> PlanFeed(const FeedRequest& request) {
   } else if (!request.output.empty()) {
     return Status::InvalidArgument("--output goes with --mode inference");
   }
+  if (request.balance == "dynamic") {
+    plan.balance = Balance::kDynamic;
+  } else if (!request.balance.empty() && request.balance != "equal") {
+    return Status::InvalidArgument("--balance takes equal or dynamic, not '" + request.balance +
+                                   "'");
+  }
+  if (plan.balance == Balance::kDynamic && !request.remainder.empty()) {
+    return Status::InvalidArgument(
+        "--remainder goes with --balance equal: a dynamic feed hands out every record once an "
+        "epoch");
+  }
   Remainder remainder = Remainder::kPad;
   if (!request.remainder.empty()) {
     Result<Remainder> parsed = ParseRemainder(request.remainder);
@@ -83,6 +96,9 @@ Result<std::optional<FeedPlan>> PlanFeed(const FeedRequest& request) {
     return Status::InvalidArgument(
         "--input needs a fed node (a chief, master or worker), but the cluster has none");
   }
+  // A dynamic feed needs no counting: whoever has room takes the next
+  // partition, whatever its size.
+  if (plan.balance == Balance::kDynamic) return std::optional<FeedPlan>(std::move(plan));
   DROVER_ASSIGN_OR_RETURN(plan, LayOutEqualShares(std::move(plan), request.fed_nodes, remainder));
   return std::optional<FeedPlan>(std::move(plan));
 }

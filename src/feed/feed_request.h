@@ -34,6 +34,9 @@ struct FeedRequest {
   // not divide evenly: "pad" (the default; "" means it) or "drop"
   // (feed/share_layout.h).
   std::string remainder;
+  // "equal" (the default; "" means it): shares laid out before the run;
+  // "dynamic": partitions handed out on demand (FeedPlan::balance).
+  std::string balance;
   // The fed nodes (chief/master and workers) the shares are laid out for.
   int fed_nodes = 1;
 };

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <limits>
 
 #include "feed/record_index.h"
 #include "feed/shm_channel.h"
@@ -74,6 +75,8 @@ class BatchWriter {
     info_.record_bytes = record_bytes;
   }
 
+  // Waits until the queue has room for a batch (and keeps it reserved).
+  Status WaitForRoom() { return Reserve(batch_bytes_); }
   Status Begin(const BatchInfo& info) {
     const uint32_t record_bytes = info_.record_bytes;
     info_ = info;
@@ -225,10 +228,49 @@ Result<size_t> IngestRun(RecordReader& reader, BatchWriter& writer, IngestChoice
 
 namespace {
 
-Result<FeederReport> FeedShare(const FeederOptions& options, ShmChannel& channel) {
+// Where a node's feeds come from: its share of the plan, fixed before the
+// run, or claimed one at a time from the driver's queue through the agent
+// (a dynamic plan).
+class FeedSource {
+ public:
+  FeedSource(const FeederOptions& options, int socket) : options_(options), socket_(socket) {}
+
+  Status Init() {
+    if (dynamic()) return Status::Ok();
+    DROVER_ASSIGN_OR_RETURN(feeds_, FeedsOfShare(options_.plan, options_.share, options_.shares));
+    return Status::Ok();
+  }
+  bool dynamic() const { return options_.plan.balance == Balance::kDynamic; }
+  // How many feeds the share has; a dynamic share's count is open.
+  size_t count() const { return dynamic() ? std::numeric_limits<uint32_t>::max() : feeds_.size(); }
+  // Feed `seq`, or nullopt after the last.
+  Result<std::optional<FeedUnit>> At(size_t seq) {
+    if (!dynamic()) return seq < feeds_.size() ? std::optional(feeds_[seq]) : std::nullopt;
+    constexpr auto kClaimTimeout = std::chrono::seconds(60);
+    Result<std::optional<FeedUnit>> unit =
+        ClaimFeed(socket_, static_cast<uint32_t>(seq), Clock::now() + kClaimTimeout);
+    if (!unit.ok()) return unit.status().WithContext("claiming " + options_.task + "'s next feed");
+    const FeedPlan& plan = options_.plan;
+    if (*unit && ((*unit)->epoch >= plan.epochs ||
+                  static_cast<size_t>((*unit)->partition) >= plan.partitions.size())) {
+      return Status::Internal("the agent handed out epoch " + std::to_string((*unit)->epoch) +
+                              ", partition " + std::to_string((*unit)->partition) +
+                              ", which the plan does not have");
+    }
+    return unit;
+  }
+
+ private:
+  const FeederOptions& options_;
+  const int socket_;
+  std::vector<FeedUnit> feeds_;
+};
+
+Result<FeederReport> FeedShare(const FeederOptions& options, JoinedFeed& joined) {
   const FeedPlan& plan = options.plan;
-  DROVER_ASSIGN_OR_RETURN(const std::vector<FeedUnit> feeds,
-                          FeedsOfShare(plan, options.share, options.shares));
+  ShmChannel& channel = joined.channel;
+  FeedSource source(options, joined.socket.get());
+  DROVER_RETURN_IF_ERROR(source.Init());
   RingWriter probe(channel, /*input_ring=*/true);
   DROVER_ASSIGN_OR_RETURN(std::optional<CommitPoint> commit, probe.LastCommit());
   const std::optional<FeedPosition> committed =
@@ -237,8 +279,10 @@ Result<FeederReport> FeedShare(const FeederOptions& options, ShmChannel& channel
           : std::nullopt;
   StartPoint start;
   if (commit || !committed) {
-    DROVER_ASSIGN_OR_RETURN(start, StartAfter(commit, feeds.size()));
+    DROVER_ASSIGN_OR_RETURN(start, StartAfter(commit, source.count()));
   } else {
+    DROVER_ASSIGN_OR_RETURN(std::vector<FeedUnit> feeds,
+                            FeedsOfShare(plan, options.share, options.shares));
     DROVER_ASSIGN_OR_RETURN(start, StartAtPosition(plan, feeds, *committed));
   }
 
@@ -253,24 +297,38 @@ Result<FeederReport> FeedShare(const FeederOptions& options, ShmChannel& channel
   // A failed Reserve: the program terminated the feed, took nothing for the
   // feed timeout (waiting inside a partition or before the next one), or the
   // channel stopped.
-  auto stopped = [&](const Status& status, const Partition& partition) -> Result<FeederReport> {
+  // `what`: the partition being fed, or what the feeder waited for.
+  auto stopped = [&](const Status& status, const std::string& what) -> Result<FeederReport> {
     if (channel.state() == RunState::kTerminating) {
       report.terminated = true;
       return report;
     }
     if (status.code() == Status::Code::kDeadlineExceeded) {
       return Status::DeadlineExceeded("feed timeout: " + options.task + " took no record for " +
-                                      os::SecondsText(timeout) + " while " + partition.Name() +
+                                      os::SecondsText(timeout) + " while " + what +
                                       " was being fed");
     }
-    return status.WithContext(partition.Name());
+    return status.WithContext(what);
   };
 
-  for (size_t seq = start.feed; seq < feeds.size(); ++seq) {
-    const FeedUnit& unit = feeds[seq];
+  for (size_t seq = start.feed;; ++seq) {
+    // A dynamic feed claims its next partition only once the queue has room
+    // for it, so a slow node leaves the rest to the others.
+    if (source.dynamic()) {
+      Status room = writer.WaitForRoom();
+      if (!room.ok()) return stopped(room, "its next partition");
+    }
+    DROVER_ASSIGN_OR_RETURN(const std::optional<FeedUnit> claimed, source.At(seq));
+    if (!claimed) break;
+    const FeedUnit& unit = *claimed;
     const Partition& partition = plan.partitions[static_cast<size_t>(unit.partition)];
     const bool resuming = seq == start.feed && start.offset.has_value();
     uint64_t offset = resuming ? *start.offset : partition.begin;
+    if (!resuming && unit.first_record > 0) {
+      DROVER_ASSIGN_OR_RETURN(std::vector<uint64_t> offsets,
+                              RecordOffsets(partition, plan.read, {unit.first_record}));
+      offset = offsets.front();
+    }
     // The commit point lives in memory the program can write.
     if (offset < partition.begin || offset > partition.end) {
       return Status::Internal("the reader corrupted the queue header: the commit point's offset " +
@@ -282,14 +340,14 @@ Result<FeederReport> FeedShare(const FeederOptions& options, ShmChannel& channel
     info.feed_seq = static_cast<uint32_t>(seq);
     info.partition = static_cast<uint32_t>(unit.partition);
     info.epoch = static_cast<uint32_t>(unit.epoch);
-    info.first_record = resuming ? start.record : 0;
+    info.first_record = resuming ? start.record : unit.first_record;
     Status begun = writer.Begin(info);
-    if (!begun.ok()) return stopped(begun, partition);
+    if (!begun.ok()) return stopped(begun, partition.Name());
     while (fixed_size) {
       const uint64_t before = reader->next_offset();
       if (writer.free_records() == 0) {
         Status next = writer.NextBatch(before, plan.read.record_bytes);
-        if (!next.ok()) return stopped(next, partition);
+        if (!next.ok()) return stopped(next, partition.Name());
         continue;
       }
       DROVER_ASSIGN_OR_RETURN(size_t count, IngestRun(*reader, writer, ingest));
@@ -303,7 +361,7 @@ Result<FeederReport> FeedShare(const FeederOptions& options, ShmChannel& channel
       if (!more.ok()) return more.status();
       if (!*more) break;
       Status appended = writer.Append(record, before);
-      if (!appended.ok()) return stopped(appended, partition);
+      if (!appended.ok()) return stopped(appended, partition.Name());
       ++report.records;
     }
     writer.Publish(kEndOfPartition, reader->next_offset());
@@ -320,7 +378,7 @@ Result<FeederReport> FeedShare(const FeederOptions& options, ShmChannel& channel
 Result<FeederReport> RunFeeder(const FeederOptions& options) {
   DROVER_ASSIGN_OR_RETURN(JoinedFeed joined, JoinFeed(options.socket_path, FeedRole::kWriter, true,
                                                       Clock::now() + kJoinTimeout));
-  Result<FeederReport> report = FeedShare(options, joined.channel);
+  Result<FeederReport> report = FeedShare(options, joined);
   // A feeding error is the reader's error too; a stop already has its reason.
   if (!report.ok() && joined.channel.state() == RunState::kRunning) {
     joined.channel.SetError(report.status().message());

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -296,6 +297,62 @@ Status DecodeCommitAnswer(const std::string& line, std::optional<FeedPosition>* 
     return Status::Unavailable(kBadAnswer);
   }
   return Status::Ok();
+}
+
+std::string EncodeClaimRequest(uint32_t seq) {
+  return Dump({{"claim", seq}});
+}
+
+Status DecodeClaimRequest(const std::string& line, uint32_t* seq) {
+  const nlohmann::json json = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object() || json.size() != 1 || !json.contains("claim") ||
+      !json["claim"].is_number_unsigned() ||
+      json["claim"].get<uint64_t>() > std::numeric_limits<uint32_t>::max()) {
+    return Status::InvalidArgument("bad feed request: expected {\"claim\": feed number}");
+  }
+  *seq = json["claim"].get<uint32_t>();
+  return Status::Ok();
+}
+
+std::string EncodeClaimAnswer(const std::optional<FeedUnit>& unit) {
+  nlohmann::json feed;  // null
+  if (unit) feed = nlohmann::json::array({unit->epoch, unit->partition, unit->first_record});
+  return Dump({{"ok", true}, {"feed", feed}});
+}
+
+Status DecodeClaimAnswer(const std::string& line, std::optional<FeedUnit>* unit) {
+  const nlohmann::json reply = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!reply.is_object() || !reply.contains("ok") || !reply["ok"].is_boolean()) {
+    return Status::Unavailable(kBadAnswer);
+  }
+  if (!reply["ok"].get<bool>()) {
+    FeedGrant unused;
+    return DecodeAnswer(line, &unused);
+  }
+  if (!reply.contains("feed")) return Status::Unavailable(kBadAnswer);
+  const nlohmann::json& feed = reply["feed"];
+  if (feed.is_null()) {
+    unit->reset();
+    return Status::Ok();
+  }
+  constexpr uint64_t kMaxInt = std::numeric_limits<int>::max();
+  if (!feed.is_array() || feed.size() != 3 || !feed[0].is_number_unsigned() ||
+      !feed[1].is_number_unsigned() || !feed[2].is_number_unsigned() ||
+      feed[0].get<uint64_t>() > kMaxInt || feed[1].get<uint64_t>() > kMaxInt) {
+    return Status::Unavailable(kBadAnswer);
+  }
+  *unit = FeedUnit{feed[0].get<int>(), feed[1].get<int>(), feed[2].get<uint64_t>()};
+  return Status::Ok();
+}
+
+Result<std::optional<FeedUnit>> ClaimFeed(int socket, uint32_t seq, Deadline deadline) {
+  DROVER_RETURN_IF_ERROR(SendMessage(socket, EncodeClaimRequest(seq)));
+  std::string line;
+  os::UniqueFd ignored;
+  DROVER_RETURN_IF_ERROR(ReceiveMessage(socket, deadline, &line, &ignored));
+  std::optional<FeedUnit> unit;
+  DROVER_RETURN_IF_ERROR(DecodeClaimAnswer(line, &unit));
+  return unit;
 }
 
 Status DecodeHello(const std::string& line, FeedRole* role, bool* train_mode, bool* external) {

@@ -80,6 +80,22 @@ std::string EncodeCommitAnswer(const std::optional<FeedPosition>& position);
 // The refusal it carries with its code, or kUnavailable "bad answer" (fuzzed).
 Status DecodeCommitAnswer(const std::string& line, std::optional<FeedPosition>* position);
 
+// A dynamic feed's feeder, after its hello, claims each of its feeds in turn:
+// {"claim": SEQ}, SEQ its next feed_seq (a feeder started again asks again
+// for the feed it was in, and gets the same one). The agent answers {"ok":
+// true, "feed": [epoch, partition, first record] | null}, null once the
+// queue is empty (the feed is over for this node), or a refusal.
+std::string EncodeClaimRequest(uint32_t seq);
+// kInvalidArgument for anything else (fuzzed).
+Status DecodeClaimRequest(const std::string& line, uint32_t* seq);
+std::string EncodeClaimAnswer(const std::optional<FeedUnit>& unit);
+// The refusal it carries with its code, or kUnavailable "bad answer"
+// (fuzzed). The unit's numbers are only checked to be in range of their
+// types: the feeder checks them against its plan.
+Status DecodeClaimAnswer(const std::string& line, std::optional<FeedUnit>* unit);
+// Sends the request on `socket` and waits until `deadline` for the answer.
+Result<std::optional<FeedUnit>> ClaimFeed(int socket, uint32_t seq, Deadline deadline);
+
 // A joined feed: the connection (kept open: closing it tells the agent this
 // side is gone), the grant and the mapped channel.
 struct JoinedFeed {

@@ -107,6 +107,53 @@ def test_equal_shares_feed_every_node_the_same_records_each_epoch(
         assert {i: n for i, n in counts.items() if n != 1} == twice, epoch
 
 
+def test_dynamic_balance_gives_a_held_node_less_and_every_record_once(tmp_path):
+    """--balance dynamic: a node whose program is held back after its first
+    batch keeps what its small queue took; the others take the rest, and
+    every record is consumed once per epoch. The hold ends when both others
+    are done (a file), never after a set time."""
+    write_csv(tmp_path / "data.csv", 0, 12000)  # about 240 KB: 22 partitions
+    out = tmp_path / "seen"
+    reader = f"{FEED_READER} --out {out} --batch 50 --hold 2={tmp_path}/release"
+    release = (f"touch {tmp_path}/fin.$DROVER_EXECUTOR_ID; "
+               f"if [ -e {tmp_path}/fin.0 ] && [ -e {tmp_path}/fin.1 ]; then "
+               f"touch {tmp_path}/release; fi")
+    result = run_feed(tmp_path, "--nodes", "3", "--input", str(tmp_path / "data.csv"),
+                      "--balance", "dynamic", "--split-bytes", "10000", "--queue-bytes", "65536",
+                      "--epochs", "2", "--", "sh", "-c",
+                      f'{reader} || exit $?; [ "$DROVER_EXECUTOR_ID" = 2 ] || {{ {release}; }}',
+                      timeout=300)
+    assert result.returncode == 0, result.stderr
+    seen = read_seen(out)
+    counts = {executor: len(records) for executor, records in seen.items()}
+    assert sorted(counts) == ["0", "1", "2"], counts
+    # The held node's queue holds 64 KiB, under 3,000 records: it cannot
+    # have taken more than that and the partition it was writing (about 500
+    # records), where equal shares would have given it 8,000.
+    assert counts["2"] <= 3500, counts
+    assert counts["0"] + counts["1"] + counts["2"] == 24000, counts
+    by_epoch = ids_by_epoch(seen)
+    assert sorted(by_epoch) == [0, 1]
+    for epoch, ids in by_epoch.items():
+        assert ids == collections.Counter(range(12000)), epoch
+
+
+def test_dynamic_balance_in_inference_answers_every_record_once(tmp_path):
+    write_uneven_csvs(tmp_path)
+    result = run_feed(tmp_path, "--nodes", "3", "--input", str(tmp_path / "*.csv"),
+                      "--balance", "dynamic", "--mode", "inference", "--output",
+                      str(tmp_path / "out"), "--", FEED_READER, "--out", str(tmp_path / "seen"),
+                      "--inference", "--batch", "64")
+    assert result.returncode == 0, result.stderr
+    parts = sorted(os.listdir(tmp_path / "out"))
+    assert parts == [f"part-{i:05d}" for i in range(4)], parts
+    answered = []
+    for part in parts:
+        with open(tmp_path / "out" / part) as f:
+            answered += [int(line.split(":", 1)[1].split(",", 1)[0]) for line in f]
+    assert answered == list(range(1001))  # in input order, each once
+
+
 def test_dry_run_shows_each_share(tmp_path):
     write_uneven_csvs(tmp_path)
     result = run_feed(tmp_path, "--nodes", "3", "--dry-run", "--input", "*.csv", "--",
@@ -337,6 +384,10 @@ def test_parameter_servers_are_not_fed(tmp_path):
     (["--input", "data.csv", "--mode", "inference", "--output", "out", "--epochs", "2"],
      "one epoch"),
     (["--input", "data.csv", "--remainder", "some"], "--remainder takes pad or drop"),
+    (["--input", "data.csv", "--balance", "fair"], "--balance takes equal or dynamic"),
+    (["--input", "data.csv", "--balance", "dynamic", "--remainder", "drop"],
+     "--remainder goes with --balance equal"),
+    (["--balance", "dynamic"], "go with --input"),
     (["--input", "data.csv", "--mode", "inference", "--output", "out", "--remainder", "drop"],
      "--remainder goes with --mode train"),
 ])
@@ -420,31 +471,36 @@ def consumed_by_epoch(prefix):
 KILL_TRIALS = 20 if os.environ.get("DROVER_KILL_MATRIX") == "full" else 4
 
 
+@pytest.mark.parametrize("balance", ["equal", "dynamic"])
 @pytest.mark.parametrize("trial", range(KILL_TRIALS))
-def test_killed_worker_resumes_after_its_last_commit(tmp_path, trial):
+def test_killed_worker_resumes_after_its_last_commit(tmp_path, trial, balance):
     """A random worker SIGKILLs itself at a random point in one or more
     rounds; the program commits every few batches. Relative to the commits,
     every record is consumed exactly once per epoch: none fed again before a
     share's last commit, none lost after it. The fault waits for progress
-    (a number of records read), never for the clock."""
+    (a number of records read), never for the clock. Dynamic: small queues
+    and partitions, so both nodes claim as they go, and the victim dies
+    early enough in the first round to be sure to die."""
     rng = random.Random(7000 + trial)
     total, nodes = 6000, 2
     write_csv(tmp_path / "data.csv", 0, total)
     victim = rng.randrange(nodes)
     rounds_killed = rng.randint(1, 3)
-    die_after = rng.randrange(100, 2 * total // nodes)
+    die_after = rng.randrange(100, 2 * total // nodes if balance == "equal" else total // 4)
+    feeding = (["--split-bytes", "20000"] if balance == "equal" else
+               ["--balance", "dynamic", "--split-bytes", "8000", "--queue-bytes", "65536"])
     commit_every = rng.randint(1, 3)
     out = tmp_path / "seen"
     mark = marker()
     reader = (f'exec {FEED_READER} --out {out} --batch 50 --append '
               f'--commit-every {commit_every} --tag {mark}')
     result = run_feed(tmp_path, "--nodes", str(nodes), "--input", str(tmp_path / "data.csv"),
-                      "--split-bytes", "20000", "--epochs", "2", "--max-restarts", "3",
+                      *feeding, "--epochs", "2", "--max-restarts", "3",
                       "--grace", "2", "--", "sh", "-c",
                       f'if [ "$RANK" = {victim} ]; then {reader} --die-after {die_after} '
                       f'--die-in-rounds {rounds_killed}; else {reader}; fi', mark,
                       timeout=300)
-    context = (victim, rounds_killed, die_after, commit_every)
+    context = (balance, victim, rounds_killed, die_after, commit_every)
     assert result.returncode == 0, (context, result.stderr)
     # A later round may have fewer records left than die_after: it ends.
     assert 1 <= result.stderr.count("re-forming the group") <= rounds_killed, \
