@@ -10,7 +10,7 @@
 //   --die-after N         SIGKILLs itself once N records were read
 //   --die-in-rounds K     ... only in rounds 0..K-1 (DROVER_RESTART_COUNT)
 //   --commit-every N      calls Commit() after every N batches and writes
-//                         "#commit" once it returned
+//                         "#commit" once it returned (SIGTERM waits for both)
 //   --append              appends to the file, after a "#round R" line
 //   --sleep-us U          sleeps U microseconds per batch (a slow trainer)
 //   --slow ID=U           ... but executor ID sleeps U (a straggler)
@@ -156,10 +156,19 @@ int main(int argc, char** argv) {
     }
     if (options.die_after >= 0 && seen >= options.die_after) ::kill(::getpid(), SIGKILL);
     if (options.commit_every > 0 && ++batches % options.commit_every == 0) {
+      // A stop (SIGTERM) between the driver recording the commit and the
+      // "#commit" line would make the file understate what was committed:
+      // it waits until the line is written.
+      sigset_t stops, before;
+      sigemptyset(&stops);
+      sigaddset(&stops, SIGTERM);
+      sigaddset(&stops, SIGINT);
+      ::sigprocmask(SIG_BLOCK, &stops, &before);
       auto committed = feed->Commit();
       if (!committed.ok()) return Fail(committed.status());
       std::fprintf(out, "#commit\n");
       std::fflush(out);
+      ::sigprocmask(SIG_SETMASK, &before, nullptr);
     }
     if (options.terminate_after >= 0 && seen >= options.terminate_after) feed->Terminate();
     ++step;
