@@ -22,6 +22,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from host_figures import host_line  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = os.path.join(HERE, "..", "examples")
 EPOCHS = 40
@@ -53,19 +56,6 @@ def run_once(drover, argv, data, workdir, env):
     training = accuracy_at - first
     return {"accuracy": accuracy, "to_accuracy": accuracy_at, "training": training,
             "rows_per_s": EPOCHS * TRAIN_ROWS / training, "exit": exited}
-
-
-def host_line():
-    cpus = os.cpu_count()
-    model, mhz = "", ""
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name") and not model:
-                model = line.split(":", 1)[1].strip()
-            if line.startswith("cpu MHz") and not mhz:
-                mhz = line.split(":", 1)[1].strip().split(".")[0]
-    load = os.getloadavg()[0]
-    return f"host: {cpus} CPUs @ {mhz} MHz ({model}), load {load:.1f} at start"
 
 
 def main():

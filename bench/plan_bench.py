@@ -13,7 +13,11 @@ import argparse
 import os
 import statistics
 import subprocess
+import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from host_figures import read_limit  # noqa: E402
 
 
 def make_csv(path, mib):
@@ -27,16 +31,6 @@ def make_csv(path, mib):
             f.write(chunk)
             written += len(chunk)
             i += 100_000
-
-
-def read_limit(path):
-    buffer = bytearray(8 << 20)
-    view = memoryview(buffer)
-    started = time.perf_counter()
-    with open(path, "rb", buffering=0) as f:
-        while f.readinto(view):
-            pass
-    return time.perf_counter() - started
 
 
 def plan_seconds(drover, path, nodes, workdir):

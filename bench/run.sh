@@ -25,6 +25,9 @@ echo
 echo "== reporting: drover.report once per step of a 10,000 steps/s loop (ratio to the loop without it) =="
 PYTHONPATH="$PWD/build/python" /usr/bin/python3 bench/report_bench.py --drover build/bin/drover --reps 5
 echo
+echo "== footprint: memory and idle CPU of the agents (ratios to sleep, mpirun and torchrun) =="
+/usr/bin/python3 bench/footprint_bench.py --drover build/bin/drover --nodes 2,8 --window 20
+echo
 echo "== start-up over SSH: three sshd hosts (ratio to a plain parallel ssh fan-out) =="
 if [ "$(id -u)" -eq 0 ]; then
   /usr/bin/python3 bench/ssh_startup_bench.py --drover build/bin/drover --per-host 1,2 --reps 5

@@ -293,8 +293,11 @@ class RendezvousClient {
   // heartbeat goes first, so the server keeps the node's final counts.
   Status Leave();
 
-  // Whether the server told this node to stop, waiting up to `deadline`.
-  Result<bool> WaitForStop(Deadline deadline);
+  // Whether the server told this node to stop, waiting up to `deadline`, or
+  // until `wake_fd` (when >= 0; e.g. the caller's eventfd, polled, never read)
+  // is readable: false for both, so a watcher thread can block without a
+  // timeout and still be told to quit.
+  Result<bool> WaitForStop(Deadline deadline, int wake_fd = -1);
 
   // The key-value store (PyTorch TCPStore-like).
   Status Set(const std::string& key, const std::string& value, Deadline deadline);

@@ -84,8 +84,6 @@ struct SocketDirForSignals {
 };
 
 constexpr size_t kTailLines = 20;
-// How often the STOP watcher hands the connection back to check for its end.
-constexpr Milliseconds kStopPoll{100};
 // The agent waits this much longer than the reservation timeout, so that the
 // server's message (naming the missing nodes) arrives first.
 constexpr Milliseconds kRegisterSlack{5'000};
@@ -242,6 +240,7 @@ class Agent::Impl {
  public:
   Impl(AgentOptions options, const Environment& env) : options_(std::move(options)), env_(env) {
     event_fd_.Reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    quit_watcher_fd_.Reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   }
   ~Impl() {
     feed_.reset();
@@ -322,11 +321,13 @@ class Agent::Impl {
   AgentOptions options_;
   const Environment& env_;  // variables, host name and interfaces come only from here
   os::UniqueFd event_fd_;
+  // Written once when supervision ends: the STOP watcher blocks on the
+  // connection and this, with no timeout, so an idle agent does not wake.
+  os::UniqueFd quit_watcher_fd_;
   std::atomic<int> interrupt_signal_{0};
   std::atomic<bool> started_{false};
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> connection_lost_{false};
-  std::atomic<bool> quit_watcher_{false};
   std::atomic<bool> feed_failed_{false};
   Mutex mu_;
   std::string lost_reason_ GUARDED_BY(mu_);
@@ -355,7 +356,7 @@ int Agent::Impl::Run() {
   const AgentOptions& o = options_;
   if (o.executor_id.empty()) return Fail(Status::InvalidArgument("no executor id given"));
   if (o.command.empty()) return Fail(Status::InvalidArgument("no command to run after `--`"));
-  if (!event_fd_.valid())
+  if (!event_fd_.valid() || !quit_watcher_fd_.valid())
     return Fail(Status::IoError(std::string("eventfd: ") + std::strerror(errno)));
   if (o.exit_with_parent > 0) {
     // SIGTERM when the parent dies: the agent stops its program as for any
@@ -518,7 +519,9 @@ int Agent::Impl::Run() {
   OutputTail tail(kTailLines);
   os::ExitStatus status = os::ExitStatus::Exited(0);
   Reason reason = Supervise(child, tail, &status);
-  quit_watcher_ = true;
+  uint64_t one = 1;
+  ssize_t ignored = ::write(quit_watcher_fd_.get(), &one, sizeof(one));
+  (void)ignored;
   watcher.join();
   if (temporary_context) std::remove(context_path.c_str());
 
@@ -739,22 +742,18 @@ void Agent::Impl::LeaveCluster(RendezvousClient& client) {
 }
 
 void Agent::Impl::WatchForStop(RendezvousClient* client) {
-  while (!quit_watcher_) {
-    Result<bool> stop = client->WaitForStop(Clock::now() + kStopPoll);
-    if (!stop.ok()) {
-      {
-        MutexLock lock(mu_);
-        lost_reason_ = stop.status().message();
-      }
-      connection_lost_ = true;
-      Notify();
-      return;
+  // No deadline: only a STOP, a lost connection or quit_watcher_fd_ ends the wait.
+  Result<bool> stop = client->WaitForStop(Clock::time_point::max(), quit_watcher_fd_.get());
+  if (!stop.ok()) {
+    {
+      MutexLock lock(mu_);
+      lost_reason_ = stop.status().message();
     }
-    if (*stop) {
-      stop_requested_ = true;
-      Notify();
-      return;
-    }
+    connection_lost_ = true;
+    Notify();
+  } else if (*stop) {
+    stop_requested_ = true;
+    Notify();
   }
 }
 

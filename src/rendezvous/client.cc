@@ -248,7 +248,7 @@ class RendezvousClient::Impl {
   Status SendFinalHeartbeat();
   Status SendControl(wire::Control control);
   Result<ClusterState> QueryState(Deadline deadline);
-  Result<bool> WaitForStop(Deadline deadline);
+  Result<bool> WaitForStop(Deadline deadline, int wake_fd);
   // Sends a KV request and waits for its reply. A reply's error code becomes
   // a Status, except NOT_FOUND when `not_found_is_answer` (GET, DELETE).
   Result<wire::KvReply> Kv(wire::KvRequest request, Deadline deadline, std::string_view what,
@@ -279,16 +279,17 @@ class RendezvousClient::Impl {
   // REQUIRES: write_mu_ held.
   Status WriteAll(std::string_view bytes, Deadline deadline, std::string_view what);
 
-  // Reads the next frame, waiting until `deadline`. Sets deadline_passed_
-  // when it gives up because of the deadline.
-  Result<wire::Frame> ReadFrame(Deadline deadline, std::string_view what);
+  // Reads the next frame, waiting until `deadline`, or until `wake_fd` (when
+  // >= 0) is readable, which counts as the deadline passing. Sets
+  // deadline_passed_ when it gives up for either.
+  Result<wire::Frame> ReadFrame(Deadline deadline, std::string_view what, int wake_fd = -1);
 
   // Reads frames until `wanted` accepts one, which it returns. On the way it
   // records relayed STOPs (returning early if `return_on_stop`), turns an
   // ERROR into a Status, and skips late replies to calls that gave up.
   Result<wire::Frame> Await(Deadline deadline, std::string_view what,
                             const std::function<bool(const wire::Frame&)>& wanted,
-                            bool return_on_stop = false);
+                            bool return_on_stop = false, int wake_fd = -1);
 
   Result<FormedCluster> DecodeCluster(const wire::Frame& frame);
 
@@ -367,7 +368,8 @@ void RendezvousClient::Impl::SendError(const wire::FrameError& error) {
   (void)WriteAll(reply, Clock::now() + Milliseconds(100), "ERROR");
 }
 
-Result<wire::Frame> RendezvousClient::Impl::ReadFrame(Deadline deadline, std::string_view what) {
+Result<wire::Frame> RendezvousClient::Impl::ReadFrame(Deadline deadline, std::string_view what,
+                                                      int wake_fd) {
   deadline_passed_ = false;
   DROVER_RETURN_IF_ERROR(Broken());
   char buffer[64 << 10];
@@ -395,10 +397,15 @@ Result<wire::Frame> RendezvousClient::Impl::ReadFrame(Deadline deadline, std::st
       case wire::FrameReader::Step::kNeedMore:
         break;
     }
-    pollfd pfd{fd_.get(), POLLIN, 0};
+    pollfd pfd[2] = {{fd_.get(), POLLIN, 0}, {wake_fd, POLLIN, 0}};
     int timeout = PollTimeoutMs(deadline);
-    int ready = ::poll(&pfd, 1, timeout);
+    int ready = ::poll(pfd, wake_fd >= 0 ? 2 : 1, timeout);
     if (ready < 0 && errno == EINTR) continue;
+    if (ready > 0 && pfd[1].revents != 0 && pfd[0].revents == 0) {
+      deadline_passed_ = true;
+      return Status::Cancelled("stopped waiting for " + std::string(what) +
+                               " from rendezvous server " + server());
+    }
     if (ready == 0) {
       if (PollTimeoutMs(deadline) > 0) continue;  // a capped wait on a far deadline
       deadline_passed_ = true;
@@ -429,9 +436,9 @@ Result<wire::Frame> RendezvousClient::Impl::ReadFrame(Deadline deadline, std::st
 
 Result<wire::Frame> RendezvousClient::Impl::Await(
     Deadline deadline, std::string_view what, const std::function<bool(const wire::Frame&)>& wanted,
-    bool return_on_stop) {
+    bool return_on_stop, int wake_fd) {
   for (;;) {
-    DROVER_ASSIGN_OR_RETURN(wire::Frame frame, ReadFrame(deadline, what));
+    DROVER_ASSIGN_OR_RETURN(wire::Frame frame, ReadFrame(deadline, what, wake_fd));
     wire::FrameError error;
     if (frame.type() == wire::ERROR) {
       wire::Error body;
@@ -703,11 +710,11 @@ Result<ClusterState> RendezvousClient::Impl::QueryState(Deadline deadline) {
   return out;
 }
 
-Result<bool> RendezvousClient::Impl::WaitForStop(Deadline deadline) {
+Result<bool> RendezvousClient::Impl::WaitForStop(Deadline deadline, int wake_fd) {
   while (!stop_received_) {
     Result<wire::Frame> frame = Await(
         deadline, "a STOP from the server", [](const wire::Frame&) { return false; },
-        /*return_on_stop=*/true);
+        /*return_on_stop=*/true, wake_fd);
     if (!frame.ok()) {
       if (deadline_passed_) return false;
       return frame.status();
@@ -879,8 +886,8 @@ Status RendezvousClient::Leave() {
   return impl_->SendControl(std::move(control));
 }
 
-Result<bool> RendezvousClient::WaitForStop(Deadline deadline) {
-  return impl_->WaitForStop(deadline);
+Result<bool> RendezvousClient::WaitForStop(Deadline deadline, int wake_fd) {
+  return impl_->WaitForStop(deadline, wake_fd);
 }
 
 Status RendezvousClient::Set(const std::string& key, const std::string& value, Deadline deadline) {

@@ -721,6 +721,37 @@ TEST(RendezvousClientTest, WaitForStopIsFalseAtTheDeadline) {
   EXPECT_FALSE(stopped);
 }
 
+// The agent's STOP watcher waits with no deadline (an idle agent must not
+// wake); its wake fd ends the wait, and a STOP still comes through after it.
+TEST(RendezvousClientTest, WaitForStopEndsWhenItsWakeFdIsReadable) {
+  std::atomic<bool> send_stop{false};
+  auto server = FakeServer::Start([&](FakeConnection& peer) {
+    ASSERT_TRUE(peer.Handshake(TestToken()));
+    while (!send_stop) std::this_thread::sleep_for(Milliseconds(5));
+    wire::Control stop;
+    stop.set_kind(wire::Control::STOP_ALL);
+    peer.Send(wire::CONTROL, stop);
+    peer.WaitForClose();
+  });
+  ASSERT_OK_AND_ASSIGN(auto client, RendezvousClient::Connect(Options(server->address()), Soon()));
+  int wake[2];
+  ASSERT_EQ(::pipe(wake), 0);
+  std::thread waker([&] {
+    std::this_thread::sleep_for(Milliseconds(50));
+    ASSERT_EQ(::write(wake[1], "x", 1), 1);
+  });
+  const Clock::time_point started = Clock::now();
+  ASSERT_OK_AND_ASSIGN(bool stopped, client->WaitForStop(Clock::time_point::max(), wake[0]));
+  waker.join();
+  EXPECT_FALSE(stopped);
+  EXPECT_LT(Clock::now() - started, Milliseconds(5'000));
+  send_stop = true;
+  ::close(wake[0]);
+  ::close(wake[1]);
+  ASSERT_OK_AND_ASSIGN(stopped, client->WaitForStop(Soon()));
+  EXPECT_TRUE(stopped);
+}
+
 TEST(RendezvousClientTest, ControlMessagesAndState) {
   auto server = FakeServer::Start([](FakeConnection& peer) {
     ASSERT_TRUE(peer.Handshake(TestToken()));
