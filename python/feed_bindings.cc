@@ -21,6 +21,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -29,6 +30,7 @@
 #include "drover/data_feed.h"
 #include "feed/columns.h"
 #include "feed/record_io.h"
+#include "feed/share_layout.h"
 
 namespace py = pybind11;
 
@@ -631,6 +633,22 @@ void RegisterFeed(py::module_& m) {
       py::arg("input_mapping") = py::none(), py::arg("record_bytes") = 0,
       "For tests and benchmarks: what DataFeed.next_batch makes of a batch of\n"
       "records (a list of bytes) in the given format, without a feed.");
+
+  m.def(
+      "_equal_share_slices",
+      [](const std::vector<uint64_t>& counts, int shares, const std::string& remainder) {
+        const feed::Remainder parsed = Unwrap(feed::ParseRemainder(remainder));
+        std::vector<std::vector<std::tuple<uint32_t, uint64_t, uint64_t>>> out;
+        for (const auto& share :
+             Unwrap(feed::EqualShareSlices(counts, shares, feed::FeedMode::kTrain, parsed))) {
+          auto& slices = out.emplace_back();
+          for (const feed::ShareSlice& s : share) slices.emplace_back(s.partition, s.begin, s.end);
+        }
+        return out;
+      },
+      py::arg("counts"), py::arg("shares"), py::arg("remainder") = "pad",
+      "drover.Cluster.train's equal shares (docs/feed.md): for partitions of the\n"
+      "given record counts, each share's (partition, begin, end) slices.");
 }
 
 }  // namespace drover::python

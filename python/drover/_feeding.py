@@ -28,6 +28,33 @@ def records_of(partition):
     return partition if isinstance(partition, list) else list(partition)
 
 
+def count_records(partition):
+    """How many records a partition holds (a Dask task beside it)."""
+    return len(records_of(partition))
+
+
+def share_units(counts, shares, num_epochs, inference, remainder="pad"):
+    """What each fed node is fed, for partitions of the given record counts:
+    per share, a list of (partition, epoch, begin, end) units, epoch by
+    epoch. Training: equal shares (docs/feed.md), so every node takes the
+    same number of records each epoch, the remainder padded from the first
+    records or dropped; inference: partition i to share i mod n, whole
+    (every record answered once, results by partition)."""
+    if inference:
+        slices = [[(p, 0, counts[p]) for p in range(k, len(counts), shares)]
+                  for k in range(shares)]
+    else:
+        slices = _drover._equal_share_slices(list(counts), shares, remainder)
+    return [[(p, epoch, begin, end) for epoch in range(num_epochs) for p, begin, end in share]
+            for share in slices]
+
+
+def slice_records(partition, begin, end):
+    """Records [begin, end) of a partition, as records_of gives them."""
+    records = records_of(partition)
+    return records if (begin, end) == (0, len(records)) else records[begin:end]
+
+
 def encode(records):
     dumps = pickle.dumps
     return [dumps(record, PICKLE_PROTOCOL) for record in records]
@@ -79,11 +106,14 @@ def end_feed(socket_path):
         writer.close()
 
 
-def feed_task(records, previous, socket_path, partition, epoch, feed_timeout, inference, last):
-    """One Dask feeding task: one partition into one node. `previous` (the
-    node's preceding feeding task) only orders the tasks: one writer at a
-    time per node."""
+def feed_task(records, previous, socket_path, unit, feed_timeout, inference, last):
+    """One Dask feeding task: records [begin, end) of one partition into one
+    node, `unit` being (partition, epoch, begin, end). `previous` (the node's
+    preceding feeding task) only orders the tasks: one writer at a time per
+    node."""
     del previous
-    results = feed_partitions(socket_path, [(partition, epoch, records)], feed_timeout,
-                              inference=inference, wait_consumed=last)
+    partition, epoch, begin, end = unit
+    results = feed_partitions(socket_path,
+                              [(partition, epoch, slice_records(records, begin, end))],
+                              feed_timeout, inference=inference, wait_consumed=last)
     return results[0] if inference else None

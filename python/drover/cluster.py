@@ -285,20 +285,27 @@ class Cluster:
                              % call)
         self._raise_if_failed()
 
-    def train(self, data, num_epochs=1, feed_timeout=600, qname="input"):
+    def train(self, data, num_epochs=1, feed_timeout=600, qname="input", remainder="pad"):
         """Feeds `data` to the chief/master and worker nodes, num_epochs
         times, and returns once they have taken every record (as
         TensorFlowOnSpark's train returns once its queues are drained).
 
         data: a dask.bag or dask.dataframe (Dask engine); an iterable of
-        partitions, each an iterable of records (local engine). Partition i
-        goes to fed node i mod n; a node reads a record as the object it was
-        (a DataFrame row as a dict). feed_timeout: seconds a node may take
-        nothing before TimeoutError. qname is TensorFlowOnSpark's and ignored.
-        num_epochs=0 means 10 epochs, as in TensorFlowOnSpark ("unspecified:
-        an arbitrarily large number"); a negative count is a ValueError.
+        partitions, each an iterable of records (local engine). Every fed
+        node gets the same number of records each epoch (equal shares, as
+        `drover run --input`: the partitions are counted, then split into
+        contiguous shares), so a synchronous program needs no Join;
+        remainder="pad" (default) feeds the records left over again from
+        the start, "drop" feeds them to nobody. A node reads a record as
+        the object it was (a DataFrame row as a dict). feed_timeout: seconds
+        a node may take nothing before TimeoutError. qname is
+        TensorFlowOnSpark's and ignored. num_epochs=0 means 10 epochs, as in
+        TensorFlowOnSpark ("unspecified: an arbitrarily large number"); a
+        negative count is a ValueError.
         """
         del qname
+        if remainder not in ("pad", "drop"):
+            raise ValueError("remainder is 'pad' or 'drop', got %r" % (remainder,))
         self._check_feedable("train")
         if isinstance(num_epochs, bool) or not isinstance(num_epochs, int):
             raise TypeError("num_epochs must be an int, got %r" % (num_epochs,))
@@ -306,21 +313,23 @@ class Cluster:
             raise ValueError("num_epochs cannot be negative, got %r" % (num_epochs,))
         if num_epochs == 0:
             num_epochs = TFOS_UNSPECIFIED_EPOCHS
-        self._run_feed(data, num_epochs, feed_timeout, inference=False)
+        self._run_feed(data, num_epochs, feed_timeout, inference=False, remainder=remainder)
 
     def inference(self, data, feed_timeout=600, qname="input"):
         """Feeds `data` once for inference and returns the results, one per
         record in input order: a dask.bag (Dask engine) or a list (local).
-        The program answers each batch with feed.batch_results(results)."""
+        Partition i goes to fed node i mod n, whole. The program answers
+        each batch with feed.batch_results(results)."""
         del qname
         self._check_feedable("inference")
         return self._run_feed(data, 1, feed_timeout, inference=True)
 
-    def _run_feed(self, data, num_epochs, feed_timeout, inference):
+    def _run_feed(self, data, num_epochs, feed_timeout, inference, remainder="pad"):
         nodes = self._fed_nodes()
         if not nodes:
             raise ValueError("this cluster has no chief, master or worker node to feed")
-        job = self.engine._feed(nodes, data, num_epochs, float(feed_timeout), inference)
+        job = self.engine._feed(nodes, data, num_epochs, float(feed_timeout), inference,
+                                remainder)
         try:
             return self._wait_feed(job, inference)
         except KeyboardInterrupt:

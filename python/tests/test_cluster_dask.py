@@ -1,6 +1,7 @@
 """drover.Cluster on the Dask engine, against a real dask-scheduler and real
 dask-worker processes that the test starts on loopback."""
 
+import collections
 import os
 import signal
 import socket
@@ -95,11 +96,18 @@ def test_one_node_per_worker_fed_from_a_bag(dask_cluster, tmp_path):
     hosts = {n["executor_id"]: engine._assignment[n["executor_id"]]
              for n in cluster.cluster_info}
     assert sorted(hosts.values()) == sorted(dask_cluster.client.scheduler_info()["workers"])
-    bag = db.from_sequence(range(500), npartitions=5)
+    # Uneven partitions (300, then 201 in two): equal shares of 251 records,
+    # the first record fed again to pad the second.
+    bag = db.concat([db.from_sequence(range(300), npartitions=1),
+                     db.from_sequence(range(300, 501), npartitions=2)])
     cluster.train(bag, num_epochs=2)
     cluster.shutdown()
+    for task in (0, 1):
+        per_epoch = collections.Counter(epoch for epoch, _ in seen_records(tmp_path, [task]))
+        assert per_epoch == {0: 251, 1: 251}, (task, per_epoch)
     seen = seen_records(tmp_path, (0, 1))
-    assert sorted(seen) == sorted((epoch, i) for epoch in range(2) for i in range(500))
+    assert sorted(seen) == sorted([(epoch, i) for epoch in range(2) for i in range(501)] +
+                                  [(0, 0), (1, 0)])
     # Node output came back through the engine and was logged on the driver's host.
     assert os.path.exists(tmp_path / "logs" / "worker-0.log")
 

@@ -1,6 +1,7 @@
 """drover.Cluster on the local engine: real agents and real node processes on
 this host, fed through their shared-memory queues."""
 
+import collections
 import json
 import os
 import sys
@@ -43,16 +44,38 @@ def test_train_feeds_every_record_once_per_epoch(tmp_path, mark):
     assert sorted(seen) == sorted(expected)
 
 
-def test_partition_i_goes_to_fed_node_i_mod_n(tmp_path, mark):
-    partitions = [["p%d-%d" % (p, i) for i in range(5)] for p in range(4)]
+@pytest.mark.parametrize("remainder, each, fed", [
+    ("pad", 11, ["p0-0"]),   # 21 records: the first fed again
+    ("drop", 10, []),        # the last to nobody
+])
+def test_train_gives_every_fed_node_an_equal_share(tmp_path, mark, remainder, each, fed):
+    sizes = [7, 3, 5, 6]
+    partitions = [["p%d-%d" % (p, i) for i in range(n)] for p, n in enumerate(sizes)]
     cluster = run(count_records, str(tmp_path), input_mode=drover.InputMode.FEED,
                   num_executors=3, num_ps=1)
-    cluster.train(partitions)
+    cluster.train(partitions, num_epochs=2, remainder=remainder)
     cluster.shutdown()
-    for task, mine in ((0, [0, 2]), (1, [1, 3])):
-        got = sorted(record for _, record in seen_records(tmp_path, [task]))
-        assert got == sorted(r for p in mine for r in partitions[p])
+    for task in (0, 1):
+        per_epoch = collections.Counter(epoch for epoch, _ in seen_records(tmp_path, [task]))
+        assert per_epoch == {0: each, 1: each}, (task, per_epoch)
+    # Shares are contiguous runs of the records in order.
+    first = [record for epoch, record in seen_records(tmp_path, [0]) if epoch == 0]
+    assert first == [r for p in partitions for r in p][:each]
+    everything = [r for p in partitions for r in p]
+    expected = everything + fed if remainder == "pad" else everything[:-1]
+    got = [record for epoch, record in seen_records(tmp_path, (0, 1)) if epoch == 1]
+    assert sorted(got) == sorted(expected)
     assert not (tmp_path / "ps-0.json").exists()
+
+
+def test_train_refuses_an_unknown_remainder(tmp_path, mark):
+    cluster = run(count_records, str(tmp_path), input_mode=drover.InputMode.FEED)
+    try:
+        with pytest.raises(ValueError, match="remainder is 'pad' or 'drop'"):
+            cluster.train([[1]], remainder="even")
+    finally:
+        cluster.train([[1]])
+        cluster.shutdown()
 
 
 def square_results(args, ctx):

@@ -186,3 +186,19 @@ def test_bytes_without_schema_and_empty_batches():
 def test_unknown_format():
     with pytest.raises(ValueError):
         _drover._decode_records([], "parquet")
+
+
+def test_cluster_train_shares_are_equal_slices_and_inference_deals_whole_partitions():
+    from drover import _feeding
+    counts = [300, 250, 250, 201]
+    shares = _feeding.share_units(counts, 3, 2, inference=False)
+    for share in shares:
+        for epoch in (0, 1):
+            assert sum(end - begin for _, e, begin, end in share if e == epoch) == 334
+    assert shares[2][:3] == [(2, 0, 118, 250), (3, 0, 0, 201), (0, 0, 0, 1)]
+    dropped = _feeding.share_units(counts, 3, 1, inference=False, remainder="drop")
+    assert [sum(end - begin for _, _, begin, end in share) for share in dropped] == [333] * 3
+    dealt = _feeding.share_units(counts, 3, 1, inference=True)
+    assert dealt == [[(0, 0, 0, 300), (3, 0, 0, 201)], [(1, 0, 0, 250)], [(2, 0, 0, 250)]]
+    with pytest.raises(ValueError, match="pad or drop"):
+        _feeding.share_units(counts, 3, 1, inference=False, remainder="even")

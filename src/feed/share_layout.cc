@@ -122,4 +122,37 @@ Result<FeedPlan> LayOutEqualShares(FeedPlan plan, int fed_nodes, Remainder remai
   return plan;
 }
 
+Result<std::vector<std::vector<ShareSlice>>> EqualShareSlices(
+    const std::vector<uint64_t>& partitions, int shares, FeedMode mode, Remainder remainder) {
+  if (shares < 1) return Status::InvalidArgument("equal shares need at least one share");
+  std::vector<uint64_t> starts;  // each partition's first record in the epoch
+  uint64_t total = 0;
+  for (uint64_t count : partitions) {
+    starts.push_back(total);
+    total += count;
+  }
+  std::vector<std::vector<ShareSlice>> slices(static_cast<size_t>(shares));
+  if (total == 0) return slices;
+  const std::vector<RecordRange> ranges =
+      ShareRanges(total, static_cast<uint64_t>(shares), mode, remainder);
+  for (size_t k = 0; k < ranges.size(); ++k) {
+    for (uint64_t at = ranges[k].begin; at < ranges[k].end;) {
+      const uint64_t in_epoch = at % total;
+      // The partition holding record in_epoch: the last that starts at or
+      // before it and is not empty.
+      const size_t p = static_cast<size_t>(
+          std::upper_bound(starts.begin(), starts.end(), in_epoch) - starts.begin() - 1);
+      const uint64_t begin = in_epoch - starts[p];
+      const uint64_t end = std::min(partitions[p], begin + (ranges[k].end - at));
+      if (end == begin) {  // an empty partition at the same start: skip it
+        ++at;
+        continue;
+      }
+      slices[k].push_back(ShareSlice{static_cast<uint32_t>(p), begin, end});
+      at += end - begin;
+    }
+  }
+  return slices;
+}
+
 }  // namespace drover::feed

@@ -19,7 +19,9 @@
 #ifndef DROVER_FEED_SHARE_LAYOUT_H_
 #define DROVER_FEED_SHARE_LAYOUT_H_
 
+#include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "drover/status.h"
 #include "feed/feed_plan.h"
@@ -36,6 +38,23 @@ Result<Remainder> ParseRemainder(std::string_view name);
 // every partition. kInvalidArgument for fewer than one fed node or an external
 // plan; a record reader's error for a bad record met while counting.
 Result<FeedPlan> LayOutEqualShares(FeedPlan plan, int fed_nodes, Remainder remainder);
+
+// A piece of a share: records [begin, end) of partition `partition`.
+struct ShareSlice {
+  uint32_t partition = 0;
+  uint64_t begin = 0;
+  uint64_t end = 0;
+  friend bool operator==(const ShareSlice&, const ShareSlice&) = default;
+};
+
+// The same shares over partitions whose records were counted elsewhere
+// (drover.Cluster.train's collection: partitions[i] records in partition i),
+// as slices per share, in feeding order: a share is a contiguous run of the
+// epoch's records, and with kPad the last shares wrap around to the first
+// records. Empty partitions appear in no slice. kInvalidArgument for fewer
+// than one share.
+Result<std::vector<std::vector<ShareSlice>>> EqualShareSlices(
+    const std::vector<uint64_t>& partitions, int shares, FeedMode mode, Remainder remainder);
 
 }  // namespace drover::feed
 

@@ -241,5 +241,39 @@ TEST(RecordIndexTest, LineCountsAreWhatTheReaderYields) {
   }
 }
 
+// ---- EqualShareSlices: counted elsewhere (drover.Cluster.train) ----
+
+TEST(EqualShareSlicesTest, UnevenPartitionsOnThreeNodesArePaddedFromTheStart) {
+  // The quick start's shape: 1001 records in 4 partitions; 334 each.
+  ASSERT_OK_AND_ASSIGN(
+      auto slices, EqualShareSlices({300, 250, 250, 201}, 3, FeedMode::kTrain, Remainder::kPad));
+  EXPECT_THAT(slices[0], ElementsAre(ShareSlice{0, 0, 300}, ShareSlice{1, 0, 34}));
+  EXPECT_THAT(slices[1], ElementsAre(ShareSlice{1, 34, 250}, ShareSlice{2, 0, 118}));
+  EXPECT_THAT(slices[2],
+              ElementsAre(ShareSlice{2, 118, 250}, ShareSlice{3, 0, 201}, ShareSlice{0, 0, 1}));
+}
+
+TEST(EqualShareSlicesTest, DropLeavesTheLastRecordsToNobodyAndInferenceFeedsEachOnce) {
+  ASSERT_OK_AND_ASSIGN(
+      auto dropped, EqualShareSlices({300, 250, 250, 201}, 3, FeedMode::kTrain, Remainder::kDrop));
+  EXPECT_THAT(dropped[2], ElementsAre(ShareSlice{2, 116, 250}, ShareSlice{3, 0, 199}));
+  ASSERT_OK_AND_ASSIGN(auto answered,
+                       EqualShareSlices({5, 0, 2}, 2, FeedMode::kInference, Remainder::kPad));
+  EXPECT_THAT(answered[0], ElementsAre(ShareSlice{0, 0, 3}));
+  EXPECT_THAT(answered[1], ElementsAre(ShareSlice{0, 3, 5}, ShareSlice{2, 0, 2}));
+}
+
+TEST(EqualShareSlicesTest, EmptyPartitionsAreSkippedAndASmallInputWrapsMoreThanOnce) {
+  ASSERT_OK_AND_ASSIGN(auto slices,
+                       EqualShareSlices({0, 2, 0}, 3, FeedMode::kTrain, Remainder::kPad));
+  EXPECT_THAT(slices[0], ElementsAre(ShareSlice{1, 0, 1}));
+  EXPECT_THAT(slices[1], ElementsAre(ShareSlice{1, 1, 2}));
+  EXPECT_THAT(slices[2], ElementsAre(ShareSlice{1, 0, 1}));
+  ASSERT_OK_AND_ASSIGN(auto none, EqualShareSlices({0, 0}, 2, FeedMode::kTrain, Remainder::kPad));
+  EXPECT_THAT(none, ElementsAre(IsEmpty(), IsEmpty()));
+  EXPECT_THAT(EqualShareSlices({1}, 0, FeedMode::kTrain, Remainder::kPad),
+              StatusIs(Status::Code::kInvalidArgument, HasSubstr("at least one share")));
+}
+
 }  // namespace
 }  // namespace drover::feed

@@ -8,7 +8,8 @@ An engine gives drover.Cluster: ``_driver_engine()`` (None for the C++ local
 engine, else an object with ``name``, ``rendezvous_host()``,
 ``agent_host(i)`` and ``launch(executor_id, argv)``), ``_local_host()``,
 ``_start(num_nodes, local_executors, payload)``, ``_feed(nodes, data,
-num_epochs, feed_timeout, inference)`` (a job with ``done()``, ``error()``,
+num_epochs, feed_timeout, inference, remainder)`` (what each node is fed comes
+from ``_feeding.share_units``; a job with ``done()``, ``error()``,
 ``results()``, ``cancel()``), ``_end_feed(node)``, ``_describe(executor_id)``, ``_explain(executor_id, reason)``
 and ``_close()``. docs/spark_engine.md describes how a Spark engine maps onto it.
 """

@@ -272,8 +272,8 @@ class Dask:
     def _retire(self, future, signal_futures):
         self._retired.append((future, signal_futures))
 
-    def _feed(self, nodes, data, num_epochs, feed_timeout, inference):
-        return _DaskFeed(self, nodes, data, num_epochs, feed_timeout, inference)
+    def _feed(self, nodes, data, num_epochs, feed_timeout, inference, remainder):
+        return _DaskFeed(self, nodes, data, num_epochs, feed_timeout, inference, remainder)
 
     def _end_feed(self, node):
         worker = self._assignment[int(node["executor_id"])]
@@ -311,34 +311,34 @@ class Dask:
 class _DaskFeed:
     """Feeding tasks for one train() or inference() call."""
 
-    def __init__(self, engine, nodes, data, num_epochs, feed_timeout, inference):
+    def __init__(self, engine, nodes, data, num_epochs, feed_timeout, inference, remainder):
         client = engine.client
         self._client = client
         parts = _delayed_partitions(data)
         part_futures = client.compute(parts)
-        n = len(nodes)
         self._futures = []
         self._result_futures = [None] * len(parts)
         self._part_futures = part_futures
-        previous = {k: None for k in range(n)}
-        units = [(epoch, p) for epoch in range(num_epochs) for p in range(len(parts))]
-        last_unit = {}
-        for epoch, p in units:
-            last_unit[p % n] = (epoch, p)
-        for epoch, p in units:
-            k = p % n
-            node = nodes[k]
+        # Equal shares need each partition's count: a task beside each
+        # partition, which is computed for feeding anyway.
+        counts = client.gather(client.map(_feeding.count_records, part_futures, pure=False))
+        shares = _feeding.share_units(counts, len(nodes), num_epochs, inference, remainder)
+        for node, units in zip(nodes, shares):
             worker = engine._assignment[int(node["executor_id"])]
-            future = client.submit(
-                _feeding.feed_task, part_futures[p], previous[k], node["feed_socket"], p, epoch,
-                feed_timeout, inference, last_unit[k] == (epoch, p),
-                key="drover-feed-%s-e%d-p%d-%s" % (node["task"].replace(":", ""), epoch, p,
-                                                   secrets.token_hex(4)),
-                workers=[worker], allow_other_workers=False, pure=False, retries=0)
-            previous[k] = future
-            self._futures.append((node["task"], future))
-            if inference:
-                self._result_futures[p] = future
+            previous = None
+            for i, unit in enumerate(units):
+                partition, epoch, begin, _ = unit
+                future = client.submit(
+                    _feeding.feed_task, part_futures[partition], previous, node["feed_socket"],
+                    unit, feed_timeout, inference, i == len(units) - 1,
+                    key="drover-feed-%s-e%d-p%d-r%d-%s" % (
+                        node["task"].replace(":", ""), epoch, partition, begin,
+                        secrets.token_hex(4)),
+                    workers=[worker], allow_other_workers=False, pure=False, retries=0)
+                previous = future
+                self._futures.append((node["task"], future))
+                if inference:
+                    self._result_futures[partition] = future
 
     def done(self):
         return all(future.done() for _, future in self._futures)

@@ -51,9 +51,9 @@ class Local:
                     % (index, type(partition).__name__))
         return [_feeding.records_of(p) for p in partitions]
 
-    def _feed(self, nodes, data, num_epochs, feed_timeout, inference):
+    def _feed(self, nodes, data, num_epochs, feed_timeout, inference, remainder):
         partitions = self._partitions(data)
-        return _LocalFeed(nodes, partitions, num_epochs, feed_timeout, inference)
+        return _LocalFeed(nodes, partitions, num_epochs, feed_timeout, inference, remainder)
 
     def _end_feed(self, node):
         # A cancelled feeding thread may still hold the feed for a moment.
@@ -77,17 +77,17 @@ class Local:
 
 
 class _LocalFeed:
-    """One thread per fed node pushes its partitions (i mod n) in order."""
+    """One thread per fed node pushes its share (_feeding.share_units) in order."""
 
-    def __init__(self, nodes, partitions, num_epochs, feed_timeout, inference):
+    def __init__(self, nodes, partitions, num_epochs, feed_timeout, inference, remainder):
         self._results = {}
         self._errors = []
         self._cancelled = threading.Event()
         self._threads = []
-        n = len(nodes)
-        for k, node in enumerate(nodes):
-            units = [(p, epoch, partitions[p]) for epoch in range(num_epochs)
-                     for p in range(k, len(partitions), n)]
+        shares = _feeding.share_units([len(p) for p in partitions], len(nodes), num_epochs,
+                                      inference, remainder)
+        for node, share in zip(nodes, shares):
+            units = [(p, epoch, partitions[p][begin:end]) for p, epoch, begin, end in share]
             thread = threading.Thread(target=self._run, name="drover-feed-%s" % node["task"],
                                       args=(node, units, feed_timeout, inference), daemon=True)
             self._threads.append(thread)
