@@ -28,6 +28,9 @@ echo
 echo "== footprint: memory and idle CPU of the agents (ratios to sleep, mpirun and torchrun) =="
 /usr/bin/python3 bench/footprint_bench.py --drover build/bin/drover --nodes 2,8 --window 20
 echo
+echo "== recovery: from a node's death to the group running again (ratios to torchrun's elastic agent) =="
+/usr/bin/python3 bench/recovery_bench.py --drover build/bin/drover --nodes 2,4 --reps 3
+echo
 echo "== start-up over SSH: three sshd hosts (ratio to a plain parallel ssh fan-out) =="
 if [ "$(id -u)" -eq 0 ]; then
   /usr/bin/python3 bench/ssh_startup_bench.py --drover build/bin/drover --per-host 1,2 --reps 5
