@@ -37,6 +37,9 @@ void RegisterContext(py::module_& m) {
       .def_readonly("working_dir", &NodeContext::working_dir)
       .def_readonly("log_dir", &NodeContext::log_dir)
       .def_readonly("restart_count", &NodeContext::restart_count)
+      .def_readonly("restart_reason", &NodeContext::restart_reason,
+                    "Why the group was re-formed, e.g. 'worker:1 on 10.0.0.2: killed by\n"
+                    "SIGKILL'; '' in the first round.")
       .def_readonly("num_workers", &NodeContext::num_workers)
       .def_readonly("is_chief", &NodeContext::is_chief)
       .def(

@@ -50,6 +50,9 @@ struct AgentOptions {
   // should come first, so the agent waits a little longer.
   Milliseconds reservation_timeout{600'000};
   int restart_count = 0;
+  // Why the group was re-formed ("worker:1 on h2: killed by SIGKILL"); ""
+  // in the first round (DROVER_RESTART_REASON, the context's restart_reason).
+  std::string restart_reason;
   std::vector<std::string> command;  // argv; argv[0] looked up in PATH
   // The feed plan file of `drover run --input` (docs/feed.md); "" : no
   // feeding. Chief, master and worker nodes get a share of it.

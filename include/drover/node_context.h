@@ -8,7 +8,9 @@
 //   {"executor_id": str, "job_name": str, "task_index": int,
 //    "cluster_spec": {job: [addr...] | {index: addr}}, "cluster_id": str,
 //    "port": int, "ports": [int...], "default_fs": str, "working_dir": str,
-//    "log_dir": str, "restart_count": int, "num_workers": int, "is_chief": bool}
+//    "log_dir": str, "restart_count": int, "num_workers": int, "is_chief": bool,
+//    "restart_reason": str}
+// ("restart_reason" is written only after a restart; absent reads as "".)
 //
 // A NodeContext is a plain copyable value; const methods are thread-safe.
 
@@ -40,7 +42,8 @@ struct NodeContext {
   std::string working_dir;
   std::string log_dir;
   int restart_count = 0;
-  int num_workers = 0;  // tasks of the "worker" job
+  std::string restart_reason;  // why the group was re-formed; "" in the first round
+  int num_workers = 0;         // tasks of the "worker" job
   bool is_chief = false;
 
   // Reads the file that `env`'s DROVER_CONTEXT_FILE names (a program passes

@@ -436,6 +436,7 @@ int Agent::Impl::Run() {
     }
   }
   context.restart_count = o.restart_count;
+  context.restart_reason = o.restart_reason;
   context.num_workers = cluster.spec.num_tasks("worker").value_or(0);
   context.is_chief = own.chief;
 
@@ -710,6 +711,11 @@ Result<std::map<std::string, std::string>> Agent::Impl::BuildEnvironment(
   env["DROVER_PORT"] = std::to_string(context.port);
   env["DROVER_PORTS"] = JoinInts(context.ports);
   env["DROVER_RESTART_COUNT"] = std::to_string(context.restart_count);
+  if (context.restart_reason.empty()) {
+    env.erase("DROVER_RESTART_REASON");
+  } else {
+    env["DROVER_RESTART_REASON"] = context.restart_reason;
+  }
   env["DROVER_CLUSTER_ID"] = context.cluster_id;
   env["DROVER_LOG_DIR"] = context.log_dir;
   env["DROVER_WORKING_DIR"] = context.working_dir;

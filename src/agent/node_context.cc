@@ -100,6 +100,9 @@ Result<NodeContext> NodeContext::FromJson(std::string_view json) {
   DROVER_RETURN_IF_ERROR(Get(object, "restart_count", &context.restart_count));
   DROVER_RETURN_IF_ERROR(Get(object, "num_workers", &context.num_workers));
   DROVER_RETURN_IF_ERROR(Get(object, "is_chief", &context.is_chief));
+  if (object.contains("restart_reason")) {
+    DROVER_RETURN_IF_ERROR(Get(object, "restart_reason", &context.restart_reason));
+  }
   return context;
 }
 
@@ -118,6 +121,7 @@ std::string NodeContext::ToJson(int indent) const {
   object["restart_count"] = restart_count;
   object["num_workers"] = num_workers;
   object["is_chief"] = is_chief;
+  if (!restart_reason.empty()) object["restart_reason"] = restart_reason;
   return object.dump(indent);
 }
 

@@ -27,6 +27,7 @@ NodeContext Sample() {
   context.working_dir = "/work/dir";
   context.log_dir = "/logs";
   context.restart_count = 2;
+  context.restart_reason = "worker:0 on h: killed by SIGKILL";
   context.num_workers = 2;
   context.is_chief = false;
   return context;
@@ -49,12 +50,22 @@ TEST(NodeContextTest, RoundTripsThroughAFile) {
   EXPECT_EQ(loaded.working_dir, "/work/dir");
   EXPECT_EQ(loaded.log_dir, "/logs");
   EXPECT_EQ(loaded.restart_count, 2);
+  EXPECT_EQ(loaded.restart_reason, "worker:0 on h: killed by SIGKILL");
   EXPECT_EQ(loaded.num_workers, 2);
   EXPECT_FALSE(loaded.is_chief);
 
   MapEnvironment env(std::map<std::string, std::string>{{kContextFileVariable, path}});
   ASSERT_OK_AND_ASSIGN(NodeContext from_env, NodeContext::Load(env));
   EXPECT_EQ(from_env.executor_id, "exec-1");
+}
+
+TEST(NodeContextTest, AFirstRoundHasNoRestartReasonInTheFile) {
+  NodeContext context = Sample();
+  context.restart_count = 0;
+  context.restart_reason.clear();
+  EXPECT_EQ(context.ToJson().find("restart_reason"), std::string::npos);
+  ASSERT_OK_AND_ASSIGN(NodeContext loaded, NodeContext::FromJson(context.ToJson()));
+  EXPECT_EQ(loaded.restart_reason, "");
 }
 
 TEST(NodeContextTest, LoadNamesTheVariableWhenUnsetOrEmpty) {

@@ -32,6 +32,7 @@ struct AgentFlags {
   double grace = 10;
   double reservation_timeout = 600;
   int restart_count = 0;
+  std::string restart_reason;
   std::string feed_plan;
   std::string feed_plan_json;
   int exit_with_parent = 0;
@@ -145,6 +146,7 @@ int RunAgent(const AgentFlags& flags) {
   options.grace = Seconds(flags.grace);
   options.reservation_timeout = Seconds(flags.reservation_timeout);
   options.restart_count = flags.restart_count;
+  options.restart_reason = flags.restart_reason;
   if (!flags.feed_plan.empty() && !flags.feed_plan_json.empty()) {
     return fail(Status::InvalidArgument(
                     "--feed-plan and --feed-plan-json are two ways to give the plan: give one"),
@@ -219,6 +221,8 @@ void AddAgentCommand(CLI::App& app, int* exit_code) {
                    "How many times the group was re-formed (DROVER_RESTART_COUNT)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  agent->add_option("--restart-reason", flags->restart_reason,
+                    "Why the group was re-formed (DROVER_RESTART_REASON)");
   agent->add_option("--feed-plan", flags->feed_plan,
                     "The feed plan of drover run --input (chief/master/worker nodes are fed)");
   agent

@@ -425,6 +425,12 @@ struct Driver::Round {
     std::string who = node.tag + " (executor " + node.executor_id + where + ")";
     if (!formed) who = "executor " + node.executor_id + where;
     driver.err_ << "drover run: " << who << " failed: " << reason << "\n";
+    // The first failure is why the round ends (the next round's reason).
+    if (driver.round_failure_.empty()) {
+      driver.round_failure_ = (formed ? node.tag : "executor " + node.executor_id) + " on " +
+                              driver.engine_.agent_host(std::stoi(node.executor_id)) + ": " +
+                              reason;
+    }
     // The agent's own report repeats the exit status; it matters when there is none.
     if (!node.exit && !node.error_message.empty() &&
         reason.find(node.error_message) == std::string::npos) {
@@ -479,13 +485,17 @@ std::vector<std::string> Driver::AgentArgv(int index, int round, uint16_t port) 
     argv.push_back("--feed-plan-json");
     argv.push_back(options_.feed->ToJson());
   }
-  for (std::string arg :
-       {std::string("--log-dir"), options_.log_dir, std::string("--grace"),
-        os::SecondsValue(options_.grace), std::string("--reservation-timeout"),
-        os::SecondsValue(options_.reservation_timeout), std::string("--restart-count"),
-        std::to_string(round), std::string("--")}) {
+  for (std::string arg : {std::string("--log-dir"), options_.log_dir, std::string("--grace"),
+                          os::SecondsValue(options_.grace), std::string("--reservation-timeout"),
+                          os::SecondsValue(options_.reservation_timeout),
+                          std::string("--restart-count"), std::to_string(round)}) {
     argv.push_back(std::move(arg));
   }
+  if (round > 0 && !restart_reason_.empty()) {
+    argv.push_back("--restart-reason");
+    argv.push_back(restart_reason_);
+  }
+  argv.push_back("--");
   for (const std::string& arg : options_.command) argv.push_back(arg);
   return argv;
 }
@@ -692,8 +702,9 @@ int Driver::Run() {
       break;
     }
     if (outcome == Outcome::kFailure && round < options_.max_restarts) {
+      restart_reason_ = round_failure_.empty() ? "the round failed" : round_failure_;
       err_ << "drover run: re-forming the group (restart " << round + 1 << " of "
-           << options_.max_restarts << ")\n"
+           << options_.max_restarts << ") after " << restart_reason_ << "\n"
            << std::flush;
       continue;
     }
@@ -766,6 +777,7 @@ void Driver::PublishStatus(Round& round, const std::string& phase, bool force) {
   snapshot.started_at_unix = started_at_unix_;
   snapshot.elapsed_s = SecondsBetween(started_at_, now);
   snapshot.round = round.number;
+  snapshot.round_reason = round.number > 0 ? restart_reason_ : "";
   snapshot.max_restarts = options_.max_restarts;
   snapshot.expected = options_.cluster.num_nodes;
   snapshot.cluster_spec = round.spec;
@@ -841,6 +853,7 @@ void Driver::PublishStatus(Round& round, const std::string& phase, bool force) {
 }
 
 Driver::Outcome Driver::RunRound(int number) {
+  round_failure_.clear();
   Round round{*this, number};
   // Whichever way the round ends, the status shows its last state.
   struct PublishAtEnd {

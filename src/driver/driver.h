@@ -195,7 +195,12 @@ class Driver {
   std::vector<std::optional<feed::FeedPosition>> feed_starts_;
   bool feed_starts_changed_ = false;
   std::string feed_queue_note_;  // said when the next round's plan is written
-  std::string private_dir_;      // removed at the end
+  // The first node failure of the round running now ("worker:1 on h2:
+  // killed by SIGKILL"), and that of the last failed round: why this round
+  // began (agents' --restart-reason, the status).
+  std::string round_failure_;
+  std::string restart_reason_;
+  std::string private_dir_;  // removed at the end
   // Removes private_dir_, the live-run record and the engine's temporary
   // paths if this process dies before it does (os/janitor.h).
   std::unique_ptr<os::Janitor> janitor_;

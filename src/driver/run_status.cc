@@ -317,6 +317,7 @@ nlohmann::json SnapshotToJson(const RunSnapshot& snapshot) {
       {"started_at", snapshot.started_at_unix},
       {"elapsed_s", snapshot.elapsed_s},
       {"round", snapshot.round},
+      {"round_reason", snapshot.round_reason},
       {"max_restarts", snapshot.max_restarts},
       {"rendezvous", json{{"registered", snapshot.registered},
                           {"expected", snapshot.expected},

@@ -93,6 +93,7 @@ struct RunSnapshot {
   double started_at_unix = 0;
   double elapsed_s = 0;
   int round = 0;
+  std::string round_reason;  // why this round began; "" in round 0
   int max_restarts = 0;
   int registered = 0;
   int expected = 0;

@@ -247,7 +247,12 @@ std::string RenderStatus(const json& cluster) {
          Text(JsonField(cluster, "phase")) + " on the " + Text(JsonField(cluster, "engine")) +
          " engine for " + FormatDuration(Number(cluster, "elapsed_s"));
   const int round = SmallInt(cluster, "round");
-  if (round > 0) out += " (restart " + std::to_string(round) + ")";
+  if (round > 0) {
+    out += " (restart " + std::to_string(round);
+    const std::string reason = Text(JsonField(cluster, "round_reason"), "");
+    if (!reason.empty()) out += " after " + reason;
+    out += ")";
+  }
   out += "\n";
   const json& rendezvous = JsonField(cluster, "rendezvous");
   out += "rendezvous: " + Text(JsonField(rendezvous, "registered")) + "/" +

@@ -1,4 +1,5 @@
 """`drover run` as a user runs it: real agents, real programs, checked for leftovers."""
+import json
 import os
 import signal
 import subprocess
@@ -56,15 +57,26 @@ def test_node_killed_by_sigkill_is_named_and_nothing_is_left(drover, tmp_path):
     assert_no_leftovers(mark)
 
 
-def test_max_restarts_reforms_the_group(drover, tmp_path):
+def test_max_restarts_reforms_the_group_and_says_why(drover, tmp_path):
     program = ('echo DROVER_RESTART_COUNT=$DROVER_RESTART_COUNT; '
+               'echo "reason=${DROVER_RESTART_REASON-unset}"; '
                '[ "$DROVER_RESTART_COUNT" = 1 ] || { [ "$RANK" = 0 ] && exit 5; sleep 300; }')
     result = run(drover, tmp_path, "--nodes", "2", "--max-restarts", "1", "--grace", "2", "--",
                  "sh", "-c", program)
     assert result.returncode == 0, result.stderr
-    assert "[worker:0] DROVER_RESTART_COUNT=1" in result.stdout.splitlines(), result.stdout
-    assert "[worker:1] DROVER_RESTART_COUNT=1" in result.stdout.splitlines(), result.stdout
-    assert "restart 1 of 1" in result.stderr
+    lines = result.stdout.splitlines()
+    assert "[worker:0] DROVER_RESTART_COUNT=1" in lines, result.stdout
+    assert "[worker:1] DROVER_RESTART_COUNT=1" in lines, result.stdout
+    why = "worker:0 on 127.0.0.1: exit code 5"
+    assert "restart 1 of 1) after " + why in result.stderr, result.stderr
+    # Each round's programs know why it began; the first round has no reason.
+    assert "[worker:0] reason=unset" in lines, result.stdout
+    assert "[worker:1] reason=" + why in lines, result.stdout
+    with open(tmp_path / "logs" / "drover-context-1.json") as f:
+        assert json.load(f)["restart_reason"] == why
+    with open(tmp_path / "logs" / "run.json") as f:
+        record = json.load(f)
+    assert (record["round"], record["round_reason"]) == (1, why)
 
 
 def test_missing_node_reservation_timeout_names_it(drover, tmp_path):
