@@ -29,6 +29,12 @@ with open(f"{out}.{rank}", "a") as f:
             os.kill(os.getpid(), signal.SIGKILL)
         batches += 1
         if batches % 2 == 0:
+            # A stop (SIGTERM) between the driver recording the commit and
+            # the "#commit" line would make the file understate what was
+            # committed: it waits until the line is written.
+            stops = {signal.SIGTERM, signal.SIGINT}
+            signal.pthread_sigmask(signal.SIG_BLOCK, stops)
             feed.commit()
             f.write("#commit\n")
             f.flush()
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)

@@ -255,22 +255,31 @@ def consumed_by_epoch(prefix):
     return counts
 
 
-def test_a_killed_worker_resumes_after_its_last_commit_across_hosts(ssh_hosts, mark, tmp_path):
+@pytest.mark.parametrize("balance", ["equal", "dynamic"])
+def test_a_killed_worker_resumes_after_its_last_commit_across_hosts(ssh_hosts, mark, tmp_path,
+                                                                     balance):
     """worker:1 on h2 SIGKILLs itself mid-epoch; the next round feeds each of
-    the three shares from its last commit: relative to the commits every
+    the three shares from its last commit (equal), or puts back in the queue
+    what was not consumed before each node's last commit (dynamic: small
+    queues and partitions, so every node claims as it goes, and the victim
+    dies within what its queue first takes): relative to the commits every
     record is consumed once per epoch."""
     total = 6000
     with open(tmp_path / "data.csv", "w") as f:
         f.writelines(f"{i},payload-{i}\n" for i in range(total))
     out = tmp_path / "seen"
+    feeding = (["--split-bytes", "20000"] if balance == "equal" else
+               ["--balance", "dynamic", "--split-bytes", "8000", "--queue-bytes", "65536"])
     done = drover(ssh_hosts, "h1,h2,h3", "--input", str(tmp_path / "data.csv"),
-                  "--split-bytes", "20000", "--epochs", "2", "--max-restarts", "1",
+                  *feeding, "--epochs", "2", "--max-restarts", "1",
                   command=[PYTHON, str(Path(__file__).parent / "commit_reader.py"), str(out),
-                           "1", "700"])
+                           "1", "700" if balance == "equal" else "200"])
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
-    assert "re-forming the group (restart 1 of 1)" in output, output
-    assert "feed share 1 resumes after its last commit" in output, output
+    assert "re-forming the group (restart 1 of 1) after worker:1 on " in output, output
+    resumed = ("feed share 1 resumes after its last commit" if balance == "equal" else
+               "the feed resumes after the last commits")
+    assert resumed in output, output
     counts = consumed_by_epoch(out)
     assert sorted(counts) == [0, 1], output
     for epoch, seen in counts.items():
