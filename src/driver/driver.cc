@@ -578,6 +578,26 @@ std::vector<uint64_t> StoredClaims(RendezvousServer& server, int share) {
 
 }  // namespace
 
+std::optional<QueueSize> Driver::DynamicQueueSize() const {
+  if (!options_.feed || options_.feed->balance != feed::Balance::kDynamic) return std::nullopt;
+  const feed::FeedPlan& plan = *options_.feed;
+  QueueSize size;
+  for (const feed::Partition& partition : plan.partitions) {
+    size.epoch_bytes += partition.end - partition.begin;
+  }
+  if (!plan.queue) {
+    size.feeds = plan.partitions.size() * static_cast<uint64_t>(plan.epochs);
+    size.bytes = size.epoch_bytes * static_cast<uint64_t>(plan.epochs);
+    return size;
+  }
+  size.feeds = plan.queue->size();
+  for (const feed::FeedUnit& unit : *plan.queue) {
+    const feed::Partition& partition = plan.partitions[static_cast<size_t>(unit.partition)];
+    size.bytes += partition.end - partition.begin;  // a resumed one counts whole: an estimate
+  }
+  return size;
+}
+
 void Driver::CollectFeedCommits(RendezvousServer& server) {
   if (!options_.feed || options_.feed->external) return;
   if (options_.feed->balance == feed::Balance::kDynamic) return CollectDynamicQueue(server);
@@ -838,7 +858,7 @@ void Driver::PublishStatus(Round& round, const std::string& phase, bool force) {
   bool fed = false;
   for (const NodeSnapshot& node : snapshot.nodes) fed = fed || node.feed.has_value();
   if (fed) {
-    snapshot.feed = SumFeeds(snapshot.nodes);
+    snapshot.feed = SumFeeds(snapshot.nodes, DynamicQueueSize());
     if (snapshot.elapsed_s - last_history_t_ >= 1.0) {
       last_history_t_ = snapshot.elapsed_s;
       history_.push_back(

@@ -186,6 +186,8 @@ class Driver {
   // A dynamic feed: the next round's queue, from the round's claims and
   // commits (feed::QueueAfterRound), into options_.feed.
   void CollectDynamicQueue(RendezvousServer& server);
+  // A dynamic feed's queue this round, for the estimates; nullopt otherwise.
+  std::optional<QueueSize> DynamicQueueSize() const;
   // Writes feed_plan_file_ with feed_starts_ when they changed and says
   // where each share resumes.
   Status WriteFeedPlanForRound();

@@ -266,7 +266,7 @@ std::optional<int64_t> HighestStep(const std::vector<MetricValue>& metrics) {
   return step;
 }
 
-FeedTotals SumFeeds(const std::vector<NodeSnapshot>& nodes) {
+FeedTotals SumFeeds(const std::vector<NodeSnapshot>& nodes, const std::optional<QueueSize>& queue) {
   FeedTotals totals;
   bool first = true;
   bool sizes_known = true;
@@ -285,6 +285,12 @@ FeedTotals SumFeeds(const std::vector<NodeSnapshot>& nodes) {
     totals.total_bytes += feed.share_bytes * feed.epochs;
     sizes_known = sizes_known && feed.partitions_total > 0;
     first = false;
+  }
+  if (queue) {
+    totals.partitions_total = queue->feeds;
+    totals.epoch_bytes = queue->epoch_bytes;
+    totals.total_bytes = queue->bytes;
+    sizes_known = true;
   }
   if (!sizes_known || totals.total_bytes == 0) {
     totals.total_bytes = totals.epoch_bytes = 0;

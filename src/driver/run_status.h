@@ -183,8 +183,18 @@ class RateMeter {
 // The highest step among `metrics`; nullopt when none has one.
 std::optional<int64_t> HighestStep(const std::vector<MetricValue>& metrics);
 
-// Sums the fed nodes' progress and estimates what is left.
-FeedTotals SumFeeds(const std::vector<NodeSnapshot>& nodes);
+// A dynamic feed's size (--balance dynamic): no node knows its share, the
+// driver knows the round's queue.
+struct QueueSize {
+  uint64_t feeds = 0;        // entries (partitions x epochs) this round
+  uint64_t bytes = 0;        // their input bytes
+  uint64_t epoch_bytes = 0;  // every partition once
+};
+
+// Sums the fed nodes' progress and estimates what is left, from the nodes'
+// shares, or from `queue` for a dynamic feed.
+FeedTotals SumFeeds(const std::vector<NodeSnapshot>& nodes,
+                    const std::optional<QueueSize>& queue = std::nullopt);
 
 // /api/cluster (docs/status.md).
 nlohmann::json SnapshotToJson(const RunSnapshot& snapshot);

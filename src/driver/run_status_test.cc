@@ -68,6 +68,21 @@ TEST(SumFeedsTest, ExternalFeedsHaveNoEstimate) {
   EXPECT_EQ(totals.total_bytes, 0u);
 }
 
+TEST(SumFeedsTest, ADynamicFeedIsSizedByTheDriversQueue) {
+  // Nodes that claimed 1 and 3 partitions: their shares say nothing.
+  std::vector<NodeSnapshot> nodes = {FedNode("0", 50, 500, 1, 1, 0, 0, 2),
+                                     FedNode("1", 70, 700, 2, 3, 0, 1, 2)};
+  nodes[0].bytes_per_s = 100;
+  nodes[1].bytes_per_s = 100;
+  EXPECT_FALSE(SumFeeds(nodes).eta_s.has_value());
+  FeedTotals totals = SumFeeds(nodes, QueueSize{8, 2000, 1000});
+  EXPECT_EQ(totals.partitions_total, 8u);
+  EXPECT_EQ(totals.total_bytes, 2000u);
+  EXPECT_EQ(totals.epoch_bytes, 1000u);
+  ASSERT_TRUE(totals.eta_s.has_value());
+  EXPECT_DOUBLE_EQ(*totals.eta_s, 4.0);  // 800 bytes left at 200 B/s
+}
+
 TEST(SumFeedsTest, AllPartitionsDoneIsTheEnd) {
   FeedTotals totals = SumFeeds({FedNode("0", 10, 90, 2, 2, 100, 0, 1)});
   EXPECT_DOUBLE_EQ(totals.epoch_fraction, 1.0);
