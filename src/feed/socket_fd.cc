@@ -266,6 +266,19 @@ Status PositionFrom(const nlohmann::json& json, std::optional<FeedPosition>* pos
   return Status::Ok();
 }
 
+// An answer to a request after the handshake: the object when it says ok,
+// else the refusal it carries, or kUnavailable "bad answer".
+Result<nlohmann::json> OkAnswer(const std::string& line) {
+  nlohmann::json reply = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!reply.is_object() || !reply.contains("ok") || !reply["ok"].is_boolean()) {
+    return Status::Unavailable(kBadAnswer);
+  }
+  if (reply["ok"].get<bool>()) return reply;
+  FeedGrant unused;
+  Status refused = DecodeAnswer(line, &unused);
+  return refused.ok() ? Status::Unavailable(kBadAnswer) : refused;
+}
+
 }  // namespace
 
 std::string EncodeCommitRequest(const std::optional<FeedPosition>& position) {
@@ -285,14 +298,7 @@ std::string EncodeCommitAnswer(const std::optional<FeedPosition>& position) {
 }
 
 Status DecodeCommitAnswer(const std::string& line, std::optional<FeedPosition>* position) {
-  const nlohmann::json reply = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (!reply.is_object() || !reply.contains("ok") || !reply["ok"].is_boolean()) {
-    return Status::Unavailable(kBadAnswer);
-  }
-  if (!reply["ok"].get<bool>()) {
-    FeedGrant unused;
-    return DecodeAnswer(line, &unused);
-  }
+  DROVER_ASSIGN_OR_RETURN(const nlohmann::json reply, OkAnswer(line));
   if (!reply.contains("position") || !PositionFrom(reply["position"], position).ok()) {
     return Status::Unavailable(kBadAnswer);
   }
@@ -321,14 +327,7 @@ std::string EncodeClaimAnswer(const std::optional<FeedUnit>& unit) {
 }
 
 Status DecodeClaimAnswer(const std::string& line, std::optional<FeedUnit>* unit) {
-  const nlohmann::json reply = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (!reply.is_object() || !reply.contains("ok") || !reply["ok"].is_boolean()) {
-    return Status::Unavailable(kBadAnswer);
-  }
-  if (!reply["ok"].get<bool>()) {
-    FeedGrant unused;
-    return DecodeAnswer(line, &unused);
-  }
+  DROVER_ASSIGN_OR_RETURN(const nlohmann::json reply, OkAnswer(line));
   if (!reply.contains("feed")) return Status::Unavailable(kBadAnswer);
   const nlohmann::json& feed = reply["feed"];
   if (feed.is_null()) {
