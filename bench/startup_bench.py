@@ -1,6 +1,7 @@
 """Start-up time of a local cluster: from the launch command to every program started.
 
-usage: startup_bench.py [--drover build/bin/drover] [--nodes 2,4,8] [--reps 3]
+usage: startup_bench.py [--drover build/bin/drover] [--baseline OTHER_DROVER] [--nodes 2,4,8]
+                        [--reps 3]
 
 For N local nodes it launches the same trivial program, `sh -c 'date +%s.%N >> FILE'`
 (each copy appends the CLOCK_REALTIME time it started), with
@@ -12,7 +13,8 @@ The bench takes CLOCK_REALTIME (time.time_ns) just before starting the launcher;
 "start" is the last copy's timestamp minus that, "exit" is when the launcher
 returned. Each figure is the median of --reps runs, the launchers interleaved
 within each repetition; the ratios compare drover with torchrun and mpirun
-measured in the same run.
+measured in the same run. --baseline adds a second drover binary (say, one built
+from main) as "drover baseline", interleaved with the rest, for before/after figures.
 
 Debian 12's torchrun (torch 1.13 on Python 3.11) fails at start-up in its
 --redirects/--tee parsing (enum.IntFlag no longer iterates its zero member);
@@ -56,10 +58,12 @@ def program(stamp_file):
     return ["sh", "-c", f'date +%s.%N >> "{stamp_file}"']
 
 
-def launchers(drover, workdir):
-    def drover_run(n, prog):
-        return [drover, "run", "--nodes", str(n), "--log-dir", os.path.join(workdir, "logs"),
-                "--"] + prog
+def launchers(drover, workdir, baseline=None):
+    def drover_with(binary):
+        def drover_run(n, prog):
+            return [binary, "run", "--nodes", str(n), "--log-dir",
+                    os.path.join(workdir, "logs"), "--"] + prog
+        return drover_run
 
     def torchrun(n, prog):
         return ["/usr/bin/python3", "-c", TORCHRUN_SHIM, "--standalone",
@@ -68,7 +72,10 @@ def launchers(drover, workdir):
     def mpirun(n, prog):
         return ["mpirun", "--oversubscribe", "-np", str(n)] + prog
 
-    found = {"drover run": drover_run, "floor (fork+exec)": None}
+    found = {"drover run": drover_with(drover)}
+    if baseline:
+        found["drover baseline"] = drover_with(baseline)
+    found["floor (fork+exec)"] = None
     if subprocess.run(["/usr/bin/python3", "-c", "import torch.distributed.run"],
                       capture_output=True).returncode == 0:
         found["torchrun"] = torchrun
@@ -110,6 +117,7 @@ def measure(command, n, stamp_file, env):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--drover", default="build/bin/drover")
+    parser.add_argument("--baseline", help="a second drover binary, measured interleaved")
     parser.add_argument("--nodes", default="2,4,8")
     parser.add_argument("--reps", type=int, default=3)
     args = parser.parse_args()
@@ -119,7 +127,8 @@ def main():
 
     with tempfile.TemporaryDirectory(prefix="drover-startup-") as workdir:
         stamp_file = os.path.join(workdir, "started")
-        found = launchers(drover, workdir)
+        baseline = os.path.abspath(args.baseline) if args.baseline else None
+        found = launchers(drover, workdir, baseline)
         results = {}  # (launcher, n) -> [(start, exit)]
         for n in sizes:
             for _ in range(args.reps):

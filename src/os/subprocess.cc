@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -103,8 +104,6 @@ Result<Subprocess> Subprocess::Spawn(const SubprocessOptions& options) {
     for (const std::string& entry : *options.env) envp.push_back(const_cast<char*>(entry.c_str()));
     envp.push_back(nullptr);
   }
-  char* const* child_env = options.env ? envp.data() : environ;
-  const char* working_dir = options.working_dir.empty() ? nullptr : options.working_dir.c_str();
 
   // Every pipe end is owned here, so a failure before the fork closes them all.
   auto open_pipe = [](Pipe* pipe) -> Status {
@@ -122,14 +121,25 @@ Result<Subprocess> Subprocess::Spawn(const SubprocessOptions& options) {
   if (options.pipe_stdin) DROVER_RETURN_IF_ERROR(open_pipe(&in_pipe));
   const pid_t parent = ::getpid();
 
-  pid_t pid = ::fork();
-  if (pid < 0) {
-    return Status::IoError("cannot start '" + options.argv[0] + "': fork: " + std::strerror(errno));
-  }
+  // vfork, not fork: the child borrows this process's memory until it execs,
+  // so starting a program costs the same however large and threaded this
+  // process is (fork copies every page table: the driver starts N agents one
+  // after another, and each agent its guard). The parent is suspended until
+  // the child execs or exits. Every signal stays blocked across it, so no
+  // handler of ours runs in the child on the borrowed memory; the child puts
+  // every handler back to its default before unblocking (signal dispositions
+  // are the child's own: vfork does not share them).
+  sigset_t all_signals, caller_mask;
+  sigfillset(&all_signals);
+  ::pthread_sigmask(SIG_SETMASK, &all_signals, &caller_mask);
+  pid_t pid = ::vfork();
   if (pid == 0) {
     // The child: async-signal-safe calls only (get() is one; no destructor
-    // runs here, since the child execs or _exits).
+    // runs here, since the child execs or _exits), and no writes to memory
+    // the parent reads after vfork returns.
     const int efd = error_pipe.write.get();
+    char* const* child_env = options.env ? envp.data() : environ;
+    const char* working_dir = options.working_dir.empty() ? nullptr : options.working_dir.c_str();
     if (::setpgid(0, 0) != 0) ChildFail(efd, 0);
     if (options.parent_death_signal != 0) {
       if (::prctl(PR_SET_PDEATHSIG, options.parent_death_signal) != 0) ChildFail(efd, 1);
@@ -164,6 +174,12 @@ Result<Subprocess> Subprocess::Spawn(const SubprocessOptions& options) {
     }
     ::execve(program.c_str(), argv.data(), child_env);
     ChildFail(efd, 5);
+  }
+  const int vfork_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &caller_mask, nullptr);
+  if (pid < 0) {
+    return Status::IoError("cannot start '" + options.argv[0] +
+                           "': vfork: " + std::strerror(vfork_errno));
   }
 
   // The child's ends: its exec closes the error pipe's, so the read below

@@ -1,13 +1,15 @@
 // Subprocess: one child program in its own process group, supervised through
 // a pidfd (Ninja's Subprocess, with Linux's process-group and pidfd tools).
 //
-// Spawn() forks and execs with: a new process group (pgid == pid), stdin from
+// Spawn() vforks and execs with: a new process group (pgid == pid), stdin from
 // /dev/null, stdout/stderr inherited or each into a pipe the parent reads,
 // every other fd closed on exec, the signal mask and dispositions reset, and
-// PR_SET_PDEATHSIG (SIGKILL by default) so the child dies with its parent. It uses fork()
+// PR_SET_PDEATHSIG (SIGKILL by default) so the child dies with its parent. It uses vfork()
 // rather than posix_spawn() because posix_spawn cannot set PDEATHSIG in the
-// child. HAZARD: PDEATHSIG fires when the *thread* that called Spawn() exits,
-// so call it from a thread that outlives the child (the agent's main thread).
+// child, and vfork rather than fork so that the cost of a start does not grow
+// with the caller's size (fork copies its page tables). HAZARD: PDEATHSIG fires when the *thread*
+// that called Spawn() exits, so call it from a thread that outlives the child (the agent's main
+// thread).
 //
 // Signals go to the whole process group, so grandchildren the program starts
 // are stopped with it. The leader is reaped through a pidfd (pidfd_open);
