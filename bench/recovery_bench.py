@@ -25,7 +25,6 @@ same run (to the elastic one and the fixed one). The host's own figures (memcpy,
 import argparse
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,7 +32,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import host_figures  # noqa: E402
-from startup_bench import TORCHRUN_SHIM, clean_env  # noqa: E402
+from startup_bench import TORCHRUN_SHIM, clean_env, interleave, median, ms  # noqa: E402
 
 PROGRAM = r"""#!/bin/sh
 round=${DROVER_RESTART_COUNT:-${TORCHELASTIC_RESTART_COUNT:-0}}
@@ -120,36 +119,23 @@ def main():
             f.write(PROGRAM)
         os.chmod(os.path.join(workdir, "prog.sh"), 0o755)
         found = launchers(drover, workdir)
-        results = {}  # (launcher, n) -> [(recovery, exit)]
-        for n in sizes:
-            for _ in range(args.reps):
-                for name, command in found.items():
-                    try:
-                        sample = measure(command, n, workdir, env)
-                    except (RuntimeError, subprocess.TimeoutExpired) as error:
-                        print(f"recovery_bench: {name} N={n} failed: {error}", file=sys.stderr)
-                        sample = None
-                    results.setdefault((name, n), []).append(sample)
-
-    def median(name, n, which):
-        samples = [s[which] for s in results.get((name, n), []) if s is not None]
-        return statistics.median(samples) if samples else None
-
-    def ms(value):
-        return f"{value * 1000:,.0f}" if value is not None else "-"
+        # (launcher, n) -> [(recovery, exit)]
+        results = interleave(found, sizes, args.reps,
+                             lambda command, n: measure(command, n, workdir, env),
+                             "recovery_bench")
 
     print(f"median of {args.reps}; ms from the SIGKILL of rank 1")
     print(f"{'launcher':<28}{'N':>3}{'recovery':>10}{'exit':>10}"
           f"{'x torchrun 1:2':>16}{'x torchrun 1':>14}")
     for n in sizes:
-        elastic = median("torchrun 1:2 (elastic)", n, 0)
-        fixed = median("torchrun 1", n, 0)
+        elastic = median(results, "torchrun 1:2 (elastic)", n, 0)
+        fixed = median(results, "torchrun 1", n, 0)
         for name in found:
-            recovery = median(name, n, 0)
+            recovery = median(results, name, n, 0)
 
             def ratio(base):
                 return f"{recovery / base:.3f}" if recovery is not None and base else "-"
-            print(f"{name:<28}{n:>3}{ms(recovery):>10}{ms(median(name, n, 1)):>10}"
+            print(f"{name:<28}{n:>3}{ms(recovery):>10}{ms(median(results, name, n, 1)):>10}"
                   f"{ratio(elastic):>16}{ratio(fixed):>14}")
 
 if __name__ == "__main__":

@@ -114,6 +114,34 @@ def measure(command, n, stamp_file, env):
     return (last - launched) / 1e9, (exited - launched) / 1e9
 
 
+def interleave(found, sizes, reps, measure_one, bench):
+    """{(launcher, n): [sample or None per repetition]}: every launcher of
+    `found` measured by measure_one(command, n), interleaved within each
+    repetition so that they share the host's state; a failure is printed
+    and leaves None."""
+    results = {}
+    for n in sizes:
+        for _ in range(reps):
+            for name, command in found.items():
+                try:
+                    sample = measure_one(command, n)
+                except (RuntimeError, subprocess.TimeoutExpired) as error:
+                    print(f"{bench}: {name} N={n} failed: {error}", file=sys.stderr)
+                    sample = None
+                results.setdefault((name, n), []).append(sample)
+    return results
+
+
+def median(results, name, n, which):
+    """The median of field `which` of the samples that did not fail."""
+    samples = [s[which] for s in results.get((name, n), []) if s is not None]
+    return statistics.median(samples) if samples else None
+
+
+def ms(value):
+    return f"{value * 1000:,.0f}" if value is not None else "-"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--drover", default="build/bin/drover")
@@ -129,23 +157,10 @@ def main():
         stamp_file = os.path.join(workdir, "started")
         baseline = os.path.abspath(args.baseline) if args.baseline else None
         found = launchers(drover, workdir, baseline)
-        results = {}  # (launcher, n) -> [(start, exit)]
-        for n in sizes:
-            for _ in range(args.reps):
-                for name, command in found.items():
-                    try:
-                        sample = measure(command, n, stamp_file, env)
-                    except (RuntimeError, subprocess.TimeoutExpired) as error:
-                        print(f"startup_bench: {name} N={n} failed: {error}", file=sys.stderr)
-                        sample = None
-                    results.setdefault((name, n), []).append(sample)
-
-    def median(name, n, which):
-        samples = [s[which] for s in results.get((name, n), []) if s is not None]
-        return statistics.median(samples) if samples else None
-
-    def ms(value):
-        return f"{value * 1000:,.0f}" if value is not None else "-"
+        # (launcher, n) -> [(start, exit)]
+        results = interleave(found, sizes, args.reps,
+                             lambda command, n: measure(command, n, stamp_file, env),
+                             "startup_bench")
 
     def ratio(a, b):
         return f"{a / b:.2f}" if a is not None and b else "-"
@@ -155,10 +170,10 @@ def main():
     print(f"{'launcher':<18} {'N':>3} {'last start':>11} {'exit':>9} "
           f"{'start x torchrun':>17} {'start x mpirun':>15}")
     for n in sizes:
-        torch_start = median("torchrun", n, 0)
-        mpi_start = median("mpirun", n, 0)
+        torch_start = median(results, "torchrun", n, 0)
+        mpi_start = median(results, "mpirun", n, 0)
         for name in found:
-            start, exit_ = median(name, n, 0), median(name, n, 1)
+            start, exit_ = median(results, name, n, 0), median(results, name, n, 1)
             print(f"{name:<18} {n:>3} {ms(start):>11} {ms(exit_):>9} "
                   f"{ratio(start, torch_start):>17} {ratio(start, mpi_start):>15}")
     failed = any(s is None for samples in results.values() for s in samples)
