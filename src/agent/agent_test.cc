@@ -424,11 +424,12 @@ TEST_F(AgentTest, ExternalFeedPlanPublishesTheFeedSocketOfEveryNode) {
   StartServer(2, 60s, /*num_ps=*/1);
   // The program holds on until the test has seen the cluster.
   const std::string go = dir_.File("go");
-  const std::string script =
-      "printf '%s\\n' \"${DROVER_FEED_SOCKET-unset}\" > " + dir_.path() +
-      "/socket-$DROVER_EXECUTOR_ID; [ -S \"$DROVER_FEED_SOCKET\" ] && echo " + "served >> " +
-      dir_.path() + "/socket-$DROVER_EXECUTOR_ID; " + "while [ ! -e " + go +
-      " ]; do sleep 0.02; done";
+  // Written whole and renamed into place: the test reads it once it exists.
+  const std::string out = dir_.path() + "/socket-$DROVER_EXECUTOR_ID";
+  const std::string script = "{ printf '%s\\n' \"${DROVER_FEED_SOCKET-unset}\"; [ -S " +
+                             std::string("\"$DROVER_FEED_SOCKET\" ] && echo served; } > ") + out +
+                             ".tmp; mv " + out + ".tmp " + out + "; while [ ! -e " + go +
+                             " ]; do sleep 0.02; done";
   AgentOptions a = Options("exec-a", script);
   AgentOptions b = Options("exec-b", script);
   const std::string plan = R"({"mode": "train", "format": "pickle", "external": true})";
