@@ -76,11 +76,11 @@ def descendants(root):
             stat = proc_stat(int(entry))
             if stat is not None:
                 children.setdefault(stat[0], []).append(int(entry))
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
+    found, unvisited = [], [root]
+    while unvisited:
+        pid = unvisited.pop()
         found.append(pid)
-        todo.extend(children.get(pid, []))
+        unvisited.extend(children.get(pid, []))
     return found
 
 

@@ -97,6 +97,9 @@ struct ClusterTemplate {
   Status Validate() const;
   // The (job, index) of the i-th slot, i in [0, num_nodes).
   std::pair<std::string, int> Slot(int i) const;
+  // How many nodes are fed (the chief/master and the workers): every node
+  // but the ps and the evaluator.
+  int FedNodes() const { return num_nodes - num_ps - (eval_node ? 1 : 0); }
 };
 
 // A node's identity and resources, as it registers them.

@@ -243,8 +243,7 @@ int Run(RunFlags flags) {
         << " slots (give more with host:N or slots=N)\n";
     return kExitBadInput;
   }
-  flags.feed.fed_nodes =
-      options.cluster.num_nodes - options.cluster.num_ps - (options.cluster.eval_node ? 1 : 0);
+  flags.feed.fed_nodes = options.cluster.FedNodes();
   Result<std::optional<feed::FeedPlan>> plan = feed::PlanFeed(flags.feed);
   if (!plan.ok()) {
     err << "drover run: " << plan.status().message() << "\n";

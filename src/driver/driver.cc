@@ -613,8 +613,7 @@ void Driver::CollectFeedCommits(RendezvousServer& server) {
 }
 
 void Driver::CollectDynamicQueue(RendezvousServer& server) {
-  const ClusterTemplate& cluster = options_.cluster;
-  const int shares = cluster.num_nodes - cluster.num_ps - (cluster.eval_node ? 1 : 0);
+  const int shares = options_.cluster.FedNodes();
   std::vector<std::vector<uint64_t>> claims;
   std::vector<std::optional<feed::FeedPosition>> commits;
   bool committed = false;
