@@ -119,6 +119,10 @@ struct NodeInfo {
 // What every node (and the driver) knows once the barrier completes.
 struct FormedCluster {
   std::string cluster_id;
+  // Elastic runs: the round (RendezvousServer::Reform; 0 first) and why it
+  // began.
+  int round = 0;
+  std::string round_reason;
   std::vector<NodeInfo> nodes;  // in slot order
   // nodes[i]'s placement, laid out once by the server (drover/placement.h).
   std::vector<Placement> placements;
@@ -164,7 +168,9 @@ struct ClusterState {
 // Something the driver must hear about after the barrier.
 struct NodeEvent {
   // kLeft: the node's agent finished and said so (LEAVE) before it closed.
-  enum class Kind { kDead, kError, kStopped, kLeft };
+  // kJoining (elastic servers): a node registered after the cluster formed
+  // and waits for the next round (RendezvousServer::Reform admits it).
+  enum class Kind { kDead, kError, kStopped, kLeft, kJoining };
   Kind kind;
   NodeInfo node;
   std::string message;
@@ -199,6 +205,11 @@ struct RendezvousServerOptions {
   int missed_heartbeats_until_dead = 5;
   // Fits the largest valid request (a COMPARE_SET of two 1 MiB values).
   uint32_t max_frame_bytes = (2u << 20) + (8u << 10);
+  // Elastic (docs/protocol.md, "Rounds"): the formed cluster may be formed
+  // again (Reform) over the connections the nodes hold, and a node that
+  // registers after it formed waits for the next round (a kJoining event)
+  // instead of being refused.
+  bool elastic = false;
   // Called on the loop thread: keep it short, do not call back into the server.
   std::function<void(const NodeEvent&)> on_event;
   // Called on the loop thread with each line of the server's log (without
@@ -208,6 +219,21 @@ struct RendezvousServerOptions {
   // Called on the loop thread for every connection closed for a bad frame,
   // failed auth or timeout, with the peer and the reason (tests, logs).
   std::function<void(const std::string& peer, const std::string& reason)> on_rejected;
+};
+
+// The next round of an elastic cluster (RendezvousServer::Reform).
+struct ReformPlan {
+  // The roles of the next round; num_nodes counts the members that will
+  // register again plus the admitted joiners.
+  ClusterTemplate cluster;
+  std::string cluster_id;
+  int round = 0;
+  std::string reason;  // why the round begins, sent to every node
+  // Parked joiners (kJoining events) that take part in the next round.
+  std::vector<std::string> admit;
+  // The round forms only when FormWithRegistered says so, not when the
+  // count is reached (the caller has work to do between the two).
+  bool hold = false;
 };
 
 class RendezvousServer {
@@ -230,6 +256,18 @@ class RendezvousServer {
   // The value the KV store holds under `key` (what nodes SET); nullopt when
   // none, or once the server is shut down.
   std::optional<std::string> StoredValue(const std::string& key);
+  // Deletes every key-value key that starts with `prefix`; returns how many.
+  size_t DeleteKeys(const std::string& prefix);
+  // Elastic servers, once the cluster formed: sends REFORM to every member
+  // still connected (one that left too), forgets the members, and waits for
+  // plan.cluster.num_nodes registrations under plan.cluster_id, the admitted
+  // joiners counting at once. WaitForCluster then waits for the new round.
+  // kFailedPrecondition on a server that is not elastic or not formed.
+  Status Reform(const ReformPlan& plan);
+  // Elastic servers, while reserving: forms the cluster now with the nodes
+  // registered, if there are at least `minimum` (else kFailedPrecondition,
+  // naming who registered). Returns how many it formed with.
+  Result<int> FormWithRegistered(int minimum);
   void StopAll();
   // Stops the loop and closes every connection; idempotent.
   void Shutdown();
@@ -301,6 +339,17 @@ class RendezvousClient {
   // is readable: false for both, so a watcher thread can block without a
   // timeout and still be told to quit.
   Result<bool> WaitForStop(Deadline deadline, int wake_fd = -1);
+
+  // What the server told this node: nothing yet (the deadline or wake_fd),
+  // STOP, or REFORM (elastic runs: stop the program, Register again for
+  // `round`). A REFORM is reported once; a STOP every time after it came.
+  struct Instruction {
+    enum class Kind { kNone, kStop, kReform };
+    Kind kind = Kind::kNone;
+    int round = 0;
+    std::string reason;
+  };
+  Result<Instruction> WaitForInstruction(Deadline deadline, int wake_fd = -1);
 
   // The key-value store (PyTorch TCPStore-like).
   Status Set(const std::string& key, const std::string& value, Deadline deadline);

@@ -32,8 +32,12 @@ void Barrier::HandleRegister(Peer& peer, const wire::Register& request) {
       std::string message = "executor " + id + " cannot register: " + table_.stop_reason();
       return peer.Reject(wire::STOPPED, message, message);
     }
-    case Phase::kFormed:
+    case Phase::kFormed: {
+      const NodeRecord* member = table_.Find(id);
+      if (options_.elastic && (member == nullptr || !member->alive))
+        return Park(peer, request.node());
       return Rejoin(peer, id);
+    }
     case Phase::kReserving:
       return Reserve(peer, request.node());
   }
@@ -87,7 +91,82 @@ void Barrier::Reserve(Peer& peer, const wire::NodeInfo& request) {
   table_.Register(NodeFromWire(request), peer.id(), Clock::now());
   peer.executor_id = id;
   Acknowledge(peer);
-  if (static_cast<int>(table_.size()) >= table_.expected()) FormCluster();
+  if (!hold_ && static_cast<int>(table_.size()) >= table_.expected()) FormCluster();
+}
+
+void Barrier::Park(Peer& peer, const wire::NodeInfo& request) {
+  const std::string& id = request.executor_id();
+  auto existing = joiners_.find(id);
+  if (existing != joiners_.end() && existing->second.connection != peer.id()) {
+    if (Peer* old = context_.FindPeer(existing->second.connection)) {
+      old->executor_id.clear();
+      old->Close();
+    }
+  }
+  NodeInfo info = NodeFromWire(request);
+  joiners_[id] = Joiner{info, peer.id()};
+  peer.executor_id = id;
+  Acknowledge(peer);
+  context_.Log("executor " + id + " from " + peer.address() +
+               " registered after the cluster formed; it waits for the next round");
+  context_.Report(NodeEvent{
+      NodeEvent::Kind::kJoining, std::move(info), "executor " + id + " waits to join", {}});
+}
+
+void Barrier::Reform(const std::string& cluster_id, int round, const std::string& reason,
+                     const std::vector<std::string>& admit, bool hold) {
+  cluster_id_ = cluster_id;
+  round_ = round;
+  round_reason_ = reason;
+  hold_ = hold;
+  cluster_ = EncodedCluster{};
+  for (const std::string& id : admit) {
+    auto joiner = joiners_.find(id);
+    if (joiner == joiners_.end()) continue;
+    Peer* peer = context_.FindPeer(joiner->second.connection);
+    if (peer != nullptr && peer->open()) {
+      table_.Register(joiner->second.info, peer->id(), Clock::now());
+      Acknowledge(*peer);
+    }
+    joiners_.erase(joiner);
+  }
+  if (!hold_ && !table_.nodes().empty() && static_cast<int>(table_.size()) >= table_.expected()) {
+    FormCluster();
+  }
+}
+
+Result<int> Barrier::FormWithRegistered(int minimum) {
+  if (table_.phase() != Phase::kReserving) {
+    return Status::FailedPrecondition("the cluster is not reserving");
+  }
+  const int registered = static_cast<int>(table_.size());
+  if (registered < minimum || registered == 0) {
+    return Status::FailedPrecondition(table_.DescribeRegistrations() + ", fewer than the " +
+                                      std::to_string(minimum) + " needed");
+  }
+  table_.SetExpected(registered);
+  hold_ = false;
+  FormCluster();
+  if (table_.phase() != Phase::kFormed) {
+    return Status::Internal("laying out the cluster of " + std::to_string(registered) +
+                            " nodes failed");
+  }
+  return registered;
+}
+
+void Barrier::ForgetJoiner(uint64_t connection) {
+  for (auto it = joiners_.begin(); it != joiners_.end(); ++it) {
+    if (it->second.connection != connection) continue;
+    context_.Log("executor " + it->first + " left before it could join");
+    joiners_.erase(it);
+    return;
+  }
+}
+
+std::vector<uint64_t> Barrier::JoinerConnections() const {
+  std::vector<uint64_t> connections;
+  for (const auto& [id, joiner] : joiners_) connections.push_back(joiner.connection);
+  return connections;
 }
 
 void Barrier::Acknowledge(Peer& peer) {
@@ -122,7 +201,9 @@ void Barrier::FormCluster() {
   Clock::time_point started = Clock::now();
   table_.AssignSlots(started);
   FormedCluster formed;
-  formed.cluster_id = options_.cluster_id;
+  formed.cluster_id = cluster_id_;
+  formed.round = round_;
+  formed.round_reason = round_reason_;
   formed.heartbeat_interval = options_.heartbeat_interval;
   for (const NodeRecord& node : table_.nodes()) formed.nodes.push_back(node.info);
   // The one layout of the cluster: every node and the driver read it.
@@ -151,8 +232,8 @@ void Barrier::FormCluster() {
   table_.set_formed();
   for (const NodeRecord& node : table_.nodes()) SendCluster(node);
   context_.Log(
-      "cluster " + options_.cluster_id + " formed with " + std::to_string(table_.size()) +
-      " nodes (" + std::to_string(cluster_.uncompressed_bytes) + " bytes of shared cluster, " +
+      "cluster " + cluster_id_ + " formed with " + std::to_string(table_.size()) + " nodes (" +
+      std::to_string(cluster_.uncompressed_bytes) + " bytes of shared cluster, " +
       std::to_string(cluster_.compressed_bytes) + " compressed; " +
       std::to_string(
           std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count()) +

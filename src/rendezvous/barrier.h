@@ -14,8 +14,10 @@
 #ifndef DROVER_SRC_RENDEZVOUS_BARRIER_H_
 #define DROVER_SRC_RENDEZVOUS_BARRIER_H_
 
+#include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "drover.pb.h"
 #include "drover/rendezvous.h"
@@ -30,13 +32,19 @@ struct BarrierOptions {
   std::string cluster_id;
   Milliseconds heartbeat_interval{1'000};     // sent to every node with the cluster
   Milliseconds reservation_timeout{600'000};  // for the timeout's message
+  // Once formed, a newcomer waits for the next round (a joiner) instead of
+  // being refused, and Reform starts that round.
+  bool elastic = false;
 };
 
 class Barrier {
  public:
   // `table` and `context` must outlive the Barrier.
   Barrier(BarrierOptions options, NodeTable& table, ServerContext& context)
-      : options_(std::move(options)), table_(table), context_(context) {}
+      : options_(std::move(options)),
+        table_(table),
+        context_(context),
+        cluster_id_(options_.cluster_id) {}
 
   // REGISTER from an authenticated peer.
   void HandleRegister(Peer& peer, const wire::Register& request);
@@ -49,7 +57,25 @@ class Barrier {
   // cluster formed.
   void OnReservationTimeout();
 
+  // Elastic: the next round. The table must have been Reset for it; the
+  // admitted joiners register at once, and the cluster forms if they fill it.
+  // With `hold`, only FormWithRegistered forms it.
+  void Reform(const std::string& cluster_id, int round, const std::string& reason,
+              const std::vector<std::string>& admit, bool hold);
+  // Elastic, while reserving: forms with the registered nodes now, if at
+  // least `minimum`.
+  Result<int> FormWithRegistered(int minimum);
+  // A closed connection that was a parked joiner's.
+  void ForgetJoiner(uint64_t connection);
+  // The parked joiners' connections (StopAll reaches them too).
+  std::vector<uint64_t> JoinerConnections() const;
+
  private:
+  struct Joiner {
+    NodeInfo info;
+    uint64_t connection = 0;
+  };
+  void Park(Peer& peer, const wire::NodeInfo& node);
   void Rejoin(Peer& peer, const std::string& executor_id);
   void Reserve(Peer& peer, const wire::NodeInfo& node);
   void Acknowledge(Peer& peer);
@@ -59,7 +85,12 @@ class Barrier {
   const BarrierOptions options_;
   NodeTable& table_;
   ServerContext& context_;
-  EncodedCluster cluster_;  // once formed
+  std::string cluster_id_;  // this round's; options_.cluster_id first
+  int round_ = 0;
+  std::string round_reason_;
+  EncodedCluster cluster_;                 // once formed
+  std::map<std::string, Joiner> joiners_;  // by executor id, elastic only
+  bool hold_ = false;                      // this round forms when told
 };
 
 }  // namespace drover::rendezvous_internal

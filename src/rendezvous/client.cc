@@ -249,6 +249,7 @@ class RendezvousClient::Impl {
   Status SendControl(wire::Control control);
   Result<ClusterState> QueryState(Deadline deadline);
   Result<bool> WaitForStop(Deadline deadline, int wake_fd);
+  Result<RendezvousClient::Instruction> WaitForInstruction(Deadline deadline, int wake_fd);
   // Sends a KV request and waits for its reply. A reply's error code becomes
   // a Status, except NOT_FOUND when `not_found_is_answer` (GET, DELETE).
   Result<wire::KvReply> Kv(wire::KvRequest request, Deadline deadline, std::string_view what,
@@ -308,6 +309,8 @@ class RendezvousClient::Impl {
   uint32_t expected_ = 0;
 
   std::atomic<bool> stop_received_{false};
+  // A REFORM not yet taken by WaitForInstruction (caller's thread only).
+  std::optional<RendezvousClient::Instruction> reform_;
 
   Mutex write_mu_;  // serializes whole frames on the socket
   std::optional<wire::FrameSealer> sealer_ GUARDED_BY(write_mu_);  // once authenticated
@@ -463,6 +466,13 @@ Result<wire::Frame> RendezvousClient::Impl::Await(
         if (return_on_stop) return frame;
         continue;
       }
+      if (control.kind() == wire::Control::REFORM) {
+        reform_ =
+            RendezvousClient::Instruction{RendezvousClient::Instruction::Kind::kReform,
+                                          static_cast<int>(control.round()), control.message()};
+        if (return_on_stop) return frame;
+        continue;
+      }
     }
     if (wanted(frame)) return frame;
     // Late answers to a call that gave up at its deadline, and progress
@@ -589,9 +599,16 @@ Result<FormedCluster> RendezvousClient::Impl::Register(const NodeInfo& node, Dea
   DROVER_RETURN_IF_ERROR(Send(wire::REGISTER, request, deadline));
   std::string what = "the cluster to form (executor " + node.executor_id + ")";
   for (;;) {
-    Result<wire::Frame> frame = Await(deadline, what, [](const wire::Frame& frame) {
-      return frame.type() == wire::CLUSTER || frame.type() == wire::REGISTERED;
-    });
+    Result<wire::Frame> frame = Await(
+        deadline, what,
+        [](const wire::Frame& frame) {
+          return frame.type() == wire::CLUSTER || frame.type() == wire::REGISTERED;
+        },
+        /*return_on_stop=*/true);
+    if (frame.ok() && stop_received_) {
+      return Status::Unavailable("rendezvous server " + server() + ": executor " +
+                                 node.executor_id + " was stopped before the cluster formed");
+    }
     if (!frame.ok()) {
       if (deadline_passed_ && expected_ > 0) {
         return Status::DeadlineExceeded(frame.status().message() + "; " +
@@ -721,6 +738,22 @@ Result<bool> RendezvousClient::Impl::WaitForStop(Deadline deadline, int wake_fd)
     }
   }
   return true;
+}
+
+Result<RendezvousClient::Instruction> RendezvousClient::Impl::WaitForInstruction(Deadline deadline,
+                                                                                 int wake_fd) {
+  using Kind = RendezvousClient::Instruction::Kind;
+  for (;;) {
+    if (stop_received_) return RendezvousClient::Instruction{Kind::kStop, 0, ""};
+    if (reform_) return *std::exchange(reform_, std::nullopt);
+    Result<wire::Frame> frame = Await(
+        deadline, "an instruction from the server", [](const wire::Frame&) { return false; },
+        /*return_on_stop=*/true, wake_fd);
+    if (!frame.ok()) {
+      if (deadline_passed_) return RendezvousClient::Instruction{};
+      return frame.status();
+    }
+  }
 }
 
 Result<wire::KvReply> RendezvousClient::Impl::Kv(wire::KvRequest request, Deadline deadline,
@@ -888,6 +921,11 @@ Status RendezvousClient::Leave() {
 
 Result<bool> RendezvousClient::WaitForStop(Deadline deadline, int wake_fd) {
   return impl_->WaitForStop(deadline, wake_fd);
+}
+
+Result<RendezvousClient::Instruction> RendezvousClient::WaitForInstruction(Deadline deadline,
+                                                                           int wake_fd) {
+  return impl_->WaitForInstruction(deadline, wake_fd);
 }
 
 Status RendezvousClient::Set(const std::string& key, const std::string& value, Deadline deadline) {

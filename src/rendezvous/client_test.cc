@@ -1395,3 +1395,119 @@ TEST(RendezvousEndToEndTest, ValuesAtTheLimitFitInARequest) {
 
 }  // namespace
 }  // namespace drover
+
+namespace drover {
+namespace {
+
+// Elastic rounds over the same connections: members told to REFORM
+// register again, a late node waits as a joiner and is admitted, and a
+// round can form with fewer nodes than its template once the caller says so.
+TEST(RendezvousEndToEndTest, ElasticRoundsReformOverTheSameConnections) {
+  std::mutex mu;
+  std::vector<NodeEvent> events;
+  RendezvousServerOptions options;
+  options.cluster.num_nodes = 2;
+  options.elastic = true;
+  options.on_event = [&](const NodeEvent& event) {
+    std::lock_guard<std::mutex> lock(mu);
+    events.push_back(event);
+  };
+  auto server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  std::vector<FormedCluster> formed;
+  auto clients = JoinCluster(*server, 2, &formed);
+  ASSERT_OK(server->WaitForCluster(Soon()));
+  ASSERT_OK((*clients[0]).Set("drover/feed/claimed", "3", Soon()));
+  ASSERT_OK((*clients[0]).Set("user/key", "kept", Soon()));
+
+  // A third node registers late: it waits, and the server says so.
+  Result<FormedCluster> joined = Status::Internal("not yet");
+  std::unique_ptr<RendezvousClient> joiner;
+  std::thread late([&] {
+    auto client = RendezvousClient::Connect(Options(ServerAddress(*server)), Soon());
+    ASSERT_OK(client);
+    joiner = std::move(client).value();
+    joined = joiner->Register(Node(2), Soon());
+  });
+  for (Deadline until = Soon(); Clock::now() < until;) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!events.empty()) break;
+    }
+    std::this_thread::sleep_for(Milliseconds(5));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ASSERT_EQ(events.size(), 1u);
+    EXPECT_EQ(events[0].kind, NodeEvent::Kind::kJoining);
+    EXPECT_EQ(events[0].node.executor_id, "2");
+  }
+
+  EXPECT_EQ(server->DeleteKeys("drover/feed/"), 1u);
+  EXPECT_EQ(server->StoredValue("user/key"), "kept");
+  ReformPlan plan;
+  plan.cluster.num_nodes = 3;
+  plan.cluster_id = "run-restart1";
+  plan.round = 1;
+  plan.reason = "executor 2 joined";
+  plan.admit = {"2"};
+  ASSERT_OK(server->Reform(plan));
+  std::vector<FormedCluster> again(2);
+  std::vector<std::thread> members;
+  for (int i = 0; i < 2; ++i) {
+    members.emplace_back([&, i] {
+      ASSERT_OK_AND_ASSIGN(RendezvousClient::Instruction told,
+                           clients[i]->WaitForInstruction(Soon()));
+      EXPECT_EQ(told.kind, RendezvousClient::Instruction::Kind::kReform);
+      EXPECT_EQ(told.round, 1);
+      EXPECT_EQ(told.reason, "executor 2 joined");
+      ASSERT_OK_AND_ASSIGN(again[i], clients[i]->Register(Node(i), Soon()));
+    });
+  }
+  for (std::thread& member : members) member.join();
+  late.join();
+  ASSERT_OK(joined);
+  ASSERT_OK_AND_ASSIGN(FormedCluster cluster, server->WaitForCluster(Soon()));
+  EXPECT_EQ(cluster.cluster_id, "run-restart1");
+  ASSERT_EQ(cluster.nodes.size(), 3u);
+  EXPECT_EQ(joined->own()->Task(), "worker:2");
+  EXPECT_EQ(again[1].own()->Task(), "worker:1");
+
+  // The next round, one member short: it forms when told to, with 2.
+  plan.cluster_id = "run-restart2";
+  plan.round = 2;
+  plan.admit.clear();
+  ASSERT_OK(server->Reform(plan));
+  EXPECT_THAT(server->FormWithRegistered(1),
+              StatusIs(Status::Code::kFailedPrecondition, HasSubstr("0 of 3")));
+  std::vector<FormedCluster> third(2);
+  std::vector<std::thread> survivors;
+  for (int i : {0, 2}) {
+    RendezvousClient& client = i == 0 ? *clients[0] : *joiner;
+    survivors.emplace_back([&, i] {
+      ASSERT_OK_AND_ASSIGN(RendezvousClient::Instruction told, client.WaitForInstruction(Soon()));
+      EXPECT_EQ(told.kind, RendezvousClient::Instruction::Kind::kReform);
+      ASSERT_OK_AND_ASSIGN(third[i == 0 ? 0 : 1], client.Register(Node(i), Soon()));
+    });
+  }
+  for (Deadline until = Soon(); Clock::now() < until;) {
+    if (server->QueryState().registered == 2) break;
+    std::this_thread::sleep_for(Milliseconds(5));
+  }
+  ASSERT_OK_AND_ASSIGN(int size, server->FormWithRegistered(2));
+  EXPECT_EQ(size, 2);
+  for (std::thread& survivor : survivors) survivor.join();
+  EXPECT_EQ(third[0].own()->Task(), "worker:0");
+  EXPECT_EQ(third[1].own()->Task(), "worker:1");
+  EXPECT_EQ(third[1].nodes.size(), 2u);
+
+  // A server that is not elastic refuses.
+  RendezvousServerOptions fixed;
+  fixed.cluster.num_nodes = 1;
+  auto plain = StartServer(fixed);
+  EXPECT_THAT(plain->Reform(plan),
+              StatusIs(Status::Code::kFailedPrecondition, HasSubstr("not elastic")));
+}
+
+}  // namespace
+}  // namespace drover

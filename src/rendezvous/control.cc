@@ -56,6 +56,13 @@ void Control::HandleReportError(Peer& peer, const wire::Control& control) {
     return;
   }
   NodeRecord* node = table_.Find(id);
+  if (node == nullptr && !peer.executor_id.empty()) {
+    // A node that registered before and is not a member now: its report is
+    // from an earlier round of an elastic cluster, which has ended.
+    context_.Log("ignoring executor " + id +
+                 "'s report from an earlier round: " + control.message());
+    return;
+  }
   NodeInfo info;
   info.executor_id = id;
   std::vector<std::string> lines(control.last_log_lines().begin(), control.last_log_lines().end());
@@ -154,6 +161,19 @@ void Control::StopAll() {
   for (const NodeRecord& node : table_.nodes()) ids.push_back(node.info.executor_id);
   for (const std::string& id : ids) {
     if (NodeRecord* node = table_.Find(id)) RelayStop(*node, control);
+  }
+}
+
+void Control::SendReform(int round, const std::string& reason) {
+  wire::Control control;
+  control.set_kind(wire::Control::REFORM);
+  control.set_round(static_cast<uint32_t>(round));
+  control.set_message(reason);
+  for (const NodeRecord& node : table_.nodes()) {
+    // A node that left (its program finished) is still a member.
+    if (node.stop_sent || node.connection == 0) continue;
+    Peer* peer = context_.FindPeer(node.connection);
+    if (peer != nullptr && peer->open()) peer->Send(wire::CONTROL, control);
   }
 }
 

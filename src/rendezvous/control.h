@@ -33,6 +33,9 @@ class Control {
   Status StopNode(const std::string& executor_id);
   // The driver's STOP_ALL.
   void StopAll();
+  // Elastic rounds: tells every member still connected (those whose program
+  // finished too) to stop its program and register again for `round`.
+  void SendReform(int round, const std::string& reason);
 
  private:
   void HandleReportError(Peer& peer, const wire::Control& control);

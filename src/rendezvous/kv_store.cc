@@ -200,6 +200,15 @@ void KvStore::Clear() {
   waiters_by_connection_.clear();
 }
 
+size_t KvStore::DeletePrefix(const std::string& prefix) {
+  size_t deleted = 0;
+  for (auto it = data_.lower_bound(prefix); it != data_.end() && it->first.starts_with(prefix);) {
+    Erase(it++);
+    ++deleted;
+  }
+  return deleted;
+}
+
 bool KvStore::Store(const std::string& key, std::string value, const std::string& what,
                     wire::KvReply* reply) {
   auto it = data_.find(key);

@@ -61,6 +61,8 @@ class KvStore {
   void Forget(uint64_t connection);
   // Shutdown: every parked WAIT ends without a reply; the data stays.
   void Clear();
+  // Deletes every key starting with `prefix`; returns how many.
+  size_t DeletePrefix(const std::string& prefix);
 
   // The value under `key`, if any.
   std::optional<std::string> Find(const std::string& key) const {

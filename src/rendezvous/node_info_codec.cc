@@ -114,6 +114,8 @@ bool ColumnsFit(const wire::Placements& p, int nodes) {
 wire::SharedCluster SharedClusterToWire(const FormedCluster& cluster) {
   wire::SharedCluster out;
   out.set_cluster_id(cluster.cluster_id);
+  out.set_round(static_cast<uint32_t>(cluster.round));
+  out.set_round_reason(cluster.round_reason);
   wire::Placements* columns = out.mutable_placements();
   RankInfo previous;  // the last ranked node's, for the delta-coded columns
   for (size_t i = 0; i < cluster.nodes.size(); ++i) {
@@ -147,6 +149,8 @@ Result<FormedCluster> SharedClusterFromWire(const wire::SharedCluster& shared) {
   }
   FormedCluster out;
   out.cluster_id = shared.cluster_id();
+  out.round = static_cast<int>(shared.round());
+  out.round_reason = shared.round_reason();
   out.nodes.reserve(static_cast<size_t>(count));
   out.placements.reserve(static_cast<size_t>(count));
   const uint32_t world_size = shared.world_size();

@@ -50,6 +50,14 @@ void NodeTable::Stop(const std::string& reason) {
   stop_reason_ = reason;
 }
 
+void NodeTable::Reset(ClusterTemplate cluster) {
+  cluster_ = std::move(cluster);
+  phase_ = Phase::kReserving;
+  stop_reason_.clear();
+  nodes_.clear();
+  index_.clear();
+}
+
 NodeRecord* NodeTable::Find(const std::string& executor_id) {
   auto it = index_.find(executor_id);
   return it == index_.end() ? nullptr : &nodes_[it->second];

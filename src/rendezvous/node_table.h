@@ -54,6 +54,12 @@ class NodeTable {
 
   // Slots the template has.
   int expected() const { return cluster_.num_nodes; }
+  // Elastic rounds: forgets every node and reserves again for `cluster`.
+  void Reset(ClusterTemplate cluster);
+  // Elastic rounds, while reserving: the template's node count becomes
+  // `num_nodes` (the extra nodes are workers).
+  void SetExpected(int num_nodes) { cluster_.num_nodes = num_nodes; }
+  const ClusterTemplate& cluster() const { return cluster_; }
   size_t size() const { return nodes_.size(); }
   // Before the barrier in registration order, after it in slot order.
   std::vector<NodeRecord>& nodes() { return nodes_; }
@@ -90,7 +96,7 @@ class NodeTable {
  private:
   void RebuildIndex();
 
-  const ClusterTemplate cluster_;
+  ClusterTemplate cluster_;
   Phase phase_ = Phase::kReserving;
   std::string stop_reason_;
   std::vector<NodeRecord> nodes_;

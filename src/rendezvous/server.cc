@@ -114,7 +114,7 @@ class Server : public ConnectionHost, public ServerContext {
         nodes_(options_.cluster),
         handshake_(keys.token, *this),
         barrier_(BarrierOptions{keys.cluster_id, options_.heartbeat_interval,
-                                options_.reservation_timeout},
+                                options_.reservation_timeout, options_.elastic},
                  nodes_, *this),
         liveness_(
             LivenessOptions{options_.heartbeat_interval, options_.missed_heartbeats_until_dead},
@@ -133,6 +133,9 @@ class Server : public ConnectionHost, public ServerContext {
   ClusterState QueryState();
   Status StopNode(const std::string& executor_id);
   std::optional<std::string> StoredValue(const std::string& key);
+  size_t DeleteKeys(const std::string& prefix);
+  Status Reform(const ReformPlan& plan);
+  Result<int> FormWithRegistered(int minimum);
   void StopAll();
   void Shutdown();
 
@@ -155,6 +158,7 @@ class Server : public ConnectionHost, public ServerContext {
   R RunOnLoop(std::function<R()> fn, R fallback);
 
   void Accept();
+  void StartReservationTimer();
   void ScheduleHeartbeatCheck();
   void StopOnLoop();
 
@@ -240,10 +244,7 @@ Status Server::Listen() {
     return Status::IoError("rendezvous server cannot listen on " + where + ": " + ec.message());
   port_ = acceptor_.local_endpoint(ec).port();
 
-  reservation_timer_.expires_after(options_.reservation_timeout);
-  reservation_timer_.async_wait([this](asio::error_code ec) {
-    if (!ec && !stopping_) barrier_.OnReservationTimeout();
-  });
+  StartReservationTimer();
   Accept();
   {
     MutexLock lock(post_mu_);
@@ -258,6 +259,13 @@ Status Server::Listen() {
   });
   running.wait();
   return Status::Ok();
+}
+
+void Server::StartReservationTimer() {
+  reservation_timer_.expires_after(options_.reservation_timeout);
+  reservation_timer_.async_wait([this](asio::error_code ec) {
+    if (!ec && !stopping_) barrier_.OnReservationTimeout();
+  });
 }
 
 Result<FormedCluster> Server::WaitForCluster(Deadline deadline) {
@@ -287,6 +295,40 @@ std::optional<std::string> Server::StoredValue(const std::string& key) {
   return RunOnLoop<std::optional<std::string>>([this, key] { return kv_.Find(key); }, std::nullopt);
 }
 
+size_t Server::DeleteKeys(const std::string& prefix) {
+  return RunOnLoop<size_t>([this, prefix] { return kv_.DeletePrefix(prefix); }, 0);
+}
+
+Status Server::Reform(const ReformPlan& plan) {
+  if (!options_.elastic) return Status::FailedPrecondition("the rendezvous is not elastic");
+  if (Status valid = plan.cluster.Validate(); !valid.ok()) return valid;
+  return RunOnLoop<Status>(
+      [this, plan] {
+        if (nodes_.phase() != Phase::kFormed) {
+          return Status::FailedPrecondition("the cluster has not formed; nothing to form again");
+        }
+        control_.SendReform(plan.round, plan.reason);
+        nodes_.Reset(plan.cluster);
+        {
+          MutexLock lock(mu_);
+          outcome_.reset();
+        }
+        heartbeat_timer_.cancel();
+        StartReservationTimer();
+        Log("round " + std::to_string(plan.round) + " (" + plan.cluster_id + "): waiting for " +
+            std::to_string(plan.cluster.num_nodes) + " nodes; " + plan.reason);
+        barrier_.Reform(plan.cluster_id, plan.round, plan.reason, plan.admit, plan.hold);
+        return Status::Ok();
+      },
+      Status::Unavailable("the rendezvous server is shut down"));
+}
+
+Result<int> Server::FormWithRegistered(int minimum) {
+  if (!options_.elastic) return Status::FailedPrecondition("the rendezvous is not elastic");
+  return RunOnLoop<Result<int>>([this, minimum] { return barrier_.FormWithRegistered(minimum); },
+                                Status::Unavailable("the rendezvous server is shut down"));
+}
+
 Status Server::StopNode(const std::string& executor_id) {
   return RunOnLoop<Status>(
       [this, executor_id] { return control_.StopNode(executor_id); },
@@ -298,6 +340,13 @@ void Server::StopAll() {
   RunOnLoop<bool>(
       [this] {
         control_.StopAll();
+        wire::Control stop;
+        stop.set_kind(wire::Control::STOP_ALL);
+        for (uint64_t id : barrier_.JoinerConnections()) {
+          if (Peer* peer = FindPeer(id); peer != nullptr && peer->open()) {
+            peer->Send(wire::CONTROL, stop);
+          }
+        }
         return true;
       },
       false);
@@ -377,6 +426,7 @@ void Server::Rejected(const std::string& peer, const std::string& reason) {
 
 void Server::OnClosed(Connection& conn) {
   kv_.Forget(conn.id());
+  barrier_.ForgetJoiner(conn.id());
   if (!conn.executor_id.empty()) {
     NodeRecord* node = nodes_.Find(conn.executor_id);
     if (node != nullptr && node->connection == conn.id()) {
@@ -588,6 +638,18 @@ Status RendezvousServer::StopNode(const std::string& executor_id) {
 
 std::optional<std::string> RendezvousServer::StoredValue(const std::string& key) {
   return impl_->StoredValue(key);
+}
+
+size_t RendezvousServer::DeleteKeys(const std::string& prefix) {
+  return impl_->DeleteKeys(prefix);
+}
+
+Status RendezvousServer::Reform(const ReformPlan& plan) {
+  return impl_->Reform(plan);
+}
+
+Result<int> RendezvousServer::FormWithRegistered(int minimum) {
+  return impl_->FormWithRegistered(minimum);
 }
 
 void RendezvousServer::StopAll() {
