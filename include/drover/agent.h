@@ -50,6 +50,11 @@ struct AgentOptions {
   // should come first, so the agent waits a little longer.
   Milliseconds reservation_timeout{600'000};
   int restart_count = 0;
+  // An elastic run (`drover run --nodes MIN:MAX`): the agent stays up across
+  // rounds. A REFORM from the driver stops the program and registers the
+  // node again on the same connection; a program that fails is reported and
+  // the agent waits for the driver's REFORM (restart in place) or STOP.
+  bool elastic = false;
   // Why the group was re-formed ("worker:1 on h2: killed by SIGKILL"); ""
   // in the first round (DROVER_RESTART_REASON, the context's restart_reason).
   std::string restart_reason;

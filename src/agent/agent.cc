@@ -267,7 +267,31 @@ class Agent::Impl {
   }
 
  private:
-  enum class Reason { kNone, kExited, kStopped, kInterrupted, kLost, kFeedFailed };
+  enum class Reason { kNone, kExited, kStopped, kInterrupted, kLost, kFeedFailed, kReform };
+  // The round an elastic driver started next (REFORM).
+  struct NextRound {
+    int round = 0;
+    std::string reason;
+  };
+  // How a round ended: the process exit code, or the next round.
+  struct RoundEnd {
+    RoundEnd() = default;
+    RoundEnd(int exit_code) : code(exit_code) {}  // NOLINT: every `return code;` in a round
+    int code = 0;
+    std::optional<NextRound> next;
+  };
+  // One round: reserve ports, register, run the program to its end.
+  RoundEnd RunRound(RendezvousClient& client, int round, const std::string& restart_reason);
+  // Clears what the last round left: its feed, its metrics inbox, its flags.
+  void StartRound();
+  RoundEnd TakeReform();
+  // After the program ended and the server was told: in an elastic run,
+  // waits for the driver's REFORM (the next round) or STOP (`code`).
+  RoundEnd AwaitNextRound(RendezvousClient& client, int code);
+  bool ReformRequested() {
+    MutexLock lock(mu_);
+    return reform_.has_value();
+  }
 
   void Notify() {
     uint64_t one = 1;
@@ -332,6 +356,10 @@ class Agent::Impl {
   Mutex mu_;
   std::string lost_reason_ GUARDED_BY(mu_);
   std::string feed_error_ GUARDED_BY(mu_);
+  std::optional<NextRound> reform_ GUARDED_BY(mu_);
+  // Held while feed_ and metrics_ are replaced between rounds and while the
+  // heartbeat thread reads them.
+  Mutex round_mu_;
   std::unique_ptr<FeedService> feed_;
   // The feed's commits go to the driver on a connection of their own
   // (made when the first comes; feed_'s loop thread only): the main
@@ -377,11 +405,6 @@ int Agent::Impl::Run() {
   // as they die (Subprocess reaps them) rather than when init gets to them.
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
 
-  Result<PortReservation> reserved = PortReservation::Reserve(o.num_ports);
-  if (!reserved.ok()) return Fail(reserved.status());
-  PortReservation ports = std::move(reserved).value();
-
-  const Deadline deadline = Clock::now() + o.reservation_timeout + kRegisterSlack;
   RendezvousClientOptions client_options;
   client_options.address = o.rendezvous_address;
   Result<Credential> credential = OwnCredential(o.credential, o.executor_id);
@@ -389,10 +412,33 @@ int Agent::Impl::Run() {
   client_options.credential = std::move(credential).value();
   client_options.name = o.executor_id;
   commit_options_ = client_options;
-  Result<std::unique_ptr<RendezvousClient>> connected =
-      RendezvousClient::Connect(client_options, deadline);
+  Result<std::unique_ptr<RendezvousClient>> connected = RendezvousClient::Connect(
+      client_options, Clock::now() + o.reservation_timeout + kRegisterSlack);
   if (!connected.ok()) return Fail(connected.status());
   std::unique_ptr<RendezvousClient> client = std::move(connected).value();
+
+  // Elastic runs: the same connection registers again for every round the
+  // driver starts (REFORM), until a round ends the node.
+  int round = o.restart_count;
+  std::string reason = o.restart_reason;
+  for (;;) {
+    RoundEnd end = RunRound(*client, round, reason);
+    if (!end.next) return end.code;
+    round = end.next->round;
+    reason = end.next->reason;
+    Say("re-registering for round " + std::to_string(round) + " (" + reason + ")");
+  }
+}
+
+Agent::Impl::RoundEnd Agent::Impl::RunRound(RendezvousClient& client_ref, int round,
+                                            const std::string& restart_reason) {
+  const AgentOptions& o = options_;
+  RendezvousClient* client = &client_ref;
+  StartRound();
+  Result<PortReservation> reserved = PortReservation::Reserve(o.num_ports);
+  if (!reserved.ok()) return Fail(reserved.status());
+  PortReservation ports = std::move(reserved).value();
+  const Deadline deadline = Clock::now() + o.reservation_timeout + kRegisterSlack;
 
   NodeInfo node;
   node.executor_id = o.executor_id;
@@ -435,8 +481,9 @@ int Agent::Impl::Run() {
       return Fail(made);
     }
   }
-  context.restart_count = o.restart_count;
-  context.restart_reason = o.restart_reason;
+  // A joiner learns the round from the cluster it joins.
+  context.restart_count = std::max(round, cluster.round);
+  context.restart_reason = cluster.round > round ? cluster.round_reason : restart_reason;
   context.num_workers = cluster.spec.num_tasks("worker").value_or(0);
   context.is_chief = own.chief;
 
@@ -511,11 +558,12 @@ int Agent::Impl::Run() {
   client->StartHeartbeats(cluster.heartbeat_interval, [this, program_pid = *program_pid] {
     HeartbeatPayload payload;
     payload.program_pid = program_pid;
+    MutexLock lock(round_mu_);
     if (feed_) payload.feed = feed_->Progress();
     if (metrics_) payload.metrics = metrics_->Latest();
     return payload;
   });
-  std::thread watcher([this, &client] { WatchForStop(client.get()); });
+  std::thread watcher([this, client] { WatchForStop(client); });
 
   OutputTail tail(kTailLines);
   os::ExitStatus status = os::ExitStatus::Exited(0);
@@ -529,15 +577,21 @@ int Agent::Impl::Run() {
   if (feed_ && !(reason == Reason::kExited && status.success())) feed_->Stop(task + " stopped");
   switch (reason) {
     case Reason::kFeedFailed: {
-      MutexLock lock(mu_);
-      Report(*client, feed_error_, tail.Lines());
-      return 1;
+      std::string error;
+      {
+        MutexLock lock(mu_);
+        error = feed_error_;
+      }
+      Report(*client, error, tail.Lines());
+      return AwaitNextRound(*client, 1);
     }
     case Reason::kInterrupted:
       return 128 + interrupt_signal_.load();
     case Reason::kStopped:
       LeaveCluster(*client);
       return 0;
+    case Reason::kReform:
+      return TakeReform();
     case Reason::kLost: {
       MutexLock lock(mu_);
       Say("lost the rendezvous server (" + lost_reason_ + "); stopped " + task + ", which " +
@@ -551,16 +605,76 @@ int Agent::Impl::Run() {
   if (status.success() && feed_) {
     if (Status finished = feed_->Finish(); !finished.ok()) {
       Report(*client, finished.message(), tail.Lines());
-      return 1;
+      return AwaitNextRound(*client, 1);
     }
   }
   if (status.success()) {
     LeaveCluster(*client);
-    return 0;
+    // Elastic: the node stays a member until the run ends, so that a node
+    // lost after this one finished can still re-form the group with it.
+    return AwaitNextRound(*client, 0);
   }
   std::string message = task + (status.signaled() ? " " : " exited with ") + status.ToString();
   Report(*client, message, tail.Lines());
-  return status.ShellCode();
+  return AwaitNextRound(*client, status.ShellCode());
+}
+
+void Agent::Impl::StartRound() {
+  started_ = false;
+  stop_requested_ = false;
+  feed_failed_ = false;
+  uint64_t count;
+  while (::read(quit_watcher_fd_.get(), &count, sizeof(count)) > 0) {
+  }
+  {
+    MutexLock lock(mu_);
+    feed_error_.clear();
+    reform_.reset();
+  }
+  std::unique_ptr<FeedService> feed;
+  std::unique_ptr<report::MetricsInbox> metrics;
+  {
+    // The heartbeat thread reads both under round_mu_.
+    MutexLock lock(round_mu_);
+    feed = std::move(feed_);
+    metrics = std::move(metrics_);
+  }
+  feed.reset();
+  metrics.reset();
+  plan_.reset();
+  std::error_code ignored;
+  if (!report_dir_.empty()) fs::remove_all(report_dir_, ignored);
+  report_dir_.clear();
+}
+
+Agent::Impl::RoundEnd Agent::Impl::TakeReform() {
+  MutexLock lock(mu_);
+  RoundEnd end;
+  end.next = reform_;
+  return end;
+}
+
+Agent::Impl::RoundEnd Agent::Impl::AwaitNextRound(RendezvousClient& client, int code) {
+  if (!options_.elastic) return code;
+  // The program ended with its agent alive: the driver starts the next
+  // round (REFORM) or ends the run (STOP); a signal ends the wait. The stop
+  // watcher may have taken the REFORM already, as the program was ending.
+  if (ReformRequested()) return TakeReform();
+  for (;;) {
+    Result<RendezvousClient::Instruction> told =
+        client.WaitForInstruction(Clock::time_point::max(), event_fd_.get());
+    if (!told.ok()) return code;
+    if (int signal = interrupt_signal_.load(); signal != 0) return 128 + signal;
+    if (told->kind == RendezvousClient::Instruction::Kind::kStop) return code;
+    if (told->kind == RendezvousClient::Instruction::Kind::kReform) {
+      RoundEnd end;
+      end.next = NextRound{told->round, told->reason};
+      return end;
+    }
+    uint64_t count;
+    while (::read(event_fd_.get(), &count, sizeof(count)) > 0) {
+    }
+  }
 }
 
 Status Agent::Impl::OpenMetricsInbox(std::map<std::string, std::string>* env) {
@@ -576,7 +690,10 @@ Status Agent::Impl::OpenMetricsInbox(std::map<std::string, std::string>* env) {
   report_dir_ = pattern;
   const std::string socket_path = report_dir_ + "/metrics.sock";
   report_dir_for_signals_.Set(report_dir_, socket_path);
-  DROVER_ASSIGN_OR_RETURN(metrics_, report::MetricsInbox::Open(socket_path));
+  DROVER_ASSIGN_OR_RETURN(std::unique_ptr<report::MetricsInbox> inbox,
+                          report::MetricsInbox::Open(socket_path));
+  MutexLock lock(round_mu_);
+  metrics_ = std::move(inbox);
   (*env)["DROVER_REPORT_SOCKET"] = socket_path;
   return Status::Ok();
 }
@@ -621,6 +738,9 @@ Result<RendezvousClient*> Agent::Impl::CommitClient(Deadline deadline) {
 Status Agent::Impl::StartFeeding(const FormedCluster& cluster, const std::string& task,
                                  std::map<std::string, std::string>* env) {
   env->erase(kFeedSocketVariable);
+  // Read again now that the cluster formed: an elastic driver writes each
+  // round's plan (the queue left after the last one) before it forms.
+  if (!options_.feed_plan.empty()) plan_ = feed::FeedPlan::ReadFile(options_.feed_plan);
   if (!plan_) return Status::Ok();
   const std::optional<FeedShare>& share = cluster.own()->feed;
   if (!share) {  // ps and evaluator nodes are not fed
@@ -695,8 +815,11 @@ Status Agent::Impl::StartFeeding(const FormedCluster& cluster, const std::string
     feed_failed_ = true;
     Notify();
   };
-  DROVER_ASSIGN_OR_RETURN(feed_, FeedService::Start(std::move(feed)));
-  (*env)[kFeedSocketVariable] = feed_->socket_path();
+  DROVER_ASSIGN_OR_RETURN(std::unique_ptr<FeedService> service,
+                          FeedService::Start(std::move(feed)));
+  (*env)[kFeedSocketVariable] = service->socket_path();
+  MutexLock lock(round_mu_);
+  feed_ = std::move(service);
   return Status::Ok();
 }
 
@@ -748,17 +871,25 @@ void Agent::Impl::LeaveCluster(RendezvousClient& client) {
 }
 
 void Agent::Impl::WatchForStop(RendezvousClient* client) {
-  // No deadline: only a STOP, a lost connection or quit_watcher_fd_ ends the wait.
-  Result<bool> stop = client->WaitForStop(Clock::time_point::max(), quit_watcher_fd_.get());
-  if (!stop.ok()) {
+  // No deadline: only a STOP, a REFORM, a lost connection or
+  // quit_watcher_fd_ ends the wait.
+  Result<RendezvousClient::Instruction> told =
+      client->WaitForInstruction(Clock::time_point::max(), quit_watcher_fd_.get());
+  if (!told.ok()) {
     {
       MutexLock lock(mu_);
-      lost_reason_ = stop.status().message();
+      lost_reason_ = told.status().message();
     }
     connection_lost_ = true;
     Notify();
-  } else if (*stop) {
+  } else if (told->kind == RendezvousClient::Instruction::Kind::kStop) {
     stop_requested_ = true;
+    Notify();
+  } else if (told->kind == RendezvousClient::Instruction::Kind::kReform) {
+    {
+      MutexLock lock(mu_);
+      reform_ = NextRound{told->round, told->reason};
+    }
     Notify();
   }
 }
@@ -842,6 +973,8 @@ Agent::Impl::Reason Agent::Impl::Supervise(os::Subprocess& child, OutputTail& ta
         reason = Reason::kInterrupted;
       } else if (stop_requested_) {
         reason = Reason::kStopped;
+      } else if (ReformRequested()) {
+        reason = Reason::kReform;
       } else if (connection_lost_) {
         reason = Reason::kLost;
       } else if (feed_failed_) {

@@ -33,6 +33,7 @@ struct AgentFlags {
   double reservation_timeout = 600;
   int restart_count = 0;
   std::string restart_reason;
+  bool elastic = false;
   std::string feed_plan;
   std::string feed_plan_json;
   int exit_with_parent = 0;
@@ -147,6 +148,7 @@ int RunAgent(const AgentFlags& flags) {
   options.reservation_timeout = Seconds(flags.reservation_timeout);
   options.restart_count = flags.restart_count;
   options.restart_reason = flags.restart_reason;
+  options.elastic = flags.elastic;
   if (!flags.feed_plan.empty() && !flags.feed_plan_json.empty()) {
     return fail(Status::InvalidArgument(
                     "--feed-plan and --feed-plan-json are two ways to give the plan: give one"),
@@ -223,6 +225,9 @@ void AddAgentCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   agent->add_option("--restart-reason", flags->restart_reason,
                     "Why the group was re-formed (DROVER_RESTART_REASON)");
+  agent->add_flag("--elastic", flags->elastic,
+                  "Stay up across rounds: the driver's REFORM restarts the program in a new "
+                  "round (drover run --nodes MIN:MAX); a failed program waits for it");
   agent->add_option("--feed-plan", flags->feed_plan,
                     "The feed plan of drover run --input (chief/master/worker nodes are fed)");
   agent
