@@ -17,6 +17,9 @@
 //   --hold ID=FILE        executor ID, after its first batch, waits until FILE
 //                         exists (up to 300 s, then exits 4): a node held
 //                         back until the test says, never for a set time
+//   --hold-after N        ... not after its first batch but once N records
+//                         were read, or at the end of its feed if fewer came;
+//                         it writes "#held" first
 //   --report              reports, per batch, drover::Report(step = batches
 //                         read, loss = 1 / step, records = records read)
 //   --tag T               ignored: lets a test find the processes by T
@@ -50,6 +53,7 @@ struct Options {
   bool report = false;
   std::string slow;  // "ID=U"
   std::string hold;  // "ID=FILE"
+  long hold_after = -1;
 };
 
 bool Parse(int argc, char** argv, Options* options) {
@@ -80,6 +84,8 @@ bool Parse(int argc, char** argv, Options* options) {
       options->sleep_us = std::strtol(value(), nullptr, 10);
     } else if (flag == "--hold") {
       options->hold = value();
+    } else if (flag == "--hold-after") {
+      options->hold_after = std::strtol(value(), nullptr, 10);
     } else if (flag == "--slow") {
       options->slow = value();
     } else if (flag == "--report") {
@@ -95,6 +101,23 @@ bool Parse(int argc, char** argv, Options* options) {
 int Fail(const drover::Status& status) {
   std::fprintf(stderr, "feed_reader: %s\n", status.ToString().c_str());
   return 3;
+}
+
+// Writes "#held" when `mark`, then waits until `file` exists (up to 300 s):
+// false when it never does.
+bool Hold(std::FILE* out, const std::string& file, bool mark) {
+  if (mark) {
+    std::fprintf(out, "#held\n");
+    std::fflush(out);
+  }
+  for (int waited_ms = 0; ::access(file.c_str(), F_OK) != 0; waited_ms += 10) {
+    if (waited_ms >= 300'000) {
+      std::fprintf(stderr, "feed_reader: %s never appeared\n", file.c_str());
+      return false;
+    }
+    ::usleep(10'000);
+  }
+  return true;
 }
 
 }  // namespace
@@ -138,6 +161,7 @@ int main(int argc, char** argv) {
   long seen = 0;
   long batches = 0;
   int64_t step = 0;
+  bool held = false;
   while (!feed->ShouldStop()) {
     auto batch = feed->NextBatch(options.batch);
     if (!batch.ok()) return Fail(batch.status());
@@ -178,15 +202,15 @@ int main(int argc, char** argv) {
       if (!reported.ok()) return Fail(reported);
     }
     if (options.sleep_us > 0) ::usleep(static_cast<useconds_t>(options.sleep_us));
-    if (!hold_file.empty() && step == 1) {
-      for (int waited_ms = 0; ::access(hold_file.c_str(), F_OK) != 0; waited_ms += 10) {
-        if (waited_ms >= 300'000) {
-          std::fprintf(stderr, "feed_reader: %s never appeared\n", hold_file.c_str());
-          return 4;
-        }
-        ::usleep(10'000);
-      }
+    const bool hold_now = options.hold_after >= 0 ? seen >= options.hold_after : step == 1;
+    if (!hold_file.empty() && hold_now && !held) {
+      held = true;
+      if (!Hold(out, hold_file, options.hold_after >= 0)) return 4;
     }
+  }
+  // A node fed fewer than --hold-after records holds at the end of its feed.
+  if (!hold_file.empty() && options.hold_after >= 0 && !held && !Hold(out, hold_file, true)) {
+    return 4;
   }
   std::fclose(out);
   std::printf("feed_reader: read %ld records\n", seen);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cli/resolve_command.h"
@@ -34,9 +36,36 @@
 namespace drover::cli {
 namespace {
 
+// "N" -> (nullopt, N); "MIN:MAX" -> (MIN, MAX). CLI11 reports the throw.
+std::pair<std::optional<int>, std::optional<int>> ParseNodeRange(const std::string& text,
+                                                                 const std::string& flag,
+                                                                 int smallest) {
+  auto number = [&](std::string_view part) {
+    int value = -1;
+    auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), value);
+    if (ec != std::errc() || end != part.data() + part.size() || value < smallest) {
+      throw CLI::ValidationError(flag, "takes N or MIN:MAX with whole numbers >= " +
+                                           std::to_string(smallest) + ", not '" + text + "'");
+    }
+    return value;
+  };
+  const size_t colon = text.find(':');
+  if (colon == std::string::npos) return {std::nullopt, number(text)};
+  const int min = number(std::string_view(text).substr(0, colon));
+  const int max = number(std::string_view(text).substr(colon + 1));
+  if (min > max)
+    throw CLI::ValidationError(flag, "MIN " + std::to_string(min) + " is over MAX " +
+                                         std::to_string(max) + " in '" + text + "'");
+  return {min, max};
+}
+
 struct RunFlags {
-  std::optional<int> nodes;
-  std::optional<int> workers;
+  std::optional<int> nodes;    // --nodes N or MIN:MAX: the MAX
+  std::optional<int> workers;  // --workers W or MIN:MAX: the MAX
+  // MIN of --nodes MIN:MAX / --workers MIN:MAX: an elastic run.
+  std::optional<int> min_nodes;
+  std::optional<int> min_workers;
+  double join_wait = 30;
   int ps = 0;
   bool chief = false;
   bool evaluator = false;
@@ -232,6 +261,26 @@ int Run(RunFlags flags) {
     err << "drover run: " << valid.message() << "\n";
     return kExitBadInput;
   }
+  if (flags.min_nodes) options.min_nodes = *flags.min_nodes;
+  if (flags.min_workers) {
+    options.min_nodes = options.cluster.num_nodes - *flags.workers + *flags.min_workers;
+    if (*flags.min_workers == 0 && !flags.chief) {
+      err << "drover run: an elastic cluster needs a chief or at least one worker: give "
+             "--workers MIN:MAX with MIN >= 1\n";
+      return kExitBadInput;
+    }
+  }
+  options.join_wait = ToMs(flags.join_wait);
+  if (options.min_nodes > 0 && !flags.feed.inputs.empty()) {
+    // Equal shares are laid out for one node count; a changing membership
+    // takes its partitions from the driver's queue.
+    if (flags.feed.balance == "equal") {
+      err << "drover run: --balance equal needs a fixed membership; an elastic run "
+             "(MIN:MAX) feeds with --balance dynamic\n";
+      return kExitBadInput;
+    }
+    flags.feed.balance = "dynamic";
+  }
   if (slurm_engine && options.cluster.num_nodes > slurm_engine->total_tasks()) {
     err << "drover run: " << options.cluster.num_nodes << " nodes asked, but the allocation has "
         << slurm_engine->total_tasks() << " tasks (salloc/sbatch --ntasks or --ntasks-per-node)\n";
@@ -369,10 +418,22 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
       "Start a cluster (local processes, SSH hosts, or a Slurm allocation) and run COMMAND on\n"
       "every node: a rendezvous, one agent per node, output tagged [job:index], per-node log\n"
       "files, supervision (docs/run.md, docs/ssh.md, docs/slurm.md).");
-  auto* nodes =
-      run->add_option("--nodes", flags->nodes, "N nodes, all workers")->check(CLI::PositiveNumber);
-  auto* workers =
-      run->add_option("--workers", flags->workers, "W worker nodes")->check(CLI::NonNegativeNumber);
+  auto* nodes = run->add_option_function<std::string>(
+      "--nodes",
+      [flags](const std::string& text) {
+        std::tie(flags->min_nodes, flags->nodes) = ParseNodeRange(text, "--nodes", 1);
+      },
+      "N nodes, all workers; MIN:MAX for an elastic run (docs/run.md, \"Elastic runs\")");
+  auto* workers = run->add_option_function<std::string>(
+      "--workers",
+      [flags](const std::string& text) {
+        std::tie(flags->min_workers, flags->workers) = ParseNodeRange(text, "--workers", 0);
+      },
+      "W worker nodes; MIN:MAX for an elastic run");
+  run->add_option("--join-wait", flags->join_wait,
+                  "Elastic runs: seconds to wait for MAX nodes once MIN registered")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   nodes->excludes(workers);
   run->add_option("--ps", flags->ps, "K parameter-server nodes (with --workers)")
       ->check(CLI::NonNegativeNumber);
@@ -408,7 +469,8 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
                   "Per-node logs <job>-<index>.log (default ./drover-logs/<cluster-id>)");
   run->add_flag("--tee", flags->tee, "Also write every tagged line to <log-dir>/drover.log");
   run->add_option("--max-restarts", flags->max_restarts,
-                  "Re-form the whole group up to R times after a failure")
+                  "Re-form the whole group up to R times after a failure (elastic runs: "
+                  "restart the programs in place; a lost node does not count)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   run->add_option("--reservation-timeout", flags->reservation_timeout,
@@ -515,6 +577,7 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
       "Examples:\n"
       "  drover run --nodes 3 -- sh -c 'echo rank=$RANK'\n"
       "  drover run --workers 2 --ps 1 -- python3 train.py\n"
+      "  drover run --nodes 2:4 --max-restarts 3 -- python3 train.py   (elastic)\n"
       "  drover run --nodes 2 --input 'data/*.csv' --epochs 3 -- python3 train.py\n"
       "  drover run --nodes 2 --input data/ --format jsonl --mode inference --output out -- "
       "python3 predict.py\n"

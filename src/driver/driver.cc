@@ -73,6 +73,11 @@ std::string NewClusterId() {
 
 struct Driver::Node {
   std::string executor_id;
+  // The engine's executor index; -1 for an agent started by hand that
+  // joined an elastic run (no process of ours: its output stays on its own
+  // terminal, and the driver only hears from it through the rendezvous).
+  int index = -1;
+  std::string host;  // a joined node's, as it registered
   std::unique_ptr<AgentProcess> process;
   std::string tag;                     // "executor 3" until the barrier, then "worker:1"
   std::optional<Placement> placement;  // the server's, once the cluster formed
@@ -96,7 +101,31 @@ struct Driver::Node {
   std::string failure;  // why this node failed the round; "" : it did not
 
   // Remote engines may not know the pid yet (-1): only 0 means not started.
-  bool running() const { return process && process->pid() != 0 && !exit; }
+  bool running() const {
+    return joined_by_hand() ? !exit : process && process->pid() != 0 && !exit;
+  }
+  bool joined_by_hand() const { return index < 0; }
+  std::string DescribeExit(const os::ExitStatus& status) const {
+    return process ? process->DescribeExit(status) : status.ToString();
+  }
+
+  // Elastic runs: the node's agent stays up into the next round, which
+  // starts with nothing of this one but the agent and its output stream.
+  void StartRound() {
+    tag = "executor " + executor_id;
+    placement.reset();
+    if (log.is_open()) log.close();
+    log_path.clear();
+    log_failed = false;
+    stopping = false;
+    stopped_while_running = false;
+    dead_since.reset();
+    left_at.reset();
+    dead_message.clear();
+    error_message.clear();
+    reported_lines.clear();
+    failure.clear();
+  }
 };
 
 // The server's events, handed from its loop thread to the driver's.
@@ -136,10 +165,14 @@ struct Driver::Round {
   Driver& driver;
   int number;
   std::vector<std::unique_ptr<Node>> nodes;
-  EventQueue queue;  // before server: the server calls into it until it is gone
+  // Shared with the server's callbacks, which may outlive the round (an
+  // elastic run hands the server to the next one).
+  std::shared_ptr<EventQueue> queue = std::make_shared<EventQueue>();
   std::unique_ptr<RendezvousServer> server;
   std::ofstream* tee = nullptr;
   bool formed = false;
+  int joining_by_hand = 0;                   // elastic: admitted joiners that have no Node yet
+  std::vector<std::string> waiting_joiners;  // elastic: parked, from the round before
   std::string cluster_id;
   Clock::time_point started_at = Clock::now();
   Clock::time_point formed_at{};
@@ -156,7 +189,7 @@ struct Driver::Round {
   // The server's own lines go through the driver's err stream, so they
   // never cut into the progress line.
   void EmitServerLog() {
-    std::vector<std::string> lines = queue.TakeLogs();
+    std::vector<std::string> lines = queue->TakeLogs();
     for (const std::string& line : lines) driver.err_ << "drover rendezvous: " << line << "\n";
     if (!lines.empty()) driver.err_.flush();
   }
@@ -178,7 +211,7 @@ struct Driver::Round {
     std::vector<Node*> owners;
     if (driver.options_.signal_fd >= 0) fds.push_back({driver.options_.signal_fd, POLLIN, 0});
     if (driver.options_.stop_fd >= 0) fds.push_back({driver.options_.stop_fd, POLLIN, 0});
-    fds.push_back({queue.wake_fd.get(), POLLIN, 0});
+    fds.push_back({queue->wake_fd.get(), POLLIN, 0});
     owners.resize(fds.size(), nullptr);
     for (auto& node : nodes) {
       if (node->process && node->process->output_fd() >= 0) {
@@ -210,7 +243,7 @@ struct Driver::Round {
       }
     }
     for (auto& node : nodes) {
-      if (!node->running()) continue;
+      if (!node->running() || !node->process) continue;
       node->exit = node->process->Poll();
       if (node->exit) node->exited_at = Clock::now();
     }
@@ -304,7 +337,9 @@ struct Driver::Round {
     for (size_t i = 0; i < cluster.nodes.size(); ++i) {
       const NodeInfo& info = cluster.nodes[i];
       Node* node = Find(info.executor_id);
+      if (node == nullptr && driver.elastic()) node = AddJoined(info);
       if (node == nullptr) continue;
+      node->host = info.host;
       node->placement = cluster.placements[i];
       node->tag = node->placement->Task();
       OpenLog(*node, node->placement->job + "-" + std::to_string(node->placement->index));
@@ -316,6 +351,19 @@ struct Driver::Round {
     // Whoever on_formed wakes sees the formed cluster on the status server too.
     driver.PublishStatus(*this, "running", /*force=*/true);
     if (driver.options_.on_formed) driver.options_.on_formed(cluster);
+  }
+
+  // An agent started by hand that registered with an elastic run.
+  Node* AddJoined(const NodeInfo& info) {
+    auto node = std::make_unique<Node>();
+    node->executor_id = info.executor_id;
+    node->host = info.host;
+    node->tag = "executor " + info.executor_id;
+    node->launched_at = Clock::now();
+    driver.err_ << "drover run: executor " << info.executor_id << " on " << info.host
+                << " joined (an agent not started by this driver)\n";
+    nodes.push_back(std::move(node));
+    return nodes.back().get();
   }
 
   // Logs of nodes that never learnt their role.
@@ -342,6 +390,8 @@ struct Driver::Round {
     for (Node* node : which) {
       node->stopping = true;
       if (node->running()) node->stopped_while_running = true;
+      // A joined agent is not ours to signal or wait for: STOP is all it gets.
+      if (node->joined_by_hand() && !node->exit) node->exit = os::ExitStatus::Exited(0);
     }
     Clock::time_point start = Clock::now();
     Clock::time_point term_at = start + std::min(kStopBeforeTerm, driver.options_.grace);
@@ -374,7 +424,9 @@ struct Driver::Round {
       if (signal != 0 && !killed) {
         driver.err_ << "drover run: " << os::SignalName(signal)
                     << " while stopping; killing every node\n";
-        for (Node* node : which) node->process->Signal(SIGKILL);
+        for (Node* node : which) {
+          if (node->process) node->process->Signal(SIGKILL);
+        }
         killed = true;
       }
       Emit();
@@ -397,9 +449,12 @@ struct Driver::Round {
   // but whose launcher has not exited for launcher_exit_wait: the launcher
   // is stopped and the node counts as done; with an error it counts as failed.
   void EndLingeringLaunchers(Clock::time_point now) {
+    if (driver.elastic()) return;  // its agents stay up until the run ends
     const Milliseconds wait = driver.options_.launcher_exit_wait;
     for (auto& node : nodes) {
-      if (!node->left_at || !node->running() || now - *node->left_at < wait) continue;
+      if (!node->left_at || !node->running() || !node->process || now - *node->left_at < wait) {
+        continue;
+      }
       driver.err_ << "drover run: " << node->tag << "'s agent finished " << os::SecondsText(wait)
                   << " ago, but its " << driver.engine_.name() << " launcher (pid "
                   << node->process->pid() << ") has not exited; stopping it\n";
@@ -407,6 +462,13 @@ struct Driver::Round {
       node->exit =
           node->error_message.empty() ? os::ExitStatus::Exited(0) : os::ExitStatus::Exited(1);
     }
+  }
+
+  std::string Host(const Node& node) const {
+    return node.joined_by_hand() ? node.host : driver.engine_.agent_host(node.index);
+  }
+  std::string Location(const Node& node) const {
+    return node.joined_by_hand() ? node.host : driver.engine_.agent_location(node.index);
   }
 
   std::vector<Node*> All() {
@@ -419,17 +481,14 @@ struct Driver::Round {
     node.failure = reason;
     // Where it ran matters once nodes are on other hosts.
     const std::string where =
-        driver.engine_.name() == "local"
-            ? ""
-            : " on " + driver.engine_.agent_location(std::stoi(node.executor_id));
+        driver.engine_.name() == "local" && !node.joined_by_hand() ? "" : " on " + Location(node);
     std::string who = node.tag + " (executor " + node.executor_id + where + ")";
     if (!formed) who = "executor " + node.executor_id + where;
     driver.err_ << "drover run: " << who << " failed: " << reason << "\n";
     // The first failure is why the round ends (the next round's reason).
     if (driver.round_failure_.empty()) {
       driver.round_failure_ = (formed ? node.tag : "executor " + node.executor_id) + " on " +
-                              driver.engine_.agent_host(std::stoi(node.executor_id)) + ": " +
-                              reason;
+                              Host(node) + ": " + reason;
     }
     // The agent's own report repeats the exit status; it matters when there is none.
     if (!node.exit && !node.error_message.empty() &&
@@ -439,9 +498,8 @@ struct Driver::Round {
     std::vector<std::string> lines(node.ring.begin(), node.ring.end());
     if (lines.empty()) lines = node.reported_lines;
     if (driver.options_.on_failure) {
-      driver.options_.on_failure(NodeFailure{node.executor_id, formed ? node.tag : "",
-                                             driver.engine_.agent_host(std::stoi(node.executor_id)),
-                                             reason, lines});
+      driver.options_.on_failure(
+          NodeFailure{node.executor_id, formed ? node.tag : "", Host(node), reason, lines});
     }
     if (!lines.empty()) {
       driver.err_ << "drover run: last " << (lines.size() == 1 ? "line" : "lines") << " of "
@@ -495,6 +553,7 @@ std::vector<std::string> Driver::AgentArgv(int index, int round, uint16_t port) 
     argv.push_back("--restart-reason");
     argv.push_back(restart_reason_);
   }
+  if (elastic()) argv.push_back("--elastic");
   argv.push_back("--");
   for (const std::string& arg : options_.command) argv.push_back(arg);
   return argv;
@@ -720,7 +779,8 @@ int Driver::Run() {
       code = 128 + interrupt_signal_;
       break;
     }
-    if (outcome == Outcome::kFailure && round < options_.max_restarts) {
+    if (outcome == Outcome::kReform) continue;
+    if (outcome == Outcome::kFailure && !elastic() && round < options_.max_restarts) {
       restart_reason_ = round_failure_.empty() ? "the round failed" : round_failure_;
       err_ << "drover run: re-forming the group (restart " << round + 1 << " of "
            << options_.max_restarts << ") after " << restart_reason_ << "\n"
@@ -801,13 +861,14 @@ void Driver::PublishStatus(Round& round, const std::string& phase, bool force) {
   snapshot.expected = options_.cluster.num_nodes;
   snapshot.cluster_spec = round.spec;
   ClusterState state = round.server ? round.server->QueryState() : ClusterState{};
+  if (elastic() && state.expected > 0) snapshot.expected = state.expected;  // this round's
   snapshot.registered = state.registered;
   std::map<std::string, const NodeStatus*> registered;
   for (const NodeStatus& status : state.nodes) registered[status.node.executor_id] = &status;
   if (round.formed) snapshot.rendezvous_s = SecondsBetween(round.started_at, round.formed_at);
 
   for (auto& node : round.nodes) {
-    const int index = std::stoi(node->executor_id);
+    const int index = node->index;
     auto found = registered.find(node->executor_id);
     const NodeStatus* status = found == registered.end() ? nullptr : found->second;
     NodeSnapshot out;
@@ -818,7 +879,7 @@ void Driver::PublishStatus(Round& round, const std::string& phase, bool force) {
       out.chief = node->placement->chief;
       if (node->placement->rank) out.rank = node->placement->rank->rank;
     }
-    out.host = engine_.agent_host(index);
+    out.host = round.Host(*node);
     out.restarts = round.number;
     out.state = NodeState(!node->failure.empty(), node->exit, node->stopped_while_running, status,
                           round.formed);
@@ -827,7 +888,7 @@ void Driver::PublishStatus(Round& round, const std::string& phase, bool force) {
       out.exited = true;
       out.exit_code = node->exit->exit_code();
       out.exit_signal = node->exit->signal();
-      out.exit_text = node->process->DescribeExit(*node->exit);
+      out.exit_text = node->DescribeExit(*node->exit);
     }
     out.error = !node->failure.empty() ? node->failure : node->error_message;
     if (out.error == out.exit_text) out.error.clear();  // said once is enough
@@ -847,10 +908,10 @@ void Driver::PublishStatus(Round& round, const std::string& phase, bool force) {
         std::tie(out.records_per_s, out.bytes_per_s) =
             rates_[out.executor_id].Add(snapshot.elapsed_s, out.feed->records, out.feed->bytes);
       }
-    } else if (!round.formed && !node->exit) {
+    } else if (!round.formed && !node->exit && index >= 0) {
       auto [job, task_index] = options_.cluster.Slot(index);
       snapshot.waiting_for.push_back(job + ":" + std::to_string(task_index) + " (executor " +
-                                     node->executor_id + ") on " + engine_.agent_location(index));
+                                     node->executor_id + ") on " + round.Location(*node));
     }
     snapshot.nodes.push_back(std::move(out));
   }
@@ -871,6 +932,196 @@ void Driver::PublishStatus(Round& round, const std::string& phase, bool force) {
   status_.Publish(std::move(snapshot));
 }
 
+struct Driver::Carry {
+  std::unique_ptr<RendezvousServer> server;
+  std::shared_ptr<EventQueue> queue;
+  std::vector<std::unique_ptr<Node>> nodes;
+  int admitted_by_hand = 0;                // joiners with no Node yet (AddJoined makes them)
+  std::vector<std::string> still_waiting;  // joiners there was no room for
+};
+
+Driver::~Driver() = default;
+
+Status Driver::StartRendezvous(Round& round) {
+  round.queue->wake_fd.Reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!round.queue->wake_fd.valid()) {
+    return Status::IoError(std::string("eventfd: ") + std::strerror(errno));
+  }
+  RendezvousServerOptions server_options;
+  server_options.bind_address = engine_.rendezvous_host();
+  server_options.token = *options_.token;
+  server_options.cluster = options_.cluster;
+  server_options.cluster_id = round.cluster_id;
+  server_options.reservation_timeout = options_.reservation_timeout;
+  server_options.elastic = elastic();
+  std::shared_ptr<EventQueue> queue = round.queue;
+  server_options.on_event = [queue](const NodeEvent& event) { queue->Push(event); };
+  server_options.log = [queue](const std::string& line) { queue->PushLog(line); };
+  auto server = RendezvousServer::Start(std::move(server_options));
+  if (!server.ok()) return server.status().WithContext("cannot start the rendezvous");
+  round.server = std::move(server).value();
+  if (elastic()) {
+    err_ << "drover run: elastic (" << options_.min_nodes << " to " << options_.cluster.num_nodes
+         << " nodes): agents may join at " << engine_.rendezvous_host() << ":"
+         << round.server->port() << "\n"
+         << std::flush;
+  }
+  return Status::Ok();
+}
+
+std::optional<Driver::Outcome> Driver::FormElastic(Round& round, bool held,
+                                                   std::optional<Clock::time_point>& enough_since) {
+  int alive = 0;
+  for (auto& node : round.nodes) {
+    if (node->running()) {
+      ++alive;
+    } else if (node->failure.empty() && node->exit) {
+      node->failure =
+          "its agent exited before the cluster formed: " + node->DescribeExit(*node->exit);
+      err_ << "drover run: executor " << node->executor_id << " left: " << node->failure << "\n";
+    }
+  }
+  if (alive + round.joining_by_hand < options_.min_nodes) {
+    round.Emit();
+    err_ << "drover run: only " << alive + round.joining_by_hand << " of the " << options_.min_nodes
+         << " nodes the run needs at least (MIN of --nodes MIN:MAX) are "
+         << "left; missing:";
+    for (auto& node : round.nodes) {
+      if (!node->running()) {
+        err_ << " executor " << node->executor_id << " (" << node->failure << ")";
+      }
+    }
+    err_ << "\n" << std::flush;
+    round.Stop(round.All(), true);
+    round.WriteUnformedLogs();
+    return Outcome::kNoRestart;
+  }
+  ClusterState state = round.server->QueryState();
+  if (state.phase != "reserving") return std::nullopt;
+  const Clock::time_point now = Clock::now();
+  bool form = false;
+  if (held) {
+    // Every agent still up registered again (its last round's feed state is
+    // all written), and the admitted joiners.
+    form = state.registered >= alive + round.joining_by_hand;
+  } else if (state.registered >= options_.min_nodes) {
+    if (!enough_since) enough_since = now;
+    form = state.registered >= alive || now - *enough_since >= options_.join_wait;
+  }
+  if (!form) return std::nullopt;
+  if (held && round.server) {
+    CollectFeedCommits(*round.server);
+    round.server->DeleteKeys(feed::kFeedKeyPrefix);
+    if (Status written = WriteFeedPlanForRound(); !written.ok()) {
+      err_ << "drover run: " << written.message() << "\n";
+      round.Stop(round.All(), true);
+      return Outcome::kNoRestart;
+    }
+  }
+  Result<int> formed = round.server->FormWithRegistered(options_.min_nodes);
+  if (!formed.ok()) {
+    err_ << "drover run: the cluster did not form: " << formed.status().message() << "\n";
+    round.Stop(round.All(), true);
+    round.WriteUnformedLogs();
+    return Outcome::kNoRestart;
+  }
+  return std::nullopt;
+}
+
+Driver::Outcome Driver::HandOver(Round& round, const std::string& reason,
+                                 const std::vector<std::string>& joiners) {
+  restart_reason_ = reason;
+  // What the lost nodes still had in their pipes, before they go.
+  for (int i = 0; i < 5; ++i) {
+    bool open = false;
+    for (auto& node : round.nodes) {
+      open = open || (!node->running() && node->process && node->process->output_fd() >= 0);
+    }
+    if (!open) break;
+    if (int signal = round.Pump(Milliseconds(20)); signal != 0) {
+      interrupt_signal_ = signal;
+      round.Emit();
+      round.Stop(round.All(), true);
+      return Outcome::kInterrupted;
+    }
+  }
+  round.Emit();
+  // What the nodes reported this round ends with it; joiners wait on.
+  std::vector<std::string> waiting = joiners;
+  for (const NodeEvent& event : round.queue->Take()) {
+    if (event.kind == NodeEvent::Kind::kJoining &&
+        std::find(waiting.begin(), waiting.end(), event.node.executor_id) == waiting.end()) {
+      waiting.push_back(event.node.executor_id);
+    }
+  }
+  auto carry = std::make_unique<Carry>();
+  std::vector<std::unique_ptr<Node>> lost;
+  for (auto& node : round.nodes) {
+    if (node->running() && !node->dead_since) {
+      carry->nodes.push_back(std::move(node));
+    } else {
+      lost.push_back(std::move(node));
+    }
+  }
+  round.nodes = std::move(lost);
+  for (auto& node : round.nodes) {
+    if (node->process) node->process->Signal(SIGKILL);
+  }
+  ReformPlan plan;
+  plan.round = round.number + 1;
+  plan.cluster_id = ClusterId() + "-restart" + std::to_string(plan.round);
+  plan.reason = reason;
+  plan.hold = true;
+  // A joiner is one of ours that registered late (it stays, and counts
+  // already), or an agent started by hand, admitted while there is room.
+  auto find = [](const std::vector<std::unique_ptr<Node>>& nodes, const std::string& id) {
+    return std::any_of(nodes.begin(), nodes.end(),
+                       [&](const std::unique_ptr<Node>& node) { return node->executor_id == id; });
+  };
+  const int room = options_.cluster.num_nodes - static_cast<int>(carry->nodes.size());
+  for (const std::string& id : waiting) {
+    if (find(carry->nodes, id)) {
+      plan.admit.push_back(id);
+    } else if (!find(round.nodes, id) && carry->admitted_by_hand < room) {
+      plan.admit.push_back(id);
+      ++carry->admitted_by_hand;
+    } else if (!find(round.nodes, id)) {
+      carry->still_waiting.push_back(id);
+    }
+  }
+  plan.cluster = options_.cluster;
+  plan.cluster.num_nodes = static_cast<int>(carry->nodes.size()) + carry->admitted_by_hand;
+  if (plan.cluster.num_nodes < options_.min_nodes) {
+    err_ << "drover run: " << plan.cluster.num_nodes
+         << (plan.cluster.num_nodes == 1 ? " node remains" : " nodes remain") << ", fewer than the "
+         << options_.min_nodes << " the run needs at least (MIN of "
+         << "--nodes MIN:MAX)";
+    for (auto& node : round.nodes) {
+      err_ << "; lost " << node->tag << " (executor " << node->executor_id << ")";
+    }
+    err_ << "\n" << std::flush;
+    round.nodes.insert(round.nodes.end(), std::make_move_iterator(carry->nodes.begin()),
+                       std::make_move_iterator(carry->nodes.end()));
+    round.Stop(round.All(), true);
+    return Outcome::kNoRestart;
+  }
+  if (Status reformed = round.server->Reform(plan); !reformed.ok()) {
+    err_ << "drover run: cannot form the group again: " << reformed.message() << "\n";
+    round.nodes.insert(round.nodes.end(), std::make_move_iterator(carry->nodes.begin()),
+                       std::make_move_iterator(carry->nodes.end()));
+    round.Stop(round.All(), true);
+    return Outcome::kNoRestart;
+  }
+  err_ << "drover run: re-forming the group with " << plan.cluster.num_nodes << " node"
+       << (plan.cluster.num_nodes == 1 ? "" : "s") << " (round " << plan.round << ") after "
+       << reason << "\n"
+       << std::flush;
+  carry->server = std::move(round.server);
+  carry->queue = round.queue;
+  carry_ = std::move(carry);
+  return Outcome::kReform;
+}
+
 Driver::Outcome Driver::RunRound(int number) {
   round_failure_.clear();
   Round round{*this, number};
@@ -880,12 +1131,20 @@ Driver::Outcome Driver::RunRound(int number) {
     Round& round;
     ~PublishAtEnd() { driver.PublishStatus(round, "stopping", /*force=*/true); }
   } publish_at_end{*this, round};
-  round.queue.wake_fd.Reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!round.queue.wake_fd.valid()) {
-    err_ << "drover run: eventfd: " << std::strerror(errno) << "\n";
-    return Outcome::kNoRestart;
-  }
-  if (Status written = WriteFeedPlanForRound(); !written.ok()) {
+  round.cluster_id = ClusterId();
+  if (number > 0) round.cluster_id += "-restart" + std::to_string(number);
+  // An elastic round after the first: the agents and the server carry over,
+  // and the round forms when they have all registered again (FormElastic).
+  const bool held = carry_ != nullptr;
+  if (held) {
+    round.server = std::move(carry_->server);
+    round.queue = std::move(carry_->queue);
+    round.nodes = std::move(carry_->nodes);
+    round.joining_by_hand = carry_->admitted_by_hand;
+    round.waiting_joiners = std::move(carry_->still_waiting);
+    carry_.reset();
+    for (auto& node : round.nodes) node->StartRound();
+  } else if (Status written = WriteFeedPlanForRound(); !written.ok()) {
     err_ << "drover run: " << written.message() << "\n";
     return Outcome::kNoRestart;
   }
@@ -894,45 +1153,34 @@ Driver::Outcome Driver::RunRound(int number) {
     tee.open(fs::path(options_.log_dir) / "drover.log", std::ios::app);
     if (tee) round.tee = &tee;
   }
-
-  RendezvousServerOptions server_options;
-  server_options.bind_address = engine_.rendezvous_host();
-  server_options.token = *options_.token;
-  server_options.cluster = options_.cluster;
-  server_options.cluster_id = ClusterId();
-  if (number > 0) server_options.cluster_id += "-restart" + std::to_string(number);
-  round.cluster_id = server_options.cluster_id;
   status_.ClearLogs();
   for (auto& [executor, meter] : rates_) meter.Reset();
   for (auto& [executor, meter] : step_rates_) meter.Reset();
   stragglers_.Reset();
   status_.BreakMetrics();
-  server_options.reservation_timeout = options_.reservation_timeout;
-  EventQueue* queue = &round.queue;
-  server_options.on_event = [queue](const NodeEvent& event) { queue->Push(event); };
-  server_options.log = [queue](const std::string& line) { queue->PushLog(line); };
-  auto server = RendezvousServer::Start(std::move(server_options));
-  if (!server.ok()) {
-    err_ << "drover run: cannot start the rendezvous: " << server.status().message() << "\n";
-    return Outcome::kNoRestart;
-  }
-  round.server = std::move(server).value();
-  uint16_t port = round.server->port();
 
-  for (int i = 0; i < options_.cluster.num_nodes; ++i) {
-    auto node = std::make_unique<Node>();
-    node->executor_id = std::to_string(i);
-    node->tag = "executor " + node->executor_id;
-    auto process = engine_.Launch(AgentLaunch{node->executor_id, AgentArgv(i, number, port)});
-    if (!process.ok()) {
-      err_ << "drover run: " << process.status().message() << "\n";
-      round.nodes.push_back(std::move(node));
-      round.Stop(round.All(), true);
+  if (!held) {
+    if (Status started = StartRendezvous(round); !started.ok()) {
+      err_ << "drover run: " << started.message() << "\n";
       return Outcome::kNoRestart;
     }
-    node->process = std::move(process).value();
-    node->launched_at = Clock::now();
-    round.nodes.push_back(std::move(node));
+    uint16_t port = round.server->port();
+    for (int i = 0; i < options_.cluster.num_nodes; ++i) {
+      auto node = std::make_unique<Node>();
+      node->executor_id = std::to_string(i);
+      node->index = i;
+      node->tag = "executor " + node->executor_id;
+      auto process = engine_.Launch(AgentLaunch{node->executor_id, AgentArgv(i, number, port)});
+      if (!process.ok()) {
+        err_ << "drover run: " << process.status().message() << "\n";
+        round.nodes.push_back(std::move(node));
+        round.Stop(round.All(), true);
+        return Outcome::kNoRestart;
+      }
+      node->process = std::move(process).value();
+      node->launched_at = Clock::now();
+      round.nodes.push_back(std::move(node));
+    }
   }
   PublishStatus(round, "reserving", /*force=*/true);
 
@@ -940,6 +1188,8 @@ Driver::Outcome Driver::RunRound(int number) {
   std::optional<Clock::time_point> training_done_at;
   std::optional<Clock::time_point> early_exit_since;
   std::optional<Clock::time_point> outside_stop_since;
+  std::optional<Clock::time_point> enough_since;             // elastic: MIN registered since
+  std::vector<std::string> joiners = round.waiting_joiners;  // elastic: parked joiners
   Node* failed = nullptr;
   std::string failure_reason;
   Clock::time_point failure_deadline{};
@@ -955,6 +1205,9 @@ Driver::Outcome Driver::RunRound(int number) {
       round.Stop(round.All(), true);
       round.WriteUnformedLogs();
       return Outcome::kInterrupted;
+    }
+    if (elastic() && !round.formed) {
+      if (std::optional<Outcome> ended = FormElastic(round, held, enough_since)) return *ended;
     }
     Clock::time_point now = Clock::now();
     if (!round.formed && round.server->QueryState().phase != "reserving") {
@@ -973,16 +1226,26 @@ Driver::Outcome Driver::RunRound(int number) {
     round.Emit();
     PublishStatus(round, round.formed ? "running" : "reserving");
 
-    for (const NodeEvent& event : round.queue.Take()) {
+    for (const NodeEvent& event : round.queue->Take()) {
+      if (event.kind == NodeEvent::Kind::kJoining) {
+        if (std::find(joiners.begin(), joiners.end(), event.node.executor_id) == joiners.end()) {
+          joiners.push_back(event.node.executor_id);
+        }
+        continue;
+      }
       Node* node = round.Find(event.node.executor_id);
       if (node == nullptr) continue;
+      // No program runs in a held round before it forms: a report is the
+      // last round's, sent as it ended.
+      if (held && !round.formed && event.kind != NodeEvent::Kind::kDead) continue;
       if (event.kind == NodeEvent::Kind::kError) {
         node->error_message = event.message;
         node->reported_lines = event.last_log_lines;
         if (failed == nullptr && !node->stopping) {
           failed = node;
           failure_reason = event.message;
-          failure_deadline = now + kExitStatusWait;
+          // An elastic agent outlives its program: nothing more to wait for.
+          failure_deadline = elastic() ? now : now + kExitStatusWait;
         }
       } else if (event.kind == NodeEvent::Kind::kDead && !node->dead_since) {
         node->dead_since = now;
@@ -997,17 +1260,18 @@ Driver::Outcome Driver::RunRound(int number) {
       for (auto& node : round.nodes) {
         if (node->stopping) continue;
         if (!round.formed && node->exit) {
+          if (elastic()) continue;  // FormElastic forms without it
           if (!early_exit_since) early_exit_since = now;
           if (now - *early_exit_since >= kEarlyExitWait) {
             failed = node.get();
-            failure_reason = "its agent exited before the cluster formed: " +
-                             node->process->DescribeExit(*node->exit);
+            failure_reason =
+                "its agent exited before the cluster formed: " + node->DescribeExit(*node->exit);
             failure_deadline = now;
             break;
           }
         } else if (round.formed && node->exit && !node->exit->success()) {
           failed = node.get();
-          failure_reason = node->process->DescribeExit(*node->exit);
+          failure_reason = node->DescribeExit(*node->exit);
           failure_deadline = now;
           break;
         } else if (round.formed && node->running() && node->dead_since &&
@@ -1025,24 +1289,52 @@ Driver::Outcome Driver::RunRound(int number) {
       if (now - *outside_stop_since < kOutsideStopWait) continue;  // Pump reads the signal
     }
     if (failed != nullptr && (failed->exit || now >= failure_deadline)) {
-      if (failed->exit && failure_reason != failed->process->DescribeExit(*failed->exit) &&
+      if (failed->exit && failure_reason != failed->DescribeExit(*failed->exit) &&
           failed->error_message == failure_reason) {
-        failure_reason = failed->process->DescribeExit(*failed->exit);
+        failure_reason = failed->DescribeExit(*failed->exit);
       }
       round.ReportFailure(*failed, failure_reason);
+      if (elastic() && round.formed) {
+        // A program that failed with every agent alive is restarted in
+        // place, as a restart; a lost node changes the membership, which
+        // is not one.
+        bool lost = false;
+        for (auto& node : round.nodes) lost = lost || !node->running() || node->dead_since;
+        if (lost || failed_rounds_ < options_.max_restarts) {
+          if (!lost) ++failed_rounds_;
+          return HandOver(round, round_failure_, joiners);
+        }
+      }
       round.Stop(round.All(), true);
       round.WriteUnformedLogs();
       return Outcome::kFailure;
     }
     if (!round.formed) continue;
 
+    if (elastic() && !joiners.empty()) {
+      // Room for a joiner, and no member done yet (the run is not ending).
+      int members = 0;
+      bool ending = false;
+      for (auto& node : round.nodes) {
+        if (!node->placement) continue;
+        ++members;
+        ending = ending || node->exit || node->left_at;
+      }
+      if (members < options_.cluster.num_nodes && !ending) {
+        return HandOver(round, "executor " + joiners.front() + " joined", joiners);
+      }
+    }
+
     bool training_done = true;
     std::vector<Node*> others;
     for (auto& node : round.nodes) {
       // The ranked tasks' ends decide; ps and evaluators serve them.
       if (node->placement && node->placement->rank) {
-        training_done = training_done && node->exit && node->exit->success();
-      } else {
+        // An elastic agent stays up after its program finished (LEAVE).
+        const bool finished = (node->exit && node->exit->success()) ||
+                              (elastic() && node->left_at && node->error_message.empty());
+        training_done = training_done && finished;
+      } else if (node->placement) {
         others.push_back(node.get());
       }
     }
@@ -1082,6 +1374,12 @@ void Driver::PrintPlan(std::ostream& out) const {
       << (cluster.num_nodes == 1 ? "" : "s") << ", reservation timeout "
       << os::SecondsText(options_.reservation_timeout) << ", grace "
       << os::SecondsText(options_.grace) << ", max restarts " << options_.max_restarts << "\n";
+  if (elastic()) {
+    out << "elastic: " << options_.min_nodes << " to " << cluster.num_nodes
+        << " nodes; forms with at least " << options_.min_nodes << " after a join wait of "
+        << os::SecondsText(options_.join_wait)
+        << "; a lost node leaves, agents that register later join at the next round\n";
+  }
   out << "log dir: "
       << (options_.log_dir.empty() ? std::string("./drover-logs/<cluster-id>") : options_.log_dir)
       << "\n";

@@ -64,6 +64,15 @@ struct DriverOptions {
   std::string cluster_id;            // "" : the log directory's name
   bool tee = false;                  // also write every tagged line to <log_dir>/drover.log
   int max_restarts = 0;
+  // Elastic membership (`--nodes MIN:MAX`; docs/run.md, "Elastic runs"):
+  // > 0 makes the run elastic, cluster.num_nodes being MAX. The agents stay
+  // up across rounds; the cluster forms once MAX registered, or MIN and
+  // join_wait passed; a lost node leaves and the survivors form again
+  // without it while at least min_nodes remain; a program that fails with
+  // its agent alive is restarted in place (counted by max_restarts); an
+  // agent that registers later joins at the next round, up to MAX.
+  int min_nodes = 0;
+  Milliseconds join_wait{30'000};
   Milliseconds reservation_timeout{300'000};
   Milliseconds shutdown_timeout{0};  // 0: the workers may run forever
   Milliseconds grace{5'000};         // SIGTERM -> SIGKILL
@@ -123,6 +132,7 @@ inline constexpr double kStragglerRatio = 0.7;
 class Driver {
  public:
   Driver(DriverOptions options, Engine& engine, std::ostream& out, std::ostream& err);
+  ~Driver();
 
   // Runs every round; returns the process exit code.
   int Run();
@@ -139,7 +149,12 @@ class Driver {
  private:
   struct Node;
   struct Round;
-  enum class Outcome { kSuccess, kFailure, kInterrupted, kNoRestart };
+  struct Carry;
+  // kReform: an elastic round ended and the next one is under way with the
+  // agents in carry_.
+  enum class Outcome { kSuccess, kFailure, kInterrupted, kNoRestart, kReform };
+
+  bool elastic() const { return options_.min_nodes > 0; }
 
   Status Prepare();
   // The janitor that cleans up after a driver that dies; without
@@ -157,6 +172,19 @@ class Driver {
   // The final snapshot, the summary and <log_dir>/run.json.
   void Finish(int code);
   Outcome RunRound(int round);
+  // Starts round's server (an ephemeral port) and its event queue.
+  Status StartRendezvous(Round& round);
+  // Elastic, before the round formed: forms it once every agent still up
+  // registered (a round after the first: its feed plan is written first), or
+  // the first round once MIN registered and join_wait passed. An outcome
+  // when the round ends here (fewer than MIN agents left).
+  std::optional<Outcome> FormElastic(Round& round, bool held,
+                                     std::optional<Clock::time_point>& enough_since);
+  // Elastic: ends the round by forming the group again with the agents
+  // still up and the `joiners` (REFORM), which carry_ holds for the next
+  // RunRound; kNoRestart when fewer than MIN are left.
+  Outcome HandOver(Round& round, const std::string& reason,
+                   const std::vector<std::string>& joiners);
   std::vector<std::string> AgentArgv(int index, int round, uint16_t port) const;
   // Where Prepare wrote executor `index`'s node credential (mode 0600).
   std::string NodeCredentialFile(int index) const;
@@ -191,6 +219,11 @@ class Driver {
   // Writes feed_plan_file_ with feed_starts_ when they changed and says
   // where each share resumes.
   Status WriteFeedPlanForRound();
+
+  // What an elastic round hands to the next: the server, its event queue and
+  // the agents that stay (nullptr otherwise).
+  std::unique_ptr<Carry> carry_;
+  int failed_rounds_ = 0;  // rounds ended by a failed program (max_restarts)
 
   std::string feed_plan_file_;
   // Where each share's feeding starts next round (its last commit).

@@ -420,15 +420,15 @@ std::string FeedPositionToJson(const FeedPosition& position) {
 }
 
 std::string CommitKey(int share) {
-  return "drover/feed/commit/" + std::to_string(share);
+  return kFeedKeyPrefix + std::string("commit/") + std::to_string(share);
 }
 
 std::string ClaimCounterKey() {
-  return "drover/feed/claimed";
+  return kFeedKeyPrefix + std::string("claimed");
 }
 
 std::string ClaimKey(int share, uint32_t seq) {
-  return "drover/feed/claim/" + std::to_string(share) + "/" + std::to_string(seq);
+  return kFeedKeyPrefix + std::string("claim/") + std::to_string(share) + "/" + std::to_string(seq);
 }
 
 Result<FeedPosition> FeedPositionFromJson(std::string_view text) {

@@ -47,6 +47,9 @@ using ::drover::FeedPosition;
 std::string FeedPositionToJson(const FeedPosition& position);
 // kInvalidArgument naming the field for anything else (fuzzed).
 Result<FeedPosition> FeedPositionFromJson(std::string_view json);
+// Where every key of the feed's state in the rendezvous KV store starts (an
+// elastic driver deletes them between rounds).
+inline constexpr char kFeedKeyPrefix[] = "drover/feed/";
 // The rendezvous KV key under which a share's last commit is recorded for
 // the driver: "drover/feed/commit/<share>".
 std::string CommitKey(int share);

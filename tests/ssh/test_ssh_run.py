@@ -133,6 +133,32 @@ def test_killed_agent_is_reported_and_every_host_is_cleaned_up(ssh_hosts, mark):
     # The other hosts' programs were stopped; the fixture checks nothing is left.
 
 
+def test_elastic_run_goes_on_without_a_host_whose_agent_died(ssh_hosts, mark):
+    """--nodes 2:3 over three hosts: the agent on h2 is SIGKILLed, as when
+    the host dies; the agents on h1 and h3 stay up and their programs start
+    again as a group of two."""
+    program = ('echo "round=$DROVER_RESTART_COUNT world=$WORLD_SIZE"; '
+               '[ "$DROVER_RESTART_COUNT" = 0 ] && exec sleep 300; exit 0')
+    process = start_drover(ssh_hosts, "h1,h2,h3", "--nodes", "2:3",
+                           command=["sh", "-c", program])
+    try:
+        wait_for(lambda: len([p for p, c in marked_processes(mark) if c.startswith("sleep 300")])
+                 == 3, "a program on each of the three hosts")
+        victim = [pid for pid, cmdline in agents(mark).items()
+                  if "--executor-id 1 " in cmdline]
+        assert len(victim) == 1, agents(mark)
+        os.kill(victim[0], signal.SIGKILL)
+        out, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, err
+    assert "re-forming the group with 2 nodes (round 1) after worker:1 on 10.200.0.12" in err, err
+    lines = out.splitlines()
+    assert "[worker:0] round=1 world=2" in lines and "[worker:1] round=1 world=2" in lines, out
+
+
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
 def test_interrupted_driver_leaves_nothing_on_the_hosts(ssh_hosts, mark, how):
     process = start_drover(ssh_hosts, "h1,h2,h3", command=["sleep", "300"])

@@ -439,11 +439,13 @@ def test_a_second_reader_of_a_nodes_feed_is_refused(tmp_path):
     assert "second=3" in result.stdout, result.stdout
 
 
-def consumed_by_epoch(prefix):
+def consumed_by_epoch(prefix, final_round=None):
     """What the programs consumed, per epoch: the records of each round up to
     its last "#commit" (a round that was killed loses the rest, which the
     next round must feed again), and every record of a node's last round (the
-    run succeeded: its program read to the end)."""
+    run succeeded: its program read to the end). With `final_round` (elastic
+    runs, where a lost node's file ends in an earlier round), only that
+    round's sections count as read to the end."""
     by_epoch = collections.defaultdict(collections.Counter)
     directory, stem = os.path.split(str(prefix))
     for name in os.listdir(directory):
@@ -454,15 +456,20 @@ def consumed_by_epoch(prefix):
             for line in f:
                 line = line.rstrip("\n")
                 if line.startswith("#round"):
-                    rounds.append({"committed": [], "pending": []})
+                    rounds.append({"committed": [], "pending": [],
+                                   "number": int(line.split()[1])})
                 elif line == "#commit":
                     rounds[-1]["committed"] += rounds[-1]["pending"]
                     rounds[-1]["pending"] = []
+                elif line.startswith("#"):
+                    continue  # "#held" and other marks
                 else:
                     epoch, record = line.split("\t", 1)
                     rounds[-1]["pending"].append((int(epoch), int(record.split(",", 1)[0])))
         for i, r in enumerate(rounds):
-            kept = r["committed"] + (r["pending"] if i == len(rounds) - 1 else [])
+            to_the_end = (i == len(rounds) - 1 if final_round is None
+                          else r["number"] == final_round)
+            kept = r["committed"] + (r["pending"] if to_the_end else [])
             for epoch, record in kept:
                 by_epoch[epoch][record] += 1
     return by_epoch
