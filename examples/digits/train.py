@@ -253,26 +253,47 @@ def step(model, optimizer, loss_fn, x, y):
     return loss.item()
 
 
+def agree(world_size, has_batch, began_epoch):
+    """This step as every worker sees it: whether all of them have a batch,
+    and whether any of them began an epoch with it. Equal shares keep the
+    workers in step on their own; a dynamic feed (an elastic run, `--nodes
+    MIN:MAX`) hands them different numbers of rows and turns their epochs at
+    different steps, so they agree before each step and every collective
+    (DDP's all-reduce, the checkpoint's barrier, the score) pairs up."""
+    if world_size == 1:
+        return has_batch, began_epoch
+    flags = torch.tensor([0 if has_batch else 1, 1 if began_epoch else 0], dtype=torch.int32)
+    dist.all_reduce(flags)
+    return flags[0].item() == 0, flags[1].item() > 0
+
+
 def train_fed(model, feed, local_batch, optimizer, loss_fn, is_chief, checkpoint, score):
-    # drover feeds every worker the same number of rows each epoch (equal
-    # shares), so every worker takes the same number of steps and DDP's
-    # all-reduces pair up without join(). A checkpoint (and feed commit) is
-    # taken after the first step of each epoch: every worker reaches it at
-    # the same step, having trained on every row it was handed; so is the
-    # test accuracy reported at the end of each epoch (a collective).
+    # A checkpoint (and feed commit) is taken after the first step of each
+    # epoch, by every worker at the same step, having trained on every row it
+    # was handed; so is the test accuracy of the epoch before (a collective).
+    # The rows a worker still holds when another has run out are not trained
+    # on (with equal shares there are none).
+    world_size = dist.get_world_size() if dist.is_initialized() else 1
+    batches_left = fed_batches(feed, local_batch)
     epoch, total, batches, rows, steps = None, 0.0, 0, 0, 0
-    for batch_epoch, x, y in fed_batches(feed, local_batch):
+    while True:
+        item = next(batches_left, None)
+        began = item is not None and epoch is not None and item[0] != epoch
+        go_on, turned = agree(world_size, item is not None, began)
+        if not go_on:
+            break
+        batch_epoch, x, y = item
+        if turned:
+            report(step=steps, epoch=epoch + 1, test_accuracy=score())
         if batch_epoch != epoch:
-            if epoch is not None:
-                report(step=steps, epoch=epoch + 1, test_accuracy=score())
             if is_chief and epoch is not None and epoch % 10 == 9:
                 print(f"epoch {epoch + 1}: train loss {total / max(batches, 1):.4f} "
                       f"({rows} rows fed to this worker)", flush=True)
-            new_epoch, epoch, total, batches, rows = epoch is not None, batch_epoch, 0.0, 0, 0
+            epoch, total, batches, rows = batch_epoch, 0.0, 0, 0
         loss = step(model, optimizer, loss_fn, x, y)
         total, batches, rows, steps = total + loss, batches + 1, rows + len(y), steps + 1
         report(step=steps, train_loss=loss)
-        if batches == 1 and new_epoch:
+        if turned:
             checkpoint(epoch)
     if is_chief:
         print(f"epoch {(epoch or 0) + 1}: train loss {total / max(batches, 1):.4f} "

@@ -126,3 +126,50 @@ def test_a_worker_killed_mid_run_resumes_from_its_checkpoint_and_commit(tmp_path
                      re.MULTILINE), output
     accuracies = re.findall(r"^\[worker:0\] test accuracy: ([0-9.]+)$", output, re.MULTILINE)
     assert len(accuracies) == 1 and float(accuracies[0]) >= 0.95, output
+
+
+def test_elastic_run_loses_a_node_and_still_reaches_95_percent(tmp_path):
+    """The main job elastic: `--nodes 2:3 --max-restarts 3`, three workers
+    fed on demand (an elastic run's dynamic feed); once the first checkpoint
+    exists the agent of worker:1 is SIGKILLed, as a host would die. The two
+    left re-form without it, resume the model from the checkpoint and the
+    feed from the commits, and still reach 0.95."""
+    log_dir = tmp_path / "logs"
+    data = make_data(tmp_path)
+    test_csv = str(data / "test.csv")
+    proc = subprocess.Popen(
+        [DROVER, "run", "--nodes", "2:3", "--log-dir", str(log_dir), "--grace", "2",
+         "--max-restarts", "3", "--input", str(data / "train-*.csv"), "--epochs", "40", "--",
+         "/usr/bin/python3", TRAIN, "--test", test_csv],
+        env=clean_env(), cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        # Progress, not the clock: the first checkpoint (after epoch 1).
+        checkpoint = log_dir / "digits_checkpoint.pt"
+        deadline = time.monotonic() + 300
+        while not checkpoint.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert checkpoint.exists(), "no checkpoint was written"
+        programs = [int(pid) for pid in subprocess.run(
+            ["pgrep", "-f", f"train.py --test {test_csv}"], capture_output=True,
+            text=True).stdout.split() if rank_of(int(pid)) == 1]
+        assert programs, "worker:1's program was not found"
+        # Up from the program (or its guard, which pgrep finds too) to its agent.
+        agent = programs[0]
+        while b"\0agent\0" not in open(f"/proc/{agent}/cmdline", "rb").read():
+            agent = int(open(f"/proc/{agent}/stat").read().rsplit(")", 1)[1].split()[1])
+            assert agent > 1, "worker:1's agent was not found"
+        os.kill(agent, signal.SIGKILL)
+        stdout, stderr = proc.communicate(timeout=540)
+    finally:
+        proc.kill()
+    output = stdout + stderr
+    assert proc.returncode == 0, output
+    assert "re-forming the group with 2 nodes (round 1)" in output, output
+    assert "its agent was killed by SIGKILL" in output, output
+    assert re.search(r"^\[worker:0\] worker:0: rank 0 of 2, chief=True$", output,
+                     re.MULTILINE), output
+    assert re.search(r"^\[worker:0\] resuming from the checkpoint of epoch \d+$", output,
+                     re.MULTILINE), output
+    accuracies = re.findall(r"^\[worker:0\] test accuracy: ([0-9.]+)$", output, re.MULTILINE)
+    assert len(accuracies) == 1 and float(accuracies[0]) >= 0.95, output
