@@ -1289,6 +1289,15 @@ Driver::Outcome Driver::RunRound(int number) {
       if (now - *outside_stop_since < kOutsideStopWait) continue;  // Pump reads the signal
     }
     if (failed != nullptr && (failed->exit || now >= failure_deadline)) {
+      // Elastic: a lost node is the cause the others' failures follow from.
+      for (auto& node : round.nodes) {
+        if (!elastic() || !round.formed || node.get() == failed || node->stopping) continue;
+        if (node->exit && !node->exit->success()) {
+          failed = node.get();
+          failure_reason = node->DescribeExit(*node->exit);
+          break;
+        }
+      }
       if (failed->exit && failure_reason != failed->DescribeExit(*failed->exit) &&
           failed->error_message == failure_reason) {
         failure_reason = failed->DescribeExit(*failed->exit);

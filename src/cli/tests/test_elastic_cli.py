@@ -13,12 +13,16 @@ from conftest import clean_env, drover_bin
 from test_feed_cli import FEED_READER, consumed_by_epoch, write_csv
 from test_run_cli import assert_no_leftovers, marker
 
-# Each program writes <dir>/r<round>-<rank>: its world size and its agent's
+# Each worker writes <dir>/r<round>-<rank>: its world size and its agent's
 # pid (the guard is its parent, the agent the guard's), then waits for
 # <dir>/done. When <dir>/fail exists, round 0's rank 0 exits 3 once rank 1
 # has written its file.
 PROGRAM = r'''
 d="$1"
+if [ -z "$RANK" ]; then  # a ps node: serves until the run ends
+  while [ ! -f "$d/done" ]; do sleep 0.05; done
+  exit 0
+fi
 agent=$(ps -o ppid= -p $PPID | tr -d ' ')
 echo "round=$DROVER_RESTART_COUNT rank=$RANK world=$WORLD_SIZE"
 echo "$WORLD_SIZE $agent ${DROVER_RESTART_REASON-}" > "$d/r$DROVER_RESTART_COUNT-$RANK.tmp"
@@ -261,3 +265,34 @@ def test_lost_agent_mid_feed_every_record_once_relative_to_commits(tmp_path, tri
         twice = [i for i, n in counts.items() if n != 1]
         assert not missing and not twice, (context, epoch, sorted(missing)[:10], twice[:10])
     assert_no_leftovers(mark)
+
+
+def test_workers_range_keeps_the_ps_and_re_forms_the_workers(tmp_path):
+    """--workers 1:2 --ps 1: the ps node stays, a worker's agent dies, and the
+    next round is the ps and one worker (WORLD_SIZE counts the workers)."""
+    mark = marker()
+    proc, work = start_run(tmp_path, mark, "--workers", "1:2", "--ps", "1")
+    try:
+        wait_for(lambda: len(round_files(work, 0)) == 2, "round 0's two workers", proc)
+        victim = 2  # executor 0 is the ps, 1 and 2 the workers
+        os.kill(agent_pid(mark, victim), signal.SIGKILL)
+        wait_for(lambda: len(round_files(work, 1)) == 1, "round 1's worker", proc)
+        out = finish(proc, work)
+    finally:
+        (work / "done").touch()
+        proc.kill()
+    err = stderr_of(tmp_path)
+    assert proc.returncode == 0, err
+    assert round_files(work, 1)[0][0] == 1, round_files(work, 1)
+    assert "formed: ps:0 = executor 0, worker:0 = executor 1" in err, err
+    assert "stopping ps:0" in err, err
+    assert_no_leftovers(mark)
+
+
+def test_dry_run_says_the_run_is_elastic(tmp_path):
+    result = subprocess.run([drover_bin(), "run", "--dry-run", "--nodes", "2:4", "--join-wait",
+                             "5", "--", "true"], env=clean_env(), stdin=subprocess.DEVNULL,
+                            capture_output=True, text=True, timeout=WAIT_S)
+    assert result.returncode == 0, result.stderr
+    assert "elastic: 2 to 4 nodes; forms with at least 2 after a join wait of 5 s" in \
+        result.stdout, result.stdout
