@@ -122,6 +122,28 @@ def test_killed_task_is_reported_with_node_and_task(slurm, mark):
                      r"its task on n\d was killed by SIGKILL", err), err
 
 
+def test_elastic_run_goes_on_without_a_task_whose_agent_died(slurm, mark):
+    """--nodes 2:3 in a 3-node allocation: the agent of executor 1 (its srun
+    step) is SIGKILLed; the other two steps' agents stay up and their
+    programs start again as a group of two."""
+    program = ('echo "round=$DROVER_RESTART_COUNT world=$WORLD_SIZE"; '
+               '[ "$DROVER_RESTART_COUNT" = 0 ] && exec sleep 300; exit 0')
+    process = salloc(slurm, ["--nodes=3", "--ntasks-per-node=1"], "--nodes", "2:3",
+                     command=["sh", "-c", program], popen=True)
+    try:
+        wait_for(lambda: len(programs(mark, "sleep 300")) == 3, "a program on each node")
+        os.kill(agent_of(mark, 1), signal.SIGKILL)
+        out, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+    assert process.returncode == 0, err
+    assert "re-forming the group with 2 nodes (round 1) after worker:1 on " in err, err
+    lines = out.splitlines()
+    assert "[worker:0] round=1 world=2" in lines and "[worker:1] round=1 world=2" in lines, out
+
+
 def test_interrupted_driver_ends_every_step(slurm, mark):
     process = salloc(slurm, ["--nodes=3", "--ntasks-per-node=1"], command=["sleep", "300"],
                      popen=True)
