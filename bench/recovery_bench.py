@@ -1,6 +1,22 @@
-"""Recovery: from a node's death to every program running again in the next round.
+"""Recovery: from a failure to every program running again in the next round.
 
 usage: recovery_bench.py [--drover build/bin/drover] [--nodes 2,4] [--reps 3]
+                         [--scenario program,node]
+
+Two scenarios. "program": a node's program dies, its agent lives (below).
+"node": a node's agent is SIGKILLed, as when its host dies, and the group
+goes on without it: `drover run --nodes 1:N --max-restarts 1` (elastic; the
+survivors' agents stay up) against N torchrun elastic agents started one by
+one (`--nnodes=1:N --nproc_per_node=1 --max_restarts=1`, c10d on the first
+one's port), with torchrun's defaults and tuned (`--rdzv_conf
+last_call_timeout=1 --monitor_interval=0.1`). In round 0 the last node's
+program waits until all N have started, appends "kill TIME" and SIGKILLs
+its own agent; the survivors' programs exit 1 once they see the kill (as a
+collective fails when a peer is gone: torchrun learns of the loss only so).
+In round 1 the N-1 survivors exit 0. "recovery" is the last round-1 start
+minus the kill.
+
+The "program" scenario:
 
 For N local nodes, the same program is started by
   drover run --nodes N --max-restarts 1 -- PROG
@@ -49,6 +65,26 @@ exit 0
 """
 
 
+NODE_PROGRAM = r"""#!/bin/sh
+round=${DROVER_RESTART_COUNT:-${TORCHELASTIC_RESTART_COUNT:-0}}
+echo "start $round $RANK $(date +%s.%N)" >> "$RECOVERY_LOG"
+if [ "$round" = 0 ]; then
+  while [ "$(grep -c '^start 0 ' "$RECOVERY_LOG")" -lt "$RECOVERY_NODES" ]; do sleep 0.005; done
+  if [ "${RECOVERY_VICTIM:-}" = 1 ] || [ "$RANK" = "${RECOVERY_VICTIM_RANK:-none}" ]; then
+    # The node's agent: drover's is the guard's parent, torchrun's the program's.
+    agent=$PPID
+    [ -n "${DROVER_RESTART_COUNT:-}" ] && agent=$(ps -o ppid= -p $PPID | tr -d ' ')
+    echo "kill $(date +%s.%N)" >> "$RECOVERY_LOG"
+    kill -9 "$agent"
+    exit 0
+  fi
+  while ! grep -q '^kill ' "$RECOVERY_LOG"; do sleep 0.005; done
+  exit 1
+fi
+exit 0
+"""
+
+
 def free_port():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -80,6 +116,81 @@ def launchers(drover, workdir):
     return found
 
 
+def node_launchers(drover, workdir):
+    """name -> measure(n) for the node scenario."""
+    def drover_elastic(n, env):
+        command = [drover, "run", "--nodes", f"1:{n}", "--max-restarts", "1",
+                   "--log-dir", os.path.join(workdir, "logs"), "--", node_program(workdir)]
+        done = subprocess.run(command, env=dict(env, RECOVERY_VICTIM_RANK=str(n - 1)),
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=300)
+        if done.returncode != 0:
+            raise RuntimeError(f"exit {done.returncode}: {(done.stdout + done.stderr)[-2000:]}")
+
+    def torchrun_agents(extra):
+        def run(n, env):
+            port = free_port()
+            agents = []
+            try:
+                for i in range(n):
+                    agent_env = dict(env, RECOVERY_VICTIM="1") if i == n - 1 else env
+                    agents.append(subprocess.Popen(
+                        ["/usr/bin/python3", "-c", TORCHRUN_SHIM, f"--nnodes=1:{n}",
+                         "--nproc_per_node=1", "--max_restarts=1", "--rdzv_backend=c10d",
+                         f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=recovery", *extra,
+                         "--no_python", node_program(workdir)],
+                        env=agent_env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                        stderr=subprocess.PIPE, text=True))
+                    if i == 0:
+                        wait_listening(port)  # the first agent hosts the c10d store
+                codes = [agent.wait(timeout=300) for agent in agents]
+            finally:
+                for agent in agents:
+                    agent.kill()
+            if any(code != 0 for code in codes[:-1]):
+                raise RuntimeError(f"torchrun agents exited {codes}: "
+                                   f"{agents[0].stderr.read()[-2000:]}")
+        return run
+
+    found = {"drover run 1:N (elastic)": drover_elastic}
+    if subprocess.run(["/usr/bin/python3", "-c", "import torch.distributed.run"],
+                      capture_output=True).returncode == 0:
+        found["torchrun 1:N agents"] = torchrun_agents([])
+        found["torchrun 1:N, tuned"] = torchrun_agents(
+            ["--rdzv_conf=last_call_timeout=1", "--monitor_interval=0.1"])
+    return found
+
+
+def node_program(workdir):
+    return os.path.join(workdir, "node.sh")
+
+
+def wait_listening(port):
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.01)
+    raise RuntimeError(f"nothing listens on {port}")
+
+
+def measure_node(run, n, workdir, env):
+    """Seconds from the agent's SIGKILL to the last survivor of round 1 started."""
+    log = os.path.join(workdir, "recovery.log")
+    if os.path.exists(log):
+        os.unlink(log)
+    run(n, dict(env, RECOVERY_LOG=log, RECOVERY_NODES=str(n)))
+    exited = time.time()
+    with open(log) as f:
+        lines = [line.split() for line in f]
+    kills = [float(line[1]) for line in lines if line[0] == "kill"]
+    again = [float(line[3]) for line in lines if line[0] == "start" and line[1] == "1"]
+    if len(kills) != 1 or len(again) != n - 1:
+        raise RuntimeError(f"expected one kill and {n - 1} restarts: {lines}")
+    return max(again) - kills[0], exited - kills[0]
+
+
 def measure(command, n, workdir, env):
     """Seconds from the kill to the last program of round 1 started, and to
     the launcher's exit."""
@@ -107,6 +218,8 @@ def main():
     parser.add_argument("--drover", default="build/bin/drover")
     parser.add_argument("--nodes", default="2,4")
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--scenario", default="program,node",
+                        help="program (a program dies), node (an agent dies), or both")
     args = parser.parse_args()
     drover = os.path.abspath(args.drover)
     sizes = [int(n) for n in args.nodes.split(",")]
@@ -114,17 +227,29 @@ def main():
     print(host_figures.host_line())
     print(host_figures.figures_line())
 
+    scenarios = args.scenario.split(",")
     with tempfile.TemporaryDirectory(prefix="drover-recovery-") as workdir:
-        with open(os.path.join(workdir, "prog.sh"), "w") as f:
-            f.write(PROGRAM)
-        os.chmod(os.path.join(workdir, "prog.sh"), 0o755)
-        found = launchers(drover, workdir)
-        # (launcher, n) -> [(recovery, exit)]
-        results = interleave(found, sizes, args.reps,
-                             lambda command, n: measure(command, n, workdir, env),
-                             "recovery_bench")
+        for name, text in (("prog.sh", PROGRAM), ("node.sh", NODE_PROGRAM)):
+            with open(os.path.join(workdir, name), "w") as f:
+                f.write(text)
+            os.chmod(os.path.join(workdir, name), 0o755)
+        if "program" in scenarios:
+            found = launchers(drover, workdir)
+            # (launcher, n) -> [(recovery, exit)]
+            results = interleave(found, sizes, args.reps,
+                                 lambda command, n: measure(command, n, workdir, env),
+                                 "recovery_bench")
+            print_program(found, results, sizes, args.reps)
+        if "node" in scenarios:
+            found = node_launchers(drover, workdir)
+            results = interleave(found, sizes, args.reps,
+                                 lambda run, n: measure_node(run, n, workdir, env),
+                                 "recovery_bench")
+            print_node(found, results, sizes, args.reps)
 
-    print(f"median of {args.reps}; ms from the SIGKILL of rank 1")
+
+def print_program(found, results, sizes, reps):
+    print(f"program lost: median of {reps}; ms from the SIGKILL of rank 1's program")
     print(f"{'launcher':<28}{'N':>3}{'recovery':>10}{'exit':>10}"
           f"{'x torchrun 1:2':>16}{'x torchrun 1':>14}")
     for n in sizes:
@@ -137,6 +262,24 @@ def main():
                 return f"{recovery / base:.3f}" if recovery is not None and base else "-"
             print(f"{name:<28}{n:>3}{ms(recovery):>10}{ms(median(results, name, n, 1)):>10}"
                   f"{ratio(elastic):>16}{ratio(fixed):>14}")
+
+
+def print_node(found, results, sizes, reps):
+    print(f"node lost: median of {reps}; ms from the SIGKILL of the last node's agent to "
+          "the N-1 survivors running again")
+    print(f"{'launcher':<28}{'N':>3}{'recovery':>10}{'exit':>10}"
+          f"{'x torchrun 1:N':>16}{'x tuned':>10}")
+    for n in sizes:
+        elastic = median(results, "torchrun 1:N agents", n, 0)
+        tuned = median(results, "torchrun 1:N, tuned", n, 0)
+        for name in found:
+            recovery = median(results, name, n, 0)
+
+            def ratio(base):
+                return f"{recovery / base:.3f}" if recovery is not None and base else "-"
+            print(f"{name:<28}{n:>3}{ms(recovery):>10}{ms(median(results, name, n, 1)):>10}"
+                  f"{ratio(elastic):>16}{ratio(tuned):>10}")
+
 
 if __name__ == "__main__":
     main()
