@@ -24,17 +24,20 @@ For N local nodes, the same program is started by
            --rdzv_endpoint=127.0.0.1:PORT --no_python PROG    (torch's elastic agent)
 with M = 1:2 (elastic: after a failure it re-forms once the minimum is back,
 waiting its last-call timeout, 30 s, for more nodes up to the maximum) and
-M = 1 (a fixed size, which is what drover's --max-restarts does today).
+M = 1 (a fixed size, as `drover run --nodes N --max-restarts 1` is).
 PROG (a shell script) appends "start ROUND RANK TIME" to a file when it starts
 (ROUND: DROVER_RESTART_COUNT or TORCHELASTIC_RESTART_COUNT). In round 0 the
 program of rank 1 waits until all N programs have started, appends "kill
 TIME" and SIGKILLs itself; the others sleep until they are stopped. In round
 1 every program exits 0. "recovery" is the last round-1 start minus the kill;
-"exit" is when the launcher returned, from the kill. Both launchers detect
-the death, stop the survivors, and start the whole group again (neither
-keeps survivors running across a failure); torchrun with its defaults as a
+"exit" is when the launcher returned, from the kill. Every launcher detects
+the death, stops the survivors, and starts the whole group again (none keeps
+survivors running across a failure); `drover run --nodes N` starts every
+agent again too, torchrun with its defaults as a
 user runs it (it checks its workers every --monitor_interval, 5 s in torch
-1.13; --monitor_interval 0.1 is shown too). The launchers are interleaved
+1.13; --monitor_interval 0.1 is shown too). `drover run --nodes N:N` (elastic
+at a fixed size) keeps its agents up and restarts the programs in place, as
+torchrun does. The launchers are interleaved
 within each repetition; figures are medians, ratios are to torchrun in the
 same run (to the elastic one and the fixed one). The host's own figures (memcpy, read(), fork+exec) come first.
 """
@@ -104,7 +107,13 @@ def launchers(drover, workdir):
                     f"--rdzv_endpoint=127.0.0.1:{free_port()}", *extra, "--no_python", prog]
         return command
 
-    found = {"drover run": drover_run}
+    def drover_in_place(n, prog):
+        # Elastic with a fixed size: the agents stay up and restart the
+        # programs in place.
+        return [drover, "run", "--nodes", f"{n}:{n}", "--max-restarts", "1",
+                "--log-dir", os.path.join(workdir, "logs"), "--", prog]
+
+    found = {"drover run": drover_run, "drover run N:N (in place)": drover_in_place}
     if subprocess.run(["/usr/bin/python3", "-c", "import torch.distributed.run"],
                       capture_output=True).returncode == 0:
         found["torchrun 1:2 (elastic)"] = torchrun("1:2")
@@ -239,46 +248,33 @@ def main():
             results = interleave(found, sizes, args.reps,
                                  lambda command, n: measure(command, n, workdir, env),
                                  "recovery_bench")
-            print_program(found, results, sizes, args.reps)
+            print_table(f"program lost: median of {args.reps}; ms from the SIGKILL of rank 1's "
+                        "program", found, results, sizes,
+                        {"torchrun 1:2 (elastic)": "x torchrun 1:2", "torchrun 1": "x torchrun 1"})
         if "node" in scenarios:
             found = node_launchers(drover, workdir)
             results = interleave(found, sizes, args.reps,
                                  lambda run, n: measure_node(run, n, workdir, env),
                                  "recovery_bench")
-            print_node(found, results, sizes, args.reps)
+            print_table(f"node lost: median of {args.reps}; ms from the SIGKILL of the last "
+                        "node's agent to the N-1 survivors running again", found, results, sizes,
+                        {"torchrun 1:N agents": "x torchrun 1:N", "torchrun 1:N, tuned": "x tuned"})
 
 
-def print_program(found, results, sizes, reps):
-    print(f"program lost: median of {reps}; ms from the SIGKILL of rank 1's program")
-    print(f"{'launcher':<28}{'N':>3}{'recovery':>10}{'exit':>10}"
-          f"{'x torchrun 1:2':>16}{'x torchrun 1':>14}")
+def print_table(title, found, results, sizes, baselines):
+    """One row per launcher and N: recovery and exit in ms, and recovery as
+    a ratio to each baseline launcher (name -> column heading), same run."""
+    print(title)
+    print(f"{'launcher':<28}{'N':>3}{'recovery':>10}{'exit':>10}" +
+          "".join(f"{heading:>16}" for heading in baselines.values()))
     for n in sizes:
-        elastic = median(results, "torchrun 1:2 (elastic)", n, 0)
-        fixed = median(results, "torchrun 1", n, 0)
+        bases = [median(results, name, n, 0) for name in baselines]
         for name in found:
             recovery = median(results, name, n, 0)
-
-            def ratio(base):
-                return f"{recovery / base:.3f}" if recovery is not None and base else "-"
-            print(f"{name:<28}{n:>3}{ms(recovery):>10}{ms(median(results, name, n, 1)):>10}"
-                  f"{ratio(elastic):>16}{ratio(fixed):>14}")
-
-
-def print_node(found, results, sizes, reps):
-    print(f"node lost: median of {reps}; ms from the SIGKILL of the last node's agent to "
-          "the N-1 survivors running again")
-    print(f"{'launcher':<28}{'N':>3}{'recovery':>10}{'exit':>10}"
-          f"{'x torchrun 1:N':>16}{'x tuned':>10}")
-    for n in sizes:
-        elastic = median(results, "torchrun 1:N agents", n, 0)
-        tuned = median(results, "torchrun 1:N, tuned", n, 0)
-        for name in found:
-            recovery = median(results, name, n, 0)
-
-            def ratio(base):
-                return f"{recovery / base:.3f}" if recovery is not None and base else "-"
-            print(f"{name:<28}{n:>3}{ms(recovery):>10}{ms(median(results, name, n, 1)):>10}"
-                  f"{ratio(elastic):>16}{ratio(tuned):>10}")
+            ratios = [f"{recovery / base:.3f}" if recovery is not None and base else "-"
+                      for base in bases]
+            print(f"{name:<28}{n:>3}{ms(recovery):>10}{ms(median(results, name, n, 1)):>10}" +
+                  "".join(f"{r:>16}" for r in ratios))
 
 
 if __name__ == "__main__":

@@ -170,7 +170,9 @@ struct NodeEvent {
   // kLeft: the node's agent finished and said so (LEAVE) before it closed.
   // kJoining (elastic servers): a node registered after the cluster formed
   // and waits for the next round (RendezvousServer::Reform admits it).
-  enum class Kind { kDead, kError, kStopped, kLeft, kJoining };
+  // kRegistered (elastic servers): a node registered for the round being
+  // reserved, so that a driver holding the round hears of it at once.
+  enum class Kind { kDead, kError, kStopped, kLeft, kJoining, kRegistered };
   Kind kind;
   NodeInfo node;
   std::string message;

@@ -88,9 +88,12 @@ void Barrier::Reserve(Peer& peer, const wire::NodeInfo& request) {
       old->Close();
     }
   }
-  table_.Register(NodeFromWire(request), peer.id(), Clock::now());
+  NodeRecord& registered = table_.Register(NodeFromWire(request), peer.id(), Clock::now());
   peer.executor_id = id;
   Acknowledge(peer);
+  if (options_.elastic) {
+    context_.Report(NodeEvent{NodeEvent::Kind::kRegistered, registered.info, "registered", {}});
+  }
   if (!hold_ && static_cast<int>(table_.size()) >= table_.expected()) FormCluster();
 }
 

@@ -1201,9 +1201,14 @@ TEST(RendezvousEndToEndTest, StopsAndErrorsReachTheNodes) {
   std::vector<NodeEvent> events;
   RendezvousServerOptions options;
   options.cluster.num_nodes = 2;
+  int registered = 0;
   options.on_event = [&](const NodeEvent& event) {
     std::lock_guard<std::mutex> lock(mu);
-    events.push_back(event);
+    if (event.kind == NodeEvent::Kind::kRegistered) {
+      ++registered;  // every registration, in an elastic server
+    } else {
+      events.push_back(event);
+    }
   };
   auto server = StartServer(options);
   ASSERT_NE(server, nullptr);
@@ -1243,9 +1248,14 @@ TEST(RendezvousEndToEndTest, ANodeThatLeavesIsNotReportedDead) {
   std::vector<NodeEvent> events;
   RendezvousServerOptions options;
   options.cluster.num_nodes = 2;
+  int registered = 0;
   options.on_event = [&](const NodeEvent& event) {
     std::lock_guard<std::mutex> lock(mu);
-    events.push_back(event);
+    if (event.kind == NodeEvent::Kind::kRegistered) {
+      ++registered;  // every registration, in an elastic server
+    } else {
+      events.push_back(event);
+    }
   };
   auto server = StartServer(options);
   ASSERT_NE(server, nullptr);
@@ -1408,9 +1418,14 @@ TEST(RendezvousEndToEndTest, ElasticRoundsReformOverTheSameConnections) {
   RendezvousServerOptions options;
   options.cluster.num_nodes = 2;
   options.elastic = true;
+  int registered = 0;
   options.on_event = [&](const NodeEvent& event) {
     std::lock_guard<std::mutex> lock(mu);
-    events.push_back(event);
+    if (event.kind == NodeEvent::Kind::kRegistered) {
+      ++registered;  // every registration, in an elastic server
+    } else {
+      events.push_back(event);
+    }
   };
   auto server = StartServer(options);
   ASSERT_NE(server, nullptr);
@@ -1441,6 +1456,7 @@ TEST(RendezvousEndToEndTest, ElasticRoundsReformOverTheSameConnections) {
     ASSERT_EQ(events.size(), 1u);
     EXPECT_EQ(events[0].kind, NodeEvent::Kind::kJoining);
     EXPECT_EQ(events[0].node.executor_id, "2");
+    EXPECT_EQ(registered, 2);
   }
 
   EXPECT_EQ(server->DeleteKeys("drover/feed/"), 1u);
