@@ -28,7 +28,7 @@ echo
 echo "== footprint: memory and idle CPU of the agents (ratios to sleep, mpirun and torchrun) =="
 /usr/bin/python3 bench/footprint_bench.py --drover build/bin/drover --nodes 2,8 --window 20
 echo
-echo "== recovery: from a node's death to the group running again (ratios to torchrun's elastic agent) =="
+echo "== recovery: a program or a node lost, to the group running again (ratios to torchrun) =="
 /usr/bin/python3 bench/recovery_bench.py --drover build/bin/drover --nodes 2,4 --reps 3
 echo
 echo "== start-up over SSH: three sshd hosts (ratio to a plain parallel ssh fan-out) =="
