@@ -105,6 +105,9 @@ struct Driver::Node {
     return joined_by_hand() ? !exit : process && process->pid() != 0 && !exit;
   }
   bool joined_by_hand() const { return index < 0; }
+  // Elastic: a node whose agent is up and answering, which the next round
+  // keeps; any other is lost.
+  bool stays() const { return running() && !dead_since; }
   std::string DescribeExit(const os::ExitStatus& status) const {
     return process ? process->DescribeExit(status) : status.ToString();
   }
@@ -171,8 +174,9 @@ struct Driver::Round {
   std::unique_ptr<RendezvousServer> server;
   std::ofstream* tee = nullptr;
   bool formed = false;
-  int joining_by_hand = 0;                   // elastic: admitted joiners that have no Node yet
-  std::vector<std::string> waiting_joiners;  // elastic: parked, from the round before
+  int joining_by_hand = 0;  // elastic: admitted joiners that have no Node yet
+  // Elastic: the parked joiners (kJoining), those of the round before first.
+  std::vector<std::string> joiners;
   std::string cluster_id;
   Clock::time_point started_at = Clock::now();
   Clock::time_point formed_at{};
@@ -351,6 +355,12 @@ struct Driver::Round {
     // Whoever on_formed wakes sees the formed cluster on the status server too.
     driver.PublishStatus(*this, "running", /*force=*/true);
     if (driver.options_.on_formed) driver.options_.on_formed(cluster);
+  }
+
+  void AddJoiner(const std::string& executor_id) {
+    if (std::find(joiners.begin(), joiners.end(), executor_id) == joiners.end()) {
+      joiners.push_back(executor_id);
+    }
   }
 
   // An agent started by hand that registered with an elastic run.
@@ -1009,7 +1019,7 @@ std::optional<Driver::Outcome> Driver::FormElastic(Round& round, bool held,
     form = state.registered >= alive || now - *enough_since >= options_.join_wait;
   }
   if (!form) return std::nullopt;
-  if (held && round.server) {
+  if (held) {
     CollectFeedCommits(*round.server);
     round.server->DeleteKeys(feed::kFeedKeyPrefix);
     if (Status written = WriteFeedPlanForRound(); !written.ok()) {
@@ -1028,8 +1038,7 @@ std::optional<Driver::Outcome> Driver::FormElastic(Round& round, bool held,
   return std::nullopt;
 }
 
-Driver::Outcome Driver::HandOver(Round& round, const std::string& reason,
-                                 const std::vector<std::string>& joiners) {
+Driver::Outcome Driver::HandOver(Round& round, const std::string& reason) {
   restart_reason_ = reason;
   // What the lost nodes still had in their pipes, before they go.
   for (int i = 0; i < 5; ++i) {
@@ -1047,17 +1056,13 @@ Driver::Outcome Driver::HandOver(Round& round, const std::string& reason,
   }
   round.Emit();
   // What the nodes reported this round ends with it; joiners wait on.
-  std::vector<std::string> waiting = joiners;
   for (const NodeEvent& event : round.queue->Take()) {
-    if (event.kind == NodeEvent::Kind::kJoining &&
-        std::find(waiting.begin(), waiting.end(), event.node.executor_id) == waiting.end()) {
-      waiting.push_back(event.node.executor_id);
-    }
+    if (event.kind == NodeEvent::Kind::kJoining) round.AddJoiner(event.node.executor_id);
   }
   auto carry = std::make_unique<Carry>();
   std::vector<std::unique_ptr<Node>> lost;
   for (auto& node : round.nodes) {
-    if (node->running() && !node->dead_since) {
+    if (node->stays()) {
       carry->nodes.push_back(std::move(node));
     } else {
       lost.push_back(std::move(node));
@@ -1079,18 +1084,27 @@ Driver::Outcome Driver::HandOver(Round& round, const std::string& reason,
                        [&](const std::unique_ptr<Node>& node) { return node->executor_id == id; });
   };
   const int room = options_.cluster.num_nodes - static_cast<int>(carry->nodes.size());
-  for (const std::string& id : waiting) {
+  for (const std::string& id : round.joiners) {
     if (find(carry->nodes, id)) {
       plan.admit.push_back(id);
-    } else if (!find(round.nodes, id) && carry->admitted_by_hand < room) {
+    } else if (find(round.nodes, id)) {
+      continue;  // one of ours, lost before it could join
+    } else if (carry->admitted_by_hand < room) {
       plan.admit.push_back(id);
       ++carry->admitted_by_hand;
-    } else if (!find(round.nodes, id)) {
+    } else {
       carry->still_waiting.push_back(id);
     }
   }
   plan.cluster = options_.cluster;
   plan.cluster.num_nodes = static_cast<int>(carry->nodes.size()) + carry->admitted_by_hand;
+  // The run ends here: every node, kept or lost, is stopped.
+  auto end_run = [&] {
+    round.nodes.insert(round.nodes.end(), std::make_move_iterator(carry->nodes.begin()),
+                       std::make_move_iterator(carry->nodes.end()));
+    round.Stop(round.All(), true);
+    return Outcome::kNoRestart;
+  };
   if (plan.cluster.num_nodes < options_.min_nodes) {
     err_ << "drover run: " << plan.cluster.num_nodes
          << (plan.cluster.num_nodes == 1 ? " node remains" : " nodes remain") << ", fewer than the "
@@ -1100,17 +1114,11 @@ Driver::Outcome Driver::HandOver(Round& round, const std::string& reason,
       err_ << "; lost " << node->tag << " (executor " << node->executor_id << ")";
     }
     err_ << "\n" << std::flush;
-    round.nodes.insert(round.nodes.end(), std::make_move_iterator(carry->nodes.begin()),
-                       std::make_move_iterator(carry->nodes.end()));
-    round.Stop(round.All(), true);
-    return Outcome::kNoRestart;
+    return end_run();
   }
   if (Status reformed = round.server->Reform(plan); !reformed.ok()) {
     err_ << "drover run: cannot form the group again: " << reformed.message() << "\n";
-    round.nodes.insert(round.nodes.end(), std::make_move_iterator(carry->nodes.begin()),
-                       std::make_move_iterator(carry->nodes.end()));
-    round.Stop(round.All(), true);
-    return Outcome::kNoRestart;
+    return end_run();
   }
   err_ << "drover run: re-forming the group with " << plan.cluster.num_nodes << " node"
        << (plan.cluster.num_nodes == 1 ? "" : "s") << " (round " << plan.round << ") after "
@@ -1141,7 +1149,7 @@ Driver::Outcome Driver::RunRound(int number) {
     round.queue = std::move(carry_->queue);
     round.nodes = std::move(carry_->nodes);
     round.joining_by_hand = carry_->admitted_by_hand;
-    round.waiting_joiners = std::move(carry_->still_waiting);
+    round.joiners = std::move(carry_->still_waiting);
     carry_.reset();
     for (auto& node : round.nodes) node->StartRound();
   } else if (Status written = WriteFeedPlanForRound(); !written.ok()) {
@@ -1188,8 +1196,7 @@ Driver::Outcome Driver::RunRound(int number) {
   std::optional<Clock::time_point> training_done_at;
   std::optional<Clock::time_point> early_exit_since;
   std::optional<Clock::time_point> outside_stop_since;
-  std::optional<Clock::time_point> enough_since;             // elastic: MIN registered since
-  std::vector<std::string> joiners = round.waiting_joiners;  // elastic: parked joiners
+  std::optional<Clock::time_point> enough_since;  // elastic: MIN registered since
   Node* failed = nullptr;
   std::string failure_reason;
   Clock::time_point failure_deadline{};
@@ -1228,9 +1235,7 @@ Driver::Outcome Driver::RunRound(int number) {
 
     for (const NodeEvent& event : round.queue->Take()) {
       if (event.kind == NodeEvent::Kind::kJoining) {
-        if (std::find(joiners.begin(), joiners.end(), event.node.executor_id) == joiners.end()) {
-          joiners.push_back(event.node.executor_id);
-        }
+        round.AddJoiner(event.node.executor_id);
         continue;
       }
       Node* node = round.Find(event.node.executor_id);
@@ -1291,8 +1296,8 @@ Driver::Outcome Driver::RunRound(int number) {
     if (failed != nullptr && (failed->exit || now >= failure_deadline)) {
       // Elastic: a lost node is the cause the others' failures follow from.
       for (auto& node : round.nodes) {
-        if (!elastic() || !round.formed || node.get() == failed || node->stopping) continue;
-        if (node->exit && !node->exit->success()) {
+        if (!elastic() || !round.formed) break;
+        if (node.get() != failed && !node->stopping && node->exit && !node->exit->success()) {
           failed = node.get();
           failure_reason = node->DescribeExit(*node->exit);
           break;
@@ -1307,11 +1312,11 @@ Driver::Outcome Driver::RunRound(int number) {
         // A program that failed with every agent alive is restarted in
         // place, as a restart; a lost node changes the membership, which
         // is not one.
-        bool lost = false;
-        for (auto& node : round.nodes) lost = lost || !node->running() || node->dead_since;
+        const bool lost = std::any_of(round.nodes.begin(), round.nodes.end(),
+                                      [](const auto& node) { return !node->stays(); });
         if (lost || failed_rounds_ < options_.max_restarts) {
           if (!lost) ++failed_rounds_;
-          return HandOver(round, round_failure_, joiners);
+          return HandOver(round, round_failure_);
         }
       }
       round.Stop(round.All(), true);
@@ -1320,7 +1325,7 @@ Driver::Outcome Driver::RunRound(int number) {
     }
     if (!round.formed) continue;
 
-    if (elastic() && !joiners.empty()) {
+    if (elastic() && !round.joiners.empty()) {
       // Room for a joiner, and no member done yet (the run is not ending).
       int members = 0;
       bool ending = false;
@@ -1330,7 +1335,7 @@ Driver::Outcome Driver::RunRound(int number) {
         ending = ending || node->exit || node->left_at;
       }
       if (members < options_.cluster.num_nodes && !ending) {
-        return HandOver(round, "executor " + joiners.front() + " joined", joiners);
+        return HandOver(round, "executor " + round.joiners.front() + " joined");
       }
     }
 

@@ -181,10 +181,10 @@ class Driver {
   std::optional<Outcome> FormElastic(Round& round, bool held,
                                      std::optional<Clock::time_point>& enough_since);
   // Elastic: ends the round by forming the group again with the agents
-  // still up and the `joiners` (REFORM), which carry_ holds for the next
-  // RunRound; kNoRestart when fewer than MIN are left.
-  Outcome HandOver(Round& round, const std::string& reason,
-                   const std::vector<std::string>& joiners);
+  // still up and the round's joiners while there is room (REFORM), which
+  // carry_ holds for the next RunRound; kNoRestart when fewer than MIN are
+  // left.
+  Outcome HandOver(Round& round, const std::string& reason);
   std::vector<std::string> AgentArgv(int index, int round, uint16_t port) const;
   // Where Prepare wrote executor `index`'s node credential (mode 0600).
   std::string NodeCredentialFile(int index) const;

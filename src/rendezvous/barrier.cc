@@ -94,7 +94,7 @@ void Barrier::Reserve(Peer& peer, const wire::NodeInfo& request) {
   if (options_.elastic) {
     context_.Report(NodeEvent{NodeEvent::Kind::kRegistered, registered.info, "registered", {}});
   }
-  if (!hold_ && static_cast<int>(table_.size()) >= table_.expected()) FormCluster();
+  FormIfFull();
 }
 
 void Barrier::Park(Peer& peer, const wire::NodeInfo& request) {
@@ -133,9 +133,7 @@ void Barrier::Reform(const std::string& cluster_id, int round, const std::string
     }
     joiners_.erase(joiner);
   }
-  if (!hold_ && !table_.nodes().empty() && static_cast<int>(table_.size()) >= table_.expected()) {
-    FormCluster();
-  }
+  if (!table_.nodes().empty()) FormIfFull();
 }
 
 Result<int> Barrier::FormWithRegistered(int minimum) {
@@ -170,6 +168,10 @@ std::vector<uint64_t> Barrier::JoinerConnections() const {
   std::vector<uint64_t> connections;
   for (const auto& [id, joiner] : joiners_) connections.push_back(joiner.connection);
   return connections;
+}
+
+void Barrier::FormIfFull() {
+  if (!hold_ && static_cast<int>(table_.size()) >= table_.expected()) FormCluster();
 }
 
 void Barrier::Acknowledge(Peer& peer) {

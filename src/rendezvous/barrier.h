@@ -79,6 +79,8 @@ class Barrier {
   void Rejoin(Peer& peer, const std::string& executor_id);
   void Reserve(Peer& peer, const wire::NodeInfo& node);
   void Acknowledge(Peer& peer);
+  // Forms the cluster once every slot is registered, unless the round is held.
+  void FormIfFull();
   void FormCluster();
   void SendCluster(const NodeRecord& node);
 
