@@ -87,6 +87,24 @@ def rank_of(pid):
     return None
 
 
+def wait_for_first_checkpoint(proc, log_dir):
+    """Progress, not the clock: the chief's first checkpoint (after epoch 1)."""
+    checkpoint = log_dir / "digits_checkpoint.pt"
+    deadline = time.monotonic() + 300
+    while not checkpoint.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert checkpoint.exists(), "no checkpoint was written"
+
+
+def rank_1_processes(test_csv):
+    """The pids of worker:1's program (and its guard, which pgrep finds too)."""
+    pids = [int(pid) for pid in subprocess.run(
+        ["pgrep", "-f", f"train.py --test {test_csv}"], capture_output=True,
+        text=True).stdout.split() if rank_of(int(pid)) == 1]
+    assert pids, "worker:1's program was not found"
+    return pids
+
+
 def test_a_worker_killed_mid_run_resumes_from_its_checkpoint_and_commit(tmp_path):
     """train.py checkpoints and commits its feed every epoch: worker:1 is
     SIGKILLed once the first checkpoint exists, and the next round (the
@@ -103,16 +121,8 @@ def test_a_worker_killed_mid_run_resumes_from_its_checkpoint_and_commit(tmp_path
         env=env, cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)
     try:
-        # Progress, not the clock: the first checkpoint (after epoch 1).
-        checkpoint = log_dir / "digits_checkpoint.pt"
-        deadline = time.monotonic() + 300
-        while not checkpoint.exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert checkpoint.exists(), "no checkpoint was written"
-        victims = [int(pid) for pid in subprocess.run(
-            ["pgrep", "-f", f"train.py --test {test_csv}"], capture_output=True,
-            text=True).stdout.split() if rank_of(int(pid)) == 1]
-        assert victims, "worker:1's program was not found"
+        wait_for_first_checkpoint(proc, log_dir)
+        victims = rank_1_processes(test_csv)
         for pid in victims:
             os.kill(pid, signal.SIGKILL)
         stdout, stderr = proc.communicate(timeout=540)
@@ -144,16 +154,8 @@ def test_elastic_run_loses_a_node_and_still_reaches_95_percent(tmp_path):
         env=clean_env(), cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)
     try:
-        # Progress, not the clock: the first checkpoint (after epoch 1).
-        checkpoint = log_dir / "digits_checkpoint.pt"
-        deadline = time.monotonic() + 300
-        while not checkpoint.exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert checkpoint.exists(), "no checkpoint was written"
-        programs = [int(pid) for pid in subprocess.run(
-            ["pgrep", "-f", f"train.py --test {test_csv}"], capture_output=True,
-            text=True).stdout.split() if rank_of(int(pid)) == 1]
-        assert programs, "worker:1's program was not found"
+        wait_for_first_checkpoint(proc, log_dir)
+        programs = rank_1_processes(test_csv)
         # Up from the program (or its guard, which pgrep finds too) to its agent.
         agent = programs[0]
         while b"\0agent\0" not in open(f"/proc/{agent}/cmdline", "rb").read():

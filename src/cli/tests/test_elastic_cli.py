@@ -10,7 +10,7 @@ import time
 
 import pytest
 from conftest import clean_env, drover_bin
-from test_feed_cli import FEED_READER, consumed_by_epoch, write_csv
+from test_feed_cli import FEED_READER, assert_each_record_once, consumed_by_epoch, write_csv
 from test_run_cli import assert_no_leftovers, marker
 
 # Each worker writes <dir>/r<round>-<rank>: its world size and its agent's
@@ -258,12 +258,7 @@ def test_lost_agent_mid_feed_every_record_once_relative_to_commits(tmp_path, tri
     stderr = stderr_of(tmp_path)
     assert proc.returncode == 0, (context, stderr)
     assert "re-forming the group with 2 nodes (round 1)" in stderr, (context, stderr)
-    by_epoch = consumed_by_epoch(out, final_round=1)
-    assert sorted(by_epoch) == [0, 1], context
-    for epoch, counts in by_epoch.items():
-        missing = set(range(total)) - set(counts)
-        twice = [i for i, n in counts.items() if n != 1]
-        assert not missing and not twice, (context, epoch, sorted(missing)[:10], twice[:10])
+    assert_each_record_once(consumed_by_epoch(out, final_round=1), total, 2, context)
     assert_no_leftovers(mark)
 
 
@@ -277,7 +272,7 @@ def test_workers_range_keeps_the_ps_and_re_forms_the_workers(tmp_path):
         victim = 2  # executor 0 is the ps, 1 and 2 the workers
         os.kill(agent_pid(mark, victim), signal.SIGKILL)
         wait_for(lambda: len(round_files(work, 1)) == 1, "round 1's worker", proc)
-        out = finish(proc, work)
+        finish(proc, work)
     finally:
         (work / "done").touch()
         proc.kill()

@@ -249,12 +249,7 @@ def test_killed_feeders_lose_nothing_and_repeat_nothing(tmp_path):
     assert proc.returncode == 0, stderr
     assert len(killed) >= 3, f"only {len(killed)} feeders were killed; the run was too short"
     assert "resuming" in stdout + stderr, stderr
-    by_epoch = ids_by_epoch(read_seen(out))
-    assert sorted(by_epoch) == [0, 1]
-    for epoch, counts in by_epoch.items():
-        missing = set(range(total)) - set(counts)
-        twice = [i for i, n in counts.items() if n != 1]
-        assert not missing and not twice, (epoch, sorted(missing)[:10], twice[:10])
+    assert_each_record_once(ids_by_epoch(read_seen(out)), total, 2)
     # Every feeder is gone with the run.
     for pid in seen_feeders:
         assert not os.path.exists(f"/proc/{pid}") or \
@@ -475,6 +470,15 @@ def consumed_by_epoch(prefix, final_round=None):
     return by_epoch
 
 
+def assert_each_record_once(by_epoch, total, epochs, context=()):
+    """Every record 0..total-1 counted exactly once in each of `epochs`."""
+    assert sorted(by_epoch) == list(range(epochs)), context
+    for epoch, counts in by_epoch.items():
+        missing = set(range(total)) - set(counts)
+        twice = [i for i, n in counts.items() if n != 1]
+        assert not missing and not twice, (context, epoch, sorted(missing)[:10], twice[:10])
+
+
 KILL_TRIALS = 20 if os.environ.get("DROVER_KILL_MATRIX") == "full" else 4
 
 
@@ -512,12 +516,7 @@ def test_killed_worker_resumes_after_its_last_commit(tmp_path, trial, balance):
     # A later round may have fewer records left than die_after: it ends.
     assert 1 <= result.stderr.count("re-forming the group") <= rounds_killed, \
         (context, result.stderr)
-    by_epoch = consumed_by_epoch(out)
-    assert sorted(by_epoch) == [0, 1], context
-    for epoch, counts in by_epoch.items():
-        missing = set(range(total)) - set(counts)
-        twice = [i for i, n in counts.items() if n != 1]
-        assert not missing and not twice, (context, epoch, sorted(missing)[:10], twice[:10])
+    assert_each_record_once(consumed_by_epoch(out), total, 2, context)
     assert_no_leftovers(mark)
 
 
