@@ -32,6 +32,8 @@ PACKAGES=(
   # the driver's status server (cpp-httplib) and its tests: the page in
   # headless Chromium, /metrics read by the Prometheus text-format parser
   libcpp-httplib-dev chromium python3-prometheus-client python3-websocket
+  # the etcd rendezvous backend's tests (a real etcd, started by the tests)
+  etcd-server etcd-client
 )
 
 missing=()
