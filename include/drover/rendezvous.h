@@ -162,6 +162,11 @@ struct ClusterState {
   std::string phase;  // "reserving", "formed", "stopped"
   int registered = 0;
   int expected = 0;
+  // The etcd backend's (the built-in server leaves them as they are): the
+  // round, why it began, and why the run stopped.
+  int round = 0;
+  std::string round_reason;
+  std::string stop_reason;
   std::vector<NodeStatus> nodes;
 };
 
@@ -280,8 +285,38 @@ class RendezvousServer {
   std::unique_ptr<Impl> impl_;
 };
 
+// An `etcd://` rendezvous (docs/protocol.md, "The etcd backend"): how to
+// reach etcd, and the run's shape, which the first node writes under the
+// prefix and every later one must match.
+struct EtcdRunOptions {
+  // TLS and etcd's own users (--etcd-cacert, --etcd-cert, --etcd-key,
+  // --etcd-user); nothing of the cluster token goes to etcd.
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
+  std::string user;
+  std::string password;
+  // The roles; num_nodes is the most nodes a round takes (MAX). 0: only
+  // watch the run (drover status): no lease, nothing written.
+  ClusterTemplate cluster;
+  int min_nodes = 0;  // 0: cluster.num_nodes
+  // A round with MIN but fewer than MAX nodes forms this long after MIN
+  // registered (a round after a loss: once every survivor registered).
+  Milliseconds join_wait{30'000};
+  // Program failures the run survives (each starts a new round).
+  int max_restarts = 0;
+  // A node is alive while it keeps its lease; lost this long after its
+  // agent stopped refreshing it.
+  Milliseconds lease_ttl{10'000};
+  // How long a node goes on without reaching an etcd quorum before it
+  // gives up ("etcd: no quorum at ...").
+  Milliseconds unavailable_timeout{30'000};
+  // One request to one etcd member, at most.
+  Milliseconds request_timeout{5'000};
+};
+
 struct RendezvousClientOptions {
-  std::string address;  // "host:port"
+  std::string address;  // "host:port", or etcd://HOST:PORT[,HOST:PORT...]/PREFIX
   // The cluster token (Credential::Cluster: every message), or a node
   // credential (only that node's slot; docs/security.md).
   Credential credential;
@@ -290,6 +325,7 @@ struct RendezvousClientOptions {
   Milliseconds initial_backoff{100};
   Milliseconds max_backoff{2'000};
   uint32_t max_frame_bytes = 64u << 20;
+  EtcdRunOptions etcd;  // etcd:// addresses only; the credential is not used then
 };
 
 // Errors: an ERROR frame from the server keeps the server's message and maps
@@ -349,7 +385,8 @@ class RendezvousClient {
     enum class Kind { kNone, kStop, kReform };
     Kind kind = Kind::kNone;
     int round = 0;
-    std::string reason;
+    std::string reason;   // a REFORM's; with the etcd backend also a STOP's
+    bool failed = false;  // a STOP because the run failed (etcd backend)
   };
   Result<Instruction> WaitForInstruction(Deadline deadline, int wake_fd = -1);
 
@@ -365,10 +402,12 @@ class RendezvousClient {
                                  const std::string& desired, Deadline deadline);
   Result<bool> Delete(const std::string& key, Deadline deadline);
 
+  // What the calls go to: the built-in server or etcd.
+  class Backend;
+
  private:
-  class Impl;
-  explicit RendezvousClient(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  explicit RendezvousClient(std::unique_ptr<Backend> backend);
+  std::unique_ptr<Backend> backend_;
 };
 
 }  // namespace drover

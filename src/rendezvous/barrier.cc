@@ -188,20 +188,6 @@ void Barrier::Disconnected(const NodeRecord& node, const std::string& address) {
   table_.Remove(id);
 }
 
-namespace {
-
-// Places the nodes as registered: their roles, hosts, ports and GPUs.
-Status PlaceNodes(FormedCluster& cluster) {
-  cluster.placements.clear();
-  cluster.placements.reserve(cluster.nodes.size());
-  for (const NodeInfo& node : cluster.nodes) cluster.placements.push_back(NodePlacement(node));
-  DROVER_RETURN_IF_ERROR(PlaceTasks(cluster.placements));
-  DROVER_ASSIGN_OR_RETURN(cluster.spec, ClusterSpecOf(cluster.placements));
-  return Status::Ok();
-}
-
-}  // namespace
-
 void Barrier::FormCluster() {
   Clock::time_point started = Clock::now();
   table_.AssignSlots(started);

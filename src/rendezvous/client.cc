@@ -54,6 +54,7 @@
 #include "drover/host_port.h"
 #include "drover/rendezvous.h"
 #include "os/unique_fd.h"
+#include "rendezvous/client_backend.h"
 #include "rendezvous/node_info_codec.h"
 #include "wire/auth.h"
 #include "wire/frame.h"
@@ -221,15 +222,15 @@ std::string JoinKeys(const std::vector<std::string>& keys) {
 
 }  // namespace
 
-class RendezvousClient::Impl {
+class TcpClientImpl {
  public:
-  Impl(RendezvousClientOptions options, wire::Token key, os::UniqueFd fd)
+  TcpClientImpl(RendezvousClientOptions options, wire::Token key, os::UniqueFd fd)
       : options_(std::move(options)),
         key_(key),
         fd_(std::move(fd)),
         reader_(wire::kHandshakeMaxFrameBytes) {}
 
-  ~Impl() {
+  ~TcpClientImpl() {
     {
       MutexLock lock(heartbeat_mu_);
       stopping_ = true;
@@ -327,8 +328,7 @@ class RendezvousClient::Impl {
   std::thread heartbeat_thread_;  // started once, by the caller's thread
 };
 
-Status RendezvousClient::Impl::WriteAll(std::string_view bytes, Deadline deadline,
-                                        std::string_view what) {
+Status TcpClientImpl::WriteAll(std::string_view bytes, Deadline deadline, std::string_view what) {
   while (!bytes.empty()) {
     ssize_t sent = ::send(fd_.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL);
     if (sent > 0) {
@@ -353,8 +353,8 @@ Status RendezvousClient::Impl::WriteAll(std::string_view bytes, Deadline deadlin
   return Status::Ok();
 }
 
-Status RendezvousClient::Impl::Send(wire::MessageType type,
-                                    const google::protobuf::MessageLite& body, Deadline deadline) {
+Status TcpClientImpl::Send(wire::MessageType type, const google::protobuf::MessageLite& body,
+                           Deadline deadline) {
   DROVER_RETURN_IF_ERROR(Broken());
   MutexLock lock(write_mu_);
   std::string frame = sealer_ ? sealer_->Seal(type, body) : wire::EncodeFrame(type, body);
@@ -364,15 +364,15 @@ Status RendezvousClient::Impl::Send(wire::MessageType type,
   return Status::Ok();
 }
 
-void RendezvousClient::Impl::SendError(const wire::FrameError& error) {
+void TcpClientImpl::SendError(const wire::FrameError& error) {
   MutexLock lock(write_mu_);
   std::string reply = sealer_ ? sealer_->SealError(error.code, error.message)
                               : wire::EncodeError(error.code, error.message);
   (void)WriteAll(reply, Clock::now() + Milliseconds(100), "ERROR");
 }
 
-Result<wire::Frame> RendezvousClient::Impl::ReadFrame(Deadline deadline, std::string_view what,
-                                                      int wake_fd) {
+Result<wire::Frame> TcpClientImpl::ReadFrame(Deadline deadline, std::string_view what,
+                                             int wake_fd) {
   deadline_passed_ = false;
   DROVER_RETURN_IF_ERROR(Broken());
   char buffer[64 << 10];
@@ -437,9 +437,9 @@ Result<wire::Frame> RendezvousClient::Impl::ReadFrame(Deadline deadline, std::st
   }
 }
 
-Result<wire::Frame> RendezvousClient::Impl::Await(
-    Deadline deadline, std::string_view what, const std::function<bool(const wire::Frame&)>& wanted,
-    bool return_on_stop, int wake_fd) {
+Result<wire::Frame> TcpClientImpl::Await(Deadline deadline, std::string_view what,
+                                         const std::function<bool(const wire::Frame&)>& wanted,
+                                         bool return_on_stop, int wake_fd) {
   for (;;) {
     DROVER_ASSIGN_OR_RETURN(wire::Frame frame, ReadFrame(deadline, what, wake_fd));
     wire::FrameError error;
@@ -488,7 +488,7 @@ Result<wire::Frame> RendezvousClient::Impl::Await(
   }
 }
 
-Status RendezvousClient::Impl::Handshake(Deadline deadline) {
+Status TcpClientImpl::Handshake(Deadline deadline) {
   DROVER_ASSIGN_OR_RETURN(std::string client_nonce, wire::RandomNonce());
   wire::Hello hello;
   hello.set_client_nonce(client_nonce);
@@ -552,7 +552,7 @@ Status RendezvousClient::Impl::Handshake(Deadline deadline) {
   return Status::Ok();
 }
 
-Result<FormedCluster> RendezvousClient::Impl::DecodeCluster(const wire::Frame& frame) {
+Result<FormedCluster> TcpClientImpl::DecodeCluster(const wire::Frame& frame) {
   wire::FrameError error;
   wire::Cluster cluster;
   if (!wire::ParseBody(frame, &cluster, &error)) {
@@ -593,7 +593,7 @@ Result<FormedCluster> RendezvousClient::Impl::DecodeCluster(const wire::Frame& f
   return formed;
 }
 
-Result<FormedCluster> RendezvousClient::Impl::Register(const NodeInfo& node, Deadline deadline) {
+Result<FormedCluster> TcpClientImpl::Register(const NodeInfo& node, Deadline deadline) {
   wire::Register request;
   *request.mutable_node() = rendezvous_internal::NodeToWire(node);
   DROVER_RETURN_IF_ERROR(Send(wire::REGISTER, request, deadline));
@@ -639,8 +639,8 @@ void AddPayload(const HeartbeatPayload& payload, wire::Heartbeat* heartbeat) {
 
 }  // namespace
 
-void RendezvousClient::Impl::StartHeartbeats(Milliseconds interval,
-                                             std::function<HeartbeatPayload()> payload) {
+void TcpClientImpl::StartHeartbeats(Milliseconds interval,
+                                    std::function<HeartbeatPayload()> payload) {
   {
     MutexLock lock(heartbeat_mu_);
     heartbeat_interval_ = std::max(interval, Milliseconds(1));
@@ -657,7 +657,7 @@ void RendezvousClient::Impl::StartHeartbeats(Milliseconds interval,
   heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
 }
 
-void RendezvousClient::Impl::HeartbeatLoop() {
+void TcpClientImpl::HeartbeatLoop() {
   uint64_t sequence = 0;
   MutexLock lock(heartbeat_mu_);
   while (!stopping_) {
@@ -678,7 +678,7 @@ void RendezvousClient::Impl::HeartbeatLoop() {
   }
 }
 
-Status RendezvousClient::Impl::SendFinalHeartbeat() {
+Status TcpClientImpl::SendFinalHeartbeat() {
   std::function<HeartbeatPayload()> payload;
   {
     MutexLock lock(heartbeat_mu_);
@@ -690,11 +690,11 @@ Status RendezvousClient::Impl::SendFinalHeartbeat() {
   return Send(wire::HEARTBEAT, heartbeat, Clock::now() + kSendTimeout);
 }
 
-Status RendezvousClient::Impl::SendControl(wire::Control control) {
+Status TcpClientImpl::SendControl(wire::Control control) {
   return Send(wire::CONTROL, control, Clock::now() + kSendTimeout);
 }
 
-Result<ClusterState> RendezvousClient::Impl::QueryState(Deadline deadline) {
+Result<ClusterState> TcpClientImpl::QueryState(Deadline deadline) {
   wire::Control control;
   control.set_kind(wire::Control::QUERY_STATE);
   DROVER_RETURN_IF_ERROR(Send(wire::CONTROL, control, deadline));
@@ -727,7 +727,7 @@ Result<ClusterState> RendezvousClient::Impl::QueryState(Deadline deadline) {
   return out;
 }
 
-Result<bool> RendezvousClient::Impl::WaitForStop(Deadline deadline, int wake_fd) {
+Result<bool> TcpClientImpl::WaitForStop(Deadline deadline, int wake_fd) {
   while (!stop_received_) {
     Result<wire::Frame> frame = Await(
         deadline, "a STOP from the server", [](const wire::Frame&) { return false; },
@@ -740,8 +740,8 @@ Result<bool> RendezvousClient::Impl::WaitForStop(Deadline deadline, int wake_fd)
   return true;
 }
 
-Result<RendezvousClient::Instruction> RendezvousClient::Impl::WaitForInstruction(Deadline deadline,
-                                                                                 int wake_fd) {
+Result<RendezvousClient::Instruction> TcpClientImpl::WaitForInstruction(Deadline deadline,
+                                                                        int wake_fd) {
   using Kind = RendezvousClient::Instruction::Kind;
   for (;;) {
     if (stop_received_) return RendezvousClient::Instruction{Kind::kStop, 0, ""};
@@ -756,8 +756,8 @@ Result<RendezvousClient::Instruction> RendezvousClient::Impl::WaitForInstruction
   }
 }
 
-Result<wire::KvReply> RendezvousClient::Impl::Kv(wire::KvRequest request, Deadline deadline,
-                                                 std::string_view what, bool not_found_is_answer) {
+Result<wire::KvReply> TcpClientImpl::Kv(wire::KvRequest request, Deadline deadline,
+                                        std::string_view what, bool not_found_is_answer) {
   if (request.key().size() > kMaxKeyBytes) {
     return Status::InvalidArgument("a key is at most " + std::to_string(kMaxKeyBytes) +
                                    " bytes; got " + std::to_string(request.key().size()));
@@ -794,11 +794,40 @@ Result<wire::KvReply> RendezvousClient::Impl::Kv(wire::KvRequest request, Deadli
 
 // ---------------------------------------------------------------------------
 
-RendezvousClient::RendezvousClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-RendezvousClient::~RendezvousClient() = default;
+// The built-in server's backend: the public calls as frames on one
+// TcpClientImpl connection.
+class TcpBackend final : public RendezvousClient::Backend {
+ public:
+  explicit TcpBackend(std::unique_ptr<TcpClientImpl> impl) : impl_(std::move(impl)) {}
+
+  Result<FormedCluster> Register(const NodeInfo& node, Deadline deadline) override;
+  void StartHeartbeats(Milliseconds interval, std::function<HeartbeatPayload()> payload) override;
+  Status ReportError(const std::string& executor_id, const std::string& message,
+                     const std::vector<std::string>& last_log_lines) override;
+  Result<ClusterState> QueryState(Deadline deadline) override;
+  Status StopAll() override;
+  Status Leave() override;
+  Result<bool> WaitForStop(Deadline deadline, int wake_fd) override;
+  Result<RendezvousClient::Instruction> WaitForInstruction(Deadline deadline, int wake_fd) override;
+  Status Set(const std::string& key, const std::string& value, Deadline deadline) override;
+  Result<std::optional<std::string>> Get(const std::string& key, Deadline deadline) override;
+  Result<int64_t> Add(const std::string& key, int64_t delta, Deadline deadline) override;
+  Status Wait(const std::vector<std::string>& keys, Deadline deadline) override;
+  Result<std::string> CompareSet(const std::string& key, const std::string& expected,
+                                 const std::string& desired, Deadline deadline) override;
+  Result<bool> Delete(const std::string& key, Deadline deadline) override;
+
+ private:
+  std::unique_ptr<TcpClientImpl> impl_;
+};
 
 Result<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(RendezvousClientOptions options,
                                                                     Deadline deadline) {
+  if (options.address.rfind("etcd://", 0) == 0) {
+    DROVER_ASSIGN_OR_RETURN(std::unique_ptr<Backend> etcd,
+                            rendezvous_internal::ConnectEtcd(std::move(options), deadline));
+    return std::unique_ptr<RendezvousClient>(new RendezvousClient(std::move(etcd)));
+  }
   const Credential& credential = options.credential;
   if (credential.key.size() != wire::kTokenBytes) {
     return Status::InvalidArgument("a cluster token is " + std::to_string(wire::kTokenBytes) +
@@ -877,22 +906,22 @@ Result<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(RendezvousCl
     return Status::IoError("cannot set TCP_NODELAY on the connection to " + options.address + ": " +
                            ErrnoText(errno));
   }
-  auto impl = std::make_unique<Impl>(std::move(options), token, std::move(fd));
+  auto impl = std::make_unique<TcpClientImpl>(std::move(options), token, std::move(fd));
   DROVER_RETURN_IF_ERROR(impl->Handshake(deadline));
-  return std::unique_ptr<RendezvousClient>(new RendezvousClient(std::move(impl)));
+  return std::unique_ptr<RendezvousClient>(
+      new RendezvousClient(std::make_unique<TcpBackend>(std::move(impl))));
 }
 
-Result<FormedCluster> RendezvousClient::Register(const NodeInfo& node, Deadline deadline) {
+Result<FormedCluster> TcpBackend::Register(const NodeInfo& node, Deadline deadline) {
   return impl_->Register(node, deadline);
 }
 
-void RendezvousClient::StartHeartbeats(Milliseconds interval,
-                                       std::function<HeartbeatPayload()> payload) {
+void TcpBackend::StartHeartbeats(Milliseconds interval, std::function<HeartbeatPayload()> payload) {
   impl_->StartHeartbeats(interval, std::move(payload));
 }
 
-Status RendezvousClient::ReportError(const std::string& executor_id, const std::string& message,
-                                     const std::vector<std::string>& last_log_lines) {
+Status TcpBackend::ReportError(const std::string& executor_id, const std::string& message,
+                               const std::vector<std::string>& last_log_lines) {
   wire::Control control;
   control.set_kind(wire::Control::REPORT_ERROR);
   control.set_executor_id(executor_id);
@@ -901,17 +930,17 @@ Status RendezvousClient::ReportError(const std::string& executor_id, const std::
   return impl_->SendControl(std::move(control));
 }
 
-Result<ClusterState> RendezvousClient::QueryState(Deadline deadline) {
+Result<ClusterState> TcpBackend::QueryState(Deadline deadline) {
   return impl_->QueryState(deadline);
 }
 
-Status RendezvousClient::StopAll() {
+Status TcpBackend::StopAll() {
   wire::Control control;
   control.set_kind(wire::Control::STOP_ALL);
   return impl_->SendControl(std::move(control));
 }
 
-Status RendezvousClient::Leave() {
+Status TcpBackend::Leave() {
   // The server handles frames in order: the last counts land before LEAVE.
   DROVER_RETURN_IF_ERROR(impl_->SendFinalHeartbeat());
   wire::Control control;
@@ -919,16 +948,16 @@ Status RendezvousClient::Leave() {
   return impl_->SendControl(std::move(control));
 }
 
-Result<bool> RendezvousClient::WaitForStop(Deadline deadline, int wake_fd) {
+Result<bool> TcpBackend::WaitForStop(Deadline deadline, int wake_fd) {
   return impl_->WaitForStop(deadline, wake_fd);
 }
 
-Result<RendezvousClient::Instruction> RendezvousClient::WaitForInstruction(Deadline deadline,
-                                                                           int wake_fd) {
+Result<RendezvousClient::Instruction> TcpBackend::WaitForInstruction(Deadline deadline,
+                                                                     int wake_fd) {
   return impl_->WaitForInstruction(deadline, wake_fd);
 }
 
-Status RendezvousClient::Set(const std::string& key, const std::string& value, Deadline deadline) {
+Status TcpBackend::Set(const std::string& key, const std::string& value, Deadline deadline) {
   wire::KvRequest request;
   request.set_op(wire::KvRequest::SET);
   request.set_key(key);
@@ -936,8 +965,7 @@ Status RendezvousClient::Set(const std::string& key, const std::string& value, D
   return impl_->Kv(std::move(request), deadline, "SET '" + key + "'").status();
 }
 
-Result<std::optional<std::string>> RendezvousClient::Get(const std::string& key,
-                                                         Deadline deadline) {
+Result<std::optional<std::string>> TcpBackend::Get(const std::string& key, Deadline deadline) {
   wire::KvRequest request;
   request.set_op(wire::KvRequest::GET);
   request.set_key(key);
@@ -948,7 +976,7 @@ Result<std::optional<std::string>> RendezvousClient::Get(const std::string& key,
   return std::optional<std::string>(std::move(*reply.mutable_value()));
 }
 
-Result<int64_t> RendezvousClient::Add(const std::string& key, int64_t delta, Deadline deadline) {
+Result<int64_t> TcpBackend::Add(const std::string& key, int64_t delta, Deadline deadline) {
   wire::KvRequest request;
   request.set_op(wire::KvRequest::ADD);
   request.set_key(key);
@@ -958,7 +986,7 @@ Result<int64_t> RendezvousClient::Add(const std::string& key, int64_t delta, Dea
   return reply.number();
 }
 
-Status RendezvousClient::Wait(const std::vector<std::string>& keys, Deadline deadline) {
+Status TcpBackend::Wait(const std::vector<std::string>& keys, Deadline deadline) {
   wire::KvRequest request;
   request.set_op(wire::KvRequest::WAIT);
   for (const std::string& key : keys) {
@@ -978,9 +1006,8 @@ Status RendezvousClient::Wait(const std::vector<std::string>& keys, Deadline dea
   return impl_->Kv(std::move(request), deadline, "WAIT for " + JoinKeys(keys)).status();
 }
 
-Result<std::string> RendezvousClient::CompareSet(const std::string& key,
-                                                 const std::string& expected,
-                                                 const std::string& desired, Deadline deadline) {
+Result<std::string> TcpBackend::CompareSet(const std::string& key, const std::string& expected,
+                                           const std::string& desired, Deadline deadline) {
   wire::KvRequest request;
   request.set_op(wire::KvRequest::COMPARE_SET);
   request.set_key(key);
@@ -991,7 +1018,7 @@ Result<std::string> RendezvousClient::CompareSet(const std::string& key,
   return std::move(*reply.mutable_value());
 }
 
-Result<bool> RendezvousClient::Delete(const std::string& key, Deadline deadline) {
+Result<bool> TcpBackend::Delete(const std::string& key, Deadline deadline) {
   wire::KvRequest request;
   request.set_op(wire::KvRequest::DELETE);
   request.set_key(key);
@@ -999,6 +1026,74 @@ Result<bool> RendezvousClient::Delete(const std::string& key, Deadline deadline)
                           impl_->Kv(std::move(request), deadline, "DELETE '" + key + "'",
                                     /*not_found_is_answer=*/true));
   return reply.found();
+}
+
+// ---------------------------------------------------------------------------
+
+RendezvousClient::RendezvousClient(std::unique_ptr<Backend> backend)
+    : backend_(std::move(backend)) {}
+RendezvousClient::~RendezvousClient() = default;
+
+Result<FormedCluster> RendezvousClient::Register(const NodeInfo& node, Deadline deadline) {
+  return backend_->Register(node, deadline);
+}
+
+void RendezvousClient::StartHeartbeats(Milliseconds interval,
+                                       std::function<HeartbeatPayload()> payload) {
+  backend_->StartHeartbeats(interval, std::move(payload));
+}
+
+Status RendezvousClient::ReportError(const std::string& executor_id, const std::string& message,
+                                     const std::vector<std::string>& last_log_lines) {
+  return backend_->ReportError(executor_id, message, last_log_lines);
+}
+
+Result<ClusterState> RendezvousClient::QueryState(Deadline deadline) {
+  return backend_->QueryState(deadline);
+}
+
+Status RendezvousClient::StopAll() {
+  return backend_->StopAll();
+}
+
+Status RendezvousClient::Leave() {
+  return backend_->Leave();
+}
+
+Result<bool> RendezvousClient::WaitForStop(Deadline deadline, int wake_fd) {
+  return backend_->WaitForStop(deadline, wake_fd);
+}
+
+Result<RendezvousClient::Instruction> RendezvousClient::WaitForInstruction(Deadline deadline,
+                                                                           int wake_fd) {
+  return backend_->WaitForInstruction(deadline, wake_fd);
+}
+
+Status RendezvousClient::Set(const std::string& key, const std::string& value, Deadline deadline) {
+  return backend_->Set(key, value, deadline);
+}
+
+Result<std::optional<std::string>> RendezvousClient::Get(const std::string& key,
+                                                         Deadline deadline) {
+  return backend_->Get(key, deadline);
+}
+
+Result<int64_t> RendezvousClient::Add(const std::string& key, int64_t delta, Deadline deadline) {
+  return backend_->Add(key, delta, deadline);
+}
+
+Status RendezvousClient::Wait(const std::vector<std::string>& keys, Deadline deadline) {
+  return backend_->Wait(keys, deadline);
+}
+
+Result<std::string> RendezvousClient::CompareSet(const std::string& key,
+                                                 const std::string& expected,
+                                                 const std::string& desired, Deadline deadline) {
+  return backend_->CompareSet(key, expected, desired, deadline);
+}
+
+Result<bool> RendezvousClient::Delete(const std::string& key, Deadline deadline) {
+  return backend_->Delete(key, deadline);
 }
 
 }  // namespace drover

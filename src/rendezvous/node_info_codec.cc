@@ -111,6 +111,15 @@ bool ColumnsFit(const wire::Placements& p, int nodes) {
 
 }  // namespace
 
+Status PlaceNodes(FormedCluster& cluster) {
+  cluster.placements.clear();
+  cluster.placements.reserve(cluster.nodes.size());
+  for (const NodeInfo& node : cluster.nodes) cluster.placements.push_back(NodePlacement(node));
+  DROVER_RETURN_IF_ERROR(PlaceTasks(cluster.placements));
+  DROVER_ASSIGN_OR_RETURN(cluster.spec, ClusterSpecOf(cluster.placements));
+  return Status::Ok();
+}
+
 wire::SharedCluster SharedClusterToWire(const FormedCluster& cluster) {
   wire::SharedCluster out;
   out.set_cluster_id(cluster.cluster_id);

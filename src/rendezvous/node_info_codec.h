@@ -24,6 +24,10 @@ std::vector<MetricValue> MetricsFromWire(
 // of its placement (chief, ranks, share) is PlaceTasks's to fill in.
 Placement NodePlacement(const NodeInfo& node);
 
+// Lays out cluster.placements and cluster.spec from cluster.nodes, which
+// carry their roles already: the one layout every node and the driver read.
+Status PlaceNodes(FormedCluster& cluster);
+
 // The part of CLUSTER every node shares: the nodes, their placements
 // (cluster.placements[i] is cluster.nodes[i]'s) and the sizes they share.
 wire::SharedCluster SharedClusterToWire(const FormedCluster& cluster);

@@ -44,6 +44,11 @@ int CompareSlotKeys(const SlotKey& a, const SlotKey& b) {
 
 }  // namespace
 
+bool ExecutorIdBefore(const std::string& a, const std::string& b) {
+  int c = CompareSlotKeys(KeyOf(a), KeyOf(b));
+  return c != 0 ? c < 0 : a < b;
+}
+
 void NodeTable::Stop(const std::string& reason) {
   if (phase_ == Phase::kStopped) return;
   phase_ = Phase::kStopped;

@@ -40,6 +40,11 @@ struct NodeRecord {
 
 enum class Phase { kReserving, kFormed, kStopped };
 
+// Whether executor `a` takes an earlier slot than `b` in the slot order
+// (integer ids first, in numeric order, then the others in string order;
+// ties by the text): the order every formed cluster lists its nodes in.
+bool ExecutorIdBefore(const std::string& a, const std::string& b);
+
 class NodeTable {
  public:
   explicit NodeTable(ClusterTemplate cluster) : cluster_(std::move(cluster)) {}

@@ -1,0 +1,928 @@
+// The etcd backend of RendezvousClient (docs/protocol.md, "The etcd
+// backend"): the nodes form each round among themselves through etcd, with
+// no server and no driver on the path.
+//
+// Keys, under the run's prefix P:
+//   P/c/config                 the run's shape (JSON), written by the first node
+//   P/c/round                  {"round", "reason", "failures", "expect"}
+//   P/c/end                    {"failed", "message"}: the run is over
+//   P/c/rounds/R/nodes/ID      a node registered for round R (its lease)
+//   P/c/rounds/R/cluster       round R's formed cluster (SharedCluster JSON)
+//   P/c/rounds/R/left/ID       ID's program finished
+//   P/c/rounds/R/errors/ID     ID's program failed: {"message", "last_log_lines"}
+//   P/c/waiting/ID             a node that came after round R formed (its lease)
+//   P/c/alive/ID               the node's agent is up (its lease)
+//   P/status/ID                the node's last heartbeat payload (its lease)
+//   P/kv/KEY                   the key-value store
+// Everything that decides something is under P/c/, which is all a node
+// watches. Every decision is a transaction that compares P/c/round's
+// revision, so when several nodes see the same thing (a lost peer, a full
+// round) exactly one acts on it.
+
+#include <google/protobuf/util/json_util.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "drover.pb.h"
+#include "etcd/etcd_client.h"
+#include "rendezvous/client_backend.h"
+#include "rendezvous/node_info_codec.h"
+#include "rendezvous/node_table.h"
+
+namespace drover::rendezvous_internal {
+namespace {
+
+using ::drover::etcd::Compare;
+using ::drover::etcd::EtcdClient;
+using ::drover::etcd::KeyValue;
+using ::drover::etcd::TxnOp;
+using nlohmann::json;
+
+// How long a failed etcd call waits before the next try.
+constexpr Milliseconds kRetryPause{200};
+// How often a node waiting on a watch looks at its lease.
+constexpr Milliseconds kWatchSlice{2'000};
+
+std::string SecondsText(Milliseconds ms) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g s", static_cast<double>(ms.count()) / 1000.0);
+  return text;
+}
+
+std::string RandomHex(int bytes) {
+  std::random_device random;
+  static const char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (int i = 0; i < bytes; ++i) {
+    unsigned value = random() & 0xff;
+    out.push_back(kDigits[value >> 4]);
+    out.push_back(kDigits[value & 15]);
+  }
+  return out;
+}
+
+// The run's shape, as `drover agent` flags say it.
+struct RunShape {
+  int min_nodes = 1;
+  int max_nodes = 1;
+  int num_ps = 0;
+  std::string master;  // "" : none
+  bool eval_node = false;
+  int max_restarts = 0;
+  int64_t join_wait_ms = 0;
+
+  static RunShape Of(const EtcdRunOptions& o) {
+    RunShape shape;
+    shape.max_nodes = o.cluster.num_nodes;
+    shape.min_nodes = o.min_nodes > 0 ? o.min_nodes : o.cluster.num_nodes;
+    shape.num_ps = o.cluster.num_ps;
+    shape.master = o.cluster.master_node.value_or("");
+    shape.eval_node = o.cluster.eval_node;
+    shape.max_restarts = o.max_restarts;
+    shape.join_wait_ms = o.join_wait.count();
+    return shape;
+  }
+  json ToJson() const {
+    return {{"min_nodes", min_nodes},
+            {"max_nodes", max_nodes},
+            {"num_ps", num_ps},
+            {"master", master},
+            {"eval_node", eval_node},
+            {"max_restarts", max_restarts},
+            {"join_wait_ms", join_wait_ms}};
+  }
+  static RunShape FromJson(const json& j) {
+    RunShape shape;
+    shape.min_nodes = j.value("min_nodes", 1);
+    shape.max_nodes = j.value("max_nodes", 1);
+    shape.num_ps = j.value("num_ps", 0);
+    shape.master = j.value("master", "");
+    shape.eval_node = j.value("eval_node", false);
+    shape.max_restarts = j.value("max_restarts", 0);
+    shape.join_wait_ms = j.value("join_wait_ms", int64_t{0});
+    return shape;
+  }
+  // What every node must agree on (the restarts and the join wait are the
+  // first node's).
+  bool SameRoles(const RunShape& other) const {
+    return min_nodes == other.min_nodes && max_nodes == other.max_nodes && num_ps == other.num_ps &&
+           master == other.master && eval_node == other.eval_node;
+  }
+  std::string Describe() const {
+    std::string text = "--nodes " + std::to_string(min_nodes) + ":" + std::to_string(max_nodes);
+    if (num_ps > 0) text += " --ps " + std::to_string(num_ps);
+    if (!master.empty()) text += " (" + master + ")";
+    if (eval_node) text += " (evaluator)";
+    return text;
+  }
+  ClusterTemplate Template(int num_nodes) const {
+    ClusterTemplate cluster;
+    cluster.num_nodes = num_nodes;
+    cluster.num_ps = num_ps;
+    if (!master.empty()) cluster.master_node = master;
+    cluster.eval_node = eval_node;
+    return cluster;
+  }
+};
+
+struct RoundRecord {
+  int round = 0;
+  std::string reason;
+  int failures = 0;
+  // Who the round waits for before it forms (the last round's survivors
+  // and the admitted joiners); empty in round 0.
+  std::vector<std::string> expect;
+  int64_t mod_revision = 0;  // P/c/round's, for the next compare-and-swap
+
+  json ToJson() const {
+    return {{"round", round}, {"reason", reason}, {"failures", failures}, {"expect", expect}};
+  }
+  static RoundRecord FromJson(const json& j) {
+    RoundRecord record;
+    record.round = j.value("round", 0);
+    record.reason = j.value("reason", "");
+    record.failures = j.value("failures", 0);
+    record.expect = j.value("expect", std::vector<std::string>{});
+    return record;
+  }
+};
+
+struct EndRecord {
+  bool failed = false;
+  std::string message;
+};
+
+// What P/c/ holds about one round, read at one revision.
+struct RoundView {
+  int64_t revision = 0;
+  RoundRecord round;
+  std::optional<EndRecord> end;
+  std::map<std::string, NodeInfo> nodes;  // registered, by executor id
+  std::optional<FormedCluster> cluster;
+  std::set<std::string> left;
+  std::map<std::string, json> errors;
+  std::set<std::string> waiting;
+  std::set<std::string> alive;
+};
+
+Result<json> ParseJson(const std::string& text, const std::string& what) {
+  json parsed = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded() || !parsed.is_object()) {
+    return Status::InvalidArgument("etcd holds a malformed " + what + ": " + text.substr(0, 200));
+  }
+  return parsed;
+}
+
+std::string NodeToJson(const NodeInfo& node) {
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(NodeToWire(node), &out);
+  return out;
+}
+
+Result<NodeInfo> NodeFromJson(const std::string& text) {
+  wire::NodeInfo node;
+  if (!google::protobuf::util::JsonStringToMessage(text, &node).ok()) {
+    return Status::InvalidArgument("etcd holds a malformed node: " + text.substr(0, 200));
+  }
+  return NodeFromWire(node);
+}
+
+std::string Task(const NodeInfo& node) {
+  return node.job_name + ":" + std::to_string(node.task_index) + " (executor " + node.executor_id +
+         " on " + node.host + ")";
+}
+
+class EtcdBackend final : public RendezvousClient::Backend {
+ public:
+  EtcdBackend(RendezvousClientOptions options, std::unique_ptr<EtcdClient> etcd, std::string prefix)
+      : options_(std::move(options)),
+        o_(options_.etcd),
+        etcd_(std::move(etcd)),
+        prefix_(std::move(prefix)),
+        shape_(RunShape::Of(o_)) {}
+
+  ~EtcdBackend() override {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (keepalive_.joinable()) keepalive_.join();
+    // Revoking drops this node's keys at once: its peers need not wait for
+    // the lease to expire to see it gone.
+    if (lease_ != 0) (void)etcd_->RevokeLease(lease_);
+  }
+
+  Status Start(Deadline deadline);
+
+  Result<FormedCluster> Register(const NodeInfo& node, Deadline deadline) override;
+  void StartHeartbeats(Milliseconds interval, std::function<HeartbeatPayload()> payload) override;
+  Status ReportError(const std::string& executor_id, const std::string& message,
+                     const std::vector<std::string>& last_log_lines) override;
+  Result<ClusterState> QueryState(Deadline deadline) override;
+  Status StopAll() override;
+  Status Leave() override;
+  Result<bool> WaitForStop(Deadline deadline, int wake_fd) override;
+  Result<RendezvousClient::Instruction> WaitForInstruction(Deadline deadline, int wake_fd) override;
+  Status Set(const std::string& key, const std::string& value, Deadline deadline) override;
+  Result<std::optional<std::string>> Get(const std::string& key, Deadline deadline) override;
+  Result<int64_t> Add(const std::string& key, int64_t delta, Deadline deadline) override;
+  Status Wait(const std::vector<std::string>& keys, Deadline deadline) override;
+  Result<std::string> CompareSet(const std::string& key, const std::string& expected,
+                                 const std::string& desired, Deadline deadline) override;
+  Result<bool> Delete(const std::string& key, Deadline deadline) override;
+
+ private:
+  std::string Control(const std::string& rest) const { return prefix_ + "/c/" + rest; }
+  std::string RoundDir(int round) const { return Control("rounds/" + std::to_string(round) + "/"); }
+  std::string NodeKey(int round, const std::string& id) const {
+    return RoundDir(round) + "nodes/" + id;
+  }
+  std::string KvKey(const std::string& key) const { return prefix_ + "/kv/" + key; }
+  std::string Where() const { return options_.address; }
+
+  // Runs `call` until it succeeds, fails for a reason other than etcd being
+  // unavailable, or etcd stayed unavailable for unavailable_timeout (or
+  // past `deadline`).
+  template <typename Call>
+  auto Retrying(Call call, Deadline deadline) -> decltype(call());
+
+  Result<RoundView> ReadRound(int round);
+  Status WriteConfig();
+  // Forms `view`'s round with the nodes registered (at most MAX), unless
+  // another node did first or the round moved on.
+  Status TrySeal(const RoundView& view);
+  // The next round, if P/c/round is still what `view` read.
+  Status BumpRound(const RoundView& view, const std::string& reason, int failures,
+                   std::vector<std::string> expect);
+  // Ends the run, if nothing ended it first.
+  Status End(bool failed, const std::string& message);
+  // What the formed round `view` calls for: a new round for a lost node or
+  // a joiner, the end when every node finished. Returns whether it wrote.
+  Result<bool> Act(const RoundView& view);
+  void KeepAliveLoop();
+  // Watches P/c/ from revision `from`: true when something changed, false
+  // at the deadline or when wake_fd is readable; the lease's loss is an
+  // error.
+  Result<bool> WatchControl(int64_t from, Deadline deadline, int wake_fd);
+  Status LeaseStatus();
+
+  const RendezvousClientOptions options_;
+  const EtcdRunOptions& o_;
+  std::unique_ptr<EtcdClient> etcd_;
+  const std::string prefix_;
+  RunShape shape_;
+  int64_t lease_ = 0;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  bool lease_lost_ = false;
+  std::string lease_error_;
+  std::function<HeartbeatPayload()> payload_;
+  bool heartbeat_now_ = false;
+  std::string executor_id_;
+  int round_ = -1;  // the round this node registered for
+  std::optional<FormedCluster> formed_;
+  bool reform_reported_ = false;
+  std::thread keepalive_;
+};
+
+template <typename Call>
+auto EtcdBackend::Retrying(Call call, Deadline deadline) -> decltype(call()) {
+  const Deadline give_up = std::min(deadline, Clock::now() + o_.unavailable_timeout);
+  for (;;) {
+    auto result = call();
+    if (result.ok() || result.status().code() != Status::Code::kUnavailable ||
+        Clock::now() + kRetryPause >= give_up) {
+      return result;
+    }
+    std::this_thread::sleep_for(kRetryPause);
+  }
+}
+
+Status EtcdBackend::Start(Deadline deadline) {
+  if (o_.cluster.num_nodes == 0) {  // an observer
+    DROVER_ASSIGN_OR_RETURN(etcd::RangeResult config,
+                            Retrying([&] { return etcd_->Get(Control("config")); }, deadline));
+    if (config.kvs.empty()) return Status::NotFound("no run at " + Where());
+    DROVER_ASSIGN_OR_RETURN(json stored, ParseJson(config.kvs[0].value, "run config"));
+    shape_ = RunShape::FromJson(stored);
+    return Status::Ok();
+  }
+  if (shape_.max_nodes < 1 || shape_.min_nodes < 1 || shape_.min_nodes > shape_.max_nodes) {
+    return Status::InvalidArgument("the etcd rendezvous needs 1 <= MIN <= MAX nodes; got " +
+                                   shape_.Describe());
+  }
+  DROVER_RETURN_IF_ERROR(shape_.Template(shape_.min_nodes).Validate());
+  const auto ttl = std::max<int64_t>(1, (o_.lease_ttl.count() + 999) / 1000);
+  DROVER_ASSIGN_OR_RETURN(
+      lease_, Retrying([&] { return etcd_->GrantLease(std::chrono::seconds(ttl)); }, deadline));
+  DROVER_RETURN_IF_ERROR(Retrying(
+                             [&]() -> Result<bool> {
+                               DROVER_RETURN_IF_ERROR(WriteConfig());
+                               return true;
+                             },
+                             deadline)
+                             .status());
+  if (!options_.name.empty()) {
+    DROVER_RETURN_IF_ERROR(
+        Retrying([&] { return etcd_->Put(Control("alive/" + options_.name), "", lease_); },
+                 deadline)
+            .status());
+  }
+  keepalive_ = std::thread([this] { KeepAliveLoop(); });
+  return Status::Ok();
+}
+
+Status EtcdBackend::WriteConfig() {
+  RoundRecord first;
+  first.reason = "";
+  DROVER_ASSIGN_OR_RETURN(etcd::TxnResult txn,
+                          etcd_->Txn({Compare::Absent(Control("config"))},
+                                     {TxnOp::Put(Control("config"), shape_.ToJson().dump()),
+                                      TxnOp::Put(Control("round"), first.ToJson().dump())},
+                                     {TxnOp::Get(Control("config"))}));
+  if (txn.succeeded) return Status::Ok();
+  if (txn.ranges.empty() || txn.ranges[0].kvs.empty()) return Status::Ok();
+  DROVER_ASSIGN_OR_RETURN(json stored, ParseJson(txn.ranges[0].kvs[0].value, "run config"));
+  RunShape theirs = RunShape::FromJson(stored);
+  if (!theirs.SameRoles(shape_)) {
+    return Status::InvalidArgument("the run at " + Where() + " was started with " +
+                                   theirs.Describe() + "; this node asks for " + shape_.Describe());
+  }
+  shape_ = theirs;
+  return Status::Ok();
+}
+
+Result<RoundView> EtcdBackend::ReadRound(int round) {
+  DROVER_ASSIGN_OR_RETURN(
+      etcd::TxnResult txn,
+      etcd_->Txn({}, {TxnOp::Get(Control("round")), TxnOp::Get(Control("end")),
+                      TxnOp::GetPrefix(Control("waiting/")), TxnOp::GetPrefix(RoundDir(round)),
+                      TxnOp::GetPrefix(Control("alive/"))}));
+  if (txn.ranges.size() != 5)
+    return Status::Internal("etcd answered a read of 5 ranges with fewer");
+  RoundView view;
+  view.revision = txn.revision;
+  for (const KeyValue& kv : txn.ranges[4].kvs) {
+    view.alive.insert(kv.key.substr(Control("alive/").size()));
+  }
+  if (!txn.ranges[0].kvs.empty()) {
+    DROVER_ASSIGN_OR_RETURN(json record, ParseJson(txn.ranges[0].kvs[0].value, "round"));
+    view.round = RoundRecord::FromJson(record);
+    view.round.mod_revision = txn.ranges[0].kvs[0].mod_revision;
+  }
+  if (!txn.ranges[1].kvs.empty()) {
+    DROVER_ASSIGN_OR_RETURN(json record, ParseJson(txn.ranges[1].kvs[0].value, "end"));
+    view.end = EndRecord{record.value("failed", false), record.value("message", "")};
+  }
+  for (const KeyValue& kv : txn.ranges[2].kvs) {
+    view.waiting.insert(kv.key.substr(Control("waiting/").size()));
+  }
+  const std::string dir = RoundDir(round);
+  for (const KeyValue& kv : txn.ranges[3].kvs) {
+    const std::string rest = kv.key.substr(dir.size());
+    auto after = [&](std::string_view head) { return rest.substr(head.size()); };
+    if (rest.rfind("nodes/", 0) == 0) {
+      DROVER_ASSIGN_OR_RETURN(NodeInfo node, NodeFromJson(kv.value));
+      view.nodes[after("nodes/")] = std::move(node);
+    } else if (rest.rfind("left/", 0) == 0) {
+      view.left.insert(after("left/"));
+    } else if (rest.rfind("errors/", 0) == 0) {
+      DROVER_ASSIGN_OR_RETURN(view.errors[after("errors/")], ParseJson(kv.value, "error"));
+    } else if (rest == "cluster") {
+      wire::SharedCluster shared;
+      if (!google::protobuf::util::JsonStringToMessage(kv.value, &shared).ok()) {
+        return Status::InvalidArgument("etcd holds a malformed cluster for round " +
+                                       std::to_string(round));
+      }
+      DROVER_ASSIGN_OR_RETURN(FormedCluster cluster, SharedClusterFromWire(shared));
+      view.cluster = std::move(cluster);
+    }
+  }
+  return view;
+}
+
+Status EtcdBackend::TrySeal(const RoundView& view) {
+  std::vector<NodeInfo> nodes;
+  for (const auto& [id, node] : view.nodes) nodes.push_back(node);
+  std::sort(nodes.begin(), nodes.end(), [](const NodeInfo& a, const NodeInfo& b) {
+    return ExecutorIdBefore(a.executor_id, b.executor_id);
+  });
+  if (static_cast<int>(nodes.size()) > shape_.max_nodes) nodes.resize(shape_.max_nodes);
+  const ClusterTemplate roles = shape_.Template(static_cast<int>(nodes.size()));
+  DROVER_RETURN_IF_ERROR(roles.Validate());
+  FormedCluster cluster;
+  cluster.cluster_id = RandomHex(6) + "-r" + std::to_string(view.round.round);
+  cluster.round = view.round.round;
+  cluster.round_reason = view.round.reason;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    auto [job, index] = roles.Slot(static_cast<int>(i));
+    nodes[i].job_name = job;
+    nodes[i].task_index = index;
+  }
+  cluster.nodes = std::move(nodes);
+  DROVER_RETURN_IF_ERROR(PlaceNodes(cluster));
+  std::string text;
+  (void)google::protobuf::util::MessageToJsonString(SharedClusterToWire(cluster), &text);
+  std::vector<TxnOp> writes = {TxnOp::Put(RoundDir(view.round.round) + "cluster", text)};
+  // The round before is history now.
+  if (view.round.round > 0) writes.push_back(TxnOp::DeletePrefix(RoundDir(view.round.round - 1)));
+  return etcd_
+      ->Txn({Compare::ModRevisionIs(Control("round"), view.round.mod_revision),
+             Compare::Absent(RoundDir(view.round.round) + "cluster"),
+             Compare::Absent(Control("end"))},
+            writes)
+      .status();
+}
+
+Status EtcdBackend::BumpRound(const RoundView& view, const std::string& reason, int failures,
+                              std::vector<std::string> expect) {
+  RoundRecord next;
+  next.round = view.round.round + 1;
+  next.reason = reason;
+  next.failures = failures;
+  next.expect = std::move(expect);
+  return etcd_
+      ->Txn({Compare::ModRevisionIs(Control("round"), view.round.mod_revision),
+             Compare::Absent(Control("end"))},
+            {TxnOp::Put(Control("round"), next.ToJson().dump())})
+      .status();
+}
+
+Status EtcdBackend::End(bool failed, const std::string& message) {
+  json record = {{"failed", failed}, {"message", message}};
+  return etcd_->Txn({Compare::Absent(Control("end"))}, {TxnOp::Put(Control("end"), record.dump())})
+      .status();
+}
+
+Result<bool> EtcdBackend::Act(const RoundView& view) {
+  if (view.end || !view.cluster || view.round.round != view.cluster->round) return false;
+  const FormedCluster& cluster = *view.cluster;
+  std::vector<std::string> survivors;
+  std::vector<const NodeInfo*> lost;
+  for (const NodeInfo& node : cluster.nodes) {
+    if (view.nodes.count(node.executor_id)) {
+      survivors.push_back(node.executor_id);
+    } else {
+      lost.push_back(&node);
+    }
+  }
+  if (!lost.empty()) {
+    std::string names;
+    for (const NodeInfo* node : lost) names += (names.empty() ? "" : ", ") + Task(*node);
+    if (static_cast<int>(survivors.size()) < shape_.min_nodes) {
+      DROVER_RETURN_IF_ERROR(
+          End(true, std::to_string(survivors.size()) +
+                        (survivors.size() == 1 ? " node remains" : " nodes remain") +
+                        ", fewer than the " + std::to_string(shape_.min_nodes) +
+                        " the run needs at least (MIN of --nodes MIN:MAX); lost " + names));
+      return true;
+    }
+    std::vector<std::string> expect = survivors;
+    for (const std::string& id : view.waiting) {
+      if (static_cast<int>(expect.size()) < shape_.max_nodes) expect.push_back(id);
+    }
+    DROVER_RETURN_IF_ERROR(BumpRound(view,
+                                     "lost " + names + ": its agent stopped keeping its etcd lease",
+                                     view.round.failures, expect));
+    return true;
+  }
+  if (view.left.size() >= cluster.nodes.size()) {
+    DROVER_RETURN_IF_ERROR(End(false, "every node's program finished"));
+    return true;
+  }
+  // Room for a node that came late, while no program has finished.
+  if (!view.waiting.empty() && static_cast<int>(cluster.nodes.size()) < shape_.max_nodes &&
+      view.left.empty()) {
+    std::vector<std::string> expect = survivors;
+    std::string joined;
+    for (const std::string& id : view.waiting) {
+      if (static_cast<int>(expect.size()) >= shape_.max_nodes) break;
+      expect.push_back(id);
+      joined += (joined.empty() ? "" : ", ") + id;
+    }
+    DROVER_RETURN_IF_ERROR(
+        BumpRound(view, "executor " + joined + " joined", view.round.failures, expect));
+    return true;
+  }
+  return false;
+}
+
+Result<FormedCluster> EtcdBackend::Register(const NodeInfo& node, Deadline deadline) {
+  DROVER_RETURN_IF_ERROR(LeaseStatus());
+  {
+    std::lock_guard lock(mu_);
+    executor_id_ = node.executor_id;
+    formed_.reset();
+    reform_reported_ = false;
+  }
+  const std::string& id = node.executor_id;
+  bool waiting = false;
+  for (;;) {
+    DROVER_ASSIGN_OR_RETURN(RoundView first, Retrying([&] { return ReadRound(0); }, deadline));
+    if (first.end)
+      return Status::Unavailable("the run at " + Where() + " has ended: " + first.end->message);
+    const int round = first.round.round;
+    DROVER_RETURN_IF_ERROR(
+        Retrying([&] { return etcd_->Put(NodeKey(round, id), NodeToJson(node), lease_); }, deadline)
+            .status());
+    Clock::time_point min_since = Clock::time_point::max();
+    for (;;) {
+      DROVER_ASSIGN_OR_RETURN(RoundView view, Retrying([&] { return ReadRound(round); }, deadline));
+      if (view.end) {
+        return Status::Unavailable("the run at " + Where() + " has ended: " + view.end->message);
+      }
+      if (view.round.round != round) break;  // register for the next round
+      if (view.cluster) {
+        const std::vector<NodeInfo>& nodes = view.cluster->nodes;
+        auto self = std::find_if(nodes.begin(), nodes.end(),
+                                 [&](const NodeInfo& n) { return n.executor_id == id; });
+        if (self != nodes.end()) {
+          if (waiting) (void)etcd_->DeleteKey(Control("waiting/" + id));
+          FormedCluster formed = *view.cluster;
+          formed.self = static_cast<int>(self - nodes.begin());
+          formed.heartbeat_interval = std::max(Milliseconds(100), o_.lease_ttl / 3);
+          std::lock_guard lock(mu_);
+          round_ = round;
+          formed_ = formed;
+          return formed;
+        }
+        // Formed without this node: wait for a round with room.
+        if (!waiting) {
+          (void)etcd_->DeleteKey(NodeKey(round, id));
+          DROVER_RETURN_IF_ERROR(
+              Retrying([&] { return etcd_->Put(Control("waiting/" + id), "", lease_); }, deadline)
+                  .status());
+          waiting = true;
+          continue;
+        }
+      } else {
+        const int count = static_cast<int>(view.nodes.size());
+        bool expected_all = !view.round.expect.empty();
+        // An expected node whose agent is gone is not waited for.
+        for (const std::string& wanted : view.round.expect) {
+          if (!view.nodes.count(wanted) && view.alive.count(wanted)) expected_all = false;
+        }
+        if (count >= shape_.min_nodes && min_since == Clock::time_point::max()) {
+          min_since = Clock::now();
+        }
+        const bool waited = count >= shape_.min_nodes &&
+                            Clock::now() - min_since >= Milliseconds(shape_.join_wait_ms);
+        if (count >= shape_.max_nodes || (expected_all && count >= shape_.min_nodes) || waited) {
+          DROVER_RETURN_IF_ERROR(Retrying(
+                                     [&]() -> Result<bool> {
+                                       DROVER_RETURN_IF_ERROR(TrySeal(view));
+                                       return true;
+                                     },
+                                     deadline)
+                                     .status());
+          continue;
+        }
+      }
+      Deadline wake = deadline;
+      if (min_since != Clock::time_point::max() && !view.cluster) {
+        wake = std::min(wake, min_since + Milliseconds(shape_.join_wait_ms));
+      }
+      if (Clock::now() >= deadline) {
+        std::string names;
+        for (const auto& [name, info] : view.nodes) names += (names.empty() ? "" : ", ") + name;
+        return Status::DeadlineExceeded(
+            "the cluster at " + Where() + " did not form in time: round " + std::to_string(round) +
+            " needs " + std::to_string(shape_.min_nodes) + " to " +
+            std::to_string(shape_.max_nodes) + " nodes; " + std::to_string(view.nodes.size()) +
+            " registered" + (names.empty() ? "" : " (" + names + ")") +
+            (waiting ? "; this node waits for a round with room" : ""));
+      }
+      DROVER_RETURN_IF_ERROR(WatchControl(view.revision + 1, wake, -1).status());
+    }
+  }
+}
+
+Result<RendezvousClient::Instruction> EtcdBackend::WaitForInstruction(Deadline deadline,
+                                                                      int wake_fd) {
+  using Instruction = RendezvousClient::Instruction;
+  int round;
+  {
+    std::lock_guard lock(mu_);
+    round = round_;
+  }
+  const Deadline forever = Clock::time_point::max();
+  for (;;) {
+    DROVER_RETURN_IF_ERROR(LeaseStatus());
+    DROVER_ASSIGN_OR_RETURN(RoundView view, Retrying([&] { return ReadRound(round); }, forever));
+    if (view.end) {
+      Instruction told;
+      told.kind = Instruction::Kind::kStop;
+      told.reason = view.end->message;
+      told.failed = view.end->failed;
+      return told;
+    }
+    if (view.round.round != round) {
+      std::lock_guard lock(mu_);
+      if (!reform_reported_) {
+        reform_reported_ = true;
+        Instruction told;
+        told.kind = Instruction::Kind::kReform;
+        told.round = view.round.round;
+        told.reason = view.round.reason;
+        return told;
+      }
+    } else {
+      DROVER_ASSIGN_OR_RETURN(bool acted, Retrying([&] { return Act(view); }, forever));
+      if (acted) continue;
+    }
+    if (Clock::now() >= deadline) return Instruction{};
+    DROVER_ASSIGN_OR_RETURN(bool changed, WatchControl(view.revision + 1, deadline, wake_fd));
+    if (!changed) return Instruction{};  // the deadline, or wake_fd
+  }
+}
+
+Result<bool> EtcdBackend::WatchControl(int64_t from, Deadline deadline, int wake_fd) {
+  // A member without a quorum still serves watches: the keep-alive thread
+  // is what notices, so look at the lease between short watches.
+  for (;;) {
+    DROVER_RETURN_IF_ERROR(LeaseStatus());
+    const Deadline slice = std::min(deadline, Clock::now() + kWatchSlice);
+    DROVER_ASSIGN_OR_RETURN(
+        etcd::WatchResult changes,
+        Retrying([&] { return etcd_->WatchPrefix(Control(""), from, slice, wake_fd); },
+                 Clock::time_point::max()));
+    if (!changes.events.empty()) return true;
+    if (Clock::now() >= deadline) return false;
+    if (wake_fd >= 0) {
+      pollfd woken{wake_fd, POLLIN, 0};
+      if (::poll(&woken, 1, 0) > 0) return false;
+    }
+  }
+}
+
+Result<bool> EtcdBackend::WaitForStop(Deadline deadline, int wake_fd) {
+  DROVER_ASSIGN_OR_RETURN(RendezvousClient::Instruction told,
+                          WaitForInstruction(deadline, wake_fd));
+  return told.kind == RendezvousClient::Instruction::Kind::kStop;
+}
+
+Status EtcdBackend::ReportError(const std::string& executor_id, const std::string& message,
+                                const std::vector<std::string>& last_log_lines) {
+  int round;
+  {
+    std::lock_guard lock(mu_);
+    round = round_;
+  }
+  if (round < 0) return Status::FailedPrecondition("no round registered for " + executor_id);
+  const Deadline deadline = Clock::now() + o_.unavailable_timeout;
+  json record = {{"message", message}, {"last_log_lines", last_log_lines}};
+  DROVER_RETURN_IF_ERROR(
+      Retrying([&] { return etcd_->Put(RoundDir(round) + "errors/" + executor_id, record.dump()); },
+               deadline)
+          .status());
+  // A failed program restarts the round (counted), or ends the run past
+  // --max-restarts; the first report of the round decides.
+  for (;;) {
+    DROVER_ASSIGN_OR_RETURN(RoundView view, Retrying([&] { return ReadRound(round); }, deadline));
+    if (view.end || view.round.round != round) return Status::Ok();
+    const int failures = view.round.failures + 1;
+    Status wrote;
+    if (failures > shape_.max_restarts) {
+      wrote = End(true, message + " (failure " + std::to_string(failures) + "; --max-restarts " +
+                            std::to_string(shape_.max_restarts) + ")");
+      return wrote;
+    }
+    std::vector<std::string> expect;
+    for (const auto& [id, node] : view.nodes) expect.push_back(id);
+    wrote = BumpRound(view, message, failures, expect);
+    if (!wrote.ok()) return wrote;
+  }
+}
+
+Status EtcdBackend::Leave() {
+  int round;
+  std::function<HeartbeatPayload()> payload;
+  {
+    std::lock_guard lock(mu_);
+    round = round_;
+    payload = payload_;
+  }
+  if (round < 0) return Status::Ok();
+  if (payload) {
+    HeartbeatPayload last = payload();
+    json status = {{"pid", last.program_pid}, {"round", round}, {"left", true}};
+    (void)etcd_->Put(prefix_ + "/status/" + executor_id_, status.dump(), lease_);
+  }
+  DROVER_RETURN_IF_ERROR(etcd_->Put(RoundDir(round) + "left/" + executor_id_, "").status());
+  DROVER_ASSIGN_OR_RETURN(RoundView view, ReadRound(round));
+  return Act(view).status();
+}
+
+Status EtcdBackend::StopAll() {
+  return End(false, "stopped by request");
+}
+
+Result<ClusterState> EtcdBackend::QueryState(Deadline deadline) {
+  DROVER_ASSIGN_OR_RETURN(RoundView first, Retrying([&] { return ReadRound(0); }, deadline));
+  DROVER_ASSIGN_OR_RETURN(RoundView view,
+                          Retrying([&] { return ReadRound(first.round.round); }, deadline));
+  DROVER_ASSIGN_OR_RETURN(etcd::RangeResult statuses, etcd_->GetPrefix(prefix_ + "/status/"));
+  std::map<std::string, json> heartbeat;
+  for (const KeyValue& kv : statuses.kvs) {
+    json parsed = json::parse(kv.value, nullptr, false);
+    if (!parsed.is_discarded()) heartbeat[kv.key.substr(prefix_.size() + 8)] = parsed;
+  }
+  ClusterState state;
+  state.phase = view.end ? "stopped" : view.cluster ? "formed" : "reserving";
+  state.round = view.round.round;
+  state.round_reason = view.round.reason;
+  if (view.end) state.stop_reason = (view.end->failed ? "failed: " : "") + view.end->message;
+  state.registered = static_cast<int>(view.nodes.size());
+  state.expected = shape_.max_nodes;
+  std::vector<NodeInfo> nodes;
+  if (view.cluster) {
+    nodes = view.cluster->nodes;
+  } else {
+    for (const auto& [id, node] : view.nodes) nodes.push_back(node);
+  }
+  for (const NodeInfo& node : nodes) {
+    NodeStatus status;
+    status.node = node;
+    status.alive = view.nodes.count(node.executor_id) > 0;
+    status.left = view.left.count(node.executor_id) > 0;
+    if (auto it = heartbeat.find(node.executor_id); it != heartbeat.end()) {
+      status.program_pid = it->second.value("pid", 0);
+    }
+    if (auto it = view.errors.find(node.executor_id); it != view.errors.end()) {
+      status.error = it->second.value("message", "");
+      status.last_log_lines = it->second.value("last_log_lines", std::vector<std::string>{});
+    } else if (!status.alive && !status.left) {
+      status.error = "its etcd lease expired";
+    }
+    state.nodes.push_back(std::move(status));
+  }
+  return state;
+}
+
+void EtcdBackend::StartHeartbeats(Milliseconds, std::function<HeartbeatPayload()> payload) {
+  {
+    std::lock_guard lock(mu_);
+    if (payload) payload_ = std::move(payload);
+    heartbeat_now_ = true;
+  }
+  cv_.notify_all();
+}
+
+void EtcdBackend::KeepAliveLoop() {
+  const Milliseconds period = std::max(Milliseconds(100), o_.lease_ttl / 3);
+  Clock::time_point unavailable_since = Clock::time_point::max();
+  std::unique_lock lock(mu_);
+  for (;;) {
+    cv_.wait_for(lock, period, [&] { return stopping_ || heartbeat_now_; });
+    if (stopping_) return;
+    heartbeat_now_ = false;
+    std::function<HeartbeatPayload()> payload = payload_;
+    const int round = round_;
+    const std::string id = executor_id_;
+    lock.unlock();
+    Result<int64_t> ttl = etcd_->KeepAlive(lease_);
+    if (ttl.ok() && payload && !id.empty()) {
+      HeartbeatPayload beat = payload();
+      json status = {{"pid", beat.program_pid}, {"round", round}};
+      (void)etcd_->Put(prefix_ + "/status/" + id, status.dump(), lease_);
+    }
+    lock.lock();
+    if (ttl.ok() && *ttl > 0) {
+      unavailable_since = Clock::time_point::max();
+    } else if (ttl.ok()) {
+      lease_lost_ = true;
+      lease_error_ = "this node's etcd lease expired (no keep-alive reached " + Where() +
+                     " within " + SecondsText(o_.lease_ttl) + "); its peers count it lost";
+      return;
+    } else {
+      if (unavailable_since == Clock::time_point::max()) unavailable_since = Clock::now();
+      if (Clock::now() - unavailable_since >= o_.unavailable_timeout) {
+        lease_lost_ = true;
+        lease_error_ =
+            ttl.status().message() + " for " + SecondsText(o_.unavailable_timeout) + "; giving up";
+        return;
+      }
+    }
+  }
+}
+
+Status EtcdBackend::LeaseStatus() {
+  std::lock_guard lock(mu_);
+  if (lease_lost_) return Status::Unavailable(lease_error_);
+  return Status::Ok();
+}
+
+// --- the key-value store -----------------------------------------------
+
+Status EtcdBackend::Set(const std::string& key, const std::string& value, Deadline deadline) {
+  return Retrying([&] { return etcd_->Put(KvKey(key), value); }, deadline).status();
+}
+
+Result<std::optional<std::string>> EtcdBackend::Get(const std::string& key, Deadline deadline) {
+  DROVER_ASSIGN_OR_RETURN(etcd::RangeResult got,
+                          Retrying([&] { return etcd_->Get(KvKey(key)); }, deadline));
+  if (got.kvs.empty()) return std::optional<std::string>();
+  return std::optional<std::string>(got.kvs[0].value);
+}
+
+Result<int64_t> EtcdBackend::Add(const std::string& key, int64_t delta, Deadline deadline) {
+  for (;;) {
+    DROVER_ASSIGN_OR_RETURN(etcd::RangeResult got,
+                            Retrying([&] { return etcd_->Get(KvKey(key)); }, deadline));
+    int64_t value = 0;
+    Compare unchanged = Compare::Absent(KvKey(key));
+    if (!got.kvs.empty()) {
+      try {
+        value = std::stoll(got.kvs[0].value);
+      } catch (...) {
+        return Status::InvalidArgument("ADD '" + key + "': the value is not a number");
+      }
+      unchanged = Compare::ModRevisionIs(KvKey(key), got.kvs[0].mod_revision);
+    }
+    value += delta;
+    DROVER_ASSIGN_OR_RETURN(etcd::TxnResult txn,
+                            Retrying(
+                                [&] {
+                                  return etcd_->Txn(
+                                      {unchanged}, {TxnOp::Put(KvKey(key), std::to_string(value))});
+                                },
+                                deadline));
+    if (txn.succeeded) return value;
+    if (Clock::now() >= deadline) return Status::DeadlineExceeded("ADD '" + key + "' kept racing");
+  }
+}
+
+Status EtcdBackend::Wait(const std::vector<std::string>& keys, Deadline deadline) {
+  for (;;) {
+    std::vector<TxnOp> reads;
+    for (const std::string& key : keys) reads.push_back(TxnOp::Get(KvKey(key)));
+    DROVER_ASSIGN_OR_RETURN(etcd::TxnResult txn,
+                            Retrying([&] { return etcd_->Txn({}, reads); }, deadline));
+    std::string missing;
+    for (size_t i = 0; i < keys.size() && i < txn.ranges.size(); ++i) {
+      if (txn.ranges[i].kvs.empty()) missing += (missing.empty() ? "'" : ", '") + keys[i] + "'";
+    }
+    if (missing.empty()) return Status::Ok();
+    if (Clock::now() >= deadline) {
+      return Status::DeadlineExceeded("WAIT: still missing " + missing + " at " + Where());
+    }
+    (void)etcd_->WatchPrefix(prefix_ + "/kv/", txn.revision + 1, deadline);
+  }
+}
+
+Result<std::string> EtcdBackend::CompareSet(const std::string& key, const std::string& expected,
+                                            const std::string& desired, Deadline deadline) {
+  const std::string full = KvKey(key);
+  Compare matches = expected.empty() ? Compare::Absent(full) : Compare::ValueIs(full, expected);
+  DROVER_ASSIGN_OR_RETURN(etcd::TxnResult txn,
+                          Retrying(
+                              [&] {
+                                return etcd_->Txn({matches},
+                                                  {TxnOp::Put(full, desired), TxnOp::Get(full)},
+                                                  {TxnOp::Get(full)});
+                              },
+                              deadline));
+  if (txn.ranges.empty() || txn.ranges.back().kvs.empty()) return std::string();
+  return txn.ranges.back().kvs[0].value;
+}
+
+Result<bool> EtcdBackend::Delete(const std::string& key, Deadline deadline) {
+  DROVER_ASSIGN_OR_RETURN(int64_t deleted,
+                          Retrying([&] { return etcd_->DeleteKey(KvKey(key)); }, deadline));
+  return deleted > 0;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<RendezvousClient::Backend>> ConnectEtcd(RendezvousClientOptions options,
+                                                               Deadline deadline) {
+  DROVER_ASSIGN_OR_RETURN(etcd::EtcdAddress address, etcd::ParseEtcdAddress(options.address));
+  etcd::EtcdOptions connection;
+  connection.endpoints = address.endpoints;
+  connection.ca_file = options.etcd.ca_file;
+  connection.cert_file = options.etcd.cert_file;
+  connection.key_file = options.etcd.key_file;
+  connection.user = options.etcd.user;
+  connection.password = options.etcd.password;
+  connection.request_timeout = options.etcd.request_timeout;
+  DROVER_ASSIGN_OR_RETURN(std::unique_ptr<EtcdClient> etcd,
+                          EtcdClient::Connect(std::move(connection), deadline));
+  auto backend = std::make_unique<EtcdBackend>(std::move(options), std::move(etcd), address.prefix);
+  DROVER_RETURN_IF_ERROR(backend->Start(deadline));
+  return std::unique_ptr<RendezvousClient::Backend>(std::move(backend));
+}
+
+}  // namespace drover::rendezvous_internal
