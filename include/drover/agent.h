@@ -31,7 +31,11 @@
 namespace drover {
 
 struct AgentOptions {
-  std::string rendezvous_address;  // "host:port"
+  // "host:port" (the built-in server), or etcd://HOST:PORT[,...]/PREFIX: the
+  // nodes form among themselves through etcd (docs/run.md, "Runs without a
+  // driver"); no credential is needed then, and the agent is elastic.
+  std::string rendezvous_address;
+  EtcdRunOptions etcd;  // etcd:// only: etcd's TLS and user, the run's shape
   // This node's credential (Credential::ForNode for executor_id: what the
   // engines hand each agent), or the cluster token, from which the agent
   // derives that credential: either way it authenticates as its own node

@@ -238,7 +238,12 @@ Result<Credential> OwnCredential(const Credential& given, const std::string& exe
 
 class Agent::Impl {
  public:
-  Impl(AgentOptions options, const Environment& env) : options_(std::move(options)), env_(env) {
+  Impl(AgentOptions options, const Environment& env)
+      : options_(std::move(options)),
+        env_(env),
+        through_etcd_(options_.rendezvous_address.rfind("etcd://", 0) == 0) {
+    // Nodes formed through etcd re-form among themselves: always elastic.
+    if (through_etcd_) options_.elastic = true;
     event_fd_.Reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     quit_watcher_fd_.Reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   }
@@ -344,6 +349,7 @@ class Agent::Impl {
 
   AgentOptions options_;
   const Environment& env_;  // variables, host name and interfaces come only from here
+  const bool through_etcd_;
   os::UniqueFd event_fd_;
   // Written once when supervision ends: the STOP watcher blocks on the
   // connection and this, with no timeout, so an idle agent does not wake.
@@ -357,6 +363,9 @@ class Agent::Impl {
   std::string lost_reason_ GUARDED_BY(mu_);
   std::string feed_error_ GUARDED_BY(mu_);
   std::optional<NextRound> reform_ GUARDED_BY(mu_);
+  // Why the run failed, when a STOP said so (etcd runs): the agent exits 1
+  // with it even when its own program succeeded.
+  std::string run_failure_ GUARDED_BY(mu_);
   // Held while feed_ and metrics_ are replaced between rounds and while the
   // heartbeat thread reads them.
   Mutex round_mu_;
@@ -407,9 +416,16 @@ int Agent::Impl::Run() {
 
   RendezvousClientOptions client_options;
   client_options.address = o.rendezvous_address;
-  Result<Credential> credential = OwnCredential(o.credential, o.executor_id);
-  if (!credential.ok()) return Fail(credential.status());
-  client_options.credential = std::move(credential).value();
+  if (through_etcd_) {
+    if (!o.feed_plan.empty() || !o.feed_plan_json.empty()) {
+      return Fail(Status::InvalidArgument("feeding is not supported with an etcd rendezvous yet"));
+    }
+    client_options.etcd = o.etcd;
+  } else {
+    Result<Credential> credential = OwnCredential(o.credential, o.executor_id);
+    if (!credential.ok()) return Fail(credential.status());
+    client_options.credential = std::move(credential).value();
+  }
   client_options.name = o.executor_id;
   commit_options_ = client_options;
   Result<std::unique_ptr<RendezvousClient>> connected = RendezvousClient::Connect(
@@ -587,9 +603,13 @@ Agent::Impl::RoundEnd Agent::Impl::RunRound(RendezvousClient& client_ref, int ro
     }
     case Reason::kInterrupted:
       return 128 + interrupt_signal_.load();
-    case Reason::kStopped:
+    case Reason::kStopped: {
       LeaveCluster(*client);
-      return 0;
+      MutexLock lock(mu_);
+      if (run_failure_.empty()) return 0;
+      Say("the run failed: " + run_failure_);
+      return 1;
+    }
     case Reason::kReform:
       return TakeReform();
     case Reason::kLost: {
@@ -665,7 +685,11 @@ Agent::Impl::RoundEnd Agent::Impl::AwaitNextRound(RendezvousClient& client, int 
         client.WaitForInstruction(Clock::time_point::max(), event_fd_.get());
     if (!told.ok()) return code;
     if (int signal = interrupt_signal_.load(); signal != 0) return 128 + signal;
-    if (told->kind == RendezvousClient::Instruction::Kind::kStop) return code;
+    if (told->kind == RendezvousClient::Instruction::Kind::kStop) {
+      if (!told->failed) return code;
+      Say("the run failed: " + told->reason);
+      return code != 0 ? code : 1;
+    }
     if (told->kind == RendezvousClient::Instruction::Kind::kReform) {
       RoundEnd end;
       end.next = NextRound{told->round, told->reason};
@@ -883,6 +907,10 @@ void Agent::Impl::WatchForStop(RendezvousClient* client) {
     connection_lost_ = true;
     Notify();
   } else if (told->kind == RendezvousClient::Instruction::Kind::kStop) {
+    if (told->failed) {
+      MutexLock lock(mu_);
+      run_failure_ = told->reason;
+    }
     stop_requested_ = true;
     Notify();
   } else if (told->kind == RendezvousClient::Instruction::Kind::kReform) {

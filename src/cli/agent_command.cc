@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "cli/resolve_command.h"
+#include "cli/run_command.h"
 #include "drover/agent.h"
 #include "os/process_tree.h"
 
@@ -34,6 +36,17 @@ struct AgentFlags {
   int restart_count = 0;
   std::string restart_reason;
   bool elastic = false;
+  // etcd:// rendezvous only (docs/run.md, "Runs without a driver").
+  std::string nodes;  // "N" or "MIN:MAX"
+  int ps = 0;
+  int max_restarts = 0;
+  double join_wait = 30;
+  double lease_ttl = 10;
+  double etcd_timeout = 30;
+  std::string etcd_cacert;
+  std::string etcd_cert;
+  std::string etcd_key;
+  std::string etcd_user;  // NAME or NAME:PASSWORD
   std::string feed_plan;
   std::string feed_plan_json;
   int exit_with_parent = 0;
@@ -122,18 +135,80 @@ Result<std::vector<int>> ParseGpus(const std::string& text) {
   return gpus;
 }
 
-int RunAgent(const AgentFlags& flags) {
+// The etcd rendezvous' options from the flags; the password of
+// --etcd-user NAME comes from DROVER_ETCD_PASSWORD.
+Result<EtcdRunOptions> EtcdOptionsOf(const AgentFlags& flags) {
+  EtcdRunOptions etcd;
+  if (flags.nodes.empty()) {
+    return Status::InvalidArgument("an etcd:// rendezvous needs --nodes N or --nodes MIN:MAX");
+  }
+  try {
+    auto [min, max] = ParseNodeRange(flags.nodes, "--nodes", 1);
+    etcd.cluster.num_nodes = *max;
+    etcd.min_nodes = min.value_or(*max);
+  } catch (const CLI::ValidationError& error) {
+    return Status::InvalidArgument(error.what());
+  }
+  etcd.cluster.num_ps = flags.ps;
+  etcd.max_restarts = flags.max_restarts;
+  etcd.join_wait = Seconds(flags.join_wait);
+  etcd.lease_ttl = Seconds(flags.lease_ttl);
+  etcd.unavailable_timeout = Seconds(flags.etcd_timeout);
+  etcd.ca_file = flags.etcd_cacert;
+  etcd.cert_file = flags.etcd_cert;
+  etcd.key_file = flags.etcd_key;
+  const size_t colon = flags.etcd_user.find(':');
+  etcd.user = flags.etcd_user.substr(0, colon);
+  if (colon != std::string::npos) {
+    etcd.password = flags.etcd_user.substr(colon + 1);
+  } else if (const char* password = std::getenv("DROVER_ETCD_PASSWORD"); password != nullptr) {
+    etcd.password = password;
+  }
+  return etcd;
+}
+
+// torchrun's etcd nodes need no id: this host and this process.
+std::string DefaultExecutorId() {
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  return std::string(host) + "-" + std::to_string(::getpid());
+}
+
+int RunAgent(AgentFlags flags) {
+  if (flags.executor_id.empty()) {
+    if (flags.rendezvous.rfind("etcd://", 0) != 0) {
+      std::cerr << "drover agent: --executor-id is required with a HOST:PORT rendezvous\n";
+      return kExitBadInput;
+    }
+    flags.executor_id = DefaultExecutorId();
+  }
   auto fail = [&](const Status& status, int code) {
     std::cerr << "drover agent " << flags.executor_id << ": " << status.message() << "\n";
     return code;
   };
   AgentOptions options;
   options.rendezvous_address = flags.rendezvous;
+  const bool through_etcd = flags.rendezvous.rfind("etcd://", 0) == 0;
   const bool token_on_stdin = flags.token_file == "-";
-  Result<Credential> credential = token_on_stdin ? ReadCredentialFromStdin(Seconds(60))
-                                                 : Credential::ReadFile(flags.token_file);
-  if (!credential.ok()) return fail(credential.status(), kExitBadInput);
-  options.credential = std::move(credential).value();
+  if (through_etcd) {
+    Result<EtcdRunOptions> etcd = EtcdOptionsOf(flags);
+    if (!etcd.ok()) return fail(etcd.status(), kExitBadInput);
+    options.etcd = std::move(etcd).value();
+  } else {
+    if (flags.token_file.empty()) {
+      return fail(Status::InvalidArgument("--token-file is required with a HOST:PORT rendezvous"),
+                  kExitBadInput);
+    }
+    if (!flags.nodes.empty()) {
+      return fail(Status::InvalidArgument("--nodes is for an etcd:// rendezvous; with drover run "
+                                          "the driver says how many nodes"),
+                  kExitBadInput);
+    }
+    Result<Credential> credential = token_on_stdin ? ReadCredentialFromStdin(Seconds(60))
+                                                   : Credential::ReadFile(flags.token_file);
+    if (!credential.ok()) return fail(credential.status(), kExitBadInput);
+    options.credential = std::move(credential).value();
+  }
   options.executor_id = flags.executor_id;
   options.host = flags.host;
   options.num_ports = flags.ports;
@@ -191,15 +266,47 @@ void AddAgentCommand(CLI::App& app, int* exit_code) {
   auto flags = std::make_shared<AgentFlags>();
   CLI::App* agent = app.add_subcommand(
       "agent", "Run one node of a cluster: register, then start COMMAND (used by drover run)");
-  agent->add_option("--rendezvous", flags->rendezvous, "The rendezvous server, HOST:PORT")
-      ->required();
   agent
-      ->add_option("--token-file", flags->token_file,
-                   "This node's credential, or the cluster token, from which the agent derives\n"
-                   "it (a file of mode 0600); '-': the first line of stdin, and the node stops\n"
-                   "when stdin ends (the ssh and slurm engines)")
+      ->add_option("--rendezvous", flags->rendezvous,
+                   "The rendezvous server, HOST:PORT; or etcd://HOST:PORT[,HOST:PORT...]/RUN:\n"
+                   "the nodes form among themselves through etcd, with no drover run")
       ->required();
-  agent->add_option("--executor-id", flags->executor_id, "This node's stable id")->required();
+  agent->add_option("--token-file", flags->token_file,
+                    "This node's credential, or the cluster token, from which the agent derives\n"
+                    "it (a file of mode 0600); '-': the first line of stdin, and the node stops\n"
+                    "when stdin ends (the ssh and slurm engines). Required with HOST:PORT");
+  agent->add_option("--executor-id", flags->executor_id,
+                    "This node's stable id (required with HOST:PORT; etcd: HOSTNAME-PID)");
+  agent->add_option("--nodes", flags->nodes, "etcd: how many nodes, N or MIN:MAX")
+      ->type_name("N|MIN:MAX");
+  agent->add_option("--ps", flags->ps, "etcd: parameter servers among the nodes")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  agent
+      ->add_option("--max-restarts", flags->max_restarts,
+                   "etcd: program failures the run survives, each restarting the round")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  agent
+      ->add_option("--join-wait", flags->join_wait,
+                   "etcd: seconds a round with MIN but not MAX nodes waits for more")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  agent
+      ->add_option("--lease-ttl", flags->lease_ttl,
+                   "etcd: seconds after its agent's end that a node counts as lost")
+      ->check(CLI::Range(1.0, 3600.0))
+      ->capture_default_str();
+  agent
+      ->add_option("--etcd-timeout", flags->etcd_timeout,
+                   "etcd: seconds without an etcd quorum before the node gives up")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  agent->add_option("--etcd-cacert", flags->etcd_cacert, "etcd: CA file; talk TLS to etcd");
+  agent->add_option("--etcd-cert", flags->etcd_cert, "etcd: client certificate file");
+  agent->add_option("--etcd-key", flags->etcd_key, "etcd: client key file");
+  agent->add_option("--etcd-user", flags->etcd_user,
+                    "etcd: NAME or NAME:PASSWORD (else DROVER_ETCD_PASSWORD)");
   agent->add_option("--host", flags->host,
                     "This node's address in the cluster (default: the host name)");
   agent->add_option("--ports", flags->ports, "Ports to reserve; the first is the node's address")

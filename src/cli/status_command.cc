@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -11,6 +12,7 @@
 #include "cli/status_client.h"
 #include "driver/run_history.h"
 #include "driver/status_text.h"
+#include "drover/rendezvous.h"
 
 namespace drover::cli {
 namespace {
@@ -125,6 +127,90 @@ int CompareRuns(const RunStatusFlags& flags, std::ostream& out, std::ostream& er
   return kExitOk;
 }
 
+nlohmann::json EtcdStateJson(const std::string& target, const ClusterState& state) {
+  json nodes = json::array();
+  for (const NodeStatus& node : state.nodes) {
+    nodes.push_back({{"executor_id", node.node.executor_id},
+                     {"task", node.node.job_name + ":" + std::to_string(node.node.task_index)},
+                     {"host", node.node.host},
+                     {"pid", node.program_pid},
+                     {"alive", node.alive},
+                     {"left", node.left},
+                     {"error", node.error}});
+  }
+  return {{"rendezvous", target},
+          {"phase", state.phase},
+          {"round", state.round},
+          {"round_reason", state.round_reason},
+          {"stop_reason", state.stop_reason},
+          {"registered", state.registered},
+          {"expected", state.expected},
+          {"nodes", nodes}};
+}
+
+std::string EtcdStateText(const std::string& target, const ClusterState& state) {
+  std::string text =
+      "run at " + target + ": " + state.phase + ", round " + std::to_string(state.round);
+  if (!state.round_reason.empty()) text += " (" + state.round_reason + ")";
+  text += "; " + std::to_string(state.registered) + " registered of at most " +
+          std::to_string(state.expected) + "\n";
+  if (!state.stop_reason.empty()) text += "stopped: " + state.stop_reason + "\n";
+  for (const NodeStatus& node : state.nodes) {
+    const std::string task = node.node.task_index >= 0
+                                 ? node.node.job_name + ":" + std::to_string(node.node.task_index)
+                                 : "-";
+    const std::string condition = node.left ? "finished" : node.alive ? "alive" : "lost";
+    text += "  " + task + "  executor " + node.node.executor_id + " on " + node.node.host + "  " +
+            condition;
+    if (node.program_pid > 0) text += "  pid " + std::to_string(node.program_pid);
+    if (!node.error.empty()) text += "  " + node.error;
+    text += "\n";
+  }
+  return text;
+}
+
+// A run formed through etcd (drover agent --rendezvous etcd://...): what
+// etcd holds, read without joining it.
+int ShowEtcdRun(const RunStatusFlags& flags, std::ostream& out, std::ostream& err) {
+  RendezvousClientOptions options;
+  options.address = flags.target;
+  options.etcd.ca_file = flags.etcd_cacert;
+  options.etcd.cert_file = flags.etcd_cert;
+  options.etcd.key_file = flags.etcd_key;
+  const size_t colon = flags.etcd_user.find(':');
+  options.etcd.user = flags.etcd_user.substr(0, colon);
+  if (colon != std::string::npos) {
+    options.etcd.password = flags.etcd_user.substr(colon + 1);
+  } else if (const char* password = std::getenv("DROVER_ETCD_PASSWORD"); password != nullptr) {
+    options.etcd.password = password;
+  }
+  options.etcd.cluster.num_nodes = 0;  // watch only
+  options.etcd.unavailable_timeout = std::chrono::seconds(10);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  Result<std::unique_ptr<RendezvousClient>> client = RendezvousClient::Connect(options, deadline);
+  if (!client.ok()) {
+    err << "drover status: " << client.status().message() << "\n";
+    return kExitFailure;
+  }
+  for (;;) {
+    Result<ClusterState> state =
+        (*client)->QueryState(std::chrono::steady_clock::now() + std::chrono::seconds(15));
+    if (!state.ok()) {
+      err << "drover status: " << state.status().message() << "\n";
+      return kExitFailure;
+    }
+    if (flags.json) {
+      out << EtcdStateJson(flags.target, *state).dump(2) << "\n";
+    } else {
+      if (flags.watch > 0 && ::isatty(STDOUT_FILENO)) out << "\033[H\033[2J";
+      out << EtcdStateText(flags.target, *state);
+    }
+    out << std::flush;
+    if (flags.watch <= 0 || state->phase == "stopped") return kExitOk;
+    std::this_thread::sleep_for(std::chrono::duration<double>(flags.watch));
+  }
+}
+
 }  // namespace
 
 int ShowRunStatus(const RunStatusFlags& flags, std::ostream& out, std::ostream& err) {
@@ -135,6 +221,9 @@ int ShowRunStatus(const RunStatusFlags& flags, std::ostream& out, std::ostream& 
   if (flags.list && !flags.other.empty()) {
     err << "drover status: --list takes one directory, not two\n";
     return kExitBadInput;
+  }
+  if (flags.target.rfind("etcd://", 0) == 0 && !flags.list && flags.other.empty()) {
+    return ShowEtcdRun(flags, out, err);
   }
   if (flags.list) return ListRuns(flags.target.empty() ? kDefaultLogsDir : flags.target, out, err);
   if (!flags.other.empty()) return CompareRuns(flags, out, err);

@@ -508,7 +508,8 @@ void AddStatus(CLI::App& app, int* exit_code) {
       "finished runs of a directory; with two runs, the two side by side.");
   status->add_option("target", flags->target,
                      "HOST:PORT of a driver's status server (drover run printed it), a run's\n"
-                     "log directory (or its run id under ./drover-logs), or a Slurm job id;\n"
+                     "log directory (or its run id under ./drover-logs), a Slurm job id, or\n"
+                     "etcd://HOST:PORT[,...]/RUN (nodes formed through etcd);\n"
                      "none: the run going on here. With --list: the directory of runs");
   status->add_option("other", flags->other,
                      "A second run (log directory, run id or HOST:PORT): compare the two");
@@ -519,6 +520,11 @@ void AddStatus(CLI::App& app, int* exit_code) {
                      "For a status server beyond loopback: the run's status.token, or the\n"
                      "cluster token (only the status key derived from it is sent)");
   status->add_flag("--json", flags->json, "Print the status server's /api/cluster JSON");
+  status->add_option("--etcd-cacert", flags->etcd_cacert, "etcd:// targets: CA file (TLS)");
+  status->add_option("--etcd-cert", flags->etcd_cert, "etcd:// targets: client certificate");
+  status->add_option("--etcd-key", flags->etcd_key, "etcd:// targets: client key");
+  status->add_option("--etcd-user", flags->etcd_user,
+                     "etcd:// targets: NAME or NAME:PASSWORD (else DROVER_ETCD_PASSWORD)");
   status->add_option("--watch", flags->watch, "Redraw every SECONDS until the run ends")
       ->check(CLI::PositiveNumber);
   status->footer(
@@ -529,6 +535,7 @@ void AddStatus(CLI::App& app, int* exit_code) {
       "  drover status --list                # the runs in ./drover-logs\n"
       "  drover status run-20261125-080000-1a2b run-20261125-093000-3c4d\n"
       "  drover status 1234                  # a Slurm job from drover submit\n"
+      "  drover status etcd://127.0.0.1:2379/run1  # agents formed through etcd\n"
       "Exit codes: 0 shown, 1 nothing to show (no such run or job, unreachable, refused),\n"
       "2 bad input.");
   status->callback([flags, exit_code] { *exit_code = RunStatus(*flags); });

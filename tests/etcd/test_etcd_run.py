@@ -1,0 +1,253 @@
+"""Nodes that form through a real etcd (3 members on loopback, started here
+from Debian's etcd-server), with no `drover run` anywhere: `drover agent
+--rendezvous etcd://.../RUN --nodes MIN:MAX` on each "host". The main job
+trains through it; an etcd member dies and nothing changes; two die and the
+nodes say so and stop; an agent dies and the rest form again; a late agent
+joins. Every wait is for something the run did (a file a program wrote, a
+process that exited), never for the clock."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "python" / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from cluster_util import MARK_VARIABLE, assert_no_leftovers, new_mark  # noqa: E402
+from etcd_cluster import EtcdCluster  # noqa: E402
+
+DROVER = os.path.abspath(os.environ.get("DROVER_BIN", str(REPO / "build" / "bin" / "drover")))
+TRAIN = REPO / "examples" / "digits" / "train.py"
+PYTHON = "/usr/bin/python3"
+WAIT_S = 180  # bounds a broken run; nothing below measures time
+
+# Each rank writes <dir>/r<round>-<rank> (its world size and its agent's
+# pid), then waits for <dir>/done. With <dir>/fail, rank 0 exits 3.
+PROGRAM = r'''
+d="$1"
+agent=$(ps -o ppid= -p $PPID | tr -d ' ')
+echo "$WORLD_SIZE $agent" > "$d/r$DROVER_RESTART_COUNT-$RANK.tmp"
+mv "$d/r$DROVER_RESTART_COUNT-$RANK.tmp" "$d/r$DROVER_RESTART_COUNT-$RANK"
+if [ -f "$d/fail" ] && [ "$RANK" = 0 ]; then exit 3; fi
+while [ ! -f "$d/done" ]; do sleep 0.05; done
+'''
+
+
+def clean_env(mark, **extra):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("TF_CONFIG", "DROVER_", "MASTER_", "RANK", "WORLD_SIZE",
+                                "LOCAL_", "GROUP_", "OMPI_", "SLURM_"))}
+    env[MARK_VARIABLE] = mark
+    env.update(extra)
+    return env
+
+
+@pytest.fixture
+def etcd(tmp_path):
+    with EtcdCluster(tmp_path / "etcd", members=3) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def mark():
+    value = new_mark()
+    yield value
+    assert_no_leftovers(value)
+
+
+class Agents:
+    """`drover agent` processes started by hand, each with its own log."""
+
+    def __init__(self, tmp_path, mark, address):
+        self.tmp_path, self.mark, self.address = tmp_path, mark, address
+        self.procs = {}
+
+    def start(self, executor, *args, command):
+        log = open(self.tmp_path / f"agent-{executor}.log", "w")
+        self.procs[executor] = subprocess.Popen(
+            [DROVER, "agent", "--rendezvous", self.address, "--executor-id", executor,
+             "--host", "127.0.0.1", "--grace", "2", *args, "--", *command],
+            env=clean_env(self.mark), stdin=subprocess.DEVNULL, stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True)
+        return self.procs[executor]
+
+    def log(self, executor):
+        return (self.tmp_path / f"agent-{executor}.log").read_text()
+
+    def wait(self, executor):
+        try:
+            return self.procs[executor].wait(timeout=WAIT_S)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"agent {executor} still running; its log:\n" +
+                                 self.log(executor))
+
+    def kill_all(self):
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+@pytest.fixture
+def agents(tmp_path, mark, etcd):
+    made = []
+
+    def make(run):
+        made.append(Agents(tmp_path, mark, etcd.address(run)))
+        return made[-1]
+
+    yield make
+    for each in made:
+        each.kill_all()
+
+
+def wait_for(condition, what, procs=()):
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        for proc in procs:
+            if proc.poll() is not None:
+                raise AssertionError(f"an agent exited ({proc.returncode}) while waiting for "
+                                     + what)
+        time.sleep(0.05)
+    raise AssertionError("timed out waiting for " + what)
+
+
+def round_files(directory, number):
+    """rank -> (world size, agent pid) of the programs of round `number`."""
+    found = {}
+    for path in directory.glob(f"r{number}-*"):
+        if not path.name.endswith(".tmp"):
+            world, agent = path.read_text().split()
+            found[int(path.name.split("-")[1])] = (int(world), int(agent))
+    return found
+
+
+def shell_program(work):
+    return ["sh", "-c", PROGRAM, "etcd-test", str(work)]
+
+
+def drover_status(address):
+    return subprocess.run([DROVER, "status", address], capture_output=True, text=True,
+                          timeout=60, stdin=subprocess.DEVNULL)
+
+
+def test_three_agents_without_a_driver_train_digits(tmp_path, agents, etcd):
+    for module in ("torch", "sklearn"):
+        if subprocess.run([PYTHON, "-c", f"import {module}"]).returncode != 0:
+            pytest.fail(f"{PYTHON} cannot import {module}: scripts/deps.sh installs it")
+    run = agents("digits")
+    model_dir = tmp_path / "model"
+    for i in range(3):
+        run.start(str(i), "--nodes", "3",
+                  command=[PYTHON, str(TRAIN), "--epochs", "15", "--model-dir", str(model_dir)])
+    codes = [run.wait(str(i)) for i in range(3)]
+    logs = "\n".join(run.log(str(i)) for i in range(3))
+    assert codes == [0, 0, 0], logs
+    accuracy = [float(line.split()[-1]) for line in logs.splitlines()
+                if line.startswith("test accuracy:")]
+    assert accuracy and accuracy[0] >= 0.95, logs
+    assert (model_dir / "digits_mlp.pt").exists()
+    status = drover_status(etcd.address("digits"))
+    assert status.returncode == 0, status.stderr
+    assert "stopped" in status.stdout and "every node's program finished" in status.stdout
+
+
+def test_an_etcd_member_killed_mid_run_changes_nothing(tmp_path, agents, etcd):
+    work = tmp_path / "work"
+    work.mkdir()
+    run = agents("one-member")
+    procs = [run.start(str(i), "--nodes", "2", command=shell_program(work)) for i in range(2)]
+    wait_for(lambda: len(round_files(work, 0)) == 2, "both ranks of round 0", procs)
+    etcd.kill(0)  # the first endpoint every node talks to
+    (work / "done").touch()
+    assert [run.wait(str(i)) for i in range(2)] == [0, 0], run.log("0") + run.log("1")
+    assert not list(work.glob("r1-*")), "a member's death must not re-form the nodes"
+
+
+def test_a_lost_quorum_stops_the_nodes_with_a_clear_error(tmp_path, agents, etcd):
+    work = tmp_path / "work"
+    work.mkdir()
+    run = agents("quorum")
+    procs = [run.start(str(i), "--nodes", "2", "--etcd-timeout", "5",
+                       command=shell_program(work)) for i in range(2)]
+    wait_for(lambda: len(round_files(work, 0)) == 2, "both ranks of round 0", procs)
+    etcd.kill(1)
+    etcd.kill(2)
+    codes = [run.wait(str(i)) for i in range(2)]
+    for i in range(2):
+        log = run.log(str(i))
+        assert codes[i] == 1, log
+        assert "etcd: no quorum at" in log or "etcd: cannot reach" in log, log
+
+
+def test_a_lost_agent_leaves_and_the_others_form_again(tmp_path, agents):
+    work = tmp_path / "work"
+    work.mkdir()
+    run = agents("lost")
+    args = ("--nodes", "2:3", "--lease-ttl", "2", "--max-restarts", "3")
+    procs = [run.start(str(i), *args, command=shell_program(work)) for i in range(3)]
+    wait_for(lambda: len(round_files(work, 0)) == 3, "the three ranks of round 0", procs)
+    victim = round_files(work, 0)[2][1]
+    os.kill(victim, signal.SIGKILL)
+
+    def reformed():
+        rounds = sorted({int(p.name[1:].split("-")[0]) for p in work.glob("r*-*")
+                         if not p.name.endswith(".tmp")})
+        last = round_files(work, rounds[-1])
+        return rounds[-1] > 0 and len(last) == 2 and all(w == 2 for w, _ in last.values())
+
+    wait_for(reformed, "a round of the two survivors")
+    survivors = [e for e, p in run.procs.items() if p.pid != victim]
+    assert len(survivors) == 2
+    (work / "done").touch()
+    for executor in survivors:
+        assert run.wait(executor) == 0, run.log(executor)
+
+
+def test_a_late_agent_joins_at_the_next_round(tmp_path, agents):
+    work = tmp_path / "work"
+    work.mkdir()
+    run = agents("join")
+    args = ("--nodes", "2:3", "--join-wait", "1")
+    procs = [run.start(str(i), *args, command=shell_program(work)) for i in range(2)]
+    wait_for(lambda: len(round_files(work, 0)) == 2, "round 0 with two nodes", procs)
+    procs.append(run.start("2", *args, command=shell_program(work)))
+    wait_for(lambda: len(round_files(work, 1)) == 3, "round 1 with the joiner", procs)
+    assert all(world == 3 for world, _ in round_files(work, 1).values())
+    (work / "done").touch()
+    assert [run.wait(str(i)) for i in range(3)] == [0, 0, 0]
+
+
+def test_a_failure_past_max_restarts_fails_every_node(tmp_path, agents):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "fail").touch()
+    run = agents("fail")
+    [run.start(str(i), "--nodes", "2", "--max-restarts", "1", command=shell_program(work))
+     for i in range(2)]
+    codes = [run.wait(str(i)) for i in range(2)]
+    assert all(code != 0 for code in codes), codes
+    assert round_files(work, 1), "one restart in place before the run fails"
+    for i in range(2):
+        assert "the run failed" in run.log(str(i)) or "exit code 3" in run.log(str(i))
+
+
+def test_a_node_asking_for_another_shape_is_refused(tmp_path, agents):
+    work = tmp_path / "work"
+    work.mkdir()
+    run = agents("shape")
+    first = run.start("0", "--nodes", "2", command=shell_program(work))
+    wait_for(lambda: drover_status(run.address).returncode == 0, "the run's config in etcd",
+             [first])
+    run.start("1", "--nodes", "3", command=shell_program(work))
+    assert run.wait("1") == 1
+    assert "was started with --nodes 2:2; this node asks for --nodes 3:3" in run.log("1")
+    run.kill_all()
