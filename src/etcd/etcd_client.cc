@@ -132,6 +132,7 @@ Result<RangeResult> ParseRange(const json& response, int64_t fallback_revision) 
       out.kvs.push_back(std::move(parsed));
     }
   }
+  out.count = Int64(response, "count");
   return out;
 }
 
@@ -188,12 +189,19 @@ json OpJson(const TxnOp& op) {
       return {{"request_range", KeyRange(op.key, false)}};
     case TxnOp::Kind::kGetPrefix:
       return {{"request_range", KeyRange(op.key, true)}};
+    case TxnOp::Kind::kCount:
+    case TxnOp::Kind::kCountPrefix: {
+      json range = KeyRange(op.key, op.kind == TxnOp::Kind::kCountPrefix);
+      range["count_only"] = true;
+      return {{"request_range", std::move(range)}};
+    }
   }
   return json::object();
 }
 
 bool IsRead(const TxnOp& op) {
-  return op.kind == TxnOp::Kind::kGet || op.kind == TxnOp::Kind::kGetPrefix;
+  return op.kind == TxnOp::Kind::kGet || op.kind == TxnOp::Kind::kGetPrefix ||
+         op.kind == TxnOp::Kind::kCount || op.kind == TxnOp::Kind::kCountPrefix;
 }
 
 // An error etcd answered: a gRPC code and etcd's message.
@@ -480,6 +488,20 @@ TxnOp TxnOp::GetPrefix(std::string prefix) {
   return out;
 }
 
+TxnOp TxnOp::Count(std::string key) {
+  TxnOp out;
+  out.kind = Kind::kCount;
+  out.key = std::move(key);
+  return out;
+}
+
+TxnOp TxnOp::CountPrefix(std::string prefix) {
+  TxnOp out;
+  out.kind = Kind::kCountPrefix;
+  out.key = std::move(prefix);
+  return out;
+}
+
 class EtcdClient::Impl {
  public:
   Impl(EtcdOptions options, std::vector<std::pair<std::string, int>> members)
@@ -695,7 +717,11 @@ Result<WatchResult> EtcdClient::Impl::Watch(const std::string& prefix, int64_t f
     size_t first = current_.load(std::memory_order_relaxed);
     for (size_t n = 0; n < members_.size() && !held; ++n) {
       size_t member = (first + n) % members_.size();
-      Milliseconds tick = std::clamp(CeilMs(deadline - Clock::now()), Milliseconds(1), kWatchTick);
+      // Without a wake_fd only the deadline ends the wait: one request for
+      // all of it (a thousand waiting nodes re-opening their watches every
+      // tick is a load of its own on etcd).
+      const Milliseconds limit = wake_fd >= 0 ? kWatchTick : Milliseconds(600'000);
+      Milliseconds tick = std::clamp(CeilMs(deadline - Clock::now()), Milliseconds(1), limit);
       json create = KeyRange(prefix, true);
       if (start > 0) create["start_revision"] = std::to_string(start);
       std::string body = json{{"create_request", std::move(create)}}.dump();

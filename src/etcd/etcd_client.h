@@ -69,6 +69,7 @@ struct KeyValue {
 struct RangeResult {
   int64_t revision = 0;  // the store's revision when it was read
   std::vector<KeyValue> kvs;
+  int64_t count = 0;  // how many keys the range holds (kvs may be empty: kCount*)
 };
 
 // One comparison of a transaction: the key's create/mod revision, version
@@ -90,7 +91,8 @@ struct Compare {
 
 // One operation of a transaction.
 struct TxnOp {
-  enum class Kind { kPut, kDeleteKey, kDeletePrefix, kGet, kGetPrefix };
+  // kCount and kCountPrefix read only how many keys there are.
+  enum class Kind { kPut, kDeleteKey, kDeletePrefix, kGet, kGetPrefix, kCount, kCountPrefix };
   Kind kind = Kind::kPut;
   std::string key;
   std::string value;
@@ -101,6 +103,8 @@ struct TxnOp {
   static TxnOp DeletePrefix(std::string prefix);
   static TxnOp Get(std::string key);
   static TxnOp GetPrefix(std::string prefix);
+  static TxnOp Count(std::string key);
+  static TxnOp CountPrefix(std::string prefix);
 };
 
 struct TxnResult {

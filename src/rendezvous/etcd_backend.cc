@@ -2,22 +2,16 @@
 // backend"): the nodes form each round among themselves through etcd, with
 // no server and no driver on the path.
 //
-// Keys, under the run's prefix P:
-//   P/c/config                 the run's shape (JSON), written by the first node
-//   P/c/round                  {"round", "reason", "failures", "expect"}
-//   P/c/end                    {"failed", "message"}: the run is over
-//   P/c/rounds/R/nodes/ID      a node registered for round R (its lease)
-//   P/c/rounds/R/cluster       round R's formed cluster (SharedCluster JSON)
-//   P/c/rounds/R/left/ID       ID's program finished
-//   P/c/rounds/R/errors/ID     ID's program failed: {"message", "last_log_lines"}
-//   P/c/waiting/ID             a node that came after round R formed (its lease)
-//   P/c/alive/ID               the node's agent is up (its lease)
-//   P/status/ID                the node's last heartbeat payload (its lease)
-//   P/kv/KEY                   the key-value store
-// Everything that decides something is under P/c/, which is all a node
-// watches. Every decision is a transaction that compares P/c/round's
-// revision, so when several nodes see the same thing (a lost peer, a full
-// round) exactly one acts on it.
+// Keys, under the run's prefix P (docs/protocol.md has the table):
+//   P/c/f/config, P/c/f/round, P/c/f/end, P/c/f/formed/R   the signals
+//   P/c/m/alive/ID, P/c/m/r/R/{nodes,left,errors}/ID,
+//   P/c/m/waiting/ID                                       the membership
+//   P/s/ID                                                 heartbeat payloads
+//   P/kv/KEY                                               the key-value store
+// A node waiting for its round watches the signals and reads counts; a
+// running node watches all of P/c/. Every decision is a transaction that
+// compares P/c/f/round's revision, so when several nodes see the same thing
+// (a lost peer, a full round) exactly one acts on it.
 
 #include <google/protobuf/util/json_util.h>
 #include <poll.h>
@@ -27,12 +21,12 @@
 #include <atomic>
 #include <condition_variable>
 #include <map>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 #include <thread>
 
+#include "common/mutex.h"
 #include "drover.pb.h"
 #include "etcd/etcd_client.h"
 #include "rendezvous/client_backend.h"
@@ -52,6 +46,8 @@ using nlohmann::json;
 constexpr Milliseconds kRetryPause{200};
 // How often a node waiting on a watch looks at its lease.
 constexpr Milliseconds kWatchSlice{2'000};
+// How often a node waiting for its round to form counts the registrations.
+constexpr Milliseconds kFormationRecheck{10'000};
 
 std::string SecondsText(Milliseconds ms) {
   char text[32];
@@ -142,7 +138,7 @@ struct RoundRecord {
   // Who the round waits for before it forms (the last round's survivors
   // and the admitted joiners); empty in round 0.
   std::vector<std::string> expect;
-  int64_t mod_revision = 0;  // P/c/round's, for the next compare-and-swap
+  int64_t mod_revision = 0;  // P/c/f/round's, for the next compare-and-swap
 
   json ToJson() const {
     return {{"round", round}, {"reason", reason}, {"failures", failures}, {"expect", expect}};
@@ -162,11 +158,18 @@ struct EndRecord {
   std::string message;
 };
 
-// What P/c/ holds about one round, read at one revision.
+// What P/c/ holds about one round, read at one revision: the signals and
+// counts (ReadSignals, a few bytes), or everything too (ReadRound).
 struct RoundView {
   int64_t revision = 0;
   RoundRecord round;
   std::optional<EndRecord> end;
+  bool formed = false;
+  int nodes_count = 0;
+  int left_count = 0;
+  int waiting_count = 0;
+  bool detailed = false;
+  // The details:
   std::map<std::string, NodeInfo> nodes;  // registered, by executor id
   std::optional<FormedCluster> cluster;
   std::set<std::string> left;
@@ -213,7 +216,7 @@ class EtcdBackend final : public RendezvousClient::Backend {
 
   ~EtcdBackend() override {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       stopping_ = true;
     }
     cv_.notify_all();
@@ -243,8 +246,13 @@ class EtcdBackend final : public RendezvousClient::Backend {
   Result<bool> Delete(const std::string& key, Deadline deadline) override;
 
  private:
-  std::string Control(const std::string& rest) const { return prefix_ + "/c/" + rest; }
-  std::string RoundDir(int round) const { return Control("rounds/" + std::to_string(round) + "/"); }
+  // The formation signals (what a node waiting for a round watches) and the
+  // membership (what a running node watches as well, all under P/c/).
+  std::string Control(const std::string& rest) const { return prefix_ + "/c/f/" + rest; }
+  std::string Member(const std::string& rest) const { return prefix_ + "/c/m/" + rest; }
+  std::string Formed(int round) const { return Control("formed/" + std::to_string(round)); }
+  std::string RoundDir(int round) const { return Member("r/" + std::to_string(round) + "/"); }
+  std::string StatusKey(const std::string& id) const { return prefix_ + "/s/" + id; }
   std::string NodeKey(int round, const std::string& id) const {
     return RoundDir(round) + "nodes/" + id;
   }
@@ -258,11 +266,13 @@ class EtcdBackend final : public RendezvousClient::Backend {
   auto Retrying(Call call, Deadline deadline) -> decltype(call());
 
   Result<RoundView> ReadRound(int round);
+  Result<RoundView> ReadSignals(int round);
+  Result<std::optional<FormedCluster>> ReadFormed(int round);
   Status WriteConfig();
   // Forms `view`'s round with the nodes registered (at most MAX), unless
   // another node did first or the round moved on.
   Status TrySeal(const RoundView& view);
-  // The next round, if P/c/round is still what `view` read.
+  // The next round, if P/c/f/round is still what `view` read.
   Status BumpRound(const RoundView& view, const std::string& reason, int failures,
                    std::vector<std::string> expect);
   // Ends the run, if nothing ended it first.
@@ -270,11 +280,18 @@ class EtcdBackend final : public RendezvousClient::Backend {
   // What the formed round `view` calls for: a new round for a lost node or
   // a joiner, the end when every node finished. Returns whether it wrote.
   Result<bool> Act(const RoundView& view);
+  // Whether the counts of `view` say Act may have something to do (a member
+  // gone, every member finished, a node waiting with room).
+  bool CallsForAction(const RoundView& view);
+  Status Ended(const EndRecord& end) const {
+    return Status::Unavailable("the run at " + Where() + " has ended: " + end.message);
+  }
   void KeepAliveLoop();
-  // Watches P/c/ from revision `from`: true when something changed, false
-  // at the deadline or when wake_fd is readable; the lease's loss is an
-  // error.
-  Result<bool> WatchControl(int64_t from, Deadline deadline, int wake_fd);
+  // Watches `prefix` (the signals, or all of P/c/) from revision `from`:
+  // true when something changed, false at the deadline or when wake_fd is
+  // readable; the lease's loss is an error.
+  Result<bool> WatchControl(const std::string& prefix, int64_t from, Deadline deadline,
+                            int wake_fd);
   Status LeaseStatus();
 
   const RendezvousClientOptions options_;
@@ -284,17 +301,17 @@ class EtcdBackend final : public RendezvousClient::Backend {
   RunShape shape_;
   int64_t lease_ = 0;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;
-  bool lease_lost_ = false;
-  std::string lease_error_;
-  std::function<HeartbeatPayload()> payload_;
-  bool heartbeat_now_ = false;
-  std::string executor_id_;
-  int round_ = -1;  // the round this node registered for
-  std::optional<FormedCluster> formed_;
-  bool reform_reported_ = false;
+  Mutex mu_;
+  std::condition_variable_any cv_;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  bool lease_lost_ GUARDED_BY(mu_) = false;
+  std::string lease_error_ GUARDED_BY(mu_);
+  std::function<HeartbeatPayload()> payload_ GUARDED_BY(mu_);
+  bool heartbeat_now_ GUARDED_BY(mu_) = false;
+  std::string executor_id_ GUARDED_BY(mu_);
+  int round_ GUARDED_BY(mu_) = -1;  // the round this node registered for
+  std::optional<FormedCluster> formed_ GUARDED_BY(mu_);
+  bool reform_reported_ GUARDED_BY(mu_) = false;
   std::thread keepalive_;
 };
 
@@ -337,8 +354,7 @@ Status EtcdBackend::Start(Deadline deadline) {
                              .status());
   if (!options_.name.empty()) {
     DROVER_RETURN_IF_ERROR(
-        Retrying([&] { return etcd_->Put(Control("alive/" + options_.name), "", lease_); },
-                 deadline)
+        Retrying([&] { return etcd_->Put(Member("alive/" + options_.name), "", lease_); }, deadline)
             .status());
   }
   keepalive_ = std::thread([this] { KeepAliveLoop(); });
@@ -346,16 +362,21 @@ Status EtcdBackend::Start(Deadline deadline) {
 }
 
 Status EtcdBackend::WriteConfig() {
-  RoundRecord first;
-  first.reason = "";
-  DROVER_ASSIGN_OR_RETURN(etcd::TxnResult txn,
-                          etcd_->Txn({Compare::Absent(Control("config"))},
-                                     {TxnOp::Put(Control("config"), shape_.ToJson().dump()),
-                                      TxnOp::Put(Control("round"), first.ToJson().dump())},
-                                     {TxnOp::Get(Control("config"))}));
-  if (txn.succeeded) return Status::Ok();
-  if (txn.ranges.empty() || txn.ranges[0].kvs.empty()) return Status::Ok();
-  DROVER_ASSIGN_OR_RETURN(json stored, ParseJson(txn.ranges[0].kvs[0].value, "run config"));
+  // A read first: every node but the first finds the config there, and a
+  // read costs etcd no raft write.
+  DROVER_ASSIGN_OR_RETURN(etcd::RangeResult config, etcd_->Get(Control("config")));
+  if (config.kvs.empty()) {
+    RoundRecord first;
+    DROVER_ASSIGN_OR_RETURN(etcd::TxnResult txn,
+                            etcd_->Txn({Compare::Absent(Control("config"))},
+                                       {TxnOp::Put(Control("config"), shape_.ToJson().dump()),
+                                        TxnOp::Put(Control("round"), first.ToJson().dump())},
+                                       {TxnOp::Get(Control("config"))}));
+    if (txn.succeeded) return Status::Ok();
+    if (txn.ranges.empty() || txn.ranges[0].kvs.empty()) return Status::Ok();
+    config = txn.ranges[0];
+  }
+  DROVER_ASSIGN_OR_RETURN(json stored, ParseJson(config.kvs[0].value, "run config"));
   RunShape theirs = RunShape::FromJson(stored);
   if (!theirs.SameRoles(shape_)) {
     return Status::InvalidArgument("the run at " + Where() + " was started with " +
@@ -365,30 +386,43 @@ Status EtcdBackend::WriteConfig() {
   return Status::Ok();
 }
 
+Result<FormedCluster> ClusterFromJson(const std::string& text, int round) {
+  wire::SharedCluster shared;
+  if (!google::protobuf::util::JsonStringToMessage(text, &shared).ok()) {
+    return Status::InvalidArgument("etcd holds a malformed cluster for round " +
+                                   std::to_string(round));
+  }
+  return SharedClusterFromWire(shared);
+}
+
+// The first two ranges of `txn`: P/c/f/round and P/c/f/end.
+Status ParseRoundAndEnd(const etcd::TxnResult& txn, RoundView* view) {
+  if (!txn.ranges[0].kvs.empty()) {
+    DROVER_ASSIGN_OR_RETURN(json record, ParseJson(txn.ranges[0].kvs[0].value, "round"));
+    view->round = RoundRecord::FromJson(record);
+    view->round.mod_revision = txn.ranges[0].kvs[0].mod_revision;
+  }
+  if (!txn.ranges[1].kvs.empty()) {
+    DROVER_ASSIGN_OR_RETURN(json record, ParseJson(txn.ranges[1].kvs[0].value, "end"));
+    view->end = EndRecord{record.value("failed", false), record.value("message", "")};
+  }
+  return Status::Ok();
+}
+
 Result<RoundView> EtcdBackend::ReadRound(int round) {
   DROVER_ASSIGN_OR_RETURN(
       etcd::TxnResult txn,
       etcd_->Txn({}, {TxnOp::Get(Control("round")), TxnOp::Get(Control("end")),
-                      TxnOp::GetPrefix(Control("waiting/")), TxnOp::GetPrefix(RoundDir(round)),
-                      TxnOp::GetPrefix(Control("alive/"))}));
-  if (txn.ranges.size() != 5)
-    return Status::Internal("etcd answered a read of 5 ranges with fewer");
+                      TxnOp::GetPrefix(Member("waiting/")), TxnOp::GetPrefix(RoundDir(round)),
+                      TxnOp::GetPrefix(Member("alive/")), TxnOp::Get(Formed(round))}));
+  if (txn.ranges.size() != 6) {
+    return Status::Internal("etcd answered a read of 6 ranges with fewer");
+  }
   RoundView view;
   view.revision = txn.revision;
-  for (const KeyValue& kv : txn.ranges[4].kvs) {
-    view.alive.insert(kv.key.substr(Control("alive/").size()));
-  }
-  if (!txn.ranges[0].kvs.empty()) {
-    DROVER_ASSIGN_OR_RETURN(json record, ParseJson(txn.ranges[0].kvs[0].value, "round"));
-    view.round = RoundRecord::FromJson(record);
-    view.round.mod_revision = txn.ranges[0].kvs[0].mod_revision;
-  }
-  if (!txn.ranges[1].kvs.empty()) {
-    DROVER_ASSIGN_OR_RETURN(json record, ParseJson(txn.ranges[1].kvs[0].value, "end"));
-    view.end = EndRecord{record.value("failed", false), record.value("message", "")};
-  }
+  DROVER_RETURN_IF_ERROR(ParseRoundAndEnd(txn, &view));
   for (const KeyValue& kv : txn.ranges[2].kvs) {
-    view.waiting.insert(kv.key.substr(Control("waiting/").size()));
+    view.waiting.insert(kv.key.substr(Member("waiting/").size()));
   }
   const std::string dir = RoundDir(round);
   for (const KeyValue& kv : txn.ranges[3].kvs) {
@@ -401,16 +435,46 @@ Result<RoundView> EtcdBackend::ReadRound(int round) {
       view.left.insert(after("left/"));
     } else if (rest.rfind("errors/", 0) == 0) {
       DROVER_ASSIGN_OR_RETURN(view.errors[after("errors/")], ParseJson(kv.value, "error"));
-    } else if (rest == "cluster") {
-      wire::SharedCluster shared;
-      if (!google::protobuf::util::JsonStringToMessage(kv.value, &shared).ok()) {
-        return Status::InvalidArgument("etcd holds a malformed cluster for round " +
-                                       std::to_string(round));
-      }
-      DROVER_ASSIGN_OR_RETURN(FormedCluster cluster, SharedClusterFromWire(shared));
-      view.cluster = std::move(cluster);
     }
   }
+  for (const KeyValue& kv : txn.ranges[4].kvs) {
+    view.alive.insert(kv.key.substr(Member("alive/").size()));
+  }
+  for (const KeyValue& kv : txn.ranges[5].kvs) {
+    DROVER_ASSIGN_OR_RETURN(view.cluster, ClusterFromJson(kv.value, round));
+  }
+  view.formed = view.cluster.has_value();
+  view.nodes_count = static_cast<int>(view.nodes.size());
+  view.left_count = static_cast<int>(view.left.size());
+  view.waiting_count = static_cast<int>(view.waiting.size());
+  view.detailed = true;
+  return view;
+}
+
+Result<std::optional<FormedCluster>> EtcdBackend::ReadFormed(int round) {
+  DROVER_ASSIGN_OR_RETURN(etcd::RangeResult got, etcd_->Get(Formed(round)));
+  if (got.kvs.empty()) return std::optional<FormedCluster>();
+  DROVER_ASSIGN_OR_RETURN(FormedCluster cluster, ClusterFromJson(got.kvs[0].value, round));
+  return std::optional<FormedCluster>(std::move(cluster));
+}
+
+Result<RoundView> EtcdBackend::ReadSignals(int round) {
+  DROVER_ASSIGN_OR_RETURN(
+      etcd::TxnResult txn,
+      etcd_->Txn({}, {TxnOp::Get(Control("round")), TxnOp::Get(Control("end")),
+                      TxnOp::Count(Formed(round)), TxnOp::CountPrefix(RoundDir(round) + "nodes/"),
+                      TxnOp::CountPrefix(RoundDir(round) + "left/"),
+                      TxnOp::CountPrefix(Member("waiting/"))}));
+  if (txn.ranges.size() != 6) {
+    return Status::Internal("etcd answered a read of 6 ranges with fewer");
+  }
+  RoundView view;
+  view.revision = txn.revision;
+  DROVER_RETURN_IF_ERROR(ParseRoundAndEnd(txn, &view));
+  view.formed = txn.ranges[2].count > 0;
+  view.nodes_count = static_cast<int>(txn.ranges[3].count);
+  view.left_count = static_cast<int>(txn.ranges[4].count);
+  view.waiting_count = static_cast<int>(txn.ranges[5].count);
   return view;
 }
 
@@ -436,13 +500,12 @@ Status EtcdBackend::TrySeal(const RoundView& view) {
   DROVER_RETURN_IF_ERROR(PlaceNodes(cluster));
   std::string text;
   (void)google::protobuf::util::MessageToJsonString(SharedClusterToWire(cluster), &text);
-  std::vector<TxnOp> writes = {TxnOp::Put(RoundDir(view.round.round) + "cluster", text)};
+  std::vector<TxnOp> writes = {TxnOp::Put(Formed(view.round.round), text)};
   // The round before is history now.
   if (view.round.round > 0) writes.push_back(TxnOp::DeletePrefix(RoundDir(view.round.round - 1)));
   return etcd_
       ->Txn({Compare::ModRevisionIs(Control("round"), view.round.mod_revision),
-             Compare::Absent(RoundDir(view.round.round) + "cluster"),
-             Compare::Absent(Control("end"))},
+             Compare::Absent(Formed(view.round.round)), Compare::Absent(Control("end"))},
             writes)
       .status();
 }
@@ -523,7 +586,7 @@ Result<bool> EtcdBackend::Act(const RoundView& view) {
 Result<FormedCluster> EtcdBackend::Register(const NodeInfo& node, Deadline deadline) {
   DROVER_RETURN_IF_ERROR(LeaseStatus());
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     executor_id_ = node.executor_id;
     formed_.reset();
     reform_reported_ = false;
@@ -531,59 +594,82 @@ Result<FormedCluster> EtcdBackend::Register(const NodeInfo& node, Deadline deadl
   const std::string& id = node.executor_id;
   bool waiting = false;
   for (;;) {
-    DROVER_ASSIGN_OR_RETURN(RoundView first, Retrying([&] { return ReadRound(0); }, deadline));
-    if (first.end)
-      return Status::Unavailable("the run at " + Where() + " has ended: " + first.end->message);
+    DROVER_ASSIGN_OR_RETURN(RoundView first, Retrying([&] { return ReadSignals(0); }, deadline));
+    if (first.end) return Ended(*first.end);
     const int round = first.round.round;
-    DROVER_RETURN_IF_ERROR(
-        Retrying([&] { return etcd_->Put(NodeKey(round, id), NodeToJson(node), lease_); }, deadline)
-            .status());
+    if (!waiting) {
+      DROVER_RETURN_IF_ERROR(
+          Retrying([&] { return etcd_->Put(NodeKey(round, id), NodeToJson(node), lease_); },
+                   deadline)
+              .status());
+    }
     Clock::time_point min_since = Clock::time_point::max();
     for (;;) {
-      DROVER_ASSIGN_OR_RETURN(RoundView view, Retrying([&] { return ReadRound(round); }, deadline));
-      if (view.end) {
-        return Status::Unavailable("the run at " + Where() + " has ended: " + view.end->message);
-      }
-      if (view.round.round != round) break;  // register for the next round
-      if (view.cluster) {
-        const std::vector<NodeInfo>& nodes = view.cluster->nodes;
-        auto self = std::find_if(nodes.begin(), nodes.end(),
-                                 [&](const NodeInfo& n) { return n.executor_id == id; });
-        if (self != nodes.end()) {
-          if (waiting) (void)etcd_->DeleteKey(Control("waiting/" + id));
-          FormedCluster formed = *view.cluster;
-          formed.self = static_cast<int>(self - nodes.begin());
-          formed.heartbeat_interval = std::max(Milliseconds(100), o_.lease_ttl / 3);
-          std::lock_guard lock(mu_);
-          round_ = round;
-          formed_ = formed;
-          return formed;
+      // The counts only: a node waiting for its round reads a few bytes per
+      // look, however many nodes there are.
+      DROVER_ASSIGN_OR_RETURN(RoundView view,
+                              Retrying([&] { return ReadSignals(round); }, deadline));
+      if (view.end) return Ended(*view.end);
+      if (view.round.round != round) {
+        if (waiting) {
+          // A new round: take part, unless it has no room either.
+          waiting = false;
+          (void)etcd_->DeleteKey(Member("waiting/" + id));
         }
-        // Formed without this node: wait for a round with room.
-        if (!waiting) {
+        break;
+      }
+      if (view.formed) {
+        if (waiting) {
+          // Formed without this node: wait for the next round.
+        } else {
+          // The cluster alone: every node reads it once, not the whole round.
+          DROVER_ASSIGN_OR_RETURN(std::optional<FormedCluster> cluster,
+                                  Retrying([&] { return ReadFormed(round); }, deadline));
+          if (!cluster) continue;
+          const std::vector<NodeInfo>& nodes = cluster->nodes;
+          auto self = std::find_if(nodes.begin(), nodes.end(),
+                                   [&](const NodeInfo& n) { return n.executor_id == id; });
+          if (self != nodes.end()) {
+            FormedCluster formed = *cluster;
+            formed.self = static_cast<int>(self - nodes.begin());
+            formed.heartbeat_interval = std::max(Milliseconds(100), o_.lease_ttl / 3);
+            MutexLock lock(mu_);
+            round_ = round;
+            formed_ = formed;
+            return formed;
+          }
           (void)etcd_->DeleteKey(NodeKey(round, id));
           DROVER_RETURN_IF_ERROR(
-              Retrying([&] { return etcd_->Put(Control("waiting/" + id), "", lease_); }, deadline)
+              Retrying([&] { return etcd_->Put(Member("waiting/" + id), "", lease_); }, deadline)
                   .status());
           waiting = true;
           continue;
         }
       } else {
-        const int count = static_cast<int>(view.nodes.size());
-        bool expected_all = !view.round.expect.empty();
-        // An expected node whose agent is gone is not waited for.
-        for (const std::string& wanted : view.round.expect) {
-          if (!view.nodes.count(wanted) && view.alive.count(wanted)) expected_all = false;
-        }
+        const int count = view.nodes_count;
         if (count >= shape_.min_nodes && min_since == Clock::time_point::max()) {
           min_since = Clock::now();
         }
         const bool waited = count >= shape_.min_nodes &&
                             Clock::now() - min_since >= Milliseconds(shape_.join_wait_ms);
-        if (count >= shape_.max_nodes || (expected_all && count >= shape_.min_nodes) || waited) {
+        bool ready = count >= shape_.max_nodes || waited;
+        std::optional<RoundView> full;
+        if (!ready && count >= shape_.min_nodes && !view.round.expect.empty()) {
+          // A round after a loss or a failure forms once every node it
+          // expects, whose agent is still up, registered.
+          DROVER_ASSIGN_OR_RETURN(full, Retrying([&] { return ReadRound(round); }, deadline));
+          ready = true;
+          for (const std::string& wanted : full->round.expect) {
+            if (!full->nodes.count(wanted) && full->alive.count(wanted)) ready = false;
+          }
+        }
+        if (ready) {
+          if (!full) {
+            DROVER_ASSIGN_OR_RETURN(full, Retrying([&] { return ReadRound(round); }, deadline));
+          }
           DROVER_RETURN_IF_ERROR(Retrying(
                                      [&]() -> Result<bool> {
-                                       DROVER_RETURN_IF_ERROR(TrySeal(view));
+                                       DROVER_RETURN_IF_ERROR(TrySeal(*full));
                                        return true;
                                      },
                                      deadline)
@@ -591,21 +677,21 @@ Result<FormedCluster> EtcdBackend::Register(const NodeInfo& node, Deadline deadl
           continue;
         }
       }
-      Deadline wake = deadline;
-      if (min_since != Clock::time_point::max() && !view.cluster) {
-        wake = std::min(wake, min_since + Milliseconds(shape_.join_wait_ms));
-      }
       if (Clock::now() >= deadline) {
-        std::string names;
-        for (const auto& [name, info] : view.nodes) names += (names.empty() ? "" : ", ") + name;
         return Status::DeadlineExceeded(
             "the cluster at " + Where() + " did not form in time: round " + std::to_string(round) +
             " needs " + std::to_string(shape_.min_nodes) + " to " +
-            std::to_string(shape_.max_nodes) + " nodes; " + std::to_string(view.nodes.size()) +
-            " registered" + (names.empty() ? "" : " (" + names + ")") +
-            (waiting ? "; this node waits for a round with room" : ""));
+            std::to_string(shape_.max_nodes) + " nodes; " + std::to_string(view.nodes_count) +
+            " registered" + (waiting ? "; this node waits for a round with room" : ""));
       }
-      DROVER_RETURN_IF_ERROR(WatchControl(view.revision + 1, wake, -1).status());
+      // Registrations are not watched (N nodes would each wake N times): the
+      // node whose registration fills the round forms it; the others look
+      // again now and then, for the join wait and for expected nodes gone.
+      Deadline wake = std::min(deadline, Clock::now() + kFormationRecheck);
+      if (min_since != Clock::time_point::max()) {
+        wake = std::min(wake, min_since + Milliseconds(shape_.join_wait_ms));
+      }
+      DROVER_RETURN_IF_ERROR(WatchControl(Control(""), view.revision + 1, wake, -1).status());
     }
   }
 }
@@ -615,13 +701,13 @@ Result<RendezvousClient::Instruction> EtcdBackend::WaitForInstruction(Deadline d
   using Instruction = RendezvousClient::Instruction;
   int round;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     round = round_;
   }
   const Deadline forever = Clock::time_point::max();
   for (;;) {
     DROVER_RETURN_IF_ERROR(LeaseStatus());
-    DROVER_ASSIGN_OR_RETURN(RoundView view, Retrying([&] { return ReadRound(round); }, forever));
+    DROVER_ASSIGN_OR_RETURN(RoundView view, Retrying([&] { return ReadSignals(round); }, forever));
     if (view.end) {
       Instruction told;
       told.kind = Instruction::Kind::kStop;
@@ -630,7 +716,7 @@ Result<RendezvousClient::Instruction> EtcdBackend::WaitForInstruction(Deadline d
       return told;
     }
     if (view.round.round != round) {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (!reform_reported_) {
         reform_reported_ = true;
         Instruction told;
@@ -639,17 +725,31 @@ Result<RendezvousClient::Instruction> EtcdBackend::WaitForInstruction(Deadline d
         told.reason = view.round.reason;
         return told;
       }
-    } else {
-      DROVER_ASSIGN_OR_RETURN(bool acted, Retrying([&] { return Act(view); }, forever));
+    } else if (CallsForAction(view)) {
+      DROVER_ASSIGN_OR_RETURN(RoundView full, Retrying([&] { return ReadRound(round); }, forever));
+      DROVER_ASSIGN_OR_RETURN(bool acted, Retrying([&] { return Act(full); }, forever));
       if (acted) continue;
     }
     if (Clock::now() >= deadline) return Instruction{};
-    DROVER_ASSIGN_OR_RETURN(bool changed, WatchControl(view.revision + 1, deadline, wake_fd));
+    DROVER_ASSIGN_OR_RETURN(bool changed,
+                            WatchControl(prefix_ + "/c/", view.revision + 1, deadline, wake_fd));
     if (!changed) return Instruction{};  // the deadline, or wake_fd
   }
 }
 
-Result<bool> EtcdBackend::WatchControl(int64_t from, Deadline deadline, int wake_fd) {
+bool EtcdBackend::CallsForAction(const RoundView& view) {
+  int size;
+  {
+    MutexLock lock(mu_);
+    if (!formed_) return false;
+    size = static_cast<int>(formed_->nodes.size());
+  }
+  return view.nodes_count < size || view.left_count >= size ||
+         (view.waiting_count > 0 && size < shape_.max_nodes && view.left_count == 0);
+}
+
+Result<bool> EtcdBackend::WatchControl(const std::string& prefix, int64_t from, Deadline deadline,
+                                       int wake_fd) {
   // A member without a quorum still serves watches: the keep-alive thread
   // is what notices, so look at the lease between short watches.
   for (;;) {
@@ -657,7 +757,7 @@ Result<bool> EtcdBackend::WatchControl(int64_t from, Deadline deadline, int wake
     const Deadline slice = std::min(deadline, Clock::now() + kWatchSlice);
     DROVER_ASSIGN_OR_RETURN(
         etcd::WatchResult changes,
-        Retrying([&] { return etcd_->WatchPrefix(Control(""), from, slice, wake_fd); },
+        Retrying([&] { return etcd_->WatchPrefix(prefix, from, slice, wake_fd); },
                  Clock::time_point::max()));
     if (!changes.events.empty()) return true;
     if (Clock::now() >= deadline) return false;
@@ -678,7 +778,7 @@ Status EtcdBackend::ReportError(const std::string& executor_id, const std::strin
                                 const std::vector<std::string>& last_log_lines) {
   int round;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     round = round_;
   }
   if (round < 0) return Status::FailedPrecondition("no round registered for " + executor_id);
@@ -710,18 +810,20 @@ Status EtcdBackend::ReportError(const std::string& executor_id, const std::strin
 Status EtcdBackend::Leave() {
   int round;
   std::function<HeartbeatPayload()> payload;
+  std::string id;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     round = round_;
     payload = payload_;
+    id = executor_id_;
   }
   if (round < 0) return Status::Ok();
   if (payload) {
     HeartbeatPayload last = payload();
     json status = {{"pid", last.program_pid}, {"round", round}, {"left", true}};
-    (void)etcd_->Put(prefix_ + "/status/" + executor_id_, status.dump(), lease_);
+    (void)etcd_->Put(StatusKey(id), status.dump(), lease_);
   }
-  DROVER_RETURN_IF_ERROR(etcd_->Put(RoundDir(round) + "left/" + executor_id_, "").status());
+  DROVER_RETURN_IF_ERROR(etcd_->Put(RoundDir(round) + "left/" + id, "").status());
   DROVER_ASSIGN_OR_RETURN(RoundView view, ReadRound(round));
   return Act(view).status();
 }
@@ -731,14 +833,14 @@ Status EtcdBackend::StopAll() {
 }
 
 Result<ClusterState> EtcdBackend::QueryState(Deadline deadline) {
-  DROVER_ASSIGN_OR_RETURN(RoundView first, Retrying([&] { return ReadRound(0); }, deadline));
+  DROVER_ASSIGN_OR_RETURN(RoundView first, Retrying([&] { return ReadSignals(0); }, deadline));
   DROVER_ASSIGN_OR_RETURN(RoundView view,
                           Retrying([&] { return ReadRound(first.round.round); }, deadline));
-  DROVER_ASSIGN_OR_RETURN(etcd::RangeResult statuses, etcd_->GetPrefix(prefix_ + "/status/"));
+  DROVER_ASSIGN_OR_RETURN(etcd::RangeResult statuses, etcd_->GetPrefix(StatusKey("")));
   std::map<std::string, json> heartbeat;
   for (const KeyValue& kv : statuses.kvs) {
     json parsed = json::parse(kv.value, nullptr, false);
-    if (!parsed.is_discarded()) heartbeat[kv.key.substr(prefix_.size() + 8)] = parsed;
+    if (!parsed.is_discarded()) heartbeat[kv.key.substr(StatusKey("").size())] = parsed;
   }
   ClusterState state;
   state.phase = view.end ? "stopped" : view.cluster ? "formed" : "reserving";
@@ -774,7 +876,7 @@ Result<ClusterState> EtcdBackend::QueryState(Deadline deadline) {
 
 void EtcdBackend::StartHeartbeats(Milliseconds, std::function<HeartbeatPayload()> payload) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (payload) payload_ = std::move(payload);
     heartbeat_now_ = true;
   }
@@ -784,22 +886,25 @@ void EtcdBackend::StartHeartbeats(Milliseconds, std::function<HeartbeatPayload()
 void EtcdBackend::KeepAliveLoop() {
   const Milliseconds period = std::max(Milliseconds(100), o_.lease_ttl / 3);
   Clock::time_point unavailable_since = Clock::time_point::max();
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   for (;;) {
-    cv_.wait_for(lock, period, [&] { return stopping_ || heartbeat_now_; });
+    cv_.wait_for(mu_, period, [&] {
+      mu_.AssertHeld();
+      return stopping_ || heartbeat_now_;
+    });
     if (stopping_) return;
     heartbeat_now_ = false;
     std::function<HeartbeatPayload()> payload = payload_;
     const int round = round_;
     const std::string id = executor_id_;
-    lock.unlock();
+    lock.Unlock();
     Result<int64_t> ttl = etcd_->KeepAlive(lease_);
     if (ttl.ok() && payload && !id.empty()) {
       HeartbeatPayload beat = payload();
       json status = {{"pid", beat.program_pid}, {"round", round}};
-      (void)etcd_->Put(prefix_ + "/status/" + id, status.dump(), lease_);
+      (void)etcd_->Put(StatusKey(id), status.dump(), lease_);
     }
-    lock.lock();
+    lock.Lock();
     if (ttl.ok() && *ttl > 0) {
       unavailable_since = Clock::time_point::max();
     } else if (ttl.ok()) {
@@ -820,7 +925,7 @@ void EtcdBackend::KeepAliveLoop() {
 }
 
 Status EtcdBackend::LeaseStatus() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (lease_lost_) return Status::Unavailable(lease_error_);
   return Status::Ok();
 }
