@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <cstdio>
 #include <cstring>
@@ -21,6 +22,7 @@
 
 #include "cli/resolve_command.h"
 #include "driver/driver.h"
+#include "driver/etcd_run.h"
 #include "driver/gpus.h"
 #include "driver/live_runs.h"
 #include "drover/environment.h"
@@ -78,6 +80,15 @@ struct RunFlags {
   std::string progress = "auto";
   double progress_interval = 10;
   double straggler_after = 30;
+  // The etcd rendezvous (docs/run.md, "A driver that can die").
+  std::string rendezvous;  // etcd://HOST:PORT[,...]/RUN
+  std::string attach;      // etcd://HOST:PORT[,...]/RUN: watch a run going on
+  double lease_ttl = 10;
+  double etcd_timeout = 30;
+  std::string etcd_cacert;
+  std::string etcd_cert;
+  std::string etcd_key;
+  std::string etcd_user;
   std::vector<std::string> command;
 };
 
@@ -161,8 +172,81 @@ Result<std::unique_ptr<slurm::SlurmEngine>> MakeSlurmEngine(const RunFlags& flag
   return slurm::SlurmEngine::Create(std::move(options));
 }
 
+// Stops an etcd run: the driver's loop reads it.
+std::atomic<int> g_etcd_stop{0};
+
+void OnEtcdStop(int signal) {
+  int expected = 0;
+  g_etcd_stop.compare_exchange_strong(expected, signal);
+}
+
+// `drover run --rendezvous etcd://...` and `drover run --attach etcd://...`.
+int RunEtcd(const RunFlags& flags, const ClusterTemplate& cluster, int min_nodes,
+            Milliseconds join_wait, std::ostream& err) {
+  const std::string& address = flags.attach.empty() ? flags.rendezvous : flags.attach;
+  if (address.rfind("etcd://", 0) != 0) {
+    err << "drover run: --rendezvous and --attach take etcd://HOST:PORT[,HOST:PORT...]/RUN; "
+           "got '"
+        << address << "'\n";
+    return kExitBadInput;
+  }
+  if (flags.engine != "local") {
+    err << "drover run: with an etcd rendezvous drover run starts local agents only; on other "
+           "hosts start `drover agent --rendezvous "
+        << address << " --nodes ...` on each (docs/run.md)\n";
+    return kExitBadInput;
+  }
+  if (!flags.feed.inputs.empty()) {
+    err << "drover run: --input is not supported with an etcd rendezvous yet\n";
+    return kExitBadInput;
+  }
+  EtcdDriverOptions options;
+  options.address = address;
+  options.attach = !flags.attach.empty();
+  options.etcd.cluster = cluster;
+  options.etcd.min_nodes = min_nodes;
+  options.etcd.join_wait = join_wait;
+  options.etcd.max_restarts = flags.max_restarts;
+  options.etcd.lease_ttl = ToMs(flags.lease_ttl);
+  options.etcd.unavailable_timeout = ToMs(flags.etcd_timeout);
+  options.etcd.ca_file = flags.etcd_cacert;
+  options.etcd.cert_file = flags.etcd_cert;
+  options.etcd.key_file = flags.etcd_key;
+  const size_t colon = flags.etcd_user.find(':');
+  options.etcd.user = flags.etcd_user.substr(0, colon);
+  if (colon != std::string::npos) {
+    options.etcd.password = flags.etcd_user.substr(colon + 1);
+  } else if (auto password = ProcessEnvironment().Get("DROVER_ETCD_PASSWORD"); password) {
+    options.etcd.password = *password;
+  }
+  options.command = flags.command;
+  options.log_dir = flags.log_dir;
+  options.grace = ToMs(flags.grace);
+  auto self = SelfExecutable();
+  if (!self.ok()) {
+    err << "drover run: " << self.status().message() << "\n";
+    return kExitFailure;
+  }
+  options.drover_binary = *self;
+  options.stop_signal = &g_etcd_stop;
+  struct sigaction action {};
+  action.sa_handler = OnEtcdStop;
+  sigemptyset(&action.sa_mask);
+  for (int signal : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(signal, &action, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+  return RunThroughEtcd(options, std::cout, err);
+}
+
 int Run(RunFlags flags) {
   std::ostream& err = std::cerr;
+  if (!flags.attach.empty()) {
+    if (!flags.rendezvous.empty() || !flags.command.empty()) {
+      err << "drover run: --attach takes over watching a run: give no --rendezvous and no "
+             "command\n";
+      return kExitBadInput;
+    }
+    return RunEtcd(flags, ClusterTemplate{}, 0, Milliseconds(0), err);
+  }
   if (flags.engine != "local" && flags.engine != "ssh" && flags.engine != "slurm") {
     err << "drover run: unknown engine '" << flags.engine << "' (local, ssh or slurm)\n";
     return kExitBadInput;
@@ -248,6 +332,9 @@ int Run(RunFlags flags) {
     }
   }
   options.join_wait = ToMs(flags.join_wait);
+  if (!flags.rendezvous.empty()) {
+    return RunEtcd(flags, options.cluster, options.min_nodes, options.join_wait, err);
+  }
   if (options.min_nodes > 0 && !flags.feed.inputs.empty()) {
     // Equal shares are laid out for one node count; a changing membership
     // takes its partitions from the driver's queue.
@@ -571,7 +658,27 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
                    "never")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  run->add_option("command", flags->command, "The program and its arguments, after --")->required();
+  CLI::Option_group* etcd =
+      run->add_option_group("etcd rendezvous", "A driver that can die (docs/run.md)");
+  etcd->add_option("--rendezvous", flags->rendezvous,
+                   "etcd://HOST:PORT[,HOST:PORT...]/RUN: the nodes form through etcd; the\n"
+                   "agents outlive this driver (killed, the run goes on: --attach)");
+  etcd->add_option("--attach", flags->attach,
+                   "etcd://.../RUN: watch a run going on (its output, rounds and result)");
+  etcd->add_option("--lease-ttl", flags->lease_ttl,
+                   "Seconds after its agent's end that a node counts as lost")
+      ->check(CLI::Range(1.0, 3600.0))
+      ->capture_default_str();
+  etcd->add_option("--etcd-timeout", flags->etcd_timeout,
+                   "Seconds without an etcd quorum before a node gives up")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  etcd->add_option("--etcd-cacert", flags->etcd_cacert, "CA file: talk TLS to etcd");
+  etcd->add_option("--etcd-cert", flags->etcd_cert, "Client certificate file for etcd");
+  etcd->add_option("--etcd-key", flags->etcd_key, "Client key file for etcd");
+  etcd->add_option("--etcd-user", flags->etcd_user,
+                   "etcd user: NAME or NAME:PASSWORD (else DROVER_ETCD_PASSWORD)");
+  run->add_option("command", flags->command, "The program and its arguments, after --");
   run->footer(
       "Examples:\n"
       "  drover run --nodes 3 -- sh -c 'echo rank=$RANK'\n"

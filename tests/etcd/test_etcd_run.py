@@ -36,6 +36,7 @@ echo "$WORLD_SIZE $agent" > "$d/r$DROVER_RESTART_COUNT-$RANK.tmp"
 mv "$d/r$DROVER_RESTART_COUNT-$RANK.tmp" "$d/r$DROVER_RESTART_COUNT-$RANK"
 if [ -f "$d/fail" ] && [ "$RANK" = 0 ]; then exit 3; fi
 while [ ! -f "$d/done" ]; do sleep 0.05; done
+echo "rank=$RANK done"
 '''
 
 
@@ -251,3 +252,47 @@ def test_a_node_asking_for_another_shape_is_refused(tmp_path, agents):
     assert run.wait("1") == 1
     assert "was started with --nodes 2:2; this node asks for --nodes 3:3" in run.log("1")
     run.kill_all()
+
+
+def start_driver(tmp_path, mark, *args, name="driver"):
+    log = open(tmp_path / f"{name}.log", "w")
+    return subprocess.Popen([DROVER, "run", "--log-dir", str(tmp_path / "logs"), *args],
+                            env=clean_env(mark), stdin=subprocess.DEVNULL, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def test_a_killed_driver_leaves_the_run_going_and_attach_takes_it_up(tmp_path, mark, etcd):
+    work = tmp_path / "work"
+    work.mkdir()
+    address = etcd.address("attach")
+    driver = start_driver(tmp_path, mark, "--rendezvous", address, "--nodes", "2", "--",
+                          *shell_program(work))
+    wait_for(lambda: len(round_files(work, 0)) == 2, "both ranks of round 0", [driver])
+    os.killpg(driver.pid, signal.SIGKILL)
+    driver.wait()
+    agents = [agent for _, agent in round_files(work, 0).values()]
+    for agent in agents:
+        os.kill(agent, 0)  # still there: the run goes on without its driver
+    attached = start_driver(tmp_path, mark, "--attach", address, name="attached")
+    wait_for(lambda: "attached to the run" in (tmp_path / "attached.log").read_text(),
+             "the driver to attach", [attached])
+    (work / "done").touch()
+    assert attached.wait(timeout=WAIT_S) == 0, (tmp_path / "attached.log").read_text()
+    log = (tmp_path / "attached.log").read_text()
+    assert "every node's program finished" in log, log
+    assert "[worker:0] rank=0 done" in log and "[worker:1] rank=1 done" in log, log
+    assert not list(work.glob("r1-*")), "the driver's death must not re-form the nodes"
+
+
+def test_sigint_to_the_driver_stops_an_etcd_run(tmp_path, mark, etcd):
+    work = tmp_path / "work"
+    work.mkdir()
+    driver = start_driver(tmp_path, mark, "--rendezvous", etcd.address("interrupt"), "--nodes",
+                          "2", "--", *shell_program(work))
+    wait_for(lambda: len(round_files(work, 0)) == 2, "both ranks of round 0", [driver])
+    os.killpg(driver.pid, signal.SIGINT)
+    assert driver.wait(timeout=WAIT_S) == 128 + signal.SIGINT
+    log = (tmp_path / "driver.log").read_text()
+    assert "SIGINT: stopping the run" in log, log
+    status = drover_status(etcd.address("interrupt"))
+    assert "stopped" in status.stdout, status.stdout + status.stderr

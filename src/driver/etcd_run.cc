@@ -1,0 +1,374 @@
+#include "driver/etcd_run.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <thread>
+
+#include "os/subprocess.h"
+
+namespace drover {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// How often the driver looks at the run and the nodes' logs.
+constexpr Milliseconds kPollInterval{200};
+// The KV key where the driver leaves what an attaching driver needs.
+constexpr char kDriverKey[] = "drover/driver";
+// How long the nodes get to go after the run ended, beyond the grace time.
+constexpr Milliseconds kExitSlack{30'000};
+
+std::string HostName() {
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  return host;
+}
+
+std::string RunName(const std::string& address) {
+  std::string name = address.substr(address.rfind('/') + 1);
+  for (char& c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') c = '_';
+  }
+  return name;
+}
+
+std::string Seconds(Milliseconds ms) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", static_cast<double>(ms.count()) / 1000.0);
+  return text;
+}
+
+// One node's agent as the driver knows it: its log and, when it runs on
+// this host, its pid.
+struct LocalNode {
+  std::string executor_id;
+  std::string log;
+  int pid = 0;
+  bool child = false;  // started by this driver process: reaped here
+  uint64_t offset = 0;
+  std::string partial;  // an unfinished last line
+
+  bool Running() {
+    if (pid <= 0) return false;
+    if (child) {
+      int status = 0;
+      if (::waitpid(pid, &status, WNOHANG) == pid) {
+        pid = 0;
+        return false;
+      }
+      return true;
+    }
+    if (::kill(pid, 0) != 0 && errno == ESRCH) {
+      pid = 0;
+      return false;
+    }
+    return true;
+  }
+};
+
+// Starts one `drover agent` in a session of its own, its output appended to
+// `log`, so that it outlives this driver. Everything the child needs is
+// made before fork: the driver has threads, so the child only calls
+// async-signal-safe functions.
+Result<int> SpawnDetached(const std::vector<std::string>& argv, const std::string& log,
+                          const std::string& password) {
+  const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::IoError("cannot open " + log + ": " + std::strerror(errno));
+  std::vector<char*> args;
+  for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+  args.push_back(nullptr);
+  std::vector<std::string> variables;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    if (std::string_view(*entry).rfind("DROVER_ETCD_PASSWORD=", 0) != 0) {
+      variables.emplace_back(*entry);
+    }
+  }
+  if (!password.empty()) variables.push_back("DROVER_ETCD_PASSWORD=" + password);
+  std::vector<char*> envp;
+  for (std::string& variable : variables) envp.push_back(variable.data());
+  envp.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fd);
+    return Status::IoError(std::string("fork: ") + std::strerror(errno));
+  }
+  if (pid == 0) {
+    ::setsid();
+    const int null = ::open("/dev/null", O_RDONLY);
+    ::dup2(null, 0);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    ::execve(args[0], args.data(), envp.data());
+    static const char kWhy[] = "drover run: cannot run the drover agent\n";
+    ssize_t ignored = ::write(2, kWhy, sizeof(kWhy) - 1);
+    (void)ignored;
+    ::_exit(127);
+  }
+  ::close(fd);
+  return static_cast<int>(pid);
+}
+
+std::vector<std::string> AgentArgv(const EtcdDriverOptions& o, const std::string& executor_id) {
+  const EtcdRunOptions& e = o.etcd;
+  const int min = e.min_nodes > 0 ? e.min_nodes : e.cluster.num_nodes;
+  std::vector<std::string> argv = {
+      o.drover_binary,  "agent",
+      "--rendezvous",   o.address,
+      "--executor-id",  executor_id,
+      "--host",         o.host,
+      "--nodes",        std::to_string(min) + ":" + std::to_string(e.cluster.num_nodes),
+      "--ps",           std::to_string(e.cluster.num_ps),
+      "--max-restarts", std::to_string(e.max_restarts),
+      "--join-wait",    Seconds(e.join_wait),
+      "--lease-ttl",    Seconds(e.lease_ttl),
+      "--etcd-timeout", Seconds(e.unavailable_timeout),
+      "--grace",        Seconds(o.grace)};
+  auto add = [&](const char* flag, const std::string& value) {
+    if (!value.empty()) argv.insert(argv.end(), {flag, value});
+  };
+  add("--etcd-cacert", e.ca_file);
+  add("--etcd-cert", e.cert_file);
+  add("--etcd-key", e.key_file);
+  add("--etcd-user", e.user);
+  argv.push_back("--");
+  argv.insert(argv.end(), o.command.begin(), o.command.end());
+  return argv;
+}
+
+class EtcdWatch {
+ public:
+  EtcdWatch(const EtcdDriverOptions& options, std::ostream& out, std::ostream& err)
+      : o_(options), out_(out), err_(err) {}
+
+  int Run();
+
+ private:
+  Status Launch();
+  Status Adopt(const json& record);
+  // Prints what the nodes wrote since the last look.
+  void Relay();
+  void RelayNode(LocalNode& node);
+  void Report(const ClusterState& state);
+  // Waits for this host's agents to exit (they do once the run ended).
+  void AwaitAgents(Milliseconds limit);
+  std::string Tag(const std::string& executor_id) const;
+  int Fail(const std::string& message) {
+    err_ << "drover run: " << message << "\n" << std::flush;
+    return 1;
+  }
+
+  const EtcdDriverOptions& o_;
+  std::ostream& out_;
+  std::ostream& err_;
+  std::unique_ptr<RendezvousClient> client_;
+  std::vector<LocalNode> nodes_;
+  std::map<std::string, std::string> tags_;  // executor id -> "worker:0"
+  int round_ = -1;
+  std::string phase_;
+};
+
+std::string EtcdWatch::Tag(const std::string& executor_id) const {
+  auto it = tags_.find(executor_id);
+  return it != tags_.end() ? it->second : "executor " + executor_id;
+}
+
+Status EtcdWatch::Launch() {
+  const fs::path dir = fs::absolute(fs::path(o_.log_dir.empty() ? "drover-logs" : o_.log_dir) /
+                                    ("etcd-" + RunName(o_.address)));
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return Status::IoError("cannot make " + dir.string() + ": " + ec.message());
+  json record = {{"host", HostName()}, {"log_dir", dir.string()}, {"command", o_.command}};
+  for (int i = 0; i < o_.etcd.cluster.num_nodes; ++i) {
+    LocalNode node;
+    node.executor_id = std::to_string(i);
+    node.log = (dir / ("node-" + node.executor_id + ".log")).string();
+    DROVER_ASSIGN_OR_RETURN(
+        node.pid, SpawnDetached(AgentArgv(o_, node.executor_id), node.log, o_.etcd.password));
+    node.child = true;
+    record["nodes"].push_back(
+        {{"executor_id", node.executor_id}, {"pid", node.pid}, {"log", node.log}});
+    nodes_.push_back(std::move(node));
+  }
+  err_ << "drover run: started " << nodes_.size() << " agents through " << o_.address
+       << " (logs in " << dir.string() << "); the run goes on if this driver dies: "
+       << "drover run --attach " << o_.address << "\n"
+       << std::flush;
+  return client_->Set(kDriverKey, record.dump(), Clock::now() + o_.etcd.unavailable_timeout);
+}
+
+Status EtcdWatch::Adopt(const json& record) {
+  const bool here = record.value("host", "") == HostName();
+  for (const json& entry : record.value("nodes", json::array())) {
+    LocalNode node;
+    node.executor_id = entry.value("executor_id", "");
+    node.log = entry.value("log", "");
+    node.pid = here ? entry.value("pid", 0) : 0;
+    // Only what comes from now on: the rest was printed by the last driver.
+    std::error_code ec;
+    if (here) node.offset = fs::file_size(node.log, ec);
+    if (ec) node.offset = 0;
+    nodes_.push_back(std::move(node));
+  }
+  err_ << "drover run: attached to the run at " << o_.address
+       << (here ? "" : " (its agents run on " + record.value("host", "?") + ")") << "\n"
+       << std::flush;
+  return Status::Ok();
+}
+
+void EtcdWatch::RelayNode(LocalNode& node) {
+  const int fd = ::open(node.log.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  char buffer[64 << 10];
+  for (;;) {
+    const ssize_t got = ::pread(fd, buffer, sizeof(buffer), static_cast<off_t>(node.offset));
+    if (got <= 0) break;
+    node.offset += static_cast<uint64_t>(got);
+    node.partial.append(buffer, static_cast<size_t>(got));
+    size_t start = 0;
+    for (size_t end; (end = node.partial.find('\n', start)) != std::string::npos; start = end + 1) {
+      out_ << "[" << Tag(node.executor_id) << "] "
+           << std::string_view(node.partial).substr(start, end - start) << "\n";
+    }
+    node.partial.erase(0, start);
+  }
+  ::close(fd);
+}
+
+void EtcdWatch::Relay() {
+  for (LocalNode& node : nodes_) {
+    if (fs::exists(node.log)) RelayNode(node);
+  }
+  out_ << std::flush;
+}
+
+void EtcdWatch::Report(const ClusterState& state) {
+  for (const NodeStatus& node : state.nodes) {
+    if (node.node.task_index >= 0) {
+      tags_[node.node.executor_id] =
+          node.node.job_name + ":" + std::to_string(node.node.task_index);
+    }
+  }
+  if (state.round != round_ && state.round > 0) {
+    err_ << "drover run: round " << state.round << ": " << state.round_reason << "\n";
+  }
+  if (state.phase == "formed" && (phase_ != "formed" || state.round != round_)) {
+    std::string members;
+    for (const NodeStatus& node : state.nodes) {
+      members +=
+          (members.empty() ? "" : ", ") + Tag(node.node.executor_id) + " on " + node.node.host;
+    }
+    err_ << "drover run: formed with " << state.nodes.size() << " nodes: " << members << "\n";
+  }
+  round_ = state.round;
+  phase_ = state.phase;
+  err_ << std::flush;
+}
+
+void EtcdWatch::AwaitAgents(Milliseconds limit) {
+  const Deadline deadline = Clock::now() + limit;
+  for (;;) {
+    Relay();
+    bool running = false;
+    for (LocalNode& node : nodes_) running = node.Running() || running;
+    if (!running) return;
+    if (Clock::now() >= deadline) {
+      for (LocalNode& node : nodes_) {
+        if (node.Running()) {
+          err_ << "drover run: the agent of " << Tag(node.executor_id) << " (pid " << node.pid
+               << ") did not exit within " << Seconds(limit) << " s of the run's end\n";
+        }
+      }
+      return;
+    }
+    std::this_thread::sleep_for(kPollInterval);
+  }
+}
+
+int EtcdWatch::Run() {
+  RendezvousClientOptions options;
+  options.address = o_.address;
+  options.etcd = o_.etcd;
+  if (o_.attach) options.etcd.cluster.num_nodes = 0;  // watch only
+  const Deadline connect_by = Clock::now() + o_.etcd.unavailable_timeout;
+  Result<std::unique_ptr<RendezvousClient>> connected =
+      RendezvousClient::Connect(options, connect_by);
+  if (!connected.ok()) return Fail(connected.status().message());
+  client_ = std::move(connected).value();
+  Result<std::optional<std::string>> record = client_->Get(kDriverKey, connect_by);
+  if (!record.ok()) return Fail(record.status().message());
+  Result<ClusterState> state = client_->QueryState(connect_by);
+  if (!state.ok()) return Fail(state.status().message());
+  if (state->phase == "stopped") {
+    return Fail("the run at " + o_.address + " has ended (" + state->stop_reason +
+                "); give a new RUN to start another");
+  }
+  if (record->has_value()) {
+    json parsed = json::parse(**record, nullptr, false);
+    if (Status adopted = Adopt(parsed.is_object() ? parsed : json::object()); !adopted.ok()) {
+      return Fail(adopted.message());
+    }
+  } else if (o_.attach) {
+    err_ << "drover run: attached to the run at " << o_.address
+         << " (its agents were started by hand: their output stays with them)\n";
+  } else if (Status launched = Launch(); !launched.ok()) {
+    return Fail(launched.message());
+  }
+
+  Clock::time_point unavailable_since = Clock::time_point::max();
+  for (;;) {
+    if (o_.stop_signal != nullptr && o_.stop_signal->load() != 0) {
+      const int signal = o_.stop_signal->load();
+      err_ << "drover run: " << os::SignalName(signal) << ": stopping the run\n" << std::flush;
+      (void)client_->StopAll();
+      AwaitAgents(o_.grace + kExitSlack);
+      return 128 + signal;
+    }
+    Relay();
+    Result<ClusterState> now = client_->QueryState(Clock::now() + o_.etcd.unavailable_timeout);
+    if (!now.ok()) {
+      if (unavailable_since == Clock::time_point::max()) {
+        unavailable_since = Clock::now();
+        err_ << "drover run: " << now.status().message() << "; the nodes go on without etcd for "
+             << Seconds(o_.etcd.unavailable_timeout) << " s\n";
+      }
+      if (Clock::now() - unavailable_since > o_.etcd.unavailable_timeout + o_.etcd.lease_ttl) {
+        AwaitAgents(o_.grace + kExitSlack);
+        return Fail("lost etcd: " + now.status().message());
+      }
+      std::this_thread::sleep_for(kPollInterval);
+      continue;
+    }
+    unavailable_since = Clock::time_point::max();
+    Report(*now);
+    if (now->phase == "stopped") {
+      AwaitAgents(o_.grace + kExitSlack);
+      const bool failed = now->stop_reason.rfind("failed: ", 0) == 0;
+      if (failed) return Fail("the run failed: " + now->stop_reason.substr(8));
+      err_ << "drover run: the run at " << o_.address << " finished: " << now->stop_reason << "\n"
+           << std::flush;
+      return 0;
+    }
+    std::this_thread::sleep_for(kPollInterval);
+  }
+}
+
+}  // namespace
+
+int RunThroughEtcd(const EtcdDriverOptions& options, std::ostream& out, std::ostream& err) {
+  EtcdWatch watch(options, out, err);
+  return watch.Run();
+}
+
+}  // namespace drover

@@ -1,0 +1,43 @@
+// `drover run --rendezvous etcd://HOST:PORT[,...]/RUN`: a driver that can die
+// (docs/run.md, "A driver that can die"). The nodes form through etcd
+// (docs/protocol.md, "The etcd backend"), so the driver is on no path the
+// run needs: it starts the agents detached (their own sessions, output to
+// per-node log files), then only watches: it prints the nodes' output and
+// the rounds, and exits with the run's result. Killed, it leaves the run
+// going; the same command again, or `drover run --attach etcd://.../RUN`,
+// takes the watch up again. SIGINT or SIGTERM stops the run, as it does a
+// driver of the built-in rendezvous.
+
+#ifndef DROVER_DRIVER_ETCD_RUN_H_
+#define DROVER_DRIVER_ETCD_RUN_H_
+
+#include <atomic>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "drover/rendezvous.h"
+
+namespace drover {
+
+struct EtcdDriverOptions {
+  std::string address;  // etcd://HOST:PORT[,...]/RUN
+  EtcdRunOptions etcd;  // etcd's TLS and user, the run's shape
+  bool attach = false;  // only attach: never start agents
+  std::vector<std::string> command;
+  std::string log_dir;             // the nodes' logs go to LOG_DIR/etcd-RUN/node-N.log
+  std::string drover_binary;       // runs `drover agent`
+  std::string host = "127.0.0.1";  // the address each local node advertises
+  Milliseconds grace{5'000};
+  // Set by a signal handler: stop the run (the signal's number).
+  const std::atomic<int>* stop_signal = nullptr;
+};
+
+// Runs (or attaches to) the run and returns the process exit code: 0 when
+// every node's program finished, 1 when the run failed (after saying why),
+// 2 for bad input, 128 + signal when a signal stopped it.
+int RunThroughEtcd(const EtcdDriverOptions& options, std::ostream& out, std::ostream& err);
+
+}  // namespace drover
+
+#endif  // DROVER_DRIVER_ETCD_RUN_H_
