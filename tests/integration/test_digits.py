@@ -93,6 +93,10 @@ def wait_for_first_checkpoint(proc, log_dir):
     deadline = time.monotonic() + 300
     while not checkpoint.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
+    if not checkpoint.exists() and proc.poll() is not None:
+        stdout, stderr = proc.communicate()
+        raise AssertionError(f"drover exited ({proc.returncode}) before the first checkpoint:\n"
+                             + stdout + stderr)
     assert checkpoint.exists(), "no checkpoint was written"
 
 
