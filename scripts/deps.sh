@@ -32,8 +32,9 @@ PACKAGES=(
   # the driver's status server (cpp-httplib) and its tests: the page in
   # headless Chromium, /metrics read by the Prometheus text-format parser
   libcpp-httplib-dev chromium python3-prometheus-client python3-websocket
-  # the etcd rendezvous backend's tests (a real etcd, started by the tests)
-  etcd-server etcd-client
+  # the etcd rendezvous backend's tests (a real etcd, started by the tests;
+  # openssl makes the certificates of the TLS test)
+  etcd-server etcd-client openssl
 )
 
 missing=()

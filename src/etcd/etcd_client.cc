@@ -275,6 +275,24 @@ Milliseconds CeilMs(Clock::duration d) {
   return std::chrono::ceil<Milliseconds>(std::max(d, Clock::duration::zero()));
 }
 
+// cpp-httplib's error, said so that the user knows what to check.
+std::string DescribeHttpError(httplib::Error error) {
+  switch (error) {
+    case httplib::Error::Connection:
+      return "connection refused or unreachable";
+    case httplib::Error::Read:
+      return "the connection closed without an HTTP answer (a TLS member? give --etcd-cacert)";
+    case httplib::Error::SSLConnection:
+      return "the TLS handshake failed (check --etcd-cacert, and --etcd-cert/--etcd-key if "
+             "etcd asks for a client certificate)";
+    case httplib::Error::SSLServerVerification:
+      return "etcd's certificate is not signed by --etcd-cacert's CA or does not name this "
+             "address";
+    default:
+      return httplib::to_string(error);
+  }
+}
+
 // What one member did with one request.
 struct Exchange {
   httplib::Error error = httplib::Error::Success;
@@ -339,7 +357,7 @@ Judgement Judge(const Exchange& exchange, Milliseconds timeout) {
     return out;
   }
   out.kind = Judgement::Kind::kUnreachable;
-  out.why = httplib::to_string(exchange.error);
+  out.why = DescribeHttpError(exchange.error);
   return out;
 }
 

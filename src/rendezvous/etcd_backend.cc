@@ -1023,8 +1023,10 @@ Result<std::unique_ptr<RendezvousClient::Backend>> ConnectEtcd(RendezvousClientO
   connection.user = options.etcd.user;
   connection.password = options.etcd.password;
   connection.request_timeout = options.etcd.request_timeout;
+  // etcd not answering is --etcd-timeout's to bound, not the reservation's.
+  const Deadline reach_by = std::min(deadline, Clock::now() + options.etcd.unavailable_timeout);
   DROVER_ASSIGN_OR_RETURN(std::unique_ptr<EtcdClient> etcd,
-                          EtcdClient::Connect(std::move(connection), deadline));
+                          EtcdClient::Connect(std::move(connection), reach_by));
   auto backend = std::make_unique<EtcdBackend>(std::move(options), std::move(etcd), address.prefix);
   DROVER_RETURN_IF_ERROR(backend->Start(deadline));
   return std::unique_ptr<RendezvousClient::Backend>(std::move(backend));

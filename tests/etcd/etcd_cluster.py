@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import signal
+import ssl
 import socket
 import subprocess
 import sys
@@ -56,19 +57,54 @@ def _free_ports(count):
             s.close()
 
 
-def _healthy(endpoint):
+def _healthy(endpoint, tls=None):
     try:
-        with urllib.request.urlopen("http://%s/health" % endpoint, timeout=2) as response:
+        context = None
+        scheme = "http"
+        if tls is not None:
+            scheme = "https"
+            context = ssl.create_default_context(cafile=str(tls.ca))
+            context.load_cert_chain(str(tls.client_cert), str(tls.client_key))
+        with urllib.request.urlopen("%s://%s/health" % (scheme, endpoint), timeout=2,
+                                    context=context) as response:
             return json.loads(response.read().decode()).get("health") == "true"
     except (OSError, ValueError, urllib.error.URLError):
         return False
+
+
+class TlsFiles:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate,
+    made with the openssl command in `directory`."""
+
+    def __init__(self, directory):
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        self.ca, self.ca_key = d / "ca.pem", d / "ca-key.pem"
+        self.server_cert, self.server_key = d / "server.pem", d / "server-key.pem"
+        self.client_cert, self.client_key = d / "client.pem", d / "client-key.pem"
+
+        def run(*args):
+            subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+        run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
+            "/CN=drover-test-ca", "-keyout", str(self.ca_key), "-out", str(self.ca))
+        ext = d / "server.ext"
+        ext.write_text("subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n")
+        for cert, key, name in ((self.server_cert, self.server_key, "127.0.0.1"),
+                                (self.client_cert, self.client_key, "drover-test-client")):
+            csr = d / (name + ".csr")
+            run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=" + name, "-keyout",
+                str(key), "-out", str(csr))
+            run("x509", "-req", "-in", str(csr), "-CA", str(self.ca), "-CAkey", str(self.ca_key),
+                "-CAcreateserial", "-days", "2", "-extfile", str(ext), "-out", str(cert))
 
 
 class EtcdCluster:
     """N etcd members on loopback. `endpoints`: "127.0.0.1:PORT" per member,
     member i at [i]."""
 
-    def __init__(self, tmp_path, members=3, etcd="etcd", extra_args=(), start_timeout=30):
+    def __init__(self, tmp_path, members=3, etcd="etcd", extra_args=(), start_timeout=30,
+                 tls=None):
         self.tmp_path = Path(tmp_path)
         self.dir = None  # a fresh directory under tmp_path, made by start()
         self.members = members
@@ -79,6 +115,8 @@ class EtcdCluster:
         self.logs = []
         self._processes = []
         self._attempt = 0
+        # A TlsFiles: clients speak https and must show a certificate of the CA.
+        self.tls = tls
 
     # -- lifecycle
 
@@ -115,7 +153,13 @@ class EtcdCluster:
     def _start_once(self):
         self._attempt += 1
         ports = _free_ports(2 * self.members)
-        client_urls = ["http://127.0.0.1:%d" % ports[2 * i] for i in range(self.members)]
+        scheme = "https" if self.tls else "http"
+        client_urls = ["%s://127.0.0.1:%d" % (scheme, ports[2 * i]) for i in range(self.members)]
+        tls_args = []
+        if self.tls:
+            tls_args = ["--cert-file=%s" % self.tls.server_cert,
+                        "--key-file=%s" % self.tls.server_key,
+                        "--trusted-ca-file=%s" % self.tls.ca, "--client-cert-auth"]
         peer_urls = ["http://127.0.0.1:%d" % ports[2 * i + 1] for i in range(self.members)]
         cluster = ",".join("m%d=%s" % (i, url) for i, url in enumerate(peer_urls))
         token = "drover-pytest-%d-%d-%d" % (os.getpid(), id(self), self._attempt)
@@ -131,7 +175,7 @@ class EtcdCluster:
                     "--listen-peer-urls=" + peer_urls[i],
                     "--initial-advertise-peer-urls=" + peer_urls[i],
                     "--initial-cluster=" + cluster, "--initial-cluster-state=new",
-                    "--initial-cluster-token=" + token, "--logger=zap"] + self.extra_args
+                    "--initial-cluster-token=" + token, "--logger=zap"] + tls_args + self.extra_args
             with open(log_path, "wb") as log:
                 process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
                                            stderr=subprocess.STDOUT, start_new_session=True,
@@ -140,7 +184,7 @@ class EtcdCluster:
             self.logs.append(log_path)
         deadline = time.monotonic() + self.start_timeout
         for i, endpoint in enumerate(self.endpoints):
-            while not _healthy(endpoint):
+            while not _healthy(endpoint, self.tls):
                 for j, process in enumerate(self._processes):
                     if process.poll() is not None:
                         raise RuntimeError("etcd member m%d at %s exited with %s before the "

@@ -20,7 +20,7 @@ sys.path.insert(0, str(REPO / "python" / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cluster_util import MARK_VARIABLE, assert_no_leftovers, new_mark  # noqa: E402
-from etcd_cluster import EtcdCluster  # noqa: E402
+from etcd_cluster import EtcdCluster, TlsFiles  # noqa: E402
 
 DROVER = os.path.abspath(os.environ.get("DROVER_BIN", str(REPO / "build" / "bin" / "drover")))
 TRAIN = REPO / "examples" / "digits" / "train.py"
@@ -296,3 +296,70 @@ def test_sigint_to_the_driver_stops_an_etcd_run(tmp_path, mark, etcd):
     assert "SIGINT: stopping the run" in log, log
     status = drover_status(etcd.address("interrupt"))
     assert "stopped" in status.stdout, status.stdout + status.stderr
+
+
+def test_tls_and_a_client_certificate_pass_through(tmp_path, mark):
+    tls = TlsFiles(tmp_path / "tls")
+    with EtcdCluster(tmp_path / "etcd", members=1, tls=tls) as etcd:
+        work = tmp_path / "work"
+        work.mkdir()
+        (work / "done").touch()
+        run = Agents(tmp_path, mark, etcd.address("tls"))
+        try:
+            flags = ("--nodes", "2", "--etcd-cacert", str(tls.ca), "--etcd-cert",
+                     str(tls.client_cert), "--etcd-key", str(tls.client_key))
+            for i in range(2):
+                run.start(str(i), *flags, command=shell_program(work))
+            assert [run.wait(str(i)) for i in range(2)] == [0, 0], run.log("0") + run.log("1")
+            # Without the CA the agent cannot trust etcd, and says so.
+            run.start("plain", "--nodes", "2", "--etcd-timeout", "2",
+                      command=shell_program(work))
+            assert run.wait("plain") == 1
+            assert "etcd" in run.log("plain"), run.log("plain")
+        finally:
+            run.kill_all()
+
+
+def test_etcd_users_pass_through_and_a_wrong_password_is_refused(tmp_path, mark, etcd):
+    etcd.etcdctl("user", "add", "root:rootpw", "--interactive=false")
+    etcd.etcdctl("user", "add", "trainer:secret", "--interactive=false")
+    etcd.etcdctl("role", "add", "runs")
+    etcd.etcdctl("role", "grant-permission", "runs", "--prefix=true", "readwrite", "/users/")
+    etcd.etcdctl("user", "grant-role", "trainer", "runs")
+    etcd.etcdctl("auth", "enable")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "done").touch()
+    run = Agents(tmp_path, mark, etcd.address("users/run"))
+    for i in range(2):
+        run.start(str(i), "--nodes", "2", "--etcd-user", "trainer:secret",
+                  command=shell_program(work))
+    assert [run.wait(str(i)) for i in range(2)] == [0, 0], run.log("0") + run.log("1")
+    run.start("wrong", "--nodes", "2", "--etcd-user", "trainer:nope",
+              command=shell_program(work))
+    assert run.wait("wrong") == 1
+    assert "permission denied" in run.log("wrong").lower() or \
+        "authentication failed" in run.log("wrong").lower(), run.log("wrong")
+    # Outside the user's prefix: etcd refuses, and the agent says so.
+    outside = Agents(tmp_path, mark, etcd.address("elsewhere"))
+    outside.start("x", "--nodes", "1", "--etcd-user", "trainer:secret",
+                  command=shell_program(work))
+    assert outside.wait("x") == 1
+    assert "permission denied" in outside.log("x").lower(), outside.log("x")
+
+
+def test_nothing_in_etcd_is_a_secret(tmp_path, agents, etcd):
+    """No cluster token exists in an etcd run, and no key holds one: every
+    value is the run's shape, rounds, nodes, or what the programs stored."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "done").touch()
+    run = agents("secrets")
+    for i in range(2):
+        run.start(str(i), "--nodes", "2", command=shell_program(work))
+    assert [run.wait(str(i)) for i in range(2)] == [0, 0]
+    dump = etcd.etcdctl("get", "--prefix", "/secrets")
+    assert "/secrets/c/f/config" in dump and "/secrets/c/f/end" in dump, dump
+    import re
+    assert not re.search(r"[0-9a-f]{64}", dump), dump
+    assert "drover-node-v1" not in dump and "drover-status-v1" not in dump
