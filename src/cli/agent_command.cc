@@ -7,13 +7,13 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "cli/etcd_flags.h"
 #include "cli/resolve_command.h"
 #include "cli/run_command.h"
 #include "drover/agent.h"
@@ -43,10 +43,7 @@ struct AgentFlags {
   double join_wait = 30;
   double lease_ttl = 10;
   double etcd_timeout = 30;
-  std::string etcd_cacert;
-  std::string etcd_cert;
-  std::string etcd_key;
-  std::string etcd_user;  // NAME or NAME:PASSWORD
+  EtcdFlags etcd;
   std::string feed_plan;
   std::string feed_plan_json;
   int exit_with_parent = 0;
@@ -154,16 +151,7 @@ Result<EtcdRunOptions> EtcdOptionsOf(const AgentFlags& flags) {
   etcd.join_wait = Seconds(flags.join_wait);
   etcd.lease_ttl = Seconds(flags.lease_ttl);
   etcd.unavailable_timeout = Seconds(flags.etcd_timeout);
-  etcd.ca_file = flags.etcd_cacert;
-  etcd.cert_file = flags.etcd_cert;
-  etcd.key_file = flags.etcd_key;
-  const size_t colon = flags.etcd_user.find(':');
-  etcd.user = flags.etcd_user.substr(0, colon);
-  if (colon != std::string::npos) {
-    etcd.password = flags.etcd_user.substr(colon + 1);
-  } else if (const char* password = std::getenv("DROVER_ETCD_PASSWORD"); password != nullptr) {
-    etcd.password = password;
-  }
+  flags.etcd.ApplyTo(&etcd);
   return etcd;
 }
 
@@ -302,11 +290,7 @@ void AddAgentCommand(CLI::App& app, int* exit_code) {
                    "etcd: seconds without an etcd quorum before the node gives up")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  agent->add_option("--etcd-cacert", flags->etcd_cacert, "etcd: CA file; talk TLS to etcd");
-  agent->add_option("--etcd-cert", flags->etcd_cert, "etcd: client certificate file");
-  agent->add_option("--etcd-key", flags->etcd_key, "etcd: client key file");
-  agent->add_option("--etcd-user", flags->etcd_user,
-                    "etcd: NAME or NAME:PASSWORD (else DROVER_ETCD_PASSWORD)");
+  flags->etcd.AddTo(agent, "etcd: ");
   agent->add_option("--host", flags->host,
                     "This node's address in the cluster (default: the host name)");
   agent->add_option("--ports", flags->ports, "Ports to reserve; the first is the node's address")

@@ -20,6 +20,7 @@
 #include <tuple>
 #include <vector>
 
+#include "cli/etcd_flags.h"
 #include "cli/resolve_command.h"
 #include "driver/driver.h"
 #include "driver/etcd_run.h"
@@ -85,10 +86,7 @@ struct RunFlags {
   std::string attach;      // etcd://HOST:PORT[,...]/RUN: watch a run going on
   double lease_ttl = 10;
   double etcd_timeout = 30;
-  std::string etcd_cacert;
-  std::string etcd_cert;
-  std::string etcd_key;
-  std::string etcd_user;
+  EtcdFlags etcd;
   std::vector<std::string> command;
 };
 
@@ -209,16 +207,7 @@ int RunEtcd(const RunFlags& flags, const ClusterTemplate& cluster, int min_nodes
   options.etcd.max_restarts = flags.max_restarts;
   options.etcd.lease_ttl = ToMs(flags.lease_ttl);
   options.etcd.unavailable_timeout = ToMs(flags.etcd_timeout);
-  options.etcd.ca_file = flags.etcd_cacert;
-  options.etcd.cert_file = flags.etcd_cert;
-  options.etcd.key_file = flags.etcd_key;
-  const size_t colon = flags.etcd_user.find(':');
-  options.etcd.user = flags.etcd_user.substr(0, colon);
-  if (colon != std::string::npos) {
-    options.etcd.password = flags.etcd_user.substr(colon + 1);
-  } else if (auto password = ProcessEnvironment().Get("DROVER_ETCD_PASSWORD"); password) {
-    options.etcd.password = *password;
-  }
+  flags.etcd.ApplyTo(&options.etcd);
   options.command = flags.command;
   options.log_dir = flags.log_dir;
   options.grace = ToMs(flags.grace);
@@ -673,11 +662,7 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
                    "Seconds without an etcd quorum before a node gives up")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  etcd->add_option("--etcd-cacert", flags->etcd_cacert, "CA file: talk TLS to etcd");
-  etcd->add_option("--etcd-cert", flags->etcd_cert, "Client certificate file for etcd");
-  etcd->add_option("--etcd-key", flags->etcd_key, "Client key file for etcd");
-  etcd->add_option("--etcd-user", flags->etcd_user,
-                   "etcd user: NAME or NAME:PASSWORD (else DROVER_ETCD_PASSWORD)");
+  flags->etcd.AddTo(etcd, "");
   run->add_option("command", flags->command, "The program and its arguments, after --");
   run->footer(
       "Examples:\n"

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -174,16 +173,7 @@ std::string EtcdStateText(const std::string& target, const ClusterState& state) 
 int ShowEtcdRun(const RunStatusFlags& flags, std::ostream& out, std::ostream& err) {
   RendezvousClientOptions options;
   options.address = flags.target;
-  options.etcd.ca_file = flags.etcd_cacert;
-  options.etcd.cert_file = flags.etcd_cert;
-  options.etcd.key_file = flags.etcd_key;
-  const size_t colon = flags.etcd_user.find(':');
-  options.etcd.user = flags.etcd_user.substr(0, colon);
-  if (colon != std::string::npos) {
-    options.etcd.password = flags.etcd_user.substr(colon + 1);
-  } else if (const char* password = std::getenv("DROVER_ETCD_PASSWORD"); password != nullptr) {
-    options.etcd.password = password;
-  }
+  flags.etcd.ApplyTo(&options.etcd);
   options.etcd.cluster.num_nodes = 0;  // watch only
   options.etcd.unavailable_timeout = std::chrono::seconds(10);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);

@@ -10,6 +10,8 @@
 #include <ostream>
 #include <string>
 
+#include "cli/etcd_flags.h"
+
 namespace drover::cli {
 
 struct RunStatusFlags {
@@ -24,10 +26,7 @@ struct RunStatusFlags {
   bool json = false;       // print /api/cluster as it came
   double watch = 0;        // > 0: redraw every this many seconds until the run ends
   // An etcd:// target: etcd's TLS and user (the agent's --etcd-* flags).
-  std::string etcd_cacert;
-  std::string etcd_cert;
-  std::string etcd_key;
-  std::string etcd_user;  // NAME or NAME:PASSWORD (else DROVER_ETCD_PASSWORD)
+  EtcdFlags etcd;
 };
 
 // Returns the exit code: 0 shown, 1 nothing to show (no run, unreachable,

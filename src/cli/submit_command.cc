@@ -520,11 +520,7 @@ void AddStatus(CLI::App& app, int* exit_code) {
                      "For a status server beyond loopback: the run's status.token, or the\n"
                      "cluster token (only the status key derived from it is sent)");
   status->add_flag("--json", flags->json, "Print the status server's /api/cluster JSON");
-  status->add_option("--etcd-cacert", flags->etcd_cacert, "etcd:// targets: CA file (TLS)");
-  status->add_option("--etcd-cert", flags->etcd_cert, "etcd:// targets: client certificate");
-  status->add_option("--etcd-key", flags->etcd_key, "etcd:// targets: client key");
-  status->add_option("--etcd-user", flags->etcd_user,
-                     "etcd:// targets: NAME or NAME:PASSWORD (else DROVER_ETCD_PASSWORD)");
+  flags->etcd.AddTo(status, "etcd:// targets: ");
   status->add_option("--watch", flags->watch, "Redraw every SECONDS until the run ends")
       ->check(CLI::PositiveNumber);
   status->footer(
