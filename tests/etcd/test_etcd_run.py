@@ -363,3 +363,28 @@ def test_nothing_in_etcd_is_a_secret(tmp_path, agents, etcd):
     import re
     assert not re.search(r"[0-9a-f]{64}", dump), dump
     assert "drover-node-v1" not in dump and "drover-status-v1" not in dump
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--rendezvous", "127.0.0.1:2379", "--nodes", "2", "--", "true"],
+     "--rendezvous and --attach take etcd://"),
+    (["--rendezvous", "etcd://127.0.0.1:1/r", "--workers", "2", "--chief", "--", "true"],
+     "--chief and --evaluator are not supported with an etcd rendezvous"),
+    (["--rendezvous", "etcd://127.0.0.1:1/r", "--nodes", "2", "--input", "x.csv", "--", "true"],
+     "--input is not supported with an etcd rendezvous"),
+    (["--attach", "etcd://127.0.0.1:1/r", "--", "true"], "--attach takes over watching a run"),
+])
+def test_bad_etcd_runs_are_bad_input(args, message):
+    done = subprocess.run([DROVER, "run", *args], capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr, done.stderr
+
+
+def test_an_agent_without_a_reachable_etcd_says_so_within_its_timeout(tmp_path):
+    done = subprocess.run(
+        [DROVER, "agent", "--rendezvous", "etcd://127.0.0.1:1/nowhere", "--nodes", "1",
+         "--etcd-timeout", "2", "--", "true"],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 1, done.stderr
+    assert "etcd: cannot reach any member of 127.0.0.1:1" in done.stderr, done.stderr
