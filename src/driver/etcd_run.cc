@@ -163,6 +163,17 @@ class EtcdWatch {
   // Waits for this host's agents to exit (they do once the run ended).
   void AwaitAgents(Milliseconds limit);
   std::string Tag(const std::string& executor_id) const;
+  // Whether agents ran on this host and none of them is left.
+  bool AllAgentsGone() {
+    if (!local_) return false;
+    for (LocalNode& node : nodes_) {
+      if (node.Running()) return false;
+    }
+    return true;
+  }
+  std::string LogDirectory() const {
+    return nodes_.empty() ? "?" : fs::path(nodes_.front().log).parent_path().string();
+  }
   int Fail(const std::string& message) {
     err_ << "drover run: " << message << "\n" << std::flush;
     return 1;
@@ -176,6 +187,7 @@ class EtcdWatch {
   std::map<std::string, std::string> tags_;  // executor id -> "worker:0"
   int round_ = -1;
   std::string phase_;
+  bool local_ = false;  // agents of this run run on this host
 };
 
 std::string EtcdWatch::Tag(const std::string& executor_id) const {
@@ -197,6 +209,7 @@ Status EtcdWatch::Launch() {
     DROVER_ASSIGN_OR_RETURN(
         node.pid, SpawnDetached(AgentArgv(o_, node.executor_id), node.log, o_.etcd.password));
     node.child = true;
+    local_ = true;
     record["nodes"].push_back(
         {{"executor_id", node.executor_id}, {"pid", node.pid}, {"log", node.log}});
     nodes_.push_back(std::move(node));
@@ -215,6 +228,7 @@ Status EtcdWatch::Adopt(const json& record) {
     node.executor_id = entry.value("executor_id", "");
     node.log = entry.value("log", "");
     node.pid = here ? entry.value("pid", 0) : 0;
+    if (node.pid > 0) local_ = true;
     // Only what comes from now on: the rest was printed by the last driver.
     std::error_code ec;
     if (here) node.offset = fs::file_size(node.log, ec);
@@ -336,6 +350,15 @@ int EtcdWatch::Run() {
       return 128 + signal;
     }
     Relay();
+    if (AllAgentsGone()) {
+      // Nobody is left to end the run (the nodes end it among themselves).
+      Result<ClusterState> last = client_->QueryState(Clock::now() + o_.etcd.unavailable_timeout);
+      if (!last.ok() || last->phase != "stopped") {
+        (void)client_->StopAll();
+        return Fail("every agent of the run at " + o_.address +
+                    " exited before the run ended; their logs are in " + LogDirectory());
+      }
+    }
     Result<ClusterState> now = client_->QueryState(Clock::now() + o_.etcd.unavailable_timeout);
     if (!now.ok()) {
       if (unavailable_since == Clock::time_point::max()) {

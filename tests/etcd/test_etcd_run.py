@@ -388,3 +388,18 @@ def test_an_agent_without_a_reachable_etcd_says_so_within_its_timeout(tmp_path):
         capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert done.returncode == 1, done.stderr
     assert "etcd: cannot reach any member of 127.0.0.1:1" in done.stderr, done.stderr
+
+
+def test_a_driver_whose_agents_all_died_says_so(tmp_path, mark, etcd):
+    """Nodes end an etcd run among themselves: with all of them gone, the
+    driver is the one left to say so, and must not wait for ever."""
+    work = tmp_path / "work"
+    work.mkdir()
+    driver = start_driver(tmp_path, mark, "--rendezvous", etcd.address("orphaned"), "--nodes",
+                          "2", "--", *shell_program(work))
+    wait_for(lambda: len(round_files(work, 0)) == 2, "both ranks of round 0", [driver])
+    for _, agent in round_files(work, 0).values():
+        os.kill(agent, signal.SIGKILL)
+    assert driver.wait(timeout=WAIT_S) == 1
+    log = (tmp_path / "driver.log").read_text()
+    assert "exited before the run ended" in log, log

@@ -434,6 +434,18 @@ def test_a_second_reader_of_a_nodes_feed_is_refused(tmp_path):
     assert "second=3" in result.stdout, result.stdout
 
 
+def records_in_round(path, number):
+    """How many records the reader that wrote `path` read in round `number`."""
+    count, current = 0, None
+    with open(path) as f:
+        for line in f:
+            if line.startswith("#round"):
+                current = int(line.split()[1])
+            elif not line.startswith("#") and current == number:
+                count += 1
+    return count
+
+
 def consumed_by_epoch(prefix, final_round=None):
     """What the programs consumed, per epoch: the records of each round up to
     its last "#commit" (a round that was killed loses the rest, which the
@@ -513,8 +525,11 @@ def test_killed_worker_resumes_after_its_last_commit(tmp_path, trial, balance):
                       timeout=300)
     context = (balance, victim, rounds_killed, die_after, commit_every)
     assert result.returncode == 0, (context, result.stderr)
-    # A later round may have fewer records left than die_after: it ends.
-    assert 1 <= result.stderr.count("re-forming the group") <= rounds_killed, \
+    # A later round may have fewer records left than die_after: it ends. So
+    # may the first with a dynamic feed, when the other node was faster and
+    # took most of the queue: then the victim never reached die_after.
+    died = records_in_round(f"{out}.{victim}", 0) >= die_after
+    assert (1 if died else 0) <= result.stderr.count("re-forming the group") <= rounds_killed, \
         (context, result.stderr)
     assert_each_record_once(consumed_by_epoch(out), total, 2, context)
     assert_no_leftovers(mark)
