@@ -39,6 +39,8 @@ struct AgentFlags {
   // etcd:// rendezvous only (docs/run.md, "Runs without a driver").
   std::string nodes;  // "N" or "MIN:MAX"
   int ps = 0;
+  bool chief = false;
+  bool evaluator = false;
   int max_restarts = 0;
   double join_wait = 30;
   double lease_ttl = 10;
@@ -147,6 +149,8 @@ Result<EtcdRunOptions> EtcdOptionsOf(const AgentFlags& flags) {
     return Status::InvalidArgument(error.what());
   }
   etcd.cluster.num_ps = flags.ps;
+  if (flags.chief) etcd.cluster.master_node = "chief";
+  etcd.cluster.eval_node = flags.evaluator;
   etcd.max_restarts = flags.max_restarts;
   etcd.join_wait = Seconds(flags.join_wait);
   etcd.lease_ttl = Seconds(flags.lease_ttl);
@@ -267,6 +271,8 @@ void AddAgentCommand(CLI::App& app, int* exit_code) {
                     "This node's stable id (required with HOST:PORT; etcd: HOSTNAME-PID)");
   agent->add_option("--nodes", flags->nodes, "etcd: how many nodes, N or MIN:MAX")
       ->type_name("N|MIN:MAX");
+  agent->add_flag("--chief", flags->chief, "etcd: one of the nodes is the chief");
+  agent->add_flag("--evaluator", flags->evaluator, "etcd: one of the nodes is an evaluator");
   agent->add_option("--ps", flags->ps, "etcd: parameter servers among the nodes")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();

@@ -198,11 +198,6 @@ int RunEtcd(const RunFlags& flags, const ClusterTemplate& cluster, int min_nodes
     err << "drover run: --input is not supported with an etcd rendezvous yet\n";
     return kExitBadInput;
   }
-  if (cluster.master_node || cluster.eval_node) {
-    err << "drover run: --chief and --evaluator are not supported with an etcd rendezvous yet "
-           "(--ps is)\n";
-    return kExitBadInput;
-  }
   EtcdDriverOptions options;
   options.address = address;
   options.attach = !flags.attach.empty();

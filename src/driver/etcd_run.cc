@@ -137,6 +137,8 @@ std::vector<std::string> AgentArgv(const EtcdDriverOptions& o, const std::string
   auto add = [&](const char* flag, const std::string& value) {
     if (!value.empty()) argv.insert(argv.end(), {flag, value});
   };
+  if (e.cluster.master_node) argv.push_back("--chief");
+  if (e.cluster.eval_node) argv.push_back("--evaluator");
   add("--etcd-cacert", e.ca_file);
   add("--etcd-cert", e.cert_file);
   add("--etcd-key", e.key_file);
@@ -261,8 +263,19 @@ void EtcdWatch::RelayNode(LocalNode& node) {
 }
 
 void EtcdWatch::Relay() {
+  bool refreshed = false;
   for (LocalNode& node : nodes_) {
-    if (fs::exists(node.log)) RelayNode(node);
+    std::error_code ec;
+    const uint64_t size = fs::file_size(node.log, ec);
+    if (ec || size <= node.offset) continue;
+    // A node's first lines come once its round formed: learn its role
+    // first, so that they are tagged with it.
+    if (!refreshed && tags_.count(node.executor_id) == 0) {
+      refreshed = true;
+      Result<ClusterState> state = client_->QueryState(Clock::now() + o_.etcd.request_timeout);
+      if (state.ok()) Report(*state);
+    }
+    RelayNode(node);
   }
   out_ << std::flush;
 }

@@ -562,7 +562,13 @@ Result<bool> EtcdBackend::Act(const RoundView& view) {
                                      view.round.failures, expect));
     return true;
   }
-  if (view.left.size() >= cluster.nodes.size()) {
+  // As with the built-in driver, the run is done when its training tasks
+  // are: ps and evaluator programs serve until then, and are stopped.
+  const bool training_done =
+      std::all_of(cluster.nodes.begin(), cluster.nodes.end(), [&](const NodeInfo& node) {
+        return !IsTrainingJob(node.job_name) || view.left.count(node.executor_id) > 0;
+      });
+  if (training_done) {
     DROVER_RETURN_IF_ERROR(End(false, "every node's program finished"));
     return true;
   }
@@ -739,12 +745,16 @@ Result<RendezvousClient::Instruction> EtcdBackend::WaitForInstruction(Deadline d
 
 bool EtcdBackend::CallsForAction(const RoundView& view) {
   int size;
+  int training;
   {
     MutexLock lock(mu_);
     if (!formed_) return false;
     size = static_cast<int>(formed_->nodes.size());
+    training = static_cast<int>(
+        std::count_if(formed_->nodes.begin(), formed_->nodes.end(),
+                      [](const NodeInfo& node) { return IsTrainingJob(node.job_name); }));
   }
-  return view.nodes_count < size || view.left_count >= size ||
+  return view.nodes_count < size || view.left_count >= training ||
          (view.waiting_count > 0 && size < shape_.max_nodes && view.left_count == 0);
 }
 

@@ -368,8 +368,6 @@ def test_nothing_in_etcd_is_a_secret(tmp_path, agents, etcd):
 @pytest.mark.parametrize("args, message", [
     (["--rendezvous", "127.0.0.1:2379", "--nodes", "2", "--", "true"],
      "--rendezvous and --attach take etcd://"),
-    (["--rendezvous", "etcd://127.0.0.1:1/r", "--workers", "2", "--chief", "--", "true"],
-     "--chief and --evaluator are not supported with an etcd rendezvous"),
     (["--rendezvous", "etcd://127.0.0.1:1/r", "--nodes", "2", "--input", "x.csv", "--", "true"],
      "--input is not supported with an etcd rendezvous"),
     (["--attach", "etcd://127.0.0.1:1/r", "--", "true"], "--attach takes over watching a run"),
@@ -403,3 +401,18 @@ def test_a_driver_whose_agents_all_died_says_so(tmp_path, mark, etcd):
     assert driver.wait(timeout=WAIT_S) == 1
     log = (tmp_path / "driver.log").read_text()
     assert "exited before the run ended" in log, log
+
+
+def test_a_driver_with_a_chief_and_a_ps_through_etcd(tmp_path, mark, etcd):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "done").touch()
+    # The ps serves until the chief and the worker are done, and is stopped.
+    driver = start_driver(tmp_path, mark, "--rendezvous", etcd.address("roles"), "--workers",
+                          "1", "--chief", "--ps", "1", "--", "sh", "-c",
+                          'echo "TF_CONFIG=$TF_CONFIG"; '
+                          'if [ -z "$RANK" ]; then exec sleep 600; fi')
+    assert driver.wait(timeout=WAIT_S) == 0, (tmp_path / "driver.log").read_text()
+    log = (tmp_path / "driver.log").read_text()
+    assert "formed with 3 nodes: ps:0 on 127.0.0.1, chief:0 on 127.0.0.1, worker:0 on" in log, log
+    assert '[chief:0] TF_CONFIG={"cluster":' in log and '"task":{"type":"chief"' in log, log
