@@ -469,6 +469,18 @@ Compare Compare::ModRevisionIs(std::string key, int64_t revision) {
   return out;
 }
 
+namespace {
+
+// An operation that names a key (or a prefix) and nothing else.
+TxnOp KeyOnly(TxnOp::Kind kind, std::string key) {
+  TxnOp out;
+  out.kind = kind;
+  out.key = std::move(key);
+  return out;
+}
+
+}  // namespace
+
 TxnOp TxnOp::Put(std::string key, std::string value, int64_t lease) {
   TxnOp out;
   out.kind = Kind::kPut;
@@ -479,45 +491,27 @@ TxnOp TxnOp::Put(std::string key, std::string value, int64_t lease) {
 }
 
 TxnOp TxnOp::DeleteKey(std::string key) {
-  TxnOp out;
-  out.kind = Kind::kDeleteKey;
-  out.key = std::move(key);
-  return out;
+  return KeyOnly(Kind::kDeleteKey, std::move(key));
 }
 
 TxnOp TxnOp::DeletePrefix(std::string prefix) {
-  TxnOp out;
-  out.kind = Kind::kDeletePrefix;
-  out.key = std::move(prefix);
-  return out;
+  return KeyOnly(Kind::kDeletePrefix, std::move(prefix));
 }
 
 TxnOp TxnOp::Get(std::string key) {
-  TxnOp out;
-  out.kind = Kind::kGet;
-  out.key = std::move(key);
-  return out;
+  return KeyOnly(Kind::kGet, std::move(key));
 }
 
 TxnOp TxnOp::GetPrefix(std::string prefix) {
-  TxnOp out;
-  out.kind = Kind::kGetPrefix;
-  out.key = std::move(prefix);
-  return out;
+  return KeyOnly(Kind::kGetPrefix, std::move(prefix));
 }
 
 TxnOp TxnOp::Count(std::string key) {
-  TxnOp out;
-  out.kind = Kind::kCount;
-  out.key = std::move(key);
-  return out;
+  return KeyOnly(Kind::kCount, std::move(key));
 }
 
 TxnOp TxnOp::CountPrefix(std::string prefix) {
-  TxnOp out;
-  out.kind = Kind::kCountPrefix;
-  out.key = std::move(prefix);
-  return out;
+  return KeyOnly(Kind::kCountPrefix, std::move(prefix));
 }
 
 class EtcdClient::Impl {
