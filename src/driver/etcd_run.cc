@@ -14,6 +14,7 @@
 #include <optional>
 #include <thread>
 
+#include "os/duration_text.h"
 #include "os/subprocess.h"
 
 namespace drover {
@@ -41,12 +42,6 @@ std::string RunName(const std::string& address) {
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') c = '_';
   }
   return name;
-}
-
-std::string Seconds(Milliseconds ms) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%g", static_cast<double>(ms.count()) / 1000.0);
-  return text;
 }
 
 // One node's agent as the driver knows it: its log and, when it runs on
@@ -130,10 +125,10 @@ std::vector<std::string> AgentArgv(const EtcdDriverOptions& o, const std::string
       "--nodes",        std::to_string(min) + ":" + std::to_string(e.cluster.num_nodes),
       "--ps",           std::to_string(e.cluster.num_ps),
       "--max-restarts", std::to_string(e.max_restarts),
-      "--join-wait",    Seconds(e.join_wait),
-      "--lease-ttl",    Seconds(e.lease_ttl),
-      "--etcd-timeout", Seconds(e.unavailable_timeout),
-      "--grace",        Seconds(o.grace)};
+      "--join-wait",    os::SecondsValue(e.join_wait),
+      "--lease-ttl",    os::SecondsValue(e.lease_ttl),
+      "--etcd-timeout", os::SecondsValue(e.unavailable_timeout),
+      "--grace",        os::SecondsValue(o.grace)};
   auto add = [&](const char* flag, const std::string& value) {
     if (!value.empty()) argv.insert(argv.end(), {flag, value});
   };
@@ -314,7 +309,7 @@ void EtcdWatch::AwaitAgents(Milliseconds limit) {
       for (LocalNode& node : nodes_) {
         if (node.Running()) {
           err_ << "drover run: the agent of " << Tag(node.executor_id) << " (pid " << node.pid
-               << ") did not exit within " << Seconds(limit) << " s of the run's end\n";
+               << ") did not exit within " << os::SecondsText(limit) << " of the run's end\n";
         }
       }
       return;
@@ -377,7 +372,7 @@ int EtcdWatch::Run() {
       if (unavailable_since == Clock::time_point::max()) {
         unavailable_since = Clock::now();
         err_ << "drover run: " << now.status().message() << "; the nodes go on without etcd for "
-             << Seconds(o_.etcd.unavailable_timeout) << " s\n";
+             << os::SecondsText(o_.etcd.unavailable_timeout) << "\n";
       }
       if (Clock::now() - unavailable_since > o_.etcd.unavailable_timeout + o_.etcd.lease_ttl) {
         AwaitAgents(o_.grace + kExitSlack);

@@ -29,6 +29,7 @@
 #include "common/mutex.h"
 #include "drover.pb.h"
 #include "etcd/etcd_client.h"
+#include "os/duration_text.h"
 #include "rendezvous/client_backend.h"
 #include "rendezvous/node_info_codec.h"
 #include "rendezvous/node_table.h"
@@ -48,12 +49,6 @@ constexpr Milliseconds kRetryPause{200};
 constexpr Milliseconds kWatchSlice{2'000};
 // How often a node waiting for its round to form counts the registrations.
 constexpr Milliseconds kFormationRecheck{10'000};
-
-std::string SecondsText(Milliseconds ms) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%g s", static_cast<double>(ms.count()) / 1000.0);
-  return text;
-}
 
 std::string RandomHex(int bytes) {
   std::random_device random;
@@ -920,14 +915,14 @@ void EtcdBackend::KeepAliveLoop() {
     } else if (ttl.ok()) {
       lease_lost_ = true;
       lease_error_ = "this node's etcd lease expired (no keep-alive reached " + Where() +
-                     " within " + SecondsText(o_.lease_ttl) + "); its peers count it lost";
+                     " within " + os::SecondsText(o_.lease_ttl) + "); its peers count it lost";
       return;
     } else {
       if (unavailable_since == Clock::time_point::max()) unavailable_since = Clock::now();
       if (Clock::now() - unavailable_since >= o_.unavailable_timeout) {
         lease_lost_ = true;
-        lease_error_ =
-            ttl.status().message() + " for " + SecondsText(o_.unavailable_timeout) + "; giving up";
+        lease_error_ = ttl.status().message() + " for " + os::SecondsText(o_.unavailable_timeout) +
+                       "; giving up";
         return;
       }
     }
