@@ -28,8 +28,10 @@
 #include "drover/framework_env.h"
 #include "drover/node_context.h"
 #include "drover/placement.h"
+#include "feed/etcd_feed_ledger.h"
 #include "os/subprocess.h"
 #include "os/unique_fd.h"
+#include "rendezvous/etcd_connect.h"
 #include "report/metrics_inbox.h"
 
 namespace drover {
@@ -337,6 +339,15 @@ class Agent::Impl {
   // The connection that records commits and claims (feed_'s loop thread
   // only), made when first needed.
   Result<RendezvousClient*> CommitClient(Deadline deadline);
+  // Runs through etcd: the feed's ledger (made when first needed), the plan
+  // given to this agent published there, and each round's plan read from it.
+  Result<feed::EtcdFeedLedger*> EtcdLedger(Deadline deadline);
+  Status PublishEtcdPlan();
+  Status LoadEtcdRoundPlan(int round);
+  // Claims and commits through the rendezvous store (the built-in server)
+  // or through etcd's ledger.
+  void RecordFeedThroughStore(int share, FeedServiceOptions* feed);
+  void RecordFeedThroughEtcd(int round, int share, FeedServiceOptions* feed);
   // options_.drover_binary, else this executable: runs `drover guard` and
   // `drover feeder`.
   Result<std::string> DroverBinary() const;
@@ -375,6 +386,8 @@ class Agent::Impl {
   // client's reads belong to the stop watcher.
   RendezvousClientOptions commit_options_;
   std::unique_ptr<RendezvousClient> commit_client_;
+  // Made on the main thread before the first feed starts; thread-safe.
+  std::unique_ptr<feed::EtcdFeedLedger> ledger_;
   // The feed plan, read before registering; its error is reported once the
   // node has registered, as any failure to start feeding.
   std::optional<Result<feed::FeedPlan>> plan_;
@@ -418,7 +431,7 @@ int Agent::Impl::Run() {
   client_options.address = o.rendezvous_address;
   if (through_etcd_) {
     if (!o.feed_plan.empty() || !o.feed_plan_json.empty()) {
-      return Fail(Status::InvalidArgument("feeding is not supported with an etcd rendezvous yet"));
+      if (Status published = PublishEtcdPlan(); !published.ok()) return Fail(published);
     }
     client_options.etcd = o.etcd;
   } else {
@@ -665,6 +678,10 @@ void Agent::Impl::StartRound() {
   std::error_code ignored;
   if (!report_dir_.empty()) fs::remove_all(report_dir_, ignored);
   report_dir_.clear();
+  // Each round makes its own (PrepareFeeding, StartFeeding).
+  feed_dir_for_signals_.ready = false;
+  if (!feed_dir_.empty()) fs::remove_all(feed_dir_, ignored);
+  feed_dir_.clear();
 }
 
 Agent::Impl::RoundEnd Agent::Impl::TakeReform() {
@@ -759,14 +776,100 @@ Result<RendezvousClient*> Agent::Impl::CommitClient(Deadline deadline) {
   return commit_client_.get();
 }
 
+Result<feed::EtcdFeedLedger*> Agent::Impl::EtcdLedger(Deadline deadline) {
+  if (!ledger_) {
+    DROVER_ASSIGN_OR_RETURN(EtcdRunConnection run,
+                            ConnectEtcdRun(options_.rendezvous_address, options_.etcd, deadline));
+    ledger_ = std::make_unique<feed::EtcdFeedLedger>(std::move(run.client), run.prefix,
+                                                     options_.etcd.unavailable_timeout);
+  }
+  return ledger_.get();
+}
+
+Status Agent::Impl::PublishEtcdPlan() {
+  Result<feed::FeedPlan> plan = options_.feed_plan_json.empty()
+                                    ? feed::FeedPlan::ReadFile(options_.feed_plan)
+                                    : feed::FeedPlan::FromJson(options_.feed_plan_json);
+  if (!plan.ok()) return plan.status();
+  const Deadline deadline = Clock::now() + options_.etcd.unavailable_timeout;
+  DROVER_ASSIGN_OR_RETURN(feed::EtcdFeedLedger * ledger, EtcdLedger(deadline));
+  return ledger->Publish(*plan, deadline);
+}
+
+Status Agent::Impl::LoadEtcdRoundPlan(int round) {
+  // The first node of the round to get here works the queue out (from the
+  // last round's commits); it has a while, as etcd may be slow to answer.
+  const Deadline deadline = Clock::now() + options_.etcd.unavailable_timeout;
+  DROVER_ASSIGN_OR_RETURN(feed::EtcdFeedLedger * ledger, EtcdLedger(deadline));
+  Result<feed::EtcdFeedLedger::RoundPlan> got = ledger->PlanOfRound(round, deadline);
+  if (got.status().code() == Status::Code::kNotFound) return Status::Ok();  // not fed
+  if (!got.ok()) return got.status();
+  if (!got->resumed.empty()) Say("the feed resumes after the last commits: " + got->resumed);
+  plan_ = std::move(got->plan);
+  return Status::Ok();
+}
+
+void Agent::Impl::RecordFeedThroughStore(int share, FeedServiceOptions* feed) {
+  feed->record_commit = [this, share](const feed::FeedPosition& position) {
+    const Deadline deadline = Clock::now() + kCommitWait;
+    DROVER_ASSIGN_OR_RETURN(RendezvousClient * client, CommitClient(deadline));
+    Status set = client->Set(feed::CommitKey(share), feed::FeedPositionToJson(position), deadline);
+    if (!set.ok()) commit_client_.reset();  // connect again for the next one
+    return set;
+  };
+  if (feed->plan.balance != feed::Balance::kDynamic) return;
+  const uint64_t queue_size = feed::DynamicQueue(feed->plan).size();
+  feed->claim_feed = [this, share, queue_size](uint32_t seq) -> Result<std::optional<uint64_t>> {
+    const Deadline deadline = Clock::now() + kCommitWait;
+    DROVER_ASSIGN_OR_RETURN(RendezvousClient * client, CommitClient(deadline));
+    Result<int64_t> claimed = client->Add(feed::ClaimCounterKey(), 1, deadline);
+    if (!claimed.ok()) {
+      commit_client_.reset();
+      return claimed.status().WithContext("claiming a partition from the driver");
+    }
+    if (*claimed < 1 || static_cast<uint64_t>(*claimed) > queue_size) {
+      return std::optional<uint64_t>();
+    }
+    const uint64_t entry = static_cast<uint64_t>(*claimed) - 1;
+    // Recorded so that the next round knows what this share took: an
+    // entry claimed but not recorded (this agent died in between) is fed
+    // again then.
+    Status recorded = client->Set(feed::ClaimKey(share, seq), std::to_string(entry), deadline);
+    if (!recorded.ok()) {
+      commit_client_.reset();
+      return recorded.WithContext("recording a claimed partition in the driver");
+    }
+    return std::optional(entry);
+  };
+}
+
+void Agent::Impl::RecordFeedThroughEtcd(int round, int share, FeedServiceOptions* feed) {
+  feed::EtcdFeedLedger* ledger = ledger_.get();
+  feed->record_commit = [ledger, round, share](const feed::FeedPosition& position) {
+    return ledger->Commit(round, share, position, Clock::now() + kCommitWait);
+  };
+  const uint64_t queue_size = feed::DynamicQueue(feed->plan).size();
+  feed->claim_feed = [ledger, round, share,
+                      queue_size](uint32_t seq) -> Result<std::optional<uint64_t>> {
+    Result<std::optional<uint64_t>> claimed =
+        ledger->Claim(round, share, seq, queue_size, Clock::now() + kCommitWait);
+    if (!claimed.ok()) return claimed.status().WithContext("claiming a partition in etcd");
+    return claimed;
+  };
+}
+
 Status Agent::Impl::StartFeeding(const FormedCluster& cluster, const std::string& task,
                                  std::map<std::string, std::string>* env) {
   env->erase(kFeedSocketVariable);
-  // Read again now that the cluster formed: an elastic driver writes each
-  // round's plan (the queue left after the last one) before it forms.
-  if (!options_.feed_plan.empty()) plan_ = feed::FeedPlan::ReadFile(options_.feed_plan);
-  if (!plan_) return Status::Ok();
   const std::optional<FeedShare>& share = cluster.own()->feed;
+  if (through_etcd_ && share) {
+    DROVER_RETURN_IF_ERROR(LoadEtcdRoundPlan(cluster.round));
+  } else if (!options_.feed_plan.empty()) {
+    // Read again now that the cluster formed: an elastic driver writes each
+    // round's plan (the queue left after the last one) before it forms.
+    plan_ = feed::FeedPlan::ReadFile(options_.feed_plan);
+  }
+  if (!plan_) return Status::Ok();
   if (!share) {  // ps and evaluator nodes are not fed
     feed_dir_for_signals_.ready = false;
     if (!feed_dir_.empty()) {
@@ -779,7 +882,8 @@ Status Agent::Impl::StartFeeding(const FormedCluster& cluster, const std::string
   if (!plan_->ok()) return plan_->status();
   FeedServiceOptions feed;
   feed.plan = **plan_;
-  feed.plan_path = options_.feed_plan;
+  // Through etcd the round's plan is the ledger's, not the file's.
+  feed.plan_path = through_etcd_ ? "" : options_.feed_plan;
   feed.socket_dir = feed_dir_;  // "" : the service makes its own
   if (feed.plan_path.empty() && !feed.plan.external) {
     // An inline plan from files: the feeder reads it from the socket's
@@ -798,38 +902,10 @@ Status Agent::Impl::StartFeeding(const FormedCluster& cluster, const std::string
   feed.task = task;
   DROVER_ASSIGN_OR_RETURN(feed.drover_binary, DroverBinary());
   feed.say = [this, task](const std::string& message) { Say(task + ": " + message); };
-  feed.record_commit = [this, share = share->share](const feed::FeedPosition& position) {
-    const Deadline deadline = Clock::now() + kCommitWait;
-    DROVER_ASSIGN_OR_RETURN(RendezvousClient * client, CommitClient(deadline));
-    Status set = client->Set(feed::CommitKey(share), feed::FeedPositionToJson(position), deadline);
-    if (!set.ok()) commit_client_.reset();  // connect again for the next one
-    return set;
-  };
-  if (feed.plan.balance == feed::Balance::kDynamic) {
-    const uint64_t queue_size = feed::DynamicQueue(feed.plan).size();
-    feed.claim_feed = [this, share = share->share,
-                       queue_size](uint32_t seq) -> Result<std::optional<uint64_t>> {
-      const Deadline deadline = Clock::now() + kCommitWait;
-      DROVER_ASSIGN_OR_RETURN(RendezvousClient * client, CommitClient(deadline));
-      Result<int64_t> claimed = client->Add(feed::ClaimCounterKey(), 1, deadline);
-      if (!claimed.ok()) {
-        commit_client_.reset();
-        return claimed.status().WithContext("claiming a partition from the driver");
-      }
-      if (*claimed < 1 || static_cast<uint64_t>(*claimed) > queue_size) {
-        return std::optional<uint64_t>();
-      }
-      const uint64_t entry = static_cast<uint64_t>(*claimed) - 1;
-      // Recorded so that the next round knows what this share took: an
-      // entry claimed but not recorded (this agent died in between) is fed
-      // again then.
-      Status recorded = client->Set(feed::ClaimKey(share, seq), std::to_string(entry), deadline);
-      if (!recorded.ok()) {
-        commit_client_.reset();
-        return recorded.WithContext("recording a claimed partition in the driver");
-      }
-      return std::optional(entry);
-    };
+  if (through_etcd_) {
+    RecordFeedThroughEtcd(cluster.round, share->share, &feed);
+  } else {
+    RecordFeedThroughStore(share->share, &feed);
   }
   feed.on_failure = [this](const Status& failure) {
     {

@@ -194,11 +194,25 @@ int RunEtcd(const RunFlags& flags, const ClusterTemplate& cluster, int min_nodes
         << address << " --nodes ...` on each (docs/run.md)\n";
     return kExitBadInput;
   }
-  if (!flags.feed.inputs.empty()) {
-    err << "drover run: --input is not supported with an etcd rendezvous yet\n";
-    return kExitBadInput;
-  }
   EtcdDriverOptions options;
+  if (!flags.feed.inputs.empty()) {
+    // The nodes claim partitions as they go, whatever their number, and a
+    // round picks up after the last one's commits (feed/etcd_feed_ledger.h).
+    feed::FeedRequest feeding = flags.feed;
+    if (feeding.balance == "equal") {
+      err << "drover run: a run through etcd feeds with --balance dynamic (its membership may "
+             "change); --balance equal needs the built-in rendezvous\n";
+      return kExitBadInput;
+    }
+    feeding.balance = "dynamic";
+    feeding.fed_nodes = cluster.FedNodes();
+    Result<std::optional<feed::FeedPlan>> plan = feed::PlanFeed(feeding);
+    if (!plan.ok()) {
+      err << "drover run: " << plan.status().message() << "\n";
+      return kExitBadInput;
+    }
+    options.feed = std::move(plan).value();
+  }
   options.address = address;
   options.attach = !flags.attach.empty();
   options.etcd.cluster = cluster;

@@ -14,8 +14,10 @@
 #include <optional>
 #include <thread>
 
+#include "feed/etcd_feed_ledger.h"
 #include "os/duration_text.h"
 #include "os/subprocess.h"
+#include "rendezvous/etcd_connect.h"
 
 namespace drover {
 namespace {
@@ -114,7 +116,10 @@ Result<int> SpawnDetached(const std::vector<std::string>& argv, const std::strin
   return static_cast<int>(pid);
 }
 
-std::vector<std::string> AgentArgv(const EtcdDriverOptions& o, const std::string& executor_id) {
+// `log_dir`: the run's, where the agents' own logs are too; the programs
+// find it as DROVER_LOG_DIR (and save their models there).
+std::vector<std::string> AgentArgv(const EtcdDriverOptions& o, const std::string& executor_id,
+                                   const std::string& log_dir) {
   const EtcdRunOptions& e = o.etcd;
   const int min = e.min_nodes > 0 ? e.min_nodes : e.cluster.num_nodes;
   std::vector<std::string> argv = {
@@ -128,7 +133,8 @@ std::vector<std::string> AgentArgv(const EtcdDriverOptions& o, const std::string
       "--join-wait",    os::SecondsValue(e.join_wait),
       "--lease-ttl",    os::SecondsValue(e.lease_ttl),
       "--etcd-timeout", os::SecondsValue(e.unavailable_timeout),
-      "--grace",        os::SecondsValue(o.grace)};
+      "--grace",        os::SecondsValue(o.grace),
+      "--log-dir",      log_dir};
   auto add = [&](const char* flag, const std::string& value) {
     if (!value.empty()) argv.insert(argv.end(), {flag, value});
   };
@@ -153,6 +159,8 @@ class EtcdWatch {
  private:
   Status Launch();
   Status Adopt(const json& record);
+  // Stores the feed plan in etcd, or checks that the one there is the same.
+  Status PublishFeed();
   // Prints what the nodes wrote since the last look.
   void Relay();
   void RelayNode(LocalNode& node);
@@ -203,8 +211,8 @@ Status EtcdWatch::Launch() {
     LocalNode node;
     node.executor_id = std::to_string(i);
     node.log = (dir / ("node-" + node.executor_id + ".log")).string();
-    DROVER_ASSIGN_OR_RETURN(
-        node.pid, SpawnDetached(AgentArgv(o_, node.executor_id), node.log, o_.etcd.password));
+    DROVER_ASSIGN_OR_RETURN(node.pid, SpawnDetached(AgentArgv(o_, node.executor_id, dir.string()),
+                                                    node.log, o_.etcd.password));
     node.child = true;
     local_ = true;
     record["nodes"].push_back(
@@ -216,6 +224,13 @@ Status EtcdWatch::Launch() {
        << "drover run --attach " << o_.address << "\n"
        << std::flush;
   return client_->Set(kDriverKey, record.dump(), Clock::now() + o_.etcd.unavailable_timeout);
+}
+
+Status EtcdWatch::PublishFeed() {
+  const Deadline deadline = Clock::now() + o_.etcd.unavailable_timeout;
+  DROVER_ASSIGN_OR_RETURN(EtcdRunConnection run, ConnectEtcdRun(o_.address, o_.etcd, deadline));
+  feed::EtcdFeedLedger ledger(std::move(run.client), run.prefix, o_.etcd.unavailable_timeout);
+  return ledger.Publish(*o_.feed, deadline);
 }
 
 Status EtcdWatch::Adopt(const json& record) {
@@ -335,6 +350,9 @@ int EtcdWatch::Run() {
   if (state->phase == "stopped") {
     return Fail("the run at " + o_.address + " has ended (" + state->stop_reason +
                 "); give a new RUN to start another");
+  }
+  if (o_.feed && !o_.attach) {
+    if (Status published = PublishFeed(); !published.ok()) return Fail(published.message());
   }
   if (record->has_value()) {
     json parsed = json::parse(**record, nullptr, false);

@@ -12,11 +12,13 @@
 #define DROVER_DRIVER_ETCD_RUN_H_
 
 #include <atomic>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "drover/rendezvous.h"
+#include "feed/feed_plan.h"
 
 namespace drover {
 
@@ -25,6 +27,9 @@ struct EtcdDriverOptions {
   EtcdRunOptions etcd;  // etcd's TLS and user, the run's shape
   bool attach = false;  // only attach: never start agents
   std::vector<std::string> command;
+  // --input: stored in etcd before the agents start (a dynamic plan); the
+  // agents claim and commit there (feed/etcd_feed_ledger.h).
+  std::optional<feed::FeedPlan> feed;
   std::string log_dir;             // the nodes' logs go to LOG_DIR/etcd-RUN/node-N.log
   std::string drover_binary;       // runs `drover agent`
   std::string host = "127.0.0.1";  // the address each local node advertises

@@ -18,11 +18,13 @@
 #ifndef DROVER_SRC_ETCD_ETCD_CLIENT_H_
 #define DROVER_SRC_ETCD_ETCD_CLIENT_H_
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "drover/status.h"
@@ -171,6 +173,23 @@ class EtcdClient {
   explicit EtcdClient(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// Runs `call` (returning a Result) until it succeeds, fails for a reason
+// other than etcd being unavailable, or etcd stayed unavailable for
+// `unavailable_for` (or past `deadline`), pausing `pause` between tries.
+template <typename Call>
+auto RetryWhileUnavailable(Call call, Deadline deadline, Milliseconds unavailable_for,
+                           Milliseconds pause = Milliseconds(200)) -> decltype(call()) {
+  const Deadline give_up = std::min(deadline, Clock::now() + unavailable_for);
+  for (;;) {
+    auto result = call();
+    if (result.ok() || result.status().code() != Status::Code::kUnavailable ||
+        Clock::now() + pause >= give_up) {
+      return result;
+    }
+    std::this_thread::sleep_for(pause);
+  }
+}
 
 }  // namespace drover::etcd
 

@@ -31,6 +31,7 @@
 #include "etcd/etcd_client.h"
 #include "os/duration_text.h"
 #include "rendezvous/client_backend.h"
+#include "rendezvous/etcd_connect.h"
 #include "rendezvous/node_info_codec.h"
 #include "rendezvous/node_table.h"
 
@@ -312,15 +313,7 @@ class EtcdBackend final : public RendezvousClient::Backend {
 
 template <typename Call>
 auto EtcdBackend::Retrying(Call call, Deadline deadline) -> decltype(call()) {
-  const Deadline give_up = std::min(deadline, Clock::now() + o_.unavailable_timeout);
-  for (;;) {
-    auto result = call();
-    if (result.ok() || result.status().code() != Status::Code::kUnavailable ||
-        Clock::now() + kRetryPause >= give_up) {
-      return result;
-    }
-    std::this_thread::sleep_for(kRetryPause);
-  }
+  return etcd::RetryWhileUnavailable(call, deadline, o_.unavailable_timeout, kRetryPause);
 }
 
 Status EtcdBackend::Start(Deadline deadline) {
@@ -1019,20 +1012,11 @@ Result<bool> EtcdBackend::Delete(const std::string& key, Deadline deadline) {
 
 Result<std::unique_ptr<RendezvousClient::Backend>> ConnectEtcd(RendezvousClientOptions options,
                                                                Deadline deadline) {
-  DROVER_ASSIGN_OR_RETURN(etcd::EtcdAddress address, etcd::ParseEtcdAddress(options.address));
-  etcd::EtcdOptions connection;
-  connection.endpoints = address.endpoints;
-  connection.ca_file = options.etcd.ca_file;
-  connection.cert_file = options.etcd.cert_file;
-  connection.key_file = options.etcd.key_file;
-  connection.user = options.etcd.user;
-  connection.password = options.etcd.password;
-  connection.request_timeout = options.etcd.request_timeout;
   // etcd not answering is --etcd-timeout's to bound, not the reservation's.
-  const Deadline reach_by = std::min(deadline, Clock::now() + options.etcd.unavailable_timeout);
-  DROVER_ASSIGN_OR_RETURN(std::unique_ptr<EtcdClient> etcd,
-                          EtcdClient::Connect(std::move(connection), reach_by));
-  auto backend = std::make_unique<EtcdBackend>(std::move(options), std::move(etcd), address.prefix);
+  DROVER_ASSIGN_OR_RETURN(EtcdRunConnection run,
+                          ConnectEtcdRun(options.address, options.etcd, deadline));
+  auto backend =
+      std::make_unique<EtcdBackend>(std::move(options), std::move(run.client), run.prefix);
   DROVER_RETURN_IF_ERROR(backend->Start(deadline));
   return std::unique_ptr<RendezvousClient::Backend>(std::move(backend));
 }

@@ -368,8 +368,6 @@ def test_nothing_in_etcd_is_a_secret(tmp_path, agents, etcd):
 @pytest.mark.parametrize("args, message", [
     (["--rendezvous", "127.0.0.1:2379", "--nodes", "2", "--", "true"],
      "--rendezvous and --attach take etcd://"),
-    (["--rendezvous", "etcd://127.0.0.1:1/r", "--nodes", "2", "--input", "x.csv", "--", "true"],
-     "--input is not supported with an etcd rendezvous"),
     (["--attach", "etcd://127.0.0.1:1/r", "--", "true"], "--attach takes over watching a run"),
 ])
 def test_bad_etcd_runs_are_bad_input(args, message):
