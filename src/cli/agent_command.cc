@@ -326,7 +326,8 @@ void AddAgentCommand(CLI::App& app, int* exit_code) {
                   "Stay up across rounds: the driver's REFORM restarts the program in a new "
                   "round (drover run --nodes MIN:MAX); a failed program waits for it");
   agent->add_option("--feed-plan", flags->feed_plan,
-                    "The feed plan of drover run --input (chief/master/worker nodes are fed)");
+                    "The feed plan of drover run --input (chief/master/worker nodes are fed); "
+                    "with an etcd rendezvous, a dynamic plan stored in etcd for the whole run");
   agent
       ->add_option("--feed-plan-json", flags->feed_plan_json,
                    "The feed plan inline, as JSON (drover.Cluster.train's external feeding)")
