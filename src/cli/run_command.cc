@@ -86,6 +86,7 @@ struct RunFlags {
   std::string attach;      // etcd://HOST:PORT[,...]/RUN: watch a run going on
   double lease_ttl = 10;
   double etcd_timeout = 30;
+  std::optional<double> driver_timeout;
   EtcdFlags etcd;
   std::vector<std::string> command;
 };
@@ -225,6 +226,7 @@ int RunEtcd(const RunFlags& flags, const ClusterTemplate& cluster, int min_nodes
   options.command = flags.command;
   options.log_dir = flags.log_dir;
   options.grace = ToMs(flags.grace);
+  if (flags.driver_timeout) options.driver_timeout = ToMs(*flags.driver_timeout);
   auto self = SelfExecutable();
   if (!self.ok()) {
     err << "drover run: " << self.status().message() << "\n";
@@ -249,6 +251,11 @@ int Run(RunFlags flags) {
       return kExitBadInput;
     }
     return RunEtcd(flags, ClusterTemplate{}, 0, Milliseconds(0), err);
+  }
+  if (flags.driver_timeout && flags.rendezvous.empty()) {
+    err << "drover run: --driver-timeout goes with --rendezvous etcd://... (a driver of the "
+           "built-in rendezvous takes its run with it)\n";
+    return kExitBadInput;
   }
   if (flags.engine != "local" && flags.engine != "ssh" && flags.engine != "slurm") {
     err << "drover run: unknown engine '" << flags.engine << "' (local, ssh or slurm)\n";
@@ -676,6 +683,10 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
                    "Seconds without an etcd quorum before a node gives up")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  etcd->add_option("--driver-timeout", flags->driver_timeout,
+                   "Seconds the run goes on with no driver watching it (this one killed, none "
+                   "attached); then its nodes stop it. Default: to its end")
+      ->check(CLI::PositiveNumber);
   flags->etcd.AddTo(etcd, "");
   run->add_option("command", flags->command, "The program and its arguments, after --");
   run->footer(

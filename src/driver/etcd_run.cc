@@ -161,6 +161,10 @@ class EtcdWatch {
   Status Adopt(const json& record);
   // Stores the feed plan in etcd, or checks that the one there is the same.
   Status PublishFeed();
+  // The driver's presence (docs/run.md, --driver-timeout): its key under a
+  // lease of its own, refreshed from the watch loop.
+  Status Announce();
+  void KeepPresence();
   // Prints what the nodes wrote since the last look.
   void Relay();
   void RelayNode(LocalNode& node);
@@ -193,6 +197,16 @@ class EtcdWatch {
   int round_ = -1;
   std::string phase_;
   bool local_ = false;  // agents of this run run on this host
+  std::unique_ptr<etcd::EtcdClient> presence_;
+  int64_t presence_lease_ = 0;
+  Clock::time_point next_keepalive_;
+  std::string alive_key_;
+
+ public:
+  ~EtcdWatch() {
+    // Gone at once, not a lease's TTL later: the run's nodes need not wait.
+    if (presence_ && presence_lease_ != 0) (void)presence_->RevokeLease(presence_lease_);
+  }
 };
 
 std::string EtcdWatch::Tag(const std::string& executor_id) const {
@@ -231,6 +245,37 @@ Status EtcdWatch::PublishFeed() {
   DROVER_ASSIGN_OR_RETURN(EtcdRunConnection run, ConnectEtcdRun(o_.address, o_.etcd, deadline));
   feed::EtcdFeedLedger ledger(std::move(run.client), run.prefix, o_.etcd.unavailable_timeout);
   return ledger.Publish(*o_.feed, deadline);
+}
+
+Status EtcdWatch::Announce() {
+  const Deadline deadline = Clock::now() + o_.etcd.unavailable_timeout;
+  DROVER_ASSIGN_OR_RETURN(EtcdRunConnection run, ConnectEtcdRun(o_.address, o_.etcd, deadline));
+  presence_ = std::move(run.client);
+  alive_key_ = EtcdDriverAliveKey(run.prefix);
+  if (o_.driver_timeout) {
+    json config = {{"timeout_ms", o_.driver_timeout->count()}};
+    DROVER_RETURN_IF_ERROR(presence_->Put(EtcdDriverConfigKey(run.prefix), config.dump()).status());
+  }
+  const auto ttl = std::max<int64_t>(1, (o_.etcd.lease_ttl.count() + 999) / 1000);
+  DROVER_ASSIGN_OR_RETURN(presence_lease_, presence_->GrantLease(std::chrono::seconds(ttl)));
+  json me = {{"host", HostName()}, {"pid", ::getpid()}};
+  DROVER_RETURN_IF_ERROR(presence_->Put(alive_key_, me.dump(), presence_lease_).status());
+  next_keepalive_ = Clock::now() + o_.etcd.lease_ttl / 3;
+  return Status::Ok();
+}
+
+void EtcdWatch::KeepPresence() {
+  if (!presence_ || Clock::now() < next_keepalive_) return;
+  next_keepalive_ = Clock::now() + o_.etcd.lease_ttl / 3;
+  Result<int64_t> ttl = presence_->KeepAlive(presence_lease_);
+  if (!ttl.ok() || *ttl > 0) return;  // etcd unavailable: the loop says so
+  // Expired (etcd was away longer than the TTL): be there again.
+  const auto seconds = std::max<int64_t>(1, (o_.etcd.lease_ttl.count() + 999) / 1000);
+  Result<int64_t> lease = presence_->GrantLease(std::chrono::seconds(seconds));
+  if (!lease.ok()) return;
+  presence_lease_ = *lease;
+  json me = {{"host", HostName()}, {"pid", ::getpid()}};
+  (void)presence_->Put(alive_key_, me.dump(), presence_lease_);
 }
 
 Status EtcdWatch::Adopt(const json& record) {
@@ -351,6 +396,7 @@ int EtcdWatch::Run() {
     return Fail("the run at " + o_.address + " has ended (" + state->stop_reason +
                 "); give a new RUN to start another");
   }
+  if (Status announced = Announce(); !announced.ok()) return Fail(announced.message());
   if (o_.feed && !o_.attach) {
     if (Status published = PublishFeed(); !published.ok()) return Fail(published.message());
   }
@@ -376,6 +422,7 @@ int EtcdWatch::Run() {
       return 128 + signal;
     }
     Relay();
+    KeepPresence();
     if (AllAgentsGone()) {
       // Nobody is left to end the run (the nodes end it among themselves).
       Result<ClusterState> last = client_->QueryState(Clock::now() + o_.etcd.unavailable_timeout);

@@ -34,6 +34,10 @@ struct EtcdDriverOptions {
   std::string drover_binary;       // runs `drover agent`
   std::string host = "127.0.0.1";  // the address each local node advertises
   Milliseconds grace{5'000};
+  // --driver-timeout: how long the run goes on with no driver watching it
+  // (this one killed and none attached); then the nodes stop it. nullopt:
+  // as long as it takes (or as an earlier driver of the run said).
+  std::optional<Milliseconds> driver_timeout;
   // Set by a signal handler: stop the run (the signal's number).
   const std::atomic<int>* stop_signal = nullptr;
 };

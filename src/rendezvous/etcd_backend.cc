@@ -164,6 +164,10 @@ struct RoundView {
   int nodes_count = 0;
   int left_count = 0;
   int waiting_count = 0;
+  // The driver (docs/run.md, --driver-timeout): how long the run goes on
+  // without one, when its driver said; and whether one is there now.
+  std::optional<Milliseconds> driver_timeout;
+  bool driver_alive = false;
   bool detailed = false;
   // The details:
   std::map<std::string, NodeInfo> nodes;  // registered, by executor id
@@ -289,6 +293,10 @@ class EtcdBackend final : public RendezvousClient::Backend {
   Result<bool> WatchControl(const std::string& prefix, int64_t from, Deadline deadline,
                             int wake_fd);
   Status LeaseStatus();
+  // A run whose driver gave --driver-timeout and is gone (view's driver
+  // keys): when the run is to end without it (ended already, if that is
+  // now); nullopt while a driver is there or none set a limit.
+  Result<std::optional<Deadline>> CheckDriver(const RoundView& view);
 
   const RendezvousClientOptions options_;
   const EtcdRunOptions& o_;
@@ -309,6 +317,9 @@ class EtcdBackend final : public RendezvousClient::Backend {
   std::optional<FormedCluster> formed_ GUARDED_BY(mu_);
   bool reform_reported_ GUARDED_BY(mu_) = false;
   std::thread keepalive_;
+  // Since when this node has seen the run without its driver (the thread
+  // that waits for instructions only).
+  std::optional<Clock::time_point> driver_gone_since_;
 };
 
 template <typename Call>
@@ -449,12 +460,14 @@ Result<std::optional<FormedCluster>> EtcdBackend::ReadFormed(int round) {
 Result<RoundView> EtcdBackend::ReadSignals(int round) {
   DROVER_ASSIGN_OR_RETURN(
       etcd::TxnResult txn,
-      etcd_->Txn({}, {TxnOp::Get(Control("round")), TxnOp::Get(Control("end")),
-                      TxnOp::Count(Formed(round)), TxnOp::CountPrefix(RoundDir(round) + "nodes/"),
-                      TxnOp::CountPrefix(RoundDir(round) + "left/"),
-                      TxnOp::CountPrefix(Member("waiting/"))}));
-  if (txn.ranges.size() != 6) {
-    return Status::Internal("etcd answered a read of 6 ranges with fewer");
+      etcd_->Txn(
+          {},
+          {TxnOp::Get(Control("round")), TxnOp::Get(Control("end")), TxnOp::Count(Formed(round)),
+           TxnOp::CountPrefix(RoundDir(round) + "nodes/"),
+           TxnOp::CountPrefix(RoundDir(round) + "left/"), TxnOp::CountPrefix(Member("waiting/")),
+           TxnOp::Get(EtcdDriverConfigKey(prefix_)), TxnOp::Count(EtcdDriverAliveKey(prefix_))}));
+  if (txn.ranges.size() != 8) {
+    return Status::Internal("etcd answered a read of 8 ranges with fewer");
   }
   RoundView view;
   view.revision = txn.revision;
@@ -463,6 +476,13 @@ Result<RoundView> EtcdBackend::ReadSignals(int round) {
   view.nodes_count = static_cast<int>(txn.ranges[3].count);
   view.left_count = static_cast<int>(txn.ranges[4].count);
   view.waiting_count = static_cast<int>(txn.ranges[5].count);
+  if (!txn.ranges[6].kvs.empty()) {
+    json config = json::parse(txn.ranges[6].kvs[0].value, nullptr, false);
+    if (config.is_object() && config.value("timeout_ms", int64_t{-1}) >= 0) {
+      view.driver_timeout = Milliseconds(config.value("timeout_ms", int64_t{0}));
+    }
+  }
+  view.driver_alive = txn.ranges[7].count > 0;
   return view;
 }
 
@@ -724,11 +744,38 @@ Result<RendezvousClient::Instruction> EtcdBackend::WaitForInstruction(Deadline d
       DROVER_ASSIGN_OR_RETURN(bool acted, Retrying([&] { return Act(full); }, forever));
       if (acted) continue;
     }
+    DROVER_ASSIGN_OR_RETURN(std::optional<Deadline> driver_limit, CheckDriver(view));
+    if (driver_limit && *driver_limit <= Clock::now()) continue;  // ended: read the end
     if (Clock::now() >= deadline) return Instruction{};
+    const Deadline watch_until = driver_limit ? std::min(deadline, *driver_limit) : deadline;
     DROVER_ASSIGN_OR_RETURN(bool changed,
-                            WatchControl(prefix_ + "/c/", view.revision + 1, deadline, wake_fd));
-    if (!changed) return Instruction{};  // the deadline, or wake_fd
+                            WatchControl(prefix_ + "/c/", view.revision + 1, watch_until, wake_fd));
+    // The deadline, or wake_fd; not the driver's limit, which is looked at again.
+    if (!changed && (watch_until == deadline || Clock::now() < watch_until)) return Instruction{};
   }
+}
+
+Result<std::optional<Deadline>> EtcdBackend::CheckDriver(const RoundView& view) {
+  if (!view.driver_timeout || view.driver_alive) {
+    driver_gone_since_.reset();
+    return std::optional<Deadline>();
+  }
+  const Clock::time_point now = Clock::now();
+  if (!driver_gone_since_) driver_gone_since_ = now;
+  const Deadline limit = *driver_gone_since_ + *view.driver_timeout;
+  if (now >= limit) {
+    const std::string why = "the driver has been gone for " +
+                            os::SecondsText(*view.driver_timeout) +
+                            " (--driver-timeout); the run is stopped";
+    DROVER_RETURN_IF_ERROR(Retrying(
+                               [&]() -> Result<bool> {
+                                 DROVER_RETURN_IF_ERROR(End(true, why));
+                                 return true;
+                               },
+                               Clock::time_point::max())
+                               .status());
+  }
+  return std::optional<Deadline>(limit);
 }
 
 bool EtcdBackend::CallsForAction(const RoundView& view) {

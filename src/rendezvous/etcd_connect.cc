@@ -4,6 +4,14 @@
 
 namespace drover {
 
+std::string EtcdDriverAliveKey(const std::string& prefix) {
+  return prefix + "/c/d/alive";
+}
+
+std::string EtcdDriverConfigKey(const std::string& prefix) {
+  return prefix + "/c/d/config";
+}
+
 Result<EtcdRunConnection> ConnectEtcdRun(const std::string& address, const EtcdRunOptions& options,
                                          Deadline deadline) {
   DROVER_ASSIGN_OR_RETURN(etcd::EtcdAddress parsed, etcd::ParseEtcdAddress(address));

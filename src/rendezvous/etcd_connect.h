@@ -18,6 +18,12 @@ struct EtcdRunConnection {
   std::string prefix;  // the run's: "/RUN"
 };
 
+// The keys by which a `drover run` driver of an etcd run says it is there
+// (docs/protocol.md): P/c/d/alive, under the driver's lease, and
+// P/c/d/config, {"timeout_ms": T} when it was given --driver-timeout.
+std::string EtcdDriverAliveKey(const std::string& prefix);
+std::string EtcdDriverConfigKey(const std::string& prefix);
+
 // Connects to `address` (etcd://HOST:PORT[,...]/RUN) with `options`' TLS,
 // user and request limit. etcd not answering is bounded by
 // options.unavailable_timeout as well as `deadline`.

@@ -254,10 +254,10 @@ def test_a_node_asking_for_another_shape_is_refused(tmp_path, agents):
     run.kill_all()
 
 
-def start_driver(tmp_path, mark, *args, name="driver"):
+def start_driver(tmp_path, mark, *args, name="driver", **env):
     log = open(tmp_path / f"{name}.log", "w")
     return subprocess.Popen([DROVER, "run", "--log-dir", str(tmp_path / "logs"), *args],
-                            env=clean_env(mark), stdin=subprocess.DEVNULL, stdout=log,
+                            env=clean_env(mark, **env), stdin=subprocess.DEVNULL, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -282,6 +282,42 @@ def test_a_killed_driver_leaves_the_run_going_and_attach_takes_it_up(tmp_path, m
     assert "every node's program finished" in log, log
     assert "[worker:0] rank=0 done" in log and "[worker:1] rank=1 done" in log, log
     assert not list(work.glob("r1-*")), "the driver's death must not re-form the nodes"
+
+
+def running(pid):
+    """Whether `pid` is a live process (a zombie is not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_driver_gone_past_driver_timeout_has_the_nodes_stop_the_run(tmp_path, mark, etcd):
+    work = tmp_path / "work"
+    work.mkdir()
+    address = etcd.address("abandoned")
+    driver = start_driver(tmp_path, mark, "--rendezvous", address, "--nodes", "2", "--lease-ttl",
+                          "2", "--driver-timeout", "1", "--", *shell_program(work))
+    wait_for(lambda: len(round_files(work, 0)) == 2, "both ranks of round 0", [driver])
+    agents = [agent for _, agent in round_files(work, 0).values()]
+    os.killpg(driver.pid, signal.SIGKILL)
+    driver.wait()
+    # The programs never finish on their own: only the timeout ends them.
+    wait_for(lambda: not any(running(agent) for agent in agents),
+             "the agents to stop the run once their driver stayed away")
+    status = drover_status(address)
+    assert "the driver has been gone for 1 s (--driver-timeout); the run is stopped" in \
+        status.stdout, status.stdout + status.stderr
+    logs = "".join(p.read_text() for p in (tmp_path / "logs" / "etcd-abandoned").glob("*.log"))
+    assert "the run failed: the driver has been gone" in logs, logs
+
+
+def test_driver_timeout_without_etcd_is_bad_input():
+    done = subprocess.run([DROVER, "run", "--nodes", "1", "--driver-timeout", "5", "--", "true"],
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 2, done.stderr
+    assert "--driver-timeout goes with --rendezvous etcd://" in done.stderr, done.stderr
 
 
 def test_sigint_to_the_driver_stops_an_etcd_run(tmp_path, mark, etcd):
