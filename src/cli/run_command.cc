@@ -227,6 +227,11 @@ int RunEtcd(const RunFlags& flags, const ClusterTemplate& cluster, int min_nodes
   options.log_dir = flags.log_dir;
   options.grace = ToMs(flags.grace);
   if (flags.driver_timeout) options.driver_timeout = ToMs(*flags.driver_timeout);
+  options.status_port = flags.no_status ? -1 : flags.status_port;
+  options.status_address = flags.status_address;
+  options.status_hosts = flags.status_hosts;
+  options.status_hosts.push_back(ProcessEnvironment().HostName());
+  options.live_runs_dir = LiveRunsDir(ProcessEnvironment());
   auto self = SelfExecutable();
   if (!self.ok()) {
     err << "drover run: " << self.status().message() << "\n";

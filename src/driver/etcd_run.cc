@@ -9,11 +9,16 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 
+#include "driver/live_runs.h"
+#include "driver/run_status.h"
+#include "driver/status_server.h"
+#include "driver/status_text.h"
 #include "feed/etcd_feed_ledger.h"
 #include "os/duration_text.h"
 #include "os/subprocess.h"
@@ -157,6 +162,8 @@ class EtcdWatch {
   int Run();
 
  private:
+  // Watches the run to its end; returns the exit code.
+  int Watch();
   Status Launch();
   Status Adopt(const json& record);
   // Stores the feed plan in etcd, or checks that the one there is the same.
@@ -169,6 +176,11 @@ class EtcdWatch {
   void Relay();
   void RelayNode(LocalNode& node);
   void Report(const ClusterState& state);
+  // The status page (docs/status.md): started once the run's log directory
+  // is known; each look at the run is published to it; run.json at the end.
+  Status StartStatusServer();
+  void PublishStatus(const ClusterState& state);
+  int Finish(int code);
   // Waits for this host's agents to exit (they do once the run ended).
   void AwaitAgents(Milliseconds limit);
   std::string Tag(const std::string& executor_id) const;
@@ -197,6 +209,14 @@ class EtcdWatch {
   int round_ = -1;
   std::string phase_;
   bool local_ = false;  // agents of this run run on this host
+  RunStatus status_;
+  std::unique_ptr<StatusServer> status_server_;
+  std::map<std::string, RateMeter> rates_;  // executor id -> its feed's rates
+  const Clock::time_point started_at_ = Clock::now();
+  const double started_at_unix_ =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  std::string run_dir_;               // LOG_DIR/etcd-RUN: the agents' logs, run.json
+  std::vector<std::string> command_;  // the programs' (an attached driver: the record's)
   std::unique_ptr<etcd::EtcdClient> presence_;
   int64_t presence_lease_ = 0;
   Clock::time_point next_keepalive_;
@@ -206,6 +226,9 @@ class EtcdWatch {
   ~EtcdWatch() {
     // Gone at once, not a lease's TTL later: the run's nodes need not wait.
     if (presence_ && presence_lease_ != 0) (void)presence_->RevokeLease(presence_lease_);
+    if (status_server_ && !o_.live_runs_dir.empty()) {
+      UnregisterLiveRun(o_.live_runs_dir, static_cast<int>(::getpid()));
+    }
   }
 };
 
@@ -215,11 +238,7 @@ std::string EtcdWatch::Tag(const std::string& executor_id) const {
 }
 
 Status EtcdWatch::Launch() {
-  const fs::path dir = fs::absolute(fs::path(o_.log_dir.empty() ? "drover-logs" : o_.log_dir) /
-                                    ("etcd-" + RunName(o_.address)));
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return Status::IoError("cannot make " + dir.string() + ": " + ec.message());
+  const fs::path dir = run_dir_;
   json record = {{"host", HostName()}, {"log_dir", dir.string()}, {"command", o_.command}};
   for (int i = 0; i < o_.etcd.cluster.num_nodes; ++i) {
     LocalNode node;
@@ -308,11 +327,13 @@ void EtcdWatch::RelayNode(LocalNode& node) {
     node.offset += static_cast<uint64_t>(got);
     node.partial.append(buffer, static_cast<size_t>(got));
     size_t start = 0;
+    std::vector<std::string> lines;
     for (size_t end; (end = node.partial.find('\n', start)) != std::string::npos; start = end + 1) {
-      out_ << "[" << Tag(node.executor_id) << "] "
-           << std::string_view(node.partial).substr(start, end - start) << "\n";
+      lines.emplace_back(std::string_view(node.partial).substr(start, end - start));
+      out_ << "[" << Tag(node.executor_id) << "] " << lines.back() << "\n";
     }
     node.partial.erase(0, start);
+    status_.AppendLog(node.executor_id, lines);
   }
   ::close(fd);
 }
@@ -400,18 +421,41 @@ int EtcdWatch::Run() {
   if (o_.feed && !o_.attach) {
     if (Status published = PublishFeed(); !published.ok()) return Fail(published.message());
   }
+  json driver_record = json::object();
   if (record->has_value()) {
     json parsed = json::parse(**record, nullptr, false);
-    if (Status adopted = Adopt(parsed.is_object() ? parsed : json::object()); !adopted.ok()) {
-      return Fail(adopted.message());
-    }
+    if (parsed.is_object()) driver_record = std::move(parsed);
+  }
+  command_ = o_.command;
+  if (command_.empty()) command_ = driver_record.value("command", std::vector<std::string>{});
+  // The run's directory: the one its agents log to when they run here, else
+  // one of this driver's own (for run.json).
+  run_dir_ =
+      driver_record.value("host", "") == HostName() ? driver_record.value("log_dir", "") : "";
+  if (run_dir_.empty()) {
+    run_dir_ = fs::absolute(fs::path(o_.log_dir.empty() ? "drover-logs" : o_.log_dir) /
+                            ("etcd-" + RunName(o_.address)))
+                   .string();
+  }
+  std::error_code ec;
+  fs::create_directories(run_dir_, ec);
+  if (ec) return Fail("cannot make " + run_dir_ + ": " + ec.message());
+  if (record->has_value()) {
+    if (Status adopted = Adopt(driver_record); !adopted.ok()) return Fail(adopted.message());
   } else if (o_.attach) {
     err_ << "drover run: attached to the run at " << o_.address
          << " (its agents were started by hand: their output stays with them)\n";
   } else if (Status launched = Launch(); !launched.ok()) {
     return Fail(launched.message());
   }
+  PublishStatus(*state);  // what the page shows before the first look
+  if (Status started = StartStatusServer(); !started.ok()) {
+    err_ << "drover run: no status page: " << started.message() << "\n";
+  }
+  return Finish(Watch());
+}
 
+int EtcdWatch::Watch() {
   Clock::time_point unavailable_since = Clock::time_point::max();
   for (;;) {
     if (o_.stop_signal != nullptr && o_.stop_signal->load() != 0) {
@@ -448,6 +492,7 @@ int EtcdWatch::Run() {
     }
     unavailable_since = Clock::time_point::max();
     Report(*now);
+    PublishStatus(*now);
     if (now->phase == "stopped") {
       AwaitAgents(o_.grace + kExitSlack);
       const bool failed = now->stop_reason.rfind("failed: ", 0) == 0;
@@ -458,6 +503,129 @@ int EtcdWatch::Run() {
     }
     std::this_thread::sleep_for(kPollInterval);
   }
+}
+
+Status EtcdWatch::StartStatusServer() {
+  if (o_.status_port < 0) return Status::Ok();
+  StatusServerOptions server;
+  server.address = o_.status_address;
+  server.port = o_.status_port;
+  server.allowed_hosts = o_.status_hosts;
+  std::string token_file;
+  if (!IsLoopbackAddress(server.address)) {
+    // No cluster token in an etcd run: the status key is this driver's own,
+    // readable by whoever may read the run's logs (0600).
+    DROVER_ASSIGN_OR_RETURN(ClusterToken token, ClusterToken::Generate());
+    DROVER_ASSIGN_OR_RETURN(Credential key, Credential::ForStatus(token));
+    token_file = (fs::path(run_dir_) / "status.token").string();
+    DROVER_RETURN_IF_ERROR(key.WriteFile(token_file));
+    server.bearer_token = key.ToText();
+  }
+  DROVER_ASSIGN_OR_RETURN(status_server_, StatusServer::Start(std::move(server), status_));
+  err_ << "drover run: status page " << status_server_->url();
+  if (status_server_->needs_token()) {
+    err_ << " (wants the status key in " << token_file << ": open " << status_server_->url()
+         << "#token=<its content>)";
+  }
+  err_ << "\n" << std::flush;
+  if (o_.live_runs_dir.empty()) return Status::Ok();
+  LiveRun live;
+  live.pid = static_cast<int>(::getpid());
+  live.url = status_server_->url();
+  live.cluster_id = "etcd-" + RunName(o_.address);
+  live.log_dir = run_dir_;
+  live.token_file = token_file;
+  live.started_at = started_at_unix_;
+  return RegisterLiveRun(o_.live_runs_dir, live);
+}
+
+void EtcdWatch::PublishStatus(const ClusterState& state) {
+  RunSnapshot snapshot;
+  snapshot.cluster_id = "etcd-" + RunName(o_.address);
+  snapshot.phase = state.phase == "formed" ? "running" : state.phase;
+  snapshot.engine = "etcd";
+  snapshot.command = command_;
+  snapshot.log_dir = run_dir_;
+  snapshot.started_at_unix = started_at_unix_;
+  snapshot.elapsed_s = std::chrono::duration<double>(Clock::now() - started_at_).count();
+  snapshot.round = state.round;
+  snapshot.round_reason = state.round_reason;
+  snapshot.max_restarts = o_.etcd.max_restarts;
+  snapshot.registered = state.registered;
+  snapshot.expected = state.expected;
+  // The chief: a chief or master task, else worker 0 (as placements say).
+  const bool has_chief =
+      std::any_of(state.nodes.begin(), state.nodes.end(), [](const NodeStatus& status) {
+        return status.node.job_name == "chief" || status.node.job_name == "master";
+      });
+  for (const NodeStatus& status : state.nodes) {
+    const NodeInfo& node = status.node;
+    NodeSnapshot out;
+    out.chief = has_chief ? (node.job_name == "chief" || node.job_name == "master")
+                          : (node.job_name == "worker" && node.task_index == 0);
+    out.executor_id = node.executor_id;
+    out.job = node.job_name;
+    out.task_index = node.task_index;
+    out.host = node.host;
+    out.ports = node.ports;
+    out.pid = node.pid;
+    out.gpus = node.gpus;
+    out.program_pid = status.program_pid;
+    out.restarts = state.round;
+    out.state = status.left                  ? "finished"
+                : !status.error.empty()      ? (status.alive ? "failed" : "lost")
+                : state.phase == "formed"    ? "running"
+                : state.phase == "reserving" ? "registered"
+                                             : "stopped";
+    out.error = status.error;
+    out.feed = status.feed;
+    out.metrics = status.metrics;
+    if (out.feed) {
+      std::tie(out.records_per_s, out.bytes_per_s) =
+          rates_[out.executor_id].Add(snapshot.elapsed_s, out.feed->records, out.feed->bytes);
+    }
+    if (!out.job.empty() && !node.ports.empty()) {
+      json& tasks = snapshot.cluster_spec[out.job];
+      if (!tasks.is_array()) tasks = json::array();
+      while (static_cast<int>(tasks.size()) <= out.task_index) tasks.push_back("");
+      if (out.task_index >= 0) {
+        tasks[static_cast<size_t>(out.task_index)] =
+            node.host + ":" + std::to_string(node.ports.front());
+      }
+    }
+    if (!out.metrics.empty() && (snapshot.metrics.empty() || out.job == "chief")) {
+      snapshot.metrics_task = out.Task();
+      snapshot.metrics = out.metrics;
+    }
+    if (!out.metrics.empty()) status_.AddMetrics(out.Task(), snapshot.elapsed_s, out.metrics);
+    snapshot.nodes.push_back(std::move(out));
+  }
+  bool fed = false;
+  for (const NodeSnapshot& node : snapshot.nodes) fed = fed || node.feed.has_value();
+  if (fed) snapshot.feed = SumFeeds(snapshot.nodes);
+  status_.Publish(std::move(snapshot));
+}
+
+int EtcdWatch::Finish(int code) {
+  RunSnapshot snapshot = status_.Snapshot();
+  if (snapshot.nodes.empty()) return code;  // never saw the run formed
+  snapshot.phase = code == 0 ? "succeeded" : (code > 128 ? "interrupted" : "failed");
+  snapshot.exit_code = code;
+  snapshot.elapsed_s = std::chrono::duration<double>(Clock::now() - started_at_).count();
+  if (snapshot.feed) {
+    snapshot.feed->records_per_s = snapshot.feed->bytes_per_s = 0;
+    snapshot.feed->eta_s.reset();
+    snapshot.feed->epoch_eta_s.reset();
+  }
+  for (NodeSnapshot& node : snapshot.nodes) node.records_per_s = node.bytes_per_s = 0;
+  status_.Publish(snapshot);
+  json record = SnapshotToJson(snapshot);
+  record["metric_history"] = status_.MetricHistoryJson();
+  const fs::path path = fs::path(run_dir_) / "run.json";
+  std::ofstream out(path, std::ios::trunc);
+  out << record.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+  if (!out.flush()) err_ << "drover run: cannot write " << path.string() << "\n" << std::flush;
+  return code;
 }
 
 }  // namespace

@@ -38,6 +38,12 @@ struct EtcdDriverOptions {
   // (this one killed and none attached); then the nodes stop it. nullopt:
   // as long as it takes (or as an earlier driver of the run said).
   std::optional<Milliseconds> driver_timeout;
+  // The status page, /metrics and run.json (docs/status.md), as for any
+  // drover run: status_port -1 serves none, 0 any free port.
+  int status_port = -1;
+  std::string status_address = "127.0.0.1";
+  std::vector<std::string> status_hosts;
+  std::string live_runs_dir;  // where `drover status` finds running drivers
   // Set by a signal handler: stop the run (the signal's number).
   const std::atomic<int>* stop_signal = nullptr;
 };

@@ -205,6 +205,35 @@ std::string Task(const NodeInfo& node) {
          " on " + node.host + ")";
 }
 
+// P/s/ID: a node's last heartbeat (its program's pid, its feed's progress,
+// its program's reports, as the built-in server's Heartbeat frame has them)
+// and its round.
+std::string StatusJson(const HeartbeatPayload& beat, int round, bool left) {
+  wire::Heartbeat heartbeat;
+  heartbeat.set_program_pid(beat.program_pid);
+  if (beat.feed) *heartbeat.mutable_feed() = FeedProgressToWire(*beat.feed);
+  MetricsToWire(beat.metrics, heartbeat.mutable_metrics());
+  std::string text;
+  (void)google::protobuf::util::MessageToJsonString(heartbeat, &text);
+  json status = {{"round", round}, {"heartbeat", json::parse(text, nullptr, false)}};
+  if (left) status["left"] = true;
+  return status.dump();
+}
+
+// The heartbeat StatusJson wrote into `status`; a malformed one is ignored
+// (it only informs the status).
+void ParseStatus(const std::string& text, NodeStatus* status) {
+  json parsed = json::parse(text, nullptr, false);
+  if (!parsed.is_object() || !parsed.contains("heartbeat")) return;
+  wire::Heartbeat heartbeat;
+  if (!google::protobuf::util::JsonStringToMessage(parsed["heartbeat"].dump(), &heartbeat).ok()) {
+    return;
+  }
+  status->program_pid = heartbeat.program_pid();
+  if (heartbeat.has_feed()) status->feed = FeedProgressFromWire(heartbeat.feed());
+  status->metrics = MetricsFromWire(heartbeat.metrics());
+}
+
 class EtcdBackend final : public RendezvousClient::Backend {
  public:
   EtcdBackend(RendezvousClientOptions options, std::unique_ptr<EtcdClient> etcd, std::string prefix)
@@ -864,9 +893,7 @@ Status EtcdBackend::Leave() {
   }
   if (round < 0) return Status::Ok();
   if (payload) {
-    HeartbeatPayload last = payload();
-    json status = {{"pid", last.program_pid}, {"round", round}, {"left", true}};
-    (void)etcd_->Put(StatusKey(id), status.dump(), lease_);
+    (void)etcd_->Put(StatusKey(id), StatusJson(payload(), round, true), lease_);
   }
   DROVER_RETURN_IF_ERROR(etcd_->Put(RoundDir(round) + "left/" + id, "").status());
   DROVER_ASSIGN_OR_RETURN(RoundView view, ReadRound(round));
@@ -882,11 +909,8 @@ Result<ClusterState> EtcdBackend::QueryState(Deadline deadline) {
   DROVER_ASSIGN_OR_RETURN(RoundView view,
                           Retrying([&] { return ReadRound(first.round.round); }, deadline));
   DROVER_ASSIGN_OR_RETURN(etcd::RangeResult statuses, etcd_->GetPrefix(StatusKey("")));
-  std::map<std::string, json> heartbeat;
-  for (const KeyValue& kv : statuses.kvs) {
-    json parsed = json::parse(kv.value, nullptr, false);
-    if (!parsed.is_discarded()) heartbeat[kv.key.substr(StatusKey("").size())] = parsed;
-  }
+  std::map<std::string, std::string> heartbeat;
+  for (const KeyValue& kv : statuses.kvs) heartbeat[kv.key.substr(StatusKey("").size())] = kv.value;
   ClusterState state;
   state.phase = view.end ? "stopped" : view.cluster ? "formed" : "reserving";
   state.round = view.round.round;
@@ -906,7 +930,7 @@ Result<ClusterState> EtcdBackend::QueryState(Deadline deadline) {
     status.alive = view.nodes.count(node.executor_id) > 0;
     status.left = view.left.count(node.executor_id) > 0;
     if (auto it = heartbeat.find(node.executor_id); it != heartbeat.end()) {
-      status.program_pid = it->second.value("pid", 0);
+      ParseStatus(it->second, &status);
     }
     if (auto it = view.errors.find(node.executor_id); it != view.errors.end()) {
       status.error = it->second.value("message", "");
@@ -945,9 +969,7 @@ void EtcdBackend::KeepAliveLoop() {
     lock.Unlock();
     Result<int64_t> ttl = etcd_->KeepAlive(lease_);
     if (ttl.ok() && payload && !id.empty()) {
-      HeartbeatPayload beat = payload();
-      json status = {{"pid", beat.program_pid}, {"round", round}};
-      (void)etcd_->Put(StatusKey(id), status.dump(), lease_);
+      (void)etcd_->Put(StatusKey(id), StatusJson(payload(), round, false), lease_);
     }
     lock.Lock();
     if (ttl.ok() && *ttl > 0) {

@@ -8,9 +8,11 @@ never for the clock."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -84,12 +86,24 @@ def test_a_driver_killed_mid_feed_and_attached_again_feeds_every_record_once(
     wait_for(lambda: held(0) and held(1), "both programs to read their first records", [driver])
     os.killpg(driver.pid, signal.SIGKILL)
     driver.wait()
-    go.touch()
     attached = start_driver(tmp_path, mark, "--attach", address, name="attached")
+    # The attached driver serves the status page while the programs hold.
+    wait_for(lambda: "status page http" in (tmp_path / "attached.log").read_text(),
+             "the attached driver's status page", [attached])
+    url = re.search(r"status page (http://\S+)", (tmp_path / "attached.log").read_text())[1]
+    with urllib.request.urlopen(url + "api/cluster", timeout=30) as answer:
+        cluster = json.load(answer)
+    assert cluster["engine"] == "etcd" and cluster["phase"] == "running", cluster
+    assert sorted(n["job"] + ":" + str(n["task_index"]) for n in cluster["nodes"]) == \
+        ["worker:0", "worker:1"], cluster
+    go.touch()
     code = attached.wait(timeout=WAIT_S)
     log = (tmp_path / "attached.log").read_text()
     assert code == 0, log
     assert "every node's program finished" in log, log
+    record = json.loads((tmp_path / "logs" / "etcd-feedkill" / "run.json").read_text())
+    assert record["phase"] == "succeeded" and record["exit_code"] == 0, record
+    assert [n["state"] for n in record["nodes"]] == ["finished", "finished"], record
     died = records_in_round(f"{out}.1", 0) >= die_after
     agent_logs = "".join(p.read_text() for p in (tmp_path / "logs" / "etcd-feedkill").glob("*.log"))
     if died:
