@@ -700,7 +700,14 @@ Agent::Impl::RoundEnd Agent::Impl::AwaitNextRound(RendezvousClient& client, int 
   for (;;) {
     Result<RendezvousClient::Instruction> told =
         client.WaitForInstruction(Clock::time_point::max(), event_fd_.get());
-    if (!told.ok()) return code;
+    if (!told.ok()) {
+      // The built-in driver closing its connection ends the run. Through
+      // etcd the peers may still re-form or fail the run: this node cannot
+      // know, so it does not claim success.
+      if (!through_etcd_) return code;
+      Say("cannot learn how the run ends: " + told.status().message());
+      return code != 0 ? code : 1;
+    }
     if (int signal = interrupt_signal_.load(); signal != 0) return 128 + signal;
     if (told->kind == RendezvousClient::Instruction::Kind::kStop) {
       if (!told->failed) return code;

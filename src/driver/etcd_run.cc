@@ -30,8 +30,10 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// How often the driver looks at the run and the nodes' logs.
+// How often the driver looks at the nodes' logs, and at the run in etcd
+// (every node's heartbeat: a read that grows with the run).
 constexpr Milliseconds kPollInterval{200};
+constexpr Milliseconds kStateInterval{1'000};
 // The KV key where the driver leaves what an attaching driver needs.
 constexpr char kDriverKey[] = "drover/driver";
 // How long the nodes get to go after the run ended, beyond the grace time.
@@ -457,6 +459,7 @@ int EtcdWatch::Run() {
 
 int EtcdWatch::Watch() {
   Clock::time_point unavailable_since = Clock::time_point::max();
+  Clock::time_point next_look = Clock::now();
   for (;;) {
     if (o_.stop_signal != nullptr && o_.stop_signal->load() != 0) {
       const int signal = o_.stop_signal->load();
@@ -476,6 +479,11 @@ int EtcdWatch::Watch() {
                     " exited before the run ended; their logs are in " + LogDirectory());
       }
     }
+    if (Clock::now() < next_look) {
+      std::this_thread::sleep_for(kPollInterval);
+      continue;
+    }
+    next_look = Clock::now() + kStateInterval;
     Result<ClusterState> now = client_->QueryState(Clock::now() + o_.etcd.unavailable_timeout);
     if (!now.ok()) {
       if (unavailable_since == Clock::time_point::max()) {

@@ -189,6 +189,24 @@ def test_a_lost_quorum_stops_the_nodes_with_a_clear_error(tmp_path, agents, etcd
         assert "etcd: no quorum at" in log or "etcd: cannot reach" in log, log
 
 
+def test_a_node_done_before_the_quorum_is_lost_does_not_claim_success(tmp_path, agents, etcd):
+    """Its peers may still fail the run: it cannot know, so it exits 1."""
+    work = tmp_path / "work"
+    work.mkdir()
+    address = etcd.address("early")
+    run = agents("early")
+    procs = [run.start("0", "--nodes", "2", "--etcd-timeout", "5", command=shell_program(work)),
+             run.start("1", "--nodes", "2", "--etcd-timeout", "5", command=["true"])]
+    wait_for(lambda: "executor 1 on 127.0.0.1  finished" in drover_status(address).stdout,
+             "executor 1's program to finish", procs)
+    etcd.kill(1)
+    etcd.kill(2)
+    codes = [run.wait(str(i)) for i in range(2)]
+    assert codes == [1, 1], run.log("0") + run.log("1")
+    assert "cannot learn how the run ends: etcd: no quorum at" in run.log("1") or \
+        "cannot learn how the run ends: etcd: cannot reach" in run.log("1"), run.log("1")
+
+
 def test_a_lost_agent_leaves_and_the_others_form_again(tmp_path, agents):
     work = tmp_path / "work"
     work.mkdir()
