@@ -295,7 +295,8 @@ class EtcdBackend final : public RendezvousClient::Backend {
   auto Retrying(Call call, Deadline deadline) -> decltype(call());
 
   Result<RoundView> ReadRound(int round);
-  Result<RoundView> ReadSignals(int round);
+  // `with_driver`: the driver's keys too (a running node's look).
+  Result<RoundView> ReadSignals(int round, bool with_driver = false);
   Result<std::optional<FormedCluster>> ReadFormed(int round);
   Status WriteConfig();
   // Forms `view`'s round with the nodes registered (at most MAX), unless
@@ -486,17 +487,21 @@ Result<std::optional<FormedCluster>> EtcdBackend::ReadFormed(int round) {
   return std::optional<FormedCluster>(std::move(cluster));
 }
 
-Result<RoundView> EtcdBackend::ReadSignals(int round) {
-  DROVER_ASSIGN_OR_RETURN(
-      etcd::TxnResult txn,
-      etcd_->Txn(
-          {},
-          {TxnOp::Get(Control("round")), TxnOp::Get(Control("end")), TxnOp::Count(Formed(round)),
-           TxnOp::CountPrefix(RoundDir(round) + "nodes/"),
-           TxnOp::CountPrefix(RoundDir(round) + "left/"), TxnOp::CountPrefix(Member("waiting/")),
-           TxnOp::Get(EtcdDriverConfigKey(prefix_)), TxnOp::Count(EtcdDriverAliveKey(prefix_))}));
-  if (txn.ranges.size() != 8) {
-    return Status::Internal("etcd answered a read of 8 ranges with fewer");
+Result<RoundView> EtcdBackend::ReadSignals(int round, bool with_driver) {
+  std::vector<TxnOp> reads = {TxnOp::Get(Control("round")),
+                              TxnOp::Get(Control("end")),
+                              TxnOp::Count(Formed(round)),
+                              TxnOp::CountPrefix(RoundDir(round) + "nodes/"),
+                              TxnOp::CountPrefix(RoundDir(round) + "left/"),
+                              TxnOp::CountPrefix(Member("waiting/"))};
+  if (with_driver) {
+    reads.push_back(TxnOp::Get(EtcdDriverConfigKey(prefix_)));
+    reads.push_back(TxnOp::Count(EtcdDriverAliveKey(prefix_)));
+  }
+  DROVER_ASSIGN_OR_RETURN(etcd::TxnResult txn, etcd_->Txn({}, reads));
+  if (txn.ranges.size() != reads.size()) {
+    return Status::Internal("etcd answered a read of " + std::to_string(reads.size()) +
+                            " ranges with fewer");
   }
   RoundView view;
   view.revision = txn.revision;
@@ -505,6 +510,7 @@ Result<RoundView> EtcdBackend::ReadSignals(int round) {
   view.nodes_count = static_cast<int>(txn.ranges[3].count);
   view.left_count = static_cast<int>(txn.ranges[4].count);
   view.waiting_count = static_cast<int>(txn.ranges[5].count);
+  if (!with_driver) return view;
   if (!txn.ranges[6].kvs.empty()) {
     json config = json::parse(txn.ranges[6].kvs[0].value, nullptr, false);
     if (config.is_object() && config.value("timeout_ms", int64_t{-1}) >= 0) {
@@ -750,7 +756,8 @@ Result<RendezvousClient::Instruction> EtcdBackend::WaitForInstruction(Deadline d
   const Deadline forever = Clock::time_point::max();
   for (;;) {
     DROVER_RETURN_IF_ERROR(LeaseStatus());
-    DROVER_ASSIGN_OR_RETURN(RoundView view, Retrying([&] { return ReadSignals(round); }, forever));
+    DROVER_ASSIGN_OR_RETURN(RoundView view,
+                            Retrying([&] { return ReadSignals(round, true); }, forever));
     if (view.end) {
       Instruction told;
       told.kind = Instruction::Kind::kStop;
