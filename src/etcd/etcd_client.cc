@@ -529,54 +529,42 @@ class EtcdClient::Impl {
   size_t member_count() const { return members_.size(); }
   void set_current(size_t member) { current_.store(member, std::memory_order_relaxed); }
 
+  ~Impl() {
+    // A TLS client's teardown may write (see Send).
+    std::optional<os::SigpipeBlock> sigpipe_block;
+    if (!options_.ca_file.empty()) sigpipe_block.emplace();
+    MutexLock lock(pool_mu_);
+    idle_.clear();
+  }
+
   // One HTTP POST (GET when `body` is empty) of `path` to one member. With
-  // `on_data`, the answer's bytes go there (false ends the request) instead
-  // of into the Exchange.
+  // `on_data` (a watch: a long request of its own), the answer's bytes go
+  // there (false ends the request) instead of into the Exchange. Other
+  // requests reuse an idle connection to the member when there is one (no
+  // TCP or TLS handshake per call), and go again once on a fresh connection
+  // when a reused one fails at once: the member may have closed it while it
+  // idled.
   Exchange Send(size_t member, const std::string& path, const std::string& body,
                 Milliseconds timeout, const std::string& token,
-                const std::function<bool(std::string_view)>& on_data = nullptr) const {
-    const auto& [host, port] = members_[member];
+                const std::function<bool(std::string_view)>& on_data = nullptr) {
     // OpenSSL writes with write(2), which raises SIGPIPE on a closed
     // connection (cpp-httplib's own sends use MSG_NOSIGNAL). Declared first:
-    // it must outlive the client, whose teardown may write.
+    // it must outlive the clients, whose teardown may write.
     std::optional<os::SigpipeBlock> sigpipe_block;
-    std::unique_ptr<httplib::ClientImpl> client;
-    if (!options_.ca_file.empty()) {
-      sigpipe_block.emplace();
-      auto tls = options_.cert_file.empty()
-                     ? std::make_unique<httplib::SSLClient>(host, port)
-                     : std::make_unique<httplib::SSLClient>(host, port, options_.cert_file,
-                                                            options_.key_file);
-      tls->set_ca_cert_path(options_.ca_file);
-      tls->enable_server_certificate_verification(true);
-      client = std::move(tls);
-    } else {
-      client = std::make_unique<httplib::ClientImpl>(host, port);
+    if (!options_.ca_file.empty()) sigpipe_block.emplace();
+    const bool pooled = !on_data;
+    std::unique_ptr<httplib::ClientImpl> client = pooled ? TakeIdle(member) : nullptr;
+    const bool reused = client != nullptr;
+    if (!client) client = NewClient(member);
+    Exchange exchange = SendOn(*client, path, body, timeout, token, on_data, pooled);
+    // A connection the member closed fails at once; one that timed out is
+    // the member's answer (no quorum), not the connection's age.
+    const bool stale = exchange.took < std::min<Clock::duration>(timeout / 2, Milliseconds(1'000));
+    if (reused && exchange.error != httplib::Error::Success && stale) {
+      client = NewClient(member);
+      exchange = SendOn(*client, path, body, timeout, token, on_data, pooled);
     }
-    client->set_connection_timeout(timeout);
-    client->set_read_timeout(timeout);
-    client->set_write_timeout(timeout);
-    client->set_keep_alive(false);
-
-    httplib::Request request;
-    request.method = body.empty() ? "GET" : "POST";
-    request.path = path;
-    request.body = body;
-    request.headers.emplace("Content-Type", "application/json");
-    if (!token.empty()) request.headers.emplace("Authorization", token);
-    Exchange exchange;
-    // Always through a receiver: it sees the body of an error answer that
-    // cpp-httplib then reports as a failed read (see Judge).
-    request.content_receiver = [&](const char* data, size_t size, uint64_t, uint64_t) {
-      if (on_data) return on_data(std::string_view(data, size));
-      exchange.body.append(data, size);
-      return true;
-    };
-    httplib::Response response;
-    Clock::time_point start = Clock::now();
-    client->send(request, response, exchange.error);
-    exchange.took = Clock::now() - start;
-    exchange.status = response.status;
+    if (pooled && exchange.error == httplib::Error::Success) GiveBack(member, std::move(client));
     return exchange;
   }
 
@@ -704,12 +692,75 @@ class EtcdClient::Impl {
     return NoMember(no_quorum, last_error);
   }
 
+  std::unique_ptr<httplib::ClientImpl> NewClient(size_t member) const {
+    const auto& [host, port] = members_[member];
+    if (options_.ca_file.empty()) return std::make_unique<httplib::ClientImpl>(host, port);
+    auto tls = options_.cert_file.empty() ? std::make_unique<httplib::SSLClient>(host, port)
+                                          : std::make_unique<httplib::SSLClient>(
+                                                host, port, options_.cert_file, options_.key_file);
+    tls->set_ca_cert_path(options_.ca_file);
+    tls->enable_server_certificate_verification(true);
+    return tls;
+  }
+
+  Exchange SendOn(httplib::ClientImpl& client, const std::string& path, const std::string& body,
+                  Milliseconds timeout, const std::string& token,
+                  const std::function<bool(std::string_view)>& on_data, bool keep_alive) const {
+    client.set_connection_timeout(timeout);
+    client.set_read_timeout(timeout);
+    client.set_write_timeout(timeout);
+    client.set_keep_alive(keep_alive);
+    // A request goes out in two writes (headers, body): without this, on a
+    // reused connection the second waits for the first's delayed ACK.
+    client.set_tcp_nodelay(true);
+    httplib::Request request;
+    request.method = body.empty() ? "GET" : "POST";
+    request.path = path;
+    request.body = body;
+    request.headers.emplace("Content-Type", "application/json");
+    if (!token.empty()) request.headers.emplace("Authorization", token);
+    Exchange exchange;
+    // Always through a receiver: it sees the body of an error answer that
+    // cpp-httplib then reports as a failed read (see Judge).
+    request.content_receiver = [&](const char* data, size_t size, uint64_t, uint64_t) {
+      if (on_data) return on_data(std::string_view(data, size));
+      exchange.body.append(data, size);
+      return true;
+    };
+    httplib::Response response;
+    Clock::time_point start = Clock::now();
+    client.send(request, response, exchange.error);
+    exchange.took = Clock::now() - start;
+    exchange.status = response.status;
+    return exchange;
+  }
+
+  std::unique_ptr<httplib::ClientImpl> TakeIdle(size_t member) {
+    MutexLock lock(pool_mu_);
+    if (idle_.size() <= member || idle_[member].empty()) return nullptr;
+    std::unique_ptr<httplib::ClientImpl> client = std::move(idle_[member].back());
+    idle_[member].pop_back();
+    return client;
+  }
+
+  void GiveBack(size_t member, std::unique_ptr<httplib::ClientImpl> client) {
+    // Enough for the threads of one process that call at once (a node's
+    // keep-alive, its watcher, its feed); more are closed.
+    constexpr size_t kIdlePerMember = 4;
+    MutexLock lock(pool_mu_);
+    if (idle_.size() <= member) idle_.resize(members_.size());
+    if (idle_[member].size() < kIdlePerMember) idle_[member].push_back(std::move(client));
+  }
+
   const EtcdOptions options_;
   const std::vector<std::pair<std::string, int>> members_;
   std::string endpoint_list_;
   std::atomic<size_t> current_{0};
   Mutex token_mu_;
   std::string token_ GUARDED_BY(token_mu_);
+  // Idle keep-alive connections, by member.
+  Mutex pool_mu_;
+  std::vector<std::vector<std::unique_ptr<httplib::ClientImpl>>> idle_ GUARDED_BY(pool_mu_);
 };
 
 Result<WatchResult> EtcdClient::Impl::Watch(const std::string& prefix, int64_t from,
