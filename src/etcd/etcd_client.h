@@ -12,8 +12,9 @@
 // call goes on to the next member: a write can land twice, and a Txn retried
 // so can find its own first write (succeeded == false, the failure branch's
 // ranges showing our own value). Make transactions check for that.
-// Thread-safe: each call makes its own connection, so a watch on one thread
-// never holds up a put on another.
+// Thread-safe: each call has a connection to itself while it runs (an idle
+// keep-alive one when there is one; a watch always a new one), so a watch
+// on one thread never holds up a put on another.
 
 #ifndef DROVER_SRC_ETCD_ETCD_CLIENT_H_
 #define DROVER_SRC_ETCD_ETCD_CLIENT_H_
