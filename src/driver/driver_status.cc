@@ -6,6 +6,7 @@
 
 #include "driver/driver.h"
 #include "driver/live_runs.h"
+#include "driver/status_page_server.h"
 #include "driver/status_text.h"
 #include "os/duration_text.h"
 
@@ -26,42 +27,19 @@ double SecondsSince(Clock::time_point from) {
 
 Status Driver::StartStatusServer() {
   if (options_.status_port < 0) return Status::Ok();
-  StatusServerOptions server;
-  server.address = options_.status_address;
-  server.port = options_.status_port;
-  server.allowed_hosts = options_.status_hosts;
-  // The bearer token crosses plain HTTP, so it is the status key, derived for
-  // that purpose alone: whoever sees it can read the status, not join or
-  // stop the cluster (docs/security.md).
-  DROVER_ASSIGN_OR_RETURN(Credential status_key, Credential::ForStatus(*options_.token));
-  server.bearer_token = status_key.ToText();
-  if (!IsLoopbackAddress(server.address)) {
-    // Whoever may read the logs on this host (0600: only this user) can
-    // read the status; nobody else can.
-    status_token_file_ = (fs::path(options_.log_dir) / "status.token").string();
-    DROVER_RETURN_IF_ERROR(status_key.WriteFile(status_token_file_));
-  }
-  DROVER_ASSIGN_OR_RETURN(status_server_, StatusServer::Start(std::move(server), status_));
-  err_ << "drover run: status page " << status_server_->url();
-  if (status_server_->needs_token()) {
-    err_ << " (wants the status key in " << status_token_file_ << ": open " << status_server_->url()
-         << "#token=<its content>)";
-  }
-  err_ << "\n" << std::flush;
-  LiveRun live;
-  live.pid = static_cast<int>(::getpid());
-  live.url = status_server_->url();
-  live.cluster_id = ClusterId();
-  live.log_dir = options_.log_dir;
-  live.token_file = status_server_->needs_token() ? status_token_file_ : "";
-  live.started_at = started_at_unix_;
-  if (options_.live_runs_dir.empty()) return Status::Ok();
-  if (Status announced = RegisterLiveRun(options_.live_runs_dir, live); !announced.ok()) {
-    err_ << "drover run: drover status will not find this run without its address: "
-         << announced.message() << "\n";
-  } else if (janitor_) {
-    janitor_->Watch(LiveRunFile(options_.live_runs_dir, live.pid));
-  }
+  StatusPageOptions page;
+  page.server.address = options_.status_address;
+  page.server.port = options_.status_port;
+  page.server.allowed_hosts = options_.status_hosts;
+  page.log_dir = options_.log_dir;
+  page.cluster_id = ClusterId();
+  page.started_at_unix = started_at_unix_;
+  page.live_runs_dir = options_.live_runs_dir;
+  DROVER_ASSIGN_OR_RETURN(StatusPage started,
+                          StartStatusPage(std::move(page), *options_.token, status_, err_));
+  status_server_ = std::move(started.server);
+  status_token_file_ = started.token_file;
+  if (janitor_ && !started.live_run_file.empty()) janitor_->Watch(started.live_run_file);
   return Status::Ok();
 }
 

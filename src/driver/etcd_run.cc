@@ -17,6 +17,7 @@
 
 #include "driver/live_runs.h"
 #include "driver/run_status.h"
+#include "driver/status_page_server.h"
 #include "driver/status_server.h"
 #include "driver/status_text.h"
 #include "feed/etcd_feed_ledger.h"
@@ -515,36 +516,21 @@ int EtcdWatch::Watch() {
 
 Status EtcdWatch::StartStatusServer() {
   if (o_.status_port < 0) return Status::Ok();
-  StatusServerOptions server;
-  server.address = o_.status_address;
-  server.port = o_.status_port;
-  server.allowed_hosts = o_.status_hosts;
-  std::string token_file;
-  if (!IsLoopbackAddress(server.address)) {
-    // No cluster token in an etcd run: the status key is this driver's own,
-    // readable by whoever may read the run's logs (0600).
-    DROVER_ASSIGN_OR_RETURN(ClusterToken token, ClusterToken::Generate());
-    DROVER_ASSIGN_OR_RETURN(Credential key, Credential::ForStatus(token));
-    token_file = (fs::path(run_dir_) / "status.token").string();
-    DROVER_RETURN_IF_ERROR(key.WriteFile(token_file));
-    server.bearer_token = key.ToText();
-  }
-  DROVER_ASSIGN_OR_RETURN(status_server_, StatusServer::Start(std::move(server), status_));
-  err_ << "drover run: status page " << status_server_->url();
-  if (status_server_->needs_token()) {
-    err_ << " (wants the status key in " << token_file << ": open " << status_server_->url()
-         << "#token=<its content>)";
-  }
-  err_ << "\n" << std::flush;
-  if (o_.live_runs_dir.empty()) return Status::Ok();
-  LiveRun live;
-  live.pid = static_cast<int>(::getpid());
-  live.url = status_server_->url();
-  live.cluster_id = "etcd-" + RunName(o_.address);
-  live.log_dir = run_dir_;
-  live.token_file = token_file;
-  live.started_at = started_at_unix_;
-  return RegisterLiveRun(o_.live_runs_dir, live);
+  StatusPageOptions page;
+  page.server.address = o_.status_address;
+  page.server.port = o_.status_port;
+  page.server.allowed_hosts = o_.status_hosts;
+  page.log_dir = run_dir_;
+  page.cluster_id = "etcd-" + RunName(o_.address);
+  page.started_at_unix = started_at_unix_;
+  page.live_runs_dir = o_.live_runs_dir;
+  // No cluster token in an etcd run: the status key derives from one of
+  // this driver's own.
+  DROVER_ASSIGN_OR_RETURN(ClusterToken token, ClusterToken::Generate());
+  DROVER_ASSIGN_OR_RETURN(StatusPage started,
+                          StartStatusPage(std::move(page), token, status_, err_));
+  status_server_ = std::move(started.server);
+  return Status::Ok();
 }
 
 void EtcdWatch::PublishStatus(const ClusterState& state) {

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "etcd/etcd_test_server.h"
+#include "etcd/etcd_test_suite.h"
 #include "testing/status_matchers.h"
 
 namespace drover::etcd {
@@ -34,44 +35,21 @@ std::vector<std::string> Keys(const RangeResult& range) {
 
 // One etcd member shared by the tests of this suite; each test works under
 // its own prefix.
-class EtcdClientTest : public ::testing::Test {
+class EtcdClientTest : public EtcdTestSuite {
  protected:
-  static void SetUpTestSuite() {
-    Result<std::unique_ptr<EtcdTestServer>> server = EtcdTestServer::Start();
-    if (server.ok()) {
-      server_ = std::move(server).value().release();
-    } else {
-      start_error_ = new Status(server.status());
-    }
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-    delete start_error_;
-    start_error_ = nullptr;
-  }
-
   void SetUp() override {
-    ASSERT_NE(server_, nullptr) << start_error_->ToString();
+    EtcdTestSuite::SetUp();
+    if (HasFatalFailure()) return;
     EtcdOptions options;
     options.endpoints = server_->endpoints();
     options.request_timeout = 5s;
     ASSERT_OK_AND_ASSIGN(client_, EtcdClient::Connect(options, In(10s)));
-    prefix_ = std::string("/") + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    prefix_ = TestPrefix();
   }
 
-  void TearDown() override {
-    if (HasFailure() && server_ != nullptr) ADD_FAILURE() << "etcd logs:\n" << server_->Logs();
-  }
-
-  static EtcdTestServer* server_;
-  static Status* start_error_;
   std::unique_ptr<EtcdClient> client_;
   std::string prefix_;
 };
-
-EtcdTestServer* EtcdClientTest::server_ = nullptr;
-Status* EtcdClientTest::start_error_ = nullptr;
 
 TEST_F(EtcdClientTest, PutGetPrefixDelete) {
   ASSERT_OK_AND_ASSIGN(int64_t first, client_->Put(prefix_ + "/a", "1"));

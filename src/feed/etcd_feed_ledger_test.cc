@@ -7,7 +7,7 @@
 #include <set>
 #include <thread>
 
-#include "etcd/etcd_test_server.h"
+#include "etcd/etcd_test_suite.h"
 #include "testing/status_matchers.h"
 
 namespace drover::feed {
@@ -38,23 +38,8 @@ FeedPlan DynamicPlan(int partitions, int epochs) {
 }
 
 // One etcd member for the suite; each test has its own run prefix.
-class EtcdFeedLedgerTest : public ::testing::Test {
+class EtcdFeedLedgerTest : public etcd::EtcdTestSuite {
  protected:
-  static void SetUpTestSuite() {
-    Result<std::unique_ptr<etcd::EtcdTestServer>> server = etcd::EtcdTestServer::Start();
-    if (server.ok()) {
-      server_ = std::move(server).value().release();
-    } else {
-      start_error_ = new Status(server.status());
-    }
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-    delete start_error_;
-    start_error_ = nullptr;
-  }
-
   // A ledger of this test's run, as one node sees it (each its own client).
   std::unique_ptr<EtcdFeedLedger> Node() {
     etcd::EtcdOptions options;
@@ -62,19 +47,9 @@ class EtcdFeedLedgerTest : public ::testing::Test {
     Result<std::unique_ptr<etcd::EtcdClient>> client = etcd::EtcdClient::Connect(options, Soon());
     EXPECT_TRUE(client.ok()) << client.status().ToString();
     if (!client.ok()) return nullptr;
-    const std::string run =
-        std::string("/") + ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    return std::make_unique<EtcdFeedLedger>(std::move(client).value(), run, 5s);
+    return std::make_unique<EtcdFeedLedger>(std::move(client).value(), TestPrefix(), 5s);
   }
-
-  void SetUp() override { ASSERT_NE(server_, nullptr) << start_error_->ToString(); }
-
-  static etcd::EtcdTestServer* server_;
-  static Status* start_error_;
 };
-
-etcd::EtcdTestServer* EtcdFeedLedgerTest::server_ = nullptr;
-Status* EtcdFeedLedgerTest::start_error_ = nullptr;
 
 TEST_F(EtcdFeedLedgerTest, TheFirstPlanStaysAndAnotherIsRefused) {
   auto ledger = Node();
