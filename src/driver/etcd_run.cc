@@ -290,12 +290,16 @@ void EtcdWatch::KeepPresence() {
   if (!presence_ || Clock::now() < next_keepalive_) return;
   next_keepalive_ = Clock::now() + o_.etcd.lease_ttl / 3;
   Result<int64_t> ttl = presence_->KeepAlive(presence_lease_);
-  if (!ttl.ok() || *ttl > 0) return;  // etcd unavailable: the loop says so
-  // Expired (etcd was away longer than the TTL): be there again.
-  const auto seconds = std::max<int64_t>(1, (o_.etcd.lease_ttl.count() + 999) / 1000);
-  Result<int64_t> lease = presence_->GrantLease(std::chrono::seconds(seconds));
-  if (!lease.ok()) return;
-  presence_lease_ = *lease;
+  if (!ttl.ok()) return;  // etcd unavailable: the loop says so
+  if (*ttl == 0) {
+    // Expired (etcd was away longer than the TTL): a new lease.
+    const auto seconds = std::max<int64_t>(1, (o_.etcd.lease_ttl.count() + 999) / 1000);
+    Result<int64_t> lease = presence_->GrantLease(std::chrono::seconds(seconds));
+    if (!lease.ok()) return;
+    presence_lease_ = *lease;
+  }
+  // Written again each time: another driver of the run (attached while this
+  // one ran) took the key under its lease, and its end took the key away.
   json me = {{"host", HostName()}, {"pid", ::getpid()}};
   (void)presence_->Put(alive_key_, me.dump(), presence_lease_);
 }
