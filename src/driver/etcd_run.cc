@@ -210,8 +210,8 @@ class EtcdWatch {
   std::vector<LocalNode> nodes_;
   std::map<std::string, std::string> tags_;  // executor id -> "worker:0"
   int round_ = -1;
-  std::string phase_;
-  bool local_ = false;  // agents of this run run on this host
+  int formed_round_ = -1;  // the last round whose cluster was said
+  bool local_ = false;     // agents of this run run on this host
   RunStatus status_;
   std::unique_ptr<StatusServer> status_server_;
   std::map<std::string, RateMeter> rates_;  // executor id -> its feed's rates
@@ -373,7 +373,13 @@ void EtcdWatch::Report(const ClusterState& state) {
   if (state.round != round_ && state.round > 0) {
     err_ << "drover run: round " << state.round << ": " << state.round_reason << "\n";
   }
-  if (state.phase == "formed" && (phase_ != "formed" || state.round != round_)) {
+  // Each round's cluster once: seen formed, or seen only once its programs
+  // had ended (a short run between two looks).
+  const bool placed = std::any_of(state.nodes.begin(), state.nodes.end(),
+                                  [](const NodeStatus& node) { return node.node.task_index >= 0; });
+  if ((state.phase == "formed" || (state.phase == "stopped" && placed)) &&
+      formed_round_ != state.round) {
+    formed_round_ = state.round;
     std::string members;
     for (const NodeStatus& node : state.nodes) {
       members +=
@@ -382,7 +388,6 @@ void EtcdWatch::Report(const ClusterState& state) {
     err_ << "drover run: formed with " << state.nodes.size() << " nodes: " << members << "\n";
   }
   round_ = state.round;
-  phase_ = state.phase;
   err_ << std::flush;
 }
 
