@@ -6,13 +6,18 @@
 //
 // Agents are started by the C++ local engine, or by a Python engine object
 // (drover.engines.Dask) whose launch() returns a process object; the
-// adapters below call into it with the GIL held.
+// adapters below call into it with the GIL held. Through etcd
+// (_ClusterDriver.through_etcd) the thread runs `drover run
+// --rendezvous etcd://`'s watch instead (driver/etcd_run.h): the agents run
+// detached, so the run outlives this process.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
+#include <csignal>
 #include <iostream>
 #include <map>
 #include <set>
@@ -22,6 +27,7 @@
 #include "bindings.h"
 #include "common/mutex.h"
 #include "driver/driver.h"
+#include "driver/etcd_run.h"
 #include "driver/live_runs.h"
 #include "drover/environment.h"
 #include "drover/placement.h"
@@ -198,48 +204,18 @@ py::dict ClusterNodeDict(const NodeInfo& node, const Placement* placement) {
   return out;
 }
 
+// A driver on a thread of this process: the built-in one (Driver) or the
+// watch of an etcd run (RunThroughEtcd). Python waits on it and reads what
+// happened through the same calls for both.
 class ClusterDriver {
  public:
-  ClusterDriver(DriverOptions options, py::object engine, std::set<std::string> local_executors,
-                std::string local_host)
-      : options_(std::move(options)), err_(&tee_) {
-    stop_fd_.Reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-    if (!stop_fd_.valid()) Check(Status::IoError("eventfd failed"));
-    options_.stop_fd = stop_fd_.get();
-    options_.on_formed = [this](const FormedCluster& cluster) {
-      MutexLock lock(mu_);
-      formed_ = cluster;
-      status_url_ = driver_->status_url();
-      changed_.notify_all();
-    };
-    options_.on_failure = [this](const NodeFailure& failure) {
-      MutexLock lock(mu_);
-      if (!failure_) failure_ = failure;
-    };
-    if (engine.is_none()) {
-      engine_ = std::make_unique<LocalEngine>(LocalEngineOptions{local_host, {}});
-    } else {
-      engine_ =
-          std::make_unique<PyEngine>(std::move(engine), std::move(local_executors), local_host);
-    }
-  }
-  ~ClusterDriver() {
-    if (thread_.joinable()) {
-      RequestStop();
-      py::gil_scoped_release release;
-      thread_.join();
-    }
-    {
-      // The engine may hold Python objects; drop them with the GIL held.
-      engine_.reset();
-    }
-  }
+  virtual ~ClusterDriver() = default;
 
   void Start() {
     if (thread_.joinable()) Check(Status::FailedPrecondition("the driver was already started"));
-    driver_ = std::make_unique<Driver>(options_, *engine_, std::cout, err_);
+    Prepare();
     thread_ = std::thread([this] {
-      int code = driver_->Run();
+      int code = RunDriver();
       MutexLock lock(mu_);
       exit_code_ = code;
       changed_.notify_all();
@@ -274,14 +250,8 @@ class ClusterDriver {
     }
     return true;
   }
-  void SetOthersGrace(double seconds) {
-    if (driver_) driver_->SetOthersGrace(Ms(seconds));
-  }
-  void RequestStop() {
-    uint64_t one = 1;
-    ssize_t ignored = ::write(stop_fd_.get(), &one, sizeof(one));
-    (void)ignored;
-  }
+  virtual void SetOthersGrace(double seconds) = 0;
+  virtual void RequestStop() = 0;
 
   py::object Formed() {
     MutexLock lock(mu_);
@@ -294,6 +264,7 @@ class ClusterDriver {
       nodes.append(ClusterNodeDict(formed_->nodes[i], &formed_->placements[i]));
     }
     out["nodes"] = nodes;
+    out["round"] = formed_->round;
     return out;
   }
   py::object Failure() {
@@ -318,19 +289,49 @@ class ClusterDriver {
   }
   // /api/cluster's JSON text (docs/status.md); "null" before start.
   std::string StatusJson() {
-    if (!driver_) return "null";
-    return SnapshotToJson(driver_->status().Snapshot())
+    const RunStatus* status = CurrentStatus();
+    if (status == nullptr) return "null";
+    return SnapshotToJson(status->Snapshot())
         .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
-  const std::string& log_dir() const { return options_.log_dir; }
+
+ protected:
+  ClusterDriver() : err_(&tee_) {}
+
+  // Called on the Python thread before the driver's thread starts.
+  virtual void Prepare() = 0;
+  // The driver's thread: runs the cluster to its end; the exit code.
+  virtual int RunDriver() = 0;
+  virtual const RunStatus* CurrentStatus() = 0;
+  // Joins the driver's thread (stopped first) before members go.
+  void StopAndJoin() {
+    if (thread_.joinable()) {
+      RequestStop();
+      py::gil_scoped_release release;
+      thread_.join();
+    }
+  }
+
+  void SetFormed(const FormedCluster& cluster, const std::string& status_url) {
+    MutexLock lock(mu_);
+    formed_ = cluster;
+    status_url_ = status_url;
+    changed_.notify_all();
+  }
+  void SetFailure(const NodeFailure& failure) {
+    MutexLock lock(mu_);
+    if (!failure_) failure_ = failure;
+  }
+  void SetStatusUrl(const std::string& url) {
+    MutexLock lock(mu_);
+    status_url_ = url;
+  }
+
+  std::ostream& err() { return err_; }
 
  private:
-  DriverOptions options_;
-  std::unique_ptr<Engine> engine_;
-  std::unique_ptr<Driver> driver_;
   TeeBuffer tee_;
   std::ostream err_;
-  os::UniqueFd stop_fd_;
   std::thread thread_;
   Mutex mu_;
   std::condition_variable_any changed_;
@@ -339,6 +340,98 @@ class ClusterDriver {
   std::optional<int> exit_code_ GUARDED_BY(mu_);
   std::string status_url_ GUARDED_BY(mu_);
 };
+
+// The built-in rendezvous: `drover run`'s Driver, agents started by an engine.
+class BuiltinClusterDriver : public ClusterDriver {
+ public:
+  BuiltinClusterDriver(DriverOptions options, py::object engine,
+                       std::set<std::string> local_executors, std::string local_host)
+      : options_(std::move(options)) {
+    stop_fd_.Reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (!stop_fd_.valid()) Check(Status::IoError("eventfd failed"));
+    options_.stop_fd = stop_fd_.get();
+    options_.on_formed = [this](const FormedCluster& cluster) {
+      SetFormed(cluster, driver_->status_url());
+    };
+    options_.on_failure = [this](const NodeFailure& failure) { SetFailure(failure); };
+    if (engine.is_none()) {
+      engine_ = std::make_unique<LocalEngine>(LocalEngineOptions{local_host, {}});
+    } else {
+      engine_ =
+          std::make_unique<PyEngine>(std::move(engine), std::move(local_executors), local_host);
+    }
+  }
+  ~BuiltinClusterDriver() override {
+    StopAndJoin();
+    // The engine may hold Python objects; drop them with the GIL held.
+    engine_.reset();
+  }
+
+  void SetOthersGrace(double seconds) override {
+    if (driver_) driver_->SetOthersGrace(Ms(seconds));
+  }
+  void RequestStop() override {
+    uint64_t one = 1;
+    ssize_t ignored = ::write(stop_fd_.get(), &one, sizeof(one));
+    (void)ignored;
+  }
+
+ protected:
+  void Prepare() override {
+    driver_ = std::make_unique<Driver>(options_, *engine_, std::cout, err());
+  }
+  int RunDriver() override { return driver_->Run(); }
+  const RunStatus* CurrentStatus() override { return driver_ ? &driver_->status() : nullptr; }
+
+ private:
+  DriverOptions options_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<Driver> driver_;
+  os::UniqueFd stop_fd_;
+};
+
+// An etcd rendezvous (docs/run.md, "A driver that can die"): the agents run
+// detached on this host and form through etcd; this only watches the run,
+// so the run outlives this process (`drover run --attach` takes it up).
+class EtcdClusterDriver : public ClusterDriver {
+ public:
+  explicit EtcdClusterDriver(EtcdDriverOptions options) : options_(std::move(options)) {
+    options_.stop_signal = &stop_signal_;
+    options_.status = &status_;
+    options_.on_formed = [this](const FormedCluster& cluster) { SetFormed(cluster, status_url_); };
+    options_.on_failure = [this](const NodeFailure& failure) { SetFailure(failure); };
+    options_.on_status_page = [this](const std::string& url) {
+      status_url_ = url;  // before any round forms: the same thread
+      SetStatusUrl(url);
+    };
+  }
+  ~EtcdClusterDriver() override { StopAndJoin(); }
+
+  // The ps and evaluator nodes end with the run (the nodes decide, in etcd).
+  void SetOthersGrace(double) override {}
+  void RequestStop() override { stop_signal_ = SIGTERM; }
+
+ protected:
+  void Prepare() override {}
+  int RunDriver() override { return RunThroughEtcd(options_, std::cout, err()); }
+  const RunStatus* CurrentStatus() override { return &status_; }
+
+ private:
+  EtcdDriverOptions options_;
+  std::atomic<int> stop_signal_{0};
+  RunStatus status_;
+  std::string status_url_;  // the watching thread's
+};
+
+// train()'s plan: writers push pickled records into each node's feed socket.
+feed::FeedPlan ExternalPlan(const py::dict& external_feed) {
+  feed::FeedPlan plan;
+  plan.external = true;
+  plan.read.format = feed::RecordFormat::kPickle;
+  plan.queue_bytes = external_feed["queue_bytes"].cast<uint64_t>();
+  plan.feed_timeout_ms = static_cast<int64_t>(external_feed["feed_timeout"].cast<double>() * 1000);
+  return plan;
+}
 
 }  // namespace
 
@@ -367,17 +460,10 @@ void RegisterDriver(py::module_& m) {
              options.cluster_id = std::move(cluster_id);
              options.status_port = status_port;
              options.live_runs_dir = LiveRunsDir(ProcessEnvironment());
-             if (external_feed) {
-               feed::FeedPlan plan;
-               plan.external = true;
-               plan.read.format = feed::RecordFormat::kPickle;
-               plan.queue_bytes = (*external_feed)["queue_bytes"].cast<uint64_t>();
-               plan.feed_timeout_ms =
-                   static_cast<int64_t>((*external_feed)["feed_timeout"].cast<double>() * 1000);
-               options.feed = std::move(plan);
-             }
-             return std::make_unique<ClusterDriver>(std::move(options), std::move(engine),
-                                                    std::move(local_executors), std::move(host));
+             if (external_feed) options.feed = ExternalPlan(*external_feed);
+             return std::unique_ptr<ClusterDriver>(
+                 new BuiltinClusterDriver(std::move(options), std::move(engine),
+                                          std::move(local_executors), std::move(host)));
            }),
            py::arg("num_nodes"), py::arg("num_ps"), py::arg("master_node"), py::arg("eval_node"),
            py::arg("command"), py::arg("agent_binary"), py::arg("log_dir"),
@@ -385,6 +471,40 @@ void RegisterDriver(py::module_& m) {
            py::arg("last_lines"), py::arg("cluster_id"), py::arg("external_feed"),
            py::arg("engine"), py::arg("local_executors"), py::arg("host"),
            py::arg("status_port") = -1)
+      .def_static(
+          "through_etcd",
+          [](std::string address, int num_nodes, int num_ps, std::optional<std::string> master_node,
+             bool eval_node, std::vector<std::string> command, std::string agent_binary,
+             std::string run_dir, double grace, std::optional<py::dict> external_feed,
+             std::string host, int status_port, std::optional<double> driver_timeout,
+             std::map<std::string, std::string> etcd) {
+            EtcdDriverOptions options;
+            options.address = std::move(address);
+            options.etcd.cluster.num_nodes = num_nodes;
+            options.etcd.cluster.num_ps = num_ps;
+            options.etcd.cluster.master_node = std::move(master_node);
+            options.etcd.cluster.eval_node = eval_node;
+            Check(options.etcd.cluster.Validate());
+            options.etcd.ca_file = etcd["cacert"];
+            options.etcd.cert_file = etcd["cert"];
+            options.etcd.key_file = etcd["key"];
+            options.etcd.user = etcd["user"];
+            options.etcd.password = etcd["password"];
+            options.command = std::move(command);
+            options.drover_binary = std::move(agent_binary);
+            options.run_dir = std::move(run_dir);
+            options.host = std::move(host);
+            options.grace = Ms(grace);
+            options.status_port = status_port;
+            options.live_runs_dir = LiveRunsDir(ProcessEnvironment());
+            if (driver_timeout) options.driver_timeout = Ms(*driver_timeout);
+            if (external_feed) options.feed = ExternalPlan(*external_feed);
+            return std::unique_ptr<ClusterDriver>(new EtcdClusterDriver(std::move(options)));
+          },
+          py::arg("address"), py::arg("num_nodes"), py::arg("num_ps"), py::arg("master_node"),
+          py::arg("eval_node"), py::arg("command"), py::arg("agent_binary"), py::arg("run_dir"),
+          py::arg("grace"), py::arg("external_feed"), py::arg("host"), py::arg("status_port"),
+          py::arg("driver_timeout"), py::arg("etcd"))
       .def("start", &ClusterDriver::Start)
       .def("wait_formed", &ClusterDriver::WaitFormed, py::arg("timeout"))
       .def("join", &ClusterDriver::Join, py::arg("timeout"))
@@ -394,7 +514,6 @@ void RegisterDriver(py::module_& m) {
       .def_property_readonly("failure", &ClusterDriver::Failure)
       .def_property_readonly("exit_code", &ClusterDriver::ExitCode)
       .def_property_readonly("messages", &ClusterDriver::Messages)
-      .def_property_readonly("log_dir", &ClusterDriver::log_dir)
       .def_property_readonly("status_url", &ClusterDriver::StatusUrl)
       .def("status_json", &ClusterDriver::StatusJson);
 }

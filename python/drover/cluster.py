@@ -116,7 +116,8 @@ class Cluster:
             input_mode=InputMode.FRAMEWORK, log_dir=None, driver_ps_nodes=False,
             master_node=None, reservation_timeout=600, queues=None, eval_node=False,
             release_port=True, *, queue_bytes=64 << 20, drover_log_dir=None, grace=5.0,
-            status_port=None):
+            status_port=None, rendezvous=None, driver_timeout=None, etcd_cacert=None,
+            etcd_cert=None, etcd_key=None, etcd_user=None):
         """Starts a cluster and returns once every node has its role.
 
         Args (TensorFlowOnSpark's TFCluster.run):
@@ -150,6 +151,19 @@ class Cluster:
           status_port: serve the driver's status page, /api/cluster and
             /metrics on 127.0.0.1 at this port (0: a free one; its address
             is in status_url()); None: no status server (docs/status.md).
+          rendezvous: None (drover's built-in rendezvous, in this process),
+            or "etcd://HOST:PORT[,HOST:PORT...]/RUN": the nodes form and keep
+            the run's state in etcd, so the run outlives this process (the
+            local engine only; docs/python_api.md, "Through etcd").
+            `drover run --attach etcd://.../RUN` takes up a run whose Python
+            driver died. drover_log_dir then defaults to
+            ./drover-logs/etcd-RUN.
+          driver_timeout: with rendezvous etcd://, stop the run when no
+            driver has watched it for this many seconds (None: never, the
+            nodes' programs go on to their end).
+          etcd_cacert, etcd_cert, etcd_key, etcd_user: etcd's TLS and user,
+            as drover run's --etcd-* flags (etcd_user "NAME" takes its
+            password from DROVER_ETCD_PASSWORD, or "NAME:PASSWORD").
 
         Raises ValueError for a bad argument or too few workers, NodeError
         when a node failed before the cluster formed, RuntimeError (with the
@@ -173,6 +187,10 @@ class Cluster:
                 "num_executors=%d leaves no chief, master or worker node after %d ps%s"
                 % (num_executors, num_ps, " and the evaluator" if eval_node else ""))
         num_nodes = num_executors
+        etcd = _etcd_options(rendezvous, engine, driver_timeout, etcd_cacert, etcd_cert,
+                             etcd_key, etcd_user)
+        if etcd is not None and drover_log_dir is None:
+            drover_log_dir = os.path.join(os.getcwd(), "drover-logs", "etcd-" + etcd["run"])
         import cloudpickle  # pickles main_fun by value when it lives in __main__
 
         # The third item is read by drover._node_main (older payloads have two).
@@ -180,8 +198,13 @@ class Cluster:
         self = object.__new__(cls)
         self._init(engine, num_nodes, num_ps, input_mode, tensorboard, log_dir, drover_log_dir)
         self._local_executors = {str(i) for i in range(num_ps)} if driver_ps_nodes else set()
+        self._through_etcd = etcd is not None
         try:
-            payload_path = os.path.join(self._private_dir, "main_fun.pkl")
+            # Through etcd the run outlives this process, and a new round
+            # starts the programs again: main_fun stays with the run's logs.
+            payload_dir = self.drover_log_dir if etcd is not None else self._private_dir
+            os.makedirs(payload_dir, exist_ok=True)
+            payload_path = os.path.join(payload_dir, "main_fun.pkl")
             with open(payload_path, "wb") as out:
                 out.write(payload)
             command = [sys.executable, "-m", "drover._node_main", payload_path]
@@ -189,19 +212,33 @@ class Cluster:
             if input_mode == InputMode.FEED:
                 external_feed = {"queue_bytes": int(queue_bytes),
                                  "feed_timeout": _NODE_READ_TIMEOUT}
-            engine._start(num_nodes, self._local_executors, payload)
-            self._driver = _drover._ClusterDriver(
-                num_nodes=num_nodes, num_ps=num_ps, master_node=master_node,
-                eval_node=eval_node, command=command, agent_binary=_paths.drover_binary(),
-                log_dir=self.drover_log_dir, reservation_timeout=float(reservation_timeout),
-                grace=float(grace), others_grace=0.0, last_lines=200,
-                cluster_id=self._cluster_id, external_feed=external_feed, engine=engine._driver_engine(),
-                local_executors=self._local_executors, host=engine._local_host(),
-                status_port=-1 if status_port is None else int(status_port))
+            if etcd is not None:
+                self._driver = _drover._ClusterDriver.through_etcd(
+                    address=etcd["address"], num_nodes=num_nodes, num_ps=num_ps,
+                    master_node=master_node, eval_node=eval_node, command=command,
+                    agent_binary=_paths.drover_binary(), run_dir=self.drover_log_dir,
+                    grace=float(grace), external_feed=external_feed, host=engine._local_host(),
+                    status_port=-1 if status_port is None else int(status_port),
+                    driver_timeout=etcd["driver_timeout"], etcd=etcd["tls"])
+            else:
+                engine._start(num_nodes, self._local_executors, payload)
+                self._driver = _drover._ClusterDriver(
+                    num_nodes=num_nodes, num_ps=num_ps, master_node=master_node,
+                    eval_node=eval_node, command=command, agent_binary=_paths.drover_binary(),
+                    log_dir=self.drover_log_dir, reservation_timeout=float(reservation_timeout),
+                    grace=float(grace), others_grace=0.0, last_lines=200,
+                    cluster_id=self._cluster_id, external_feed=external_feed,
+                    engine=engine._driver_engine(), local_executors=self._local_executors,
+                    host=engine._local_host(),
+                    status_port=-1 if status_port is None else int(status_port))
             self._driver.start()
         except BaseException:
             self._finish()
             raise
+        return self._formed(reservation_timeout, tensorboard)
+
+    def _formed(self, reservation_timeout, tensorboard):
+        """Waits for the cluster to form; returns self."""
         _live_clusters.add(self)
         if not self._driver.wait_formed(float(reservation_timeout) + 30.0):
             error = self._error_from_driver("the cluster did not form")
@@ -221,6 +258,7 @@ class Cluster:
         return self
 
     def _init(self, engine, num_nodes, num_ps, input_mode, tensorboard, log_dir, drover_log_dir):
+        self._through_etcd = False
         self.engine = engine
         self.num_executors = num_nodes
         self.num_ps = num_ps
@@ -478,7 +516,9 @@ class Cluster:
     def _node_error(self, failure):
         lines = failure["last_lines"]
         log = ""
-        if failure["task"]:
+        if self._through_etcd and failure["executor_id"]:
+            log = os.path.join(self.drover_log_dir, "node-%s.log" % failure["executor_id"])
+        elif failure["task"]:
             job, index = failure["task"].split(":")
             log = os.path.join(self.drover_log_dir, "%s-%s.log" % (job, index))
         reason = self.engine._explain(failure["executor_id"], failure["reason"])
@@ -516,6 +556,44 @@ class Cluster:
         state = "shut down" if self._shut_down else "running"
         return "drover.Cluster(%s, %d nodes on %r, %s)" % (
             getattr(self, "cluster_id", "?"), self.num_executors, self.engine, state)
+
+
+def _etcd_options(rendezvous, engine, driver_timeout, cacert, cert, key, user):
+    """Cluster.run's etcd arguments checked; None for the built-in rendezvous."""
+    tls = {"cacert": cacert, "cert": cert, "key": key, "user": user}
+    if rendezvous is None:
+        given = ["etcd_" + name for name, value in tls.items() if value is not None]
+        if driver_timeout is not None:
+            given.insert(0, "driver_timeout")
+        if given:
+            raise ValueError("%s needs rendezvous='etcd://HOST:PORT/RUN' (the built-in "
+                             "rendezvous lives in this process)" % given[0])
+        return None
+    address = str(rendezvous)
+    run = address[len("etcd://"):].partition("/")[2]
+    if not address.startswith("etcd://") or not run or not address[len("etcd://"):].split("/")[0]:
+        raise ValueError("rendezvous is None (built-in) or 'etcd://HOST:PORT[,HOST:PORT...]/RUN', "
+                         "got %r" % (rendezvous,))
+    if engine._driver_engine() is not None:
+        raise ValueError(
+            "rendezvous=%r: through etcd drover.Cluster starts its nodes on this host "
+            "(drover.engines.Local); on other hosts start `drover agent --rendezvous %s "
+            "--nodes ...` on each (docs/run.md)" % (address, address))
+    if driver_timeout is not None and (isinstance(driver_timeout, bool) or
+                                       not isinstance(driver_timeout, (int, float)) or
+                                       driver_timeout <= 0):
+        raise ValueError("driver_timeout is a positive number of seconds or None, got %r"
+                         % (driver_timeout,))
+    tls = {name: "" if value is None else str(value) for name, value in tls.items()}
+    name, colon, password = tls["user"].partition(":")
+    if colon:
+        tls["user"], tls["password"] = name, password
+    else:
+        tls["password"] = os.environ.get("DROVER_ETCD_PASSWORD", "") if name else ""
+    return {"address": address, "run": "".join(c if c.isalnum() or c in "-_" else "_"
+                                                for c in run.rsplit("/", 1)[-1]),
+            "driver_timeout": None if driver_timeout is None else float(driver_timeout),
+            "tls": tls}
 
 
 def _stop_group(process):

@@ -798,6 +798,9 @@ Status Agent::Impl::PublishEtcdPlan() {
                                     ? feed::FeedPlan::ReadFile(options_.feed_plan)
                                     : feed::FeedPlan::FromJson(options_.feed_plan_json);
   if (!plan.ok()) return plan.status();
+  // An external plan (drover.Cluster.train) is each node's own: its writers
+  // push into the node's socket, and etcd has no queue to keep for it.
+  if (plan->external) return Status::Ok();
   const Deadline deadline = Clock::now() + options_.etcd.unavailable_timeout;
   DROVER_ASSIGN_OR_RETURN(feed::EtcdFeedLedger * ledger, EtcdLedger(deadline));
   return ledger->Publish(*plan, deadline);

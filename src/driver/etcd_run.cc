@@ -24,6 +24,7 @@
 #include "os/duration_text.h"
 #include "os/subprocess.h"
 #include "rendezvous/etcd_connect.h"
+#include "rendezvous/node_info_codec.h"
 
 namespace drover {
 namespace {
@@ -146,6 +147,7 @@ std::vector<std::string> AgentArgv(const EtcdDriverOptions& o, const std::string
   auto add = [&](const char* flag, const std::string& value) {
     if (!value.empty()) argv.insert(argv.end(), {flag, value});
   };
+  if (o.feed && o.feed->external) add("--feed-plan-json", o.feed->ToJson());
   if (e.cluster.master_node) argv.push_back("--chief");
   if (e.cluster.eval_node) argv.push_back("--evaluator");
   add("--etcd-cacert", e.ca_file);
@@ -160,7 +162,7 @@ std::vector<std::string> AgentArgv(const EtcdDriverOptions& o, const std::string
 class EtcdWatch {
  public:
   EtcdWatch(const EtcdDriverOptions& options, std::ostream& out, std::ostream& err)
-      : o_(options), out_(out), err_(err) {}
+      : o_(options), out_(out), err_(err), status_(o_.status ? *o_.status : own_status_) {}
 
   int Run();
 
@@ -179,6 +181,9 @@ class EtcdWatch {
   void Relay();
   void RelayNode(LocalNode& node);
   void Report(const ClusterState& state);
+  // drover.Cluster's callbacks (EtcdDriverOptions::on_formed, on_failure).
+  void SayFormed(const ClusterState& state);
+  void SayFailure(const ClusterState& state);
   // The status page (docs/status.md): started once the run's log directory
   // is known; each look at the run is published to it; run.json at the end.
   Status StartStatusServer();
@@ -212,7 +217,8 @@ class EtcdWatch {
   int round_ = -1;
   int formed_round_ = -1;  // the last round whose cluster was said
   bool local_ = false;     // agents of this run run on this host
-  RunStatus status_;
+  RunStatus own_status_;
+  RunStatus& status_;  // o_.status, else own_status_
   std::unique_ptr<StatusServer> status_server_;
   std::map<std::string, RateMeter> rates_;  // executor id -> its feed's rates
   const Clock::time_point started_at_ = Clock::now();
@@ -386,9 +392,57 @@ void EtcdWatch::Report(const ClusterState& state) {
           (members.empty() ? "" : ", ") + Tag(node.node.executor_id) + " on " + node.node.host;
     }
     err_ << "drover run: formed with " << state.nodes.size() << " nodes: " << members << "\n";
+    SayFormed(state);
   }
   round_ = state.round;
   err_ << std::flush;
+}
+
+void EtcdWatch::SayFormed(const ClusterState& state) {
+  if (!o_.on_formed) return;
+  FormedCluster cluster;
+  cluster.cluster_id = "etcd-" + RunName(o_.address);
+  cluster.round = state.round;
+  cluster.round_reason = state.round_reason;
+  for (const NodeStatus& node : state.nodes) cluster.nodes.push_back(node.node);
+  if (Status placed = rendezvous_internal::PlaceNodes(cluster); !placed.ok()) {
+    err_ << "drover run: cannot lay out round " << state.round << "'s cluster: " << placed.message()
+         << "\n";
+    return;
+  }
+  o_.on_formed(cluster);
+}
+
+// The node whose report ended the run: the run's end names its message
+// (docs/protocol.md, "The etcd backend"); else the first that reported one.
+void EtcdWatch::SayFailure(const ClusterState& state) {
+  if (!o_.on_failure) return;
+  const std::string why = state.stop_reason.substr(std::string_view("failed: ").size());
+  const NodeStatus* failed = nullptr;
+  for (const NodeStatus& node : state.nodes) {
+    if (node.error.empty()) continue;
+    if (why.rfind(node.error, 0) == 0) {
+      failed = &node;
+      break;
+    }
+    if (failed == nullptr) failed = &node;
+  }
+  NodeFailure failure;
+  failure.reason = why;
+  if (failed != nullptr) {
+    failure.executor_id = failed->node.executor_id;
+    failure.host = failed->node.host;
+    if (failed->node.task_index >= 0) {
+      failure.task = failed->node.job_name + ":" + std::to_string(failed->node.task_index);
+    }
+    failure.reason = failed->error;
+    failure.last_lines = failed->last_log_lines;
+    std::optional<RunStatus::NodeLog> relayed = status_.LogTail(failure.executor_id, 200);
+    if (relayed && relayed->lines.size() > failure.last_lines.size()) {
+      failure.last_lines = std::move(relayed->lines);
+    }
+  }
+  o_.on_failure(failure);
 }
 
 void EtcdWatch::AwaitAgents(Milliseconds limit) {
@@ -430,7 +484,7 @@ int EtcdWatch::Run() {
                 "); give a new RUN to start another");
   }
   if (Status announced = Announce(); !announced.ok()) return Fail(announced.message());
-  if (o_.feed && !o_.attach) {
+  if (o_.feed && !o_.attach && !o_.feed->external) {
     if (Status published = PublishFeed(); !published.ok()) return Fail(published.message());
   }
   json driver_record = json::object();
@@ -444,6 +498,7 @@ int EtcdWatch::Run() {
   // one of this driver's own (for run.json).
   run_dir_ =
       driver_record.value("host", "") == HostName() ? driver_record.value("log_dir", "") : "";
+  if (run_dir_.empty()) run_dir_ = o_.run_dir;
   if (run_dir_.empty()) {
     run_dir_ = fs::absolute(fs::path(o_.log_dir.empty() ? "drover-logs" : o_.log_dir) /
                             ("etcd-" + RunName(o_.address)))
@@ -512,8 +567,12 @@ int EtcdWatch::Watch() {
     Report(*now);
     PublishStatus(*now);
     if (now->phase == "stopped") {
-      AwaitAgents(o_.grace + kExitSlack);
       const bool failed = now->stop_reason.rfind("failed: ", 0) == 0;
+      if (failed) {
+        Relay();
+        SayFailure(*now);  // now: a caller feeding the nodes stops at once
+      }
+      AwaitAgents(o_.grace + kExitSlack);
       if (failed) return Fail("the run failed: " + now->stop_reason.substr(8));
       err_ << "drover run: the run at " << o_.address << " finished: " << now->stop_reason << "\n"
            << std::flush;
@@ -539,6 +598,7 @@ Status EtcdWatch::StartStatusServer() {
   DROVER_ASSIGN_OR_RETURN(StatusPage started,
                           StartStatusPage(std::move(page), token, status_, err_));
   status_server_ = std::move(started.server);
+  if (o_.on_status_page) o_.on_status_page(status_server_->url());
   return Status::Ok();
 }
 

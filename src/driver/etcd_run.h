@@ -12,11 +12,14 @@
 #define DROVER_DRIVER_ETCD_RUN_H_
 
 #include <atomic>
+#include <functional>
 #include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "driver/driver.h"
+#include "driver/run_status.h"
 #include "drover/rendezvous.h"
 #include "feed/feed_plan.h"
 
@@ -28,9 +31,12 @@ struct EtcdDriverOptions {
   bool attach = false;  // only attach: never start agents
   std::vector<std::string> command;
   // --input: stored in etcd before the agents start (a dynamic plan); the
-  // agents claim and commit there (feed/etcd_feed_ledger.h).
+  // agents claim and commit there (feed/etcd_feed_ledger.h). An external
+  // plan (drover.Cluster.train: writers push into each node's feed socket)
+  // is given to each agent instead, and nothing of it goes to etcd.
   std::optional<feed::FeedPlan> feed;
   std::string log_dir;             // the nodes' logs go to LOG_DIR/etcd-RUN/node-N.log
+  std::string run_dir;             // instead of LOG_DIR/etcd-RUN (drover.Cluster's drover_log_dir)
   std::string drover_binary;       // runs `drover agent`
   std::string host = "127.0.0.1";  // the address each local node advertises
   Milliseconds grace{5'000};
@@ -46,6 +52,16 @@ struct EtcdDriverOptions {
   std::string live_runs_dir;  // where `drover status` finds running drivers
   // Set by a signal handler: stop the run (the signal's number).
   const std::atomic<int>* stop_signal = nullptr;
+  // drover.Cluster's (python/driver_bindings.cc), called on the watching
+  // thread: each round's cluster once it formed, its placements laid out;
+  // the node whose failure ended the run, once.
+  std::function<void(const FormedCluster&)> on_formed;
+  std::function<void(const NodeFailure&)> on_failure;
+  // The status page's URL, once it serves (status_port >= 0).
+  std::function<void(const std::string&)> on_status_page;
+  // Where the run's status goes (drover.Cluster.status() reads it); nullptr:
+  // the watch's own.
+  RunStatus* status = nullptr;
 };
 
 // Runs (or attaches to) the run and returns the process exit code: 0 when
