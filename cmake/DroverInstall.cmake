@@ -17,7 +17,7 @@ set(DROVER_INSTALL_PYTHONDIR "lib/python3/dist-packages" CACHE STRING
     "Where the Python package goes, relative to the prefix (Debian's module directory for /usr/bin/python3)")
 set(DROVER_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/drover")
 
-install(TARGETS drover RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS drover drover-guard RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS drover_lib EXPORT droverTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/drover
