@@ -29,6 +29,7 @@
 #include "drover/node_context.h"
 #include "drover/placement.h"
 #include "feed/etcd_feed_ledger.h"
+#include "os/find_program.h"
 #include "os/subprocess.h"
 #include "os/unique_fd.h"
 #include "rendezvous/etcd_connect.h"
@@ -234,13 +235,6 @@ Result<Credential> OwnCredential(const Credential& given, const std::string& exe
   }
   return Status::InvalidArgument(
       "the status key cannot join a cluster: give the cluster token or this node's credential");
-}
-
-// drover-guard beside `drover`: a node's program starts behind one exec of
-// a small binary (bench/RESULTS.md); else `drover guard` itself.
-std::string GuardBinary(const std::string& drover_binary) {
-  const std::string small = (fs::path(drover_binary).parent_path() / "drover-guard").string();
-  return ::access(small.c_str(), X_OK) == 0 ? small : drover_binary;
 }
 
 }  // namespace
@@ -547,7 +541,7 @@ Agent::Impl::RoundEnd Agent::Impl::RunRound(RendezvousClient& client_ref, int ro
   }
   Result<std::string> drover_binary = DroverBinary();
   if (!drover_binary.ok()) return Fail(drover_binary.status());
-  const std::string guard_binary = GuardBinary(*drover_binary);
+  const std::string guard_binary = os::GuardBinaryBeside(*drover_binary);
   Result<os::Pipe> report = os::MakePipe(O_CLOEXEC);
   if (!report.ok()) return Fail(report.status());
   os::SubprocessOptions spawn;

@@ -2,8 +2,9 @@
 // every node's program behind a guard, so each node pays one exec of it on
 // the way to its program: this one loads a handful of libraries where
 // drover loads twenty (bench/RESULTS.md, "Start-up below mpirun").
-// Invoked as `drover-guard guard [flags] -- COMMAND...`, the same argv as
-// `drover guard`, so the agent can use either.
+// Invoked as `drover-guard guard [flags] -- COMMAND...` (or `drover-guard
+// janitor`, which the driver starts), the same argv as `drover guard`, so
+// the agent and the driver can use either.
 #include <CLI/CLI.hpp>
 
 #include "cli/guard_command.h"
@@ -16,6 +17,7 @@ int main(int argc, char** argv) {
   });
   int exit_code = 0;
   drover::cli::AddGuardCommand(app, &exit_code);
+  drover::cli::AddJanitorCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

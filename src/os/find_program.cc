@@ -31,4 +31,12 @@ std::optional<std::string> FindProgram(std::string_view name,
   }
 }
 
+std::string GuardBinaryBeside(const std::string& drover_binary) {
+  const size_t slash = drover_binary.rfind('/');
+  const std::string small =
+      (slash == std::string::npos ? std::string() : drover_binary.substr(0, slash + 1)) +
+      "drover-guard";
+  return slash != std::string::npos && IsExecutable(small) ? small : drover_binary;
+}
+
 }  // namespace drover::os

@@ -21,6 +21,12 @@ namespace drover::os {
 std::optional<std::string> FindProgram(std::string_view name,
                                        const std::optional<std::string>& search_path);
 
+// The small binary that runs `drover guard` and `drover janitor` with the
+// same arguments (drover-guard) when it is installed beside `drover_binary`,
+// else `drover_binary` itself: a process started only to guard or clean up
+// then loads a few libraries, not all of drover's (bench/RESULTS.md).
+std::string GuardBinaryBeside(const std::string& drover_binary);
+
 }  // namespace drover::os
 
 #endif  // DROVER_OS_FIND_PROGRAM_H_

@@ -57,5 +57,16 @@ TEST(FindProgramTest, WithoutAPathOnlyPathsAreFound) {
   EXPECT_EQ(FindProgram("/bin/sh", std::nullopt), "/bin/sh");
 }
 
+TEST(FindProgramTest, TheGuardBinaryIsDroverGuardBesideDroverWhenThereIsOne) {
+  TempDir dir;
+  const std::string drover = MakeFile(dir, "drover", 0755);
+  EXPECT_EQ(GuardBinaryBeside(drover), drover);  // none: drover runs `guard` itself
+  MakeFile(dir, "drover-guard", 0644);
+  EXPECT_EQ(GuardBinaryBeside(drover), drover);  // not executable
+  const std::string small = MakeFile(dir, "drover-guard", 0755);
+  EXPECT_EQ(GuardBinaryBeside(drover), small);
+  EXPECT_EQ(GuardBinaryBeside("drover"), "drover");  // no directory to look in
+}
+
 }  // namespace
 }  // namespace drover::os

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "os/find_program.h"
 #include "os/process_tree.h"
 
 namespace drover::os {
@@ -42,7 +43,8 @@ std::vector<pid_t> ProcessesNaming(const std::string& path) {
 
 }  // namespace
 
-Result<std::unique_ptr<Janitor>> Janitor::Start(const std::string& drover_binary) {
+Result<std::unique_ptr<Janitor>> Janitor::Start(const std::string& drover) {
+  const std::string drover_binary = GuardBinaryBeside(drover);
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
     return Status::IoError(std::string("cannot start the janitor: pipe2: ") + std::strerror(errno));
