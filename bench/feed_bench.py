@@ -2,7 +2,7 @@
 
 usage: feed_bench.py [--build build] [--kinds mnist,b100,b10k] [--bytes 2147483648]
                      [--tfos-records mnist=7000,b100=20000,b10k=12000] [--batch 100]
-                     [--queue-bytes 67108864] [--reps 3] [--data-dir DIR]
+                     [--queue-bytes 67108864] [--reps 3] [--data-dir DIR] [--tfos-src DIR]
 
 For each record kind (bench/make_feed_records.py: MNIST rows of 784 float32 +
 int32 label = 3140 bytes, 100-byte and 10 KB records; raw fixed-length files
@@ -25,7 +25,10 @@ of about --bytes each, random but deterministic) it runs, on the same file:
  (4) TensorFlowOnSpark's feeding (bench/tfos_feed_baseline.py): a manager
      process with JoinableQueues, a feeder putting records one by one, a
      consumer using TFoS's DataFeed.next_batch(100); given only the first
-     --tfos-records records of the file because it is slow.
+     --tfos-records records of the file because it is slow;
+ (4o) with --tfos-src DIR (a TensorFlowOnSpark checkout, not shipped here):
+     the same through TensorFlowOnSpark's own code (TFManager, TFSparkNode's
+     train and shutdown functions, TFNode.DataFeed), on the same records.
 Each consumer times itself from the first record received to the end of the
 feed and reports records, bytes and seconds; start-up is not counted. Rates
 are compared, not totals. Each figure is the median of --reps runs, the four
@@ -49,6 +52,7 @@ PYTHON = "/usr/bin/python3"
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 PATHS = ["(1) memcpy", "(2) drover -> C++", "(3) drover -> Python", "(4) TFoS queues"]
 READ_LIMIT = "(0) read() limit"
+TFOS_OWN = "(4o) TFoS own code"
 LABELS = {"mnist": "MNIST rows", "b100": "100 B", "b10k": "10 KB"}
 
 
@@ -67,6 +71,10 @@ def commands(args, kind, path, record_bytes, out, logdir):
                   "--record-bytes", str(record_bytes), "--queue-bytes", str(args.queue_bytes),
                   "--log-dir", logdir, "--"]
     py_kind = "mnist" if kind == "mnist" else "bytes"
+    tfos = [PYTHON, os.path.join(BENCH_DIR, "tfos_feed_baseline.py"), "--file", path,
+            "--record-bytes", str(record_bytes), "--records", str(args.tfos_records[kind]),
+            "--kind", py_kind, "--batch", "100", "--out", out]
+    own = {TFOS_OWN: tfos + ["--tfos-src", args.tfos_src]} if args.tfos_src else {}
     return {
         READ_LIMIT: [binary("feed_consumer"), "--read-limit", path, "--record-bytes",
                      str(record_bytes), "--passes", "5", "--out", out],
@@ -75,10 +83,8 @@ def commands(args, kind, path, record_bytes, out, logdir):
         PATHS[1]: drover_run + [binary("feed_consumer"), "--batch", str(args.batch), "--out", out],
         PATHS[2]: drover_run + [PYTHON, os.path.join(BENCH_DIR, "feed_consumer.py"), "--kind",
                                 py_kind, "--batch", str(args.batch), "--out", out],
-        PATHS[3]: [PYTHON, os.path.join(BENCH_DIR, "tfos_feed_baseline.py"), "--file", path,
-                   "--record-bytes", str(record_bytes), "--records",
-                   str(args.tfos_records[kind]), "--kind", py_kind, "--batch", "100",
-                   "--out", out],
+        PATHS[3]: tfos,
+        **own,
     }
 
 
@@ -145,6 +151,8 @@ def main():
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--data-dir", help="keep the record files here (default: a temp dir)")
     parser.add_argument("--timeout", type=int, default=600, help="seconds per run")
+    parser.add_argument("--tfos-src", help="a TensorFlowOnSpark checkout (DIR/tensorflowonspark): "
+                        "also feed through its own code, (4o)")
     args = parser.parse_args()
     args.build = os.path.abspath(args.build)
     kinds = args.kinds.split(",")
@@ -177,7 +185,8 @@ def main():
                 out = os.path.join(workdir, "result.json")
                 logdir = os.path.join(workdir, "logs")
                 for name, command in commands(args, kind, path, record_bytes, out, logdir).items():
-                    expected = args.tfos_records[kind] if name == PATHS[3] else records
+                    expected = args.tfos_records[kind] if name in (PATHS[3], TFOS_OWN) \
+                        else records
                     try:
                         result = run_one(command, out, expected, env, args.timeout)
                     except RuntimeError as error:
@@ -213,7 +222,7 @@ def main():
     for kind in kinds:
         memcpy_rate = rate(kind, PATHS[0])
         read_rate = rate(kind, READ_LIMIT)
-        for name in [READ_LIMIT] + PATHS:
+        for name in [READ_LIMIT] + PATHS + ([TFOS_OWN] if args.tfos_src else []):
             run = median(kind, name)
             if run is None:
                 print(f"{LABELS[kind]:<11} {name:<21} {'-':>11} {'-':>8} {'-':>13} {'-':>8} {'-':>7}"
@@ -253,6 +262,10 @@ def main():
         print(f"target (3) >= 1000 x (4), MNIST rows: "
               f"{verdict(r3 / r4 if r3 and r4 else None, 1000)}"
               + (f" (the memcpy limit itself is {r1 / r4:,.0f} x (4))" if r1 and r4 else ""))
+        if args.tfos_src:
+            own = rate("mnist", TFOS_OWN)
+            print(f"MNIST rows through TFoS's own code (4o): (3) / (4o) = {ratio(r3, own, 0)}, "
+                  f"(4) / (4o) = {ratio(r4, own)} (the re-implementation against the original)")
     if failures:
         print(f"\nfeed_bench: {len(failures)} run(s) failed; first: {failures[0][:2000]}",
               file=sys.stderr)

@@ -1,7 +1,16 @@
 """TensorFlowOnSpark's feeding mechanism, re-implemented as the feeding benchmark's baseline.
 
 usage: tfos_feed_baseline.py --file F --record-bytes N --records M [--kind mnist|bytes]
-                             [--batch 100] [--out FILE]
+                             [--batch 100] [--out FILE] [--tfos-src DIR]
+
+With --tfos-src DIR (a TensorFlowOnSpark checkout: DIR/tensorflowonspark/),
+the three processes run TensorFlowOnSpark's own code instead of the
+re-implementation below: TFManager.start and connect, TFSparkNode.train's
+mapPartitions function and TFSparkNode.shutdown's, and TFNode.DataFeed. TFoS
+imports TensorFlow and asks pkg_resources for its version when it is
+imported, and feeding uses neither: both get stand-ins (no TensorFlow here).
+Its train() waits for the queue with a thread polled once a second, so the
+consumer's clock stops at the last record, not at the end-of-feed None.
 
 Three processes, as in a TFoS worker (InputMode.SPARK), with TFoS's code paths:
  - the manager: TFManager.start(authkey, ['input', 'output', 'error']) (TFoS's
@@ -22,14 +31,19 @@ as TFoS's MNIST example passes its rows; otherwise one bytes object each. The
 feeder decodes them lazily, as Spark's worker unpickles a partition while it
 iterates. The consumer prints one JSON line {"records", "bytes", "seconds"}
 (bytes: M x N), timed from the first record it receives to the end of the feed
-(the None). Differences from TFoS, all in its favour: the feeder waits with a
-plain queue.join() (TFoS polls a join thread once a second), and the consumer
-does not turn its lists into arrays.
+(the None). Differences from TFoS: the feeder waits with a plain
+queue.join() (TFoS polls a join thread once a second) and the consumer does
+not turn its lists into arrays, both in TFoS's favour; but next_batch asks
+the manager for the queue at every call (TFoS 2.2.5 keeps it from DataFeed's
+constructor), so this is about 10% slower than TFoS's own code (--tfos-src;
+bench/RESULTS.md).
 """
 import argparse
 import json
 import multiprocessing
+import os
 import sys
+import tempfile
 import time
 import uuid
 from multiprocessing import JoinableQueue
@@ -153,6 +167,64 @@ def feeder(address, authkey, args):
     queue.put(None, block=True)  # end of feed
 
 
+# --- TensorFlowOnSpark's own code (--tfos-src) ---------------------------------
+def load_tfos(src):
+    """TFoS's modules from the checkout at `src`, with stand-ins for what its
+    imports ask of TensorFlow."""
+    import types
+
+    import pkg_resources
+
+    tensorflow = types.ModuleType("tensorflow")
+    tensorflow.__version__ = "2.10.0"
+    sys.modules.setdefault("tensorflow", tensorflow)
+    real = pkg_resources.get_distribution
+
+    def get_distribution(name):
+        if name in ("tensorflow", "tensorflow-cpu"):
+            return types.SimpleNamespace(version=tensorflow.__version__)
+        return real(name)
+
+    pkg_resources.get_distribution = get_distribution
+    sys.path.insert(0, src)
+    from tensorflowonspark import TFManager, TFNode, TFSparkNode, util  # noqa: F401
+    return types.SimpleNamespace(TFManager=TFManager, TFNode=TFNode, TFSparkNode=TFSparkNode,
+                                 util=util)
+
+
+def tfos_cluster_info(tfos, address, authkey):
+    """One executor's reservation, as TFCluster.run hands it to the feeding tasks."""
+    return [{"host": tfos.util.get_ip_address(), "executor_id": 0, "addr": address,
+             "authkey": authkey, "tb_pid": 0}]
+
+
+def tfos_feeder(address, authkey, args, tfos, workdir):
+    """A Spark task: TFSparkNode.train's function on one partition, then
+    TFSparkNode.shutdown's (the None that ends the feed)."""
+    os.chdir(workdir)  # TFoS finds its executor id in ./executor_id
+    info = tfos_cluster_info(tfos, address, authkey)
+    tfos.TFSparkNode.train(info, {"server_addr": None}, feed_timeout=600)(
+        partition(args.file, args.kind, args.record_bytes, args.records))
+    tfos.TFSparkNode.shutdown(info)(iter([]))
+
+
+def tfos_consumer(address, authkey, args, results, tfos):
+    mgr = tfos.TFManager.connect(address, authkey)
+    feed = tfos.TFNode.DataFeed(mgr, train_mode=True)
+    records = 0
+    first = end = None
+    while not feed.should_stop():
+        batch = feed.next_batch(args.batch)
+        if batch and first is None:
+            first = time.perf_counter()
+        records += len(batch)
+        if records == args.records and end is None:
+            end = time.perf_counter()
+    results.put({"records": records, "bytes": records * args.record_bytes,
+                 "seconds": end - first if first is not None and end is not None else 0.0,
+                 "tfos": "own code"})
+
+
 def consumer(address, authkey, args, results):
     mgr = tfmanager_connect(address, authkey)
     feed = DataFeed(mgr)
@@ -173,18 +245,30 @@ def main():
     parser.add_argument("--kind", choices=("mnist", "bytes"), default="bytes")
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--out")
+    parser.add_argument("--tfos-src", help="a TensorFlowOnSpark checkout: run its own code")
     args = parser.parse_args()
     if args.kind == "mnist" and args.record_bytes != MNIST_DTYPE.itemsize:
         parser.error(f"MNIST rows are {MNIST_DTYPE.itemsize} bytes")
 
     multiprocessing.set_start_method("fork")  # as Spark's Python workers fork
     authkey = uuid.uuid4().bytes
-    mgr = tfmanager_start(authkey, ["input", "output", "error"])
-    mgr.set("state", "running")
     results = multiprocessing.SimpleQueue()
-    tf_process = multiprocessing.Process(target=consumer, args=(mgr.address, authkey, args, results))
+    if args.tfos_src:
+        tfos = load_tfos(args.tfos_src)
+        workdir = tempfile.mkdtemp(prefix="tfos-executor-")
+        with open(os.path.join(workdir, "executor_id"), "w") as f:
+            f.write("0")
+        mgr = tfos.TFManager.start(authkey, ["input", "output", "error"])
+        tf_target, tf_args = tfos_consumer, (mgr.address, authkey, args, results, tfos)
+        feed_target, feed_args = tfos_feeder, (mgr.address, authkey, args, tfos, workdir)
+    else:
+        mgr = tfmanager_start(authkey, ["input", "output", "error"])
+        tf_target, tf_args = consumer, (mgr.address, authkey, args, results)
+        feed_target, feed_args = feeder, (mgr.address, authkey, args)
+    mgr.set("state", "running")
+    tf_process = multiprocessing.Process(target=tf_target, args=tf_args)
     tf_process.start()
-    feed_process = multiprocessing.Process(target=feeder, args=(mgr.address, authkey, args))
+    feed_process = multiprocessing.Process(target=feed_target, args=feed_args)
     feed_process.start()
     feed_process.join()
     tf_process.join()
