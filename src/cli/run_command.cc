@@ -615,9 +615,11 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   feeding->add_option("--output", flags->feed.output,
                       "inference: results, one line per record, in DIR/part-NNNNN per partition");
-  feeding->add_option("--queue-bytes", flags->feed.queue_bytes, "Shared-memory queue size per node")
-      ->check(CLI::Range(uint64_t{64 << 10}, uint64_t{16ull << 30}))
-      ->capture_default_str();
+  feeding
+      ->add_option("--queue-bytes", flags->feed.queue_bytes,
+                   "Shared-memory queue size per node (default: 4 MiB for --format raw records of "
+                   "up to 256 KiB, else 64 MiB)")
+      ->check(CLI::Range(uint64_t{64 << 10}, uint64_t{16ull << 30}));
   feeding->add_option("--remainder", flags->feed.remainder,
                       "Training: every fed node gets the same number of records each epoch; the "
                       "records left over are fed again from the start (pad, the default) or to "

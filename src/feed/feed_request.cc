@@ -15,6 +15,15 @@ std::string FormatOfExtension(const std::string& pattern) {
   return "";
 }
 
+uint64_t DefaultQueueBytes(const PlanOptions& read) {
+  constexpr uint64_t kSmallRecord = 256 << 10;
+  if (read.format == RecordFormat::kRaw && read.record_bytes > 0 &&
+      read.record_bytes <= kSmallRecord) {
+    return 4 << 20;
+  }
+  return 64ull << 20;
+}
+
 Result<std::optional<FeedPlan>> PlanFeed(const FeedRequest& request) {
   if (request.inputs.empty()) {
     if (!request.output.empty() || request.mode != "train" || request.epochs != 1 ||
@@ -46,7 +55,7 @@ Result<std::optional<FeedPlan>> PlanFeed(const FeedRequest& request) {
   plan.read.split_bytes = request.split_bytes;
   plan.epochs = request.epochs;
   plan.feed_timeout_ms = static_cast<int64_t>(request.feed_timeout_seconds * 1000);
-  plan.queue_bytes = request.queue_bytes;
+  plan.queue_bytes = request.queue_bytes != 0 ? request.queue_bytes : DefaultQueueBytes(plan.read);
   if (plan.mode == FeedMode::kInference) {
     if (request.output.empty()) {
       return Status::InvalidArgument("--mode inference needs --output DIR for the results");

@@ -28,7 +28,7 @@ struct FeedRequest {
   double feed_timeout_seconds = 600;
   std::string mode = "train";  // or "inference"
   std::string output;          // inference: the results' directory
-  uint64_t queue_bytes = 64ull << 20;
+  uint64_t queue_bytes = 0;    // 0: DefaultQueueBytes
   uint64_t split_bytes = 64ull << 20;
   // Training: what equal shares do with the records left over when they do
   // not divide evenly: "pad" (the default; "" means it) or "drop"
@@ -40,6 +40,14 @@ struct FeedRequest {
   // The fed nodes (chief/master and workers) the shares are laid out for.
   int fed_nodes = 1;
 };
+
+// The queue a feed gets when --queue-bytes is not given: 4 MiB for raw
+// records of up to 256 KiB, else 64 MiB (records of unknown size may be
+// large). Small records stream 2-4x faster through the small ring: its pages
+// stay in the TLB and its lines in the cache between the feeder's write and
+// the program's read, where a 64 MiB ring is long evicted
+// (bench/RESULTS.md, "A small queue for small records").
+uint64_t DefaultQueueBytes(const PlanOptions& read);
 
 // The format a file name's extension implies ("csv", "jsonl", "tfrecord"),
 // "" when it implies none.

@@ -55,6 +55,22 @@ TEST_F(PlanFeedTest, FormatComesFromTheExtensionAndTheFlagsReachThePlan) {
   EXPECT_EQ(FormatOfExtension("x.bin"), "");
 }
 
+TEST_F(PlanFeedTest, TheQueueIsSmallForSmallRawRecordsUnlessOneIsGiven) {
+  FeedRequest csv = Request();
+  ASSERT_OK_AND_ASSIGN(std::optional<FeedPlan> plan, PlanFeed(csv));
+  EXPECT_EQ(plan->queue_bytes, 64u << 20) << "records of unknown size";
+  PlanOptions raw;
+  raw.format = RecordFormat::kRaw;
+  raw.record_bytes = 3140;
+  EXPECT_EQ(DefaultQueueBytes(raw), 4u << 20);
+  raw.record_bytes = 256 << 10;
+  EXPECT_EQ(DefaultQueueBytes(raw), 4u << 20);
+  raw.record_bytes = (256 << 10) + 1;
+  EXPECT_EQ(DefaultQueueBytes(raw), 64u << 20);
+  raw.record_bytes = 0;  // one record per file
+  EXPECT_EQ(DefaultQueueBytes(raw), 64u << 20);
+}
+
 TEST_F(PlanFeedTest, BadCombinationsNameTheFlags) {
   FeedRequest unknown_extension = Request();
   unknown_extension.inputs = {dir_.File("data.bin")};
