@@ -20,8 +20,8 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from test_etcd_run import (DROVER, PYTHON, WAIT_S, clean_env, etcd, mark,  # noqa: E402,F401
-                           start_driver, wait_for)
+from test_etcd_run import (PYTHON, WAIT_S, attach_and_finish, clean_env, etcd,  # noqa: E402,F401
+                           mark, wait_for)
 
 DROVER_PYTHONPATH = os.environ.get("DROVER_PYTHONPATH", "")
 pytestmark = pytest.mark.skipif(not DROVER_PYTHONPATH,
@@ -198,12 +198,7 @@ def test_the_python_driver_killed_leaves_the_run_going_and_attach_ends_it(tmp_pa
     programs = [int(path.read_text()) for path in work.glob("started-*")]
     for pid in programs:
         os.kill(pid, 0)  # still there: the run goes on without its Python driver
-    attached = start_driver(tmp_path, mark, "--attach", address, name="attached")
-    wait_for(lambda: "attached to the run" in (tmp_path / "attached.log").read_text(),
-             "the driver to attach", [attached])
-    (work / "done").touch()
-    assert attached.wait(timeout=WAIT_S) == 0, (tmp_path / "attached.log").read_text()
-    log = (tmp_path / "attached.log").read_text()
+    log = attach_and_finish(tmp_path, mark, address, work / "done")
     assert "[worker:0] task 0 done" in log and "[worker:1] task 1 done" in log, log
 
 

@@ -279,6 +279,18 @@ def start_driver(tmp_path, mark, *args, name="driver", **env):
                             stderr=subprocess.STDOUT, start_new_session=True)
 
 
+def attach_and_finish(tmp_path, mark, address, done):
+    """`drover run --attach address`; once it attached, touches `done` (the
+    programs' cue to finish) and returns the attached driver's output, after
+    checking it exited 0."""
+    attached = start_driver(tmp_path, mark, "--attach", address, name="attached")
+    wait_for(lambda: "attached to the run" in (tmp_path / "attached.log").read_text(),
+             "the driver to attach", [attached])
+    done.touch()
+    assert attached.wait(timeout=WAIT_S) == 0, (tmp_path / "attached.log").read_text()
+    return (tmp_path / "attached.log").read_text()
+
+
 def test_a_killed_driver_leaves_the_run_going_and_attach_takes_it_up(tmp_path, mark, etcd):
     work = tmp_path / "work"
     work.mkdir()
@@ -291,12 +303,7 @@ def test_a_killed_driver_leaves_the_run_going_and_attach_takes_it_up(tmp_path, m
     agents = [agent for _, agent in round_files(work, 0).values()]
     for agent in agents:
         os.kill(agent, 0)  # still there: the run goes on without its driver
-    attached = start_driver(tmp_path, mark, "--attach", address, name="attached")
-    wait_for(lambda: "attached to the run" in (tmp_path / "attached.log").read_text(),
-             "the driver to attach", [attached])
-    (work / "done").touch()
-    assert attached.wait(timeout=WAIT_S) == 0, (tmp_path / "attached.log").read_text()
-    log = (tmp_path / "attached.log").read_text()
+    log = attach_and_finish(tmp_path, mark, address, work / "done")
     assert "every node's program finished" in log, log
     assert "[worker:0] rank=0 done" in log and "[worker:1] rank=1 done" in log, log
     assert not list(work.glob("r1-*")), "the driver's death must not re-form the nodes"
