@@ -201,10 +201,13 @@ class Cluster:
         self._through_etcd = etcd is not None
         try:
             # Through etcd the run outlives this process, and a new round
-            # starts the programs again: main_fun stays with the run's logs.
+            # starts the programs again: main_fun stays with the run's logs,
+            # named for this cluster (another Cluster.run with the same RUN
+            # joins that run and must not replace its main_fun).
             payload_dir = self.drover_log_dir if etcd is not None else self._private_dir
             os.makedirs(payload_dir, exist_ok=True)
-            payload_path = os.path.join(payload_dir, "main_fun.pkl")
+            payload_path = os.path.join(payload_dir, "main_fun-%s.pkl" % self._cluster_id
+                                        if etcd is not None else "main_fun.pkl")
             with open(payload_path, "wb") as out:
                 out.write(payload)
             command = [sys.executable, "-m", "drover._node_main", payload_path]
