@@ -264,7 +264,6 @@ class ClusterDriver {
       nodes.append(ClusterNodeDict(formed_->nodes[i], &formed_->placements[i]));
     }
     out["nodes"] = nodes;
-    out["round"] = formed_->round;
     return out;
   }
   py::object Failure() {
@@ -312,10 +311,11 @@ class ClusterDriver {
     }
   }
 
-  void SetFormed(const FormedCluster& cluster, const std::string& status_url) {
+  // The status URL, when there is one, is set first: Python reads it once
+  // the cluster formed.
+  void SetFormed(const FormedCluster& cluster) {
     MutexLock lock(mu_);
     formed_ = cluster;
-    status_url_ = status_url;
     changed_.notify_all();
   }
   void SetFailure(const NodeFailure& failure) {
@@ -351,7 +351,8 @@ class BuiltinClusterDriver : public ClusterDriver {
     if (!stop_fd_.valid()) Check(Status::IoError("eventfd failed"));
     options_.stop_fd = stop_fd_.get();
     options_.on_formed = [this](const FormedCluster& cluster) {
-      SetFormed(cluster, driver_->status_url());
+      SetStatusUrl(driver_->status_url());
+      SetFormed(cluster);
     };
     options_.on_failure = [this](const NodeFailure& failure) { SetFailure(failure); };
     if (engine.is_none()) {
@@ -398,12 +399,9 @@ class EtcdClusterDriver : public ClusterDriver {
   explicit EtcdClusterDriver(EtcdDriverOptions options) : options_(std::move(options)) {
     options_.stop_signal = &stop_signal_;
     options_.status = &status_;
-    options_.on_formed = [this](const FormedCluster& cluster) { SetFormed(cluster, status_url_); };
+    options_.on_formed = [this](const FormedCluster& cluster) { SetFormed(cluster); };
     options_.on_failure = [this](const NodeFailure& failure) { SetFailure(failure); };
-    options_.on_status_page = [this](const std::string& url) {
-      status_url_ = url;  // before any round forms: the same thread
-      SetStatusUrl(url);
-    };
+    options_.on_status_page = [this](const std::string& url) { SetStatusUrl(url); };
   }
   ~EtcdClusterDriver() override { StopAndJoin(); }
 
@@ -420,7 +418,6 @@ class EtcdClusterDriver : public ClusterDriver {
   EtcdDriverOptions options_;
   std::atomic<int> stop_signal_{0};
   RunStatus status_;
-  std::string status_url_;  // the watching thread's
 };
 
 // train()'s plan: writers push pickled records into each node's feed socket.
