@@ -15,7 +15,17 @@
 // hashing it to check its MAC, is each node's own work, done in parallel on
 // real machines).
 //
-// usage: rendezvous_bench [N ...]   (default 8 1000 4000); repetitions: 3, median.
+// A second reference, "own", is the same plain server sending each node only
+// its own entry: the floor of any barrier on this host (connect, one request,
+// one small reply), and the only reference past 10,000 nodes, where the naive
+// server's N x N bytes (100,000 x 6 MB) cannot be sent.
+//
+// Past 20,000 nodes the simulated nodes connect from further loopback
+// addresses (127.1.x.y) so the ephemeral ports do not run out; the
+// descriptor limit is raised (as root) to fit both ends.
+//
+// usage: rendezvous_bench [--node-list auto|always|never] [--reps R] [N ...]
+//        (default auto, 3 repetitions (the median), 8 1000 4000).
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -48,7 +58,7 @@ namespace {
 using drover::Clock;
 namespace wire = drover::wire;
 
-constexpr int kRepetitions = 3;
+int g_repetitions = 3;
 
 [[noreturn]] void Die(const std::string& what) {
   std::fprintf(stderr, "rendezvous_bench: %s\n", what.c_str());
@@ -64,18 +74,38 @@ long RssKilobytes(pid_t pid) {
   return 0;
 }
 
-void RaiseFdLimit() {
+// Enough descriptors for `count` connections and a margin, in this process
+// and the server children it forks.
+void RaiseFdLimit(int count) {
   rlimit limit{};
   getrlimit(RLIMIT_NOFILE, &limit);
-  limit.rlim_cur = limit.rlim_max;
+  const rlim_t wanted = static_cast<rlim_t>(count) + 4096;
+  if (limit.rlim_max < wanted) {
+    rlimit raised{wanted, wanted};
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) return;
+    Die("need " + std::to_string(wanted) + " descriptors, the hard limit is " +
+        std::to_string(limit.rlim_max) + " (run as root, or raise it with ulimit -Hn)");
+  }
+  limit.rlim_cur = std::max(limit.rlim_cur, wanted);
   setrlimit(RLIMIT_NOFILE, &limit);
 }
 
-int ConnectNonBlocking(uint16_t port) {
+constexpr int kNodesPerSourceAddress = 20'000;
+
+int ConnectNonBlocking(uint16_t port, int index) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) Die("socket: " + std::string(std::strerror(errno)));
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (int block = index / kNodesPerSourceAddress; block > 0) {
+    setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
+    sockaddr_in source{};
+    source.sin_family = AF_INET;
+    source.sin_addr.s_addr = htonl((127u << 24) | (1u << 16) | static_cast<uint32_t>(block));
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&source), sizeof(source)) != 0) {
+      Die("bind to 127.1.0." + std::to_string(block) + ": " + std::strerror(errno));
+    }
+  }
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_port = htons(port);
@@ -129,12 +159,12 @@ struct SimNode {
 
 class SimNodes {
  public:
-  SimNodes(int count, uint16_t port, bool naive, const wire::Token& token)
-      : nodes_(count), naive_(naive), token_(token) {
+  SimNodes(int count, uint16_t port, bool naive, const wire::Token& token, wire::NodeList node_list)
+      : nodes_(count), naive_(naive), token_(token), node_list_(node_list) {
     epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
     for (int i = 0; i < count; ++i) {
       SimNode& node = nodes_[i];
-      node.fd = ConnectNonBlocking(port);
+      node.fd = ConnectNonBlocking(port, i);
       epoll_event event{EPOLLIN | EPOLLOUT, {.u64 = static_cast<uint64_t>(i)}};
       ::epoll_ctl(epoll_, EPOLL_CTL_ADD, node.fd, &event);
     }
@@ -280,6 +310,7 @@ class SimNodes {
         reg.mutable_node()->set_host("node" + std::to_string(i / 8) + ".cluster.example.com");
         reg.mutable_node()->add_ports(20000 + static_cast<uint32_t>(i % 8));
         reg.mutable_node()->set_pid(static_cast<int32_t>(100000 + i));
+        reg.set_node_list(node_list_);
         WriteAll(node.fd, node.sealer->Seal(wire::REGISTER, reg));
         node.phase = SimNode::Phase::kCluster;
         break;
@@ -299,17 +330,19 @@ class SimNodes {
   std::vector<SimNode> nodes_;
   bool naive_;
   wire::Token token_;
+  wire::NodeList node_list_;
   int epoll_ = -1;
   uint64_t bytes_received_ = 0;
 };
 
 // The naive reference server: register everyone, then serialize the full
 // cluster once per node and send it.
-[[noreturn]] void RunNaiveServer(int listen_fd, int count) {
+[[noreturn]] void RunNaiveServer(int listen_fd, int count, bool own_only) {
   int epoll = ::epoll_create1(EPOLL_CLOEXEC);
   epoll_event accept_event{EPOLLIN, {.fd = listen_fd}};
   ::epoll_ctl(epoll, EPOLL_CTL_ADD, listen_fd, &accept_event);
   std::vector<int> clients;
+  clients.reserve(static_cast<size_t>(count));
   int registered = 0;
   std::vector<epoll_event> events(1024);
   while (registered < count) {
@@ -330,6 +363,20 @@ class SimNodes {
       ssize_t got = ::recv(fd, buffer, sizeof(buffer), 0);
       if (got > 0) ++registered;  // one small frame per client
     }
+  }
+  if (own_only) {
+    for (size_t i = 0; i < clients.size(); ++i) {
+      wire::NodeInfo node;
+      node.set_executor_id(std::to_string(i));
+      node.set_host("node" + std::to_string(i / 8) + ".cluster.example.com");
+      node.add_ports(20000 + static_cast<uint32_t>(i % 8));
+      node.set_pid(100000 + static_cast<int>(i));
+      node.set_job_name("worker");
+      node.set_task_index(static_cast<int>(i));
+      WriteAll(clients[i], wire::EncodeFrame(wire::CLUSTER, node));
+    }
+    ::pause();
+    std::_Exit(0);
   }
   drover::ClusterSpec spec;
   std::vector<std::string> workers;
@@ -363,7 +410,7 @@ struct ServerProcess {
   uint16_t port = 0;
 };
 
-ServerProcess ForkNaiveServer(int count) {
+ServerProcess ForkNaiveServer(int count, bool own_only) {
   int listen_fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   int one = 1;
   setsockopt(listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -371,13 +418,13 @@ ServerProcess ForkNaiveServer(int count) {
   address.sin_family = AF_INET;
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (::bind(listen_fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
-      ::listen(listen_fd, 8192) != 0) {
+      ::listen(listen_fd, 65535) != 0) {
     Die("naive server bind/listen: " + std::string(std::strerror(errno)));
   }
   socklen_t length = sizeof(address);
   ::getsockname(listen_fd, reinterpret_cast<sockaddr*>(&address), &length);
   pid_t pid = ::fork();
-  if (pid == 0) RunNaiveServer(listen_fd, count);
+  if (pid == 0) RunNaiveServer(listen_fd, count, own_only);
   ::close(listen_fd);
   return {pid, ntohs(address.sin_port)};
 }
@@ -393,6 +440,7 @@ ServerProcess ForkDroverServer(int count, const drover::ClusterToken& token) {
     options.cluster.num_nodes = count;
     options.reservation_timeout = drover::Milliseconds(120'000);
     options.heartbeat_interval = drover::Milliseconds(60'000);
+    options.log = [](const std::string&) {};  // N lines of "declared dead" at the end
     auto server = drover::RendezvousServer::Start(std::move(options));
     if (!server.ok()) Die(server.status().ToString());
     uint16_t port = (*server)->port();
@@ -413,8 +461,12 @@ struct Measurement {
   double kb_received_per_node = 0;
 };
 
-Measurement MeasureOnce(int count, bool naive, const drover::ClusterToken& token) {
-  ServerProcess server = naive ? ForkNaiveServer(count) : ForkDroverServer(count, token);
+enum class Server { kNaive, kOwn, kDrover };
+
+Measurement MeasureOnce(int count, Server kind, const drover::ClusterToken& token,
+                        wire::NodeList node_list) {
+  ServerProcess server = kind == Server::kDrover ? ForkDroverServer(count, token)
+                                                 : ForkNaiveServer(count, kind == Server::kOwn);
   long rss_before = RssKilobytes(server.pid);
   wire::Token wire_token{};
   std::copy(token.bytes.begin(), token.bytes.end(), wire_token.begin());
@@ -423,8 +475,8 @@ Measurement MeasureOnce(int count, bool naive, const drover::ClusterToken& token
   uint64_t bytes = 0;
   long rss_after = 0;
   {
-    SimNodes nodes(count, server.port, naive, wire_token);
-    last = nodes.Run(start + std::chrono::seconds(120));
+    SimNodes nodes(count, server.port, kind != Server::kDrover, wire_token, node_list);
+    last = nodes.Run(start + std::chrono::seconds(300));
     bytes = nodes.bytes_received();
     rss_after = RssKilobytes(server.pid);
   }
@@ -437,33 +489,65 @@ Measurement MeasureOnce(int count, bool naive, const drover::ClusterToken& token
   return m;
 }
 
-Measurement Median(int count, bool naive, const drover::ClusterToken& token) {
+Measurement Median(int count, Server kind, const drover::ClusterToken& token,
+                   wire::NodeList node_list) {
   std::vector<Measurement> runs;
-  for (int r = 0; r < kRepetitions; ++r) runs.push_back(MeasureOnce(count, naive, token));
+  for (int r = 0; r < g_repetitions; ++r)
+    runs.push_back(MeasureOnce(count, kind, token, node_list));
   std::sort(runs.begin(), runs.end(),
             [](const Measurement& a, const Measurement& b) { return a.barrier_ms < b.barrier_ms; });
   return runs[runs.size() / 2];
 }
 
+// The naive server sends N x N bytes: past this many nodes it is not run.
+constexpr int kNaiveLimit = 10'000;
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  RaiseFdLimit();
   std::vector<int> counts;
-  for (int i = 1; i < argc; ++i) counts.push_back(std::atoi(argv[i]));
+  wire::NodeList node_list = wire::NODE_LIST_AUTO;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--reps" && i + 1 < argc) {
+      g_repetitions = std::max(1, std::atoi(argv[++i]));
+      continue;
+    }
+    if (arg == "--node-list" && i + 1 < argc) {
+      std::string name = argv[++i];
+      if (!wire::NodeList_Parse("NODE_LIST_" + std::string(name == "auto"     ? "AUTO"
+                                                           : name == "always" ? "ALWAYS"
+                                                           : name == "never"  ? "NEVER"
+                                                                              : "?"),
+                                &node_list)) {
+        Die("--node-list takes auto, always or never");
+      }
+      continue;
+    }
+    counts.push_back(std::atoi(argv[i]));
+  }
   if (counts.empty()) counts = {8, 1000, 4000};
+  RaiseFdLimit(*std::max_element(counts.begin(), counts.end()));
   auto token = drover::ClusterToken::Generate();
   if (!token.ok()) Die(token.status().ToString());
-  std::printf("%-8s %6s %12s %14s %16s %14s\n", "server", "N", "barrier ms", "x naive",
+  std::printf("node list: %s; median of %d\n",
+              wire::NodeList_Name(node_list).c_str() + std::strlen("NODE_LIST_"), g_repetitions);
+  std::printf("%-8s %7s %11s %8s %8s %14s %15s\n", "server", "N", "barrier ms", "x naive", "x own",
               "KiB recv/node", "server KiB/node");
   for (int count : counts) {
-    Measurement naive = Median(count, /*naive=*/true, *token);
-    Measurement drover = Median(count, /*naive=*/false, *token);
-    std::printf("%-8s %6d %12.1f %14s %16.1f %14.1f\n", "naive", count, naive.barrier_ms, "1.00",
-                naive.kb_received_per_node, naive.rss_kb_per_node);
-    std::printf("%-8s %6d %12.1f %14.2f %16.1f %14.1f\n", "drover", count, drover.barrier_ms,
-                drover.barrier_ms / naive.barrier_ms, drover.kb_received_per_node,
-                drover.rss_kb_per_node);
+    std::optional<Measurement> naive;
+    if (count <= kNaiveLimit) naive = Median(count, Server::kNaive, *token, node_list);
+    Measurement own = Median(count, Server::kOwn, *token, node_list);
+    Measurement drover = Median(count, Server::kDrover, *token, node_list);
+    auto row = [&](const char* name, const Measurement& m) {
+      std::string x_naive = naive ? std::to_string(m.barrier_ms / naive->barrier_ms) : "-";
+      std::printf("%-8s %7d %11.1f %8.5s %8.2f %14.2f %15.2f\n", name, count, m.barrier_ms,
+                  x_naive.c_str(), m.barrier_ms / own.barrier_ms, m.kb_received_per_node,
+                  m.rss_kb_per_node);
+    };
+    if (naive) row("naive", *naive);
+    row("own", own);
+    row("drover", drover);
     std::fflush(stdout);
   }
   return 0;

@@ -45,6 +45,10 @@ py::dict ClusterDict(const FormedCluster& cluster) {
   out["cluster_id"] = cluster.cluster_id;
   out["cluster_spec"] = cluster.spec;
   out["nodes"] = nodes;
+  // Without the node list (node_list="never", or "auto" past the server's
+  // limit) `nodes` holds this node alone and cluster_spec is empty.
+  out["node_count"] = cluster.node_count;
+  out["has_node_list"] = cluster.has_node_list;
   // The receiving node's own place; "" and -1 on the driver.
   const Placement* own = cluster.own();
   out["job_name"] = own != nullptr ? own->job : std::string();
@@ -187,15 +191,17 @@ void BindClient(py::module_& m) {
   py::class_<RendezvousClient>(m, "RendezvousClient",
                                "One node's authenticated connection to the rendezvous server.")
       .def(py::init([](const std::string& address, const Credential& token, const std::string& name,
-                       double timeout) {
+                       double timeout, const std::string& node_list) {
              RendezvousClientOptions options;
              options.address = address;
              options.credential = token;
              options.name = name;
+             options.node_list = Unwrap(ParseNodeList(node_list));
              return WithoutGil<std::unique_ptr<RendezvousClient>>(
                  [&] { return RendezvousClient::Connect(std::move(options), After(timeout)); });
            }),
-           py::arg("address"), py::arg("token"), py::arg("name") = "", py::arg("timeout") = 60.0)
+           py::arg("address"), py::arg("token"), py::arg("name") = "", py::arg("timeout") = 60.0,
+           py::arg("node_list") = "auto")
       .def(
           "register",
           [](RendezvousClient& client, const std::string& executor_id, const std::string& host,

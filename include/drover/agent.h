@@ -50,6 +50,10 @@ struct AgentOptions {
   std::string log_dir;      // "" : none
   std::string working_dir;  // the program's cwd; "" : the agent's
   Milliseconds grace{10'000};
+  // Whether the program gets the whole cluster (TF_CONFIG, DROVER_CLUSTER_SPEC,
+  // the context's cluster_spec): kAuto when it has at most 1,024 nodes. Built-in
+  // rendezvous only; through etcd every node gets it.
+  NodeList node_list = NodeList::kAuto;
   // How long to wait for the cluster to form; the server's own timeout
   // should come first, so the agent waits a little longer.
   Milliseconds reservation_timeout{600'000};

@@ -18,9 +18,11 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "drover/cluster_spec.h"
@@ -130,6 +132,12 @@ struct FormedCluster {
   // The receiving node's index in `nodes`; -1 on the driver.
   int self = -1;
   Milliseconds heartbeat_interval{1000};
+  // Every node's, whole or not. A node that did not get the node list
+  // (NodeList, docs/protocol.md "The node list") holds only its own entry in
+  // `nodes` and `placements` (self 0) and an empty `spec`; the sizes are here.
+  int node_count = 0;
+  std::map<std::string, int> job_sizes;  // job -> how many tasks it has
+  bool has_node_list = true;
 
   // The receiving node's placement; nullptr on the driver.
   const Placement* own() const {
@@ -210,6 +218,9 @@ struct RendezvousServerOptions {
   size_t max_kv_waits_per_connection = 64;
   Milliseconds heartbeat_interval{1'000};
   int missed_heartbeats_until_dead = 5;
+  // Nodes that register with NodeList::kAuto get the whole node list when
+  // the cluster has at most this many nodes, else only their own entry.
+  int node_list_limit = 1024;
   // Fits the largest valid request (a COMPARE_SET of two 1 MiB values).
   uint32_t max_frame_bytes = (2u << 20) + (8u << 10);
   // Elastic (docs/protocol.md, "Rounds"): the formed cluster may be formed
@@ -315,6 +326,16 @@ struct EtcdRunOptions {
   Milliseconds request_timeout{5'000};
 };
 
+// Whether a registering node's CLUSTER carries every node (TF_CONFIG and
+// DROVER_CLUSTER_SPEC need them; torch, JAX and MPI programs need only the
+// node's own placement). kAuto: when the cluster has at most
+// RendezvousServerOptions::node_list_limit nodes.
+enum class NodeList { kAuto, kAlways, kNever };
+
+// "auto", "always", "never"; kInvalidArgument naming the three otherwise.
+Result<NodeList> ParseNodeList(std::string_view text);
+std::string_view NodeListName(NodeList list);
+
 struct RendezvousClientOptions {
   std::string address;  // "host:port", or etcd://HOST:PORT[,HOST:PORT...]/PREFIX
   // The cluster token (Credential::Cluster: every message), or a node
@@ -325,7 +346,8 @@ struct RendezvousClientOptions {
   Milliseconds initial_backoff{100};
   Milliseconds max_backoff{2'000};
   uint32_t max_frame_bytes = 64u << 20;
-  EtcdRunOptions etcd;  // etcd:// addresses only; the credential is not used then
+  NodeList node_list = NodeList::kAuto;  // built-in server only; etcd sends every node
+  EtcdRunOptions etcd;                   // etcd:// addresses only; the credential is not used then
 };
 
 // Errors: an ERROR frame from the server keeps the server's message and maps

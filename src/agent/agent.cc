@@ -441,6 +441,7 @@ int Agent::Impl::Run() {
     client_options.credential = std::move(credential).value();
   }
   client_options.name = o.executor_id;
+  client_options.node_list = o.node_list;
   commit_options_ = client_options;
   Result<std::unique_ptr<RendezvousClient>> connected = RendezvousClient::Connect(
       client_options, Clock::now() + o.reservation_timeout + kRegisterSlack);
@@ -514,7 +515,13 @@ Agent::Impl::RoundEnd Agent::Impl::RunRound(RendezvousClient& client_ref, int ro
   // A joiner learns the round from the cluster it joins.
   context.restart_count = std::max(round, cluster.round);
   context.restart_reason = cluster.round > round ? cluster.round_reason : restart_reason;
-  context.num_workers = cluster.spec.num_tasks("worker").value_or(0);
+  auto workers = cluster.job_sizes.find("worker");
+  context.num_workers = workers == cluster.job_sizes.end() ? 0 : workers->second;
+  if (!cluster.has_node_list) {
+    Say(task + " did not get the node list (" + std::to_string(cluster.node_count) +
+        " nodes, --node-list " + std::string(NodeListName(o.node_list)) +
+        "): TF_CONFIG and DROVER_CLUSTER_SPEC are not set; --node-list always sets them");
+  }
   context.is_chief = own.chief;
 
   // The context file: beside the program's files, else the logs, else /tmp.
@@ -937,7 +944,15 @@ Result<std::map<std::string, std::string>> Agent::Impl::BuildEnvironment(
     const FormedCluster& cluster, const NodeContext& context, const std::string& context_path) {
   std::map<std::string, std::string> env = env_.Variables();
   // The placement says it all, torch's store port (rank 0's second port) too.
-  DROVER_ASSIGN_OR_RETURN(auto vars, FrameworkEnvironment(cluster.spec, *cluster.own(), {}));
+  // Without the node list there is no cluster to write into TF_CONFIG.
+  FrameworkEnvOptions framework;
+  framework.tensorflow = cluster.has_node_list;
+  DROVER_ASSIGN_OR_RETURN(auto vars, FrameworkEnvironment(cluster.spec, *cluster.own(), framework));
+  if (!cluster.has_node_list) {
+    vars.erase("DROVER_CLUSTER_SPEC");
+    env.erase("TF_CONFIG");
+    env.erase("DROVER_CLUSTER_SPEC");
+  }
   for (auto& [name, value] : vars) env[name] = value;
   env["DROVER_EXECUTOR_ID"] = context.executor_id;
   env["DROVER_CONTEXT_FILE"] = context_path;

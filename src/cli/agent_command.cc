@@ -32,6 +32,7 @@ struct AgentFlags {
   std::string log_dir;
   std::string working_dir;
   double grace = 10;
+  std::string node_list = "auto";
   double reservation_timeout = 600;
   int restart_count = 0;
   std::string restart_reason;
@@ -212,6 +213,7 @@ int RunAgent(AgentFlags flags) {
   options.log_dir = flags.log_dir;
   options.working_dir = flags.working_dir;
   options.grace = Seconds(flags.grace);
+  options.node_list = ParseNodeList(flags.node_list).value_or(NodeList::kAuto);
   options.reservation_timeout = Seconds(flags.reservation_timeout);
   options.restart_count = flags.restart_count;
   options.restart_reason = flags.restart_reason;
@@ -309,6 +311,13 @@ void AddAgentCommand(CLI::App& app, int* exit_code) {
                     "The program's working directory (default: the agent's)");
   agent->add_option("--grace", flags->grace, "Seconds between SIGTERM and SIGKILL when stopping")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  agent
+      ->add_option("--node-list", flags->node_list,
+                   "Whether each program gets the whole cluster (TF_CONFIG, DROVER_CLUSTER_SPEC): "
+                   "auto (up to 1,024 nodes), always or never; torch, JAX and MPI need only "
+                   "their own ranks")
+      ->check(CLI::IsMember({"auto", "always", "never"}))
       ->capture_default_str();
   agent
       ->add_option("--reservation-timeout", flags->reservation_timeout,

@@ -564,6 +564,10 @@ std::vector<std::string> Driver::AgentArgv(int index, int round, uint16_t port) 
     argv.push_back(restart_reason_);
   }
   if (elastic()) argv.push_back("--elastic");
+  if (options_.node_list != NodeList::kAuto) {
+    argv.push_back("--node-list");
+    argv.push_back(std::string(NodeListName(options_.node_list)));
+  }
   argv.push_back("--");
   for (const std::string& arg : options_.command) argv.push_back(arg);
   return argv;

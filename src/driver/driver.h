@@ -74,8 +74,9 @@ struct DriverOptions {
   int min_nodes = 0;
   Milliseconds join_wait{30'000};
   Milliseconds reservation_timeout{300'000};
-  Milliseconds shutdown_timeout{0};  // 0: the workers may run forever
-  Milliseconds grace{5'000};         // SIGTERM -> SIGKILL
+  Milliseconds shutdown_timeout{0};      // 0: the workers may run forever
+  Milliseconds grace{5'000};             // SIGTERM -> SIGKILL
+  NodeList node_list = NodeList::kAuto;  // each agent's --node-list
   // Per executor index: the GPUs given to that node; empty: no --gpus flag.
   std::vector<std::string> gpus;  // "0,1" or "none"
   int signal_fd = -1;             // signalfd for SIGINT/SIGTERM; -1: none

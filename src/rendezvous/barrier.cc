@@ -27,6 +27,7 @@ void Barrier::HandleRegister(Peer& peer, const wire::Register& request) {
   if (!missing.empty()) return peer.Reject(wire::MALFORMED, missing, missing);
   const std::string& id = request.node().executor_id();
   if (!Permitted(peer, id, "register executor " + wire::PrintableBytes(id, 64))) return;
+  peer.node_list = request.node_list();
   switch (table_.phase()) {
     case Phase::kStopped: {
       std::string message = "executor " + id + " cannot register: " + table_.stop_reason();
@@ -122,7 +123,9 @@ void Barrier::Reform(const std::string& cluster_id, int round, const std::string
   round_ = round;
   round_reason_ = reason;
   hold_ = hold;
-  cluster_ = EncodedCluster{};
+  formed_ = FormedCluster{};
+  summary_ = EncodedCluster{};
+  node_list_ = EncodedCluster{};
   for (const std::string& id : admit) {
     auto joiner = joiners_.find(id);
     if (joiner == joiners_.end()) continue;
@@ -204,28 +207,24 @@ void Barrier::FormCluster() {
     context_.Publish(placed.WithContext("laying out the cluster"));
     return;
   }
-  wire::SharedCluster shared = SharedClusterToWire(formed);
-
-  // Encode once, compress once; every node's frame borrows these bytes.
-  int rc = EncodeCluster(shared, &cluster_);
-  if (rc != Z_OK) {
-    context_.Log("zlib compress2 failed with code " + std::to_string(rc));
-    context_.Publish(
-        Status::Internal("compressing the cluster failed (zlib code " + std::to_string(rc) + ")"));
-    return;
+  // Encode once, compress once; every node's frame borrows these bytes. The
+  // node list is encoded only if some node wants it.
+  formed_ = formed;
+  if (!Encode(ClusterSummaryToWire(formed_), &summary_)) return;
+  int with_list = 0;
+  for (const NodeRecord& node : table_.nodes()) {
+    const Peer* peer = node.connection == 0 ? nullptr : context_.FindPeer(node.connection);
+    if (peer != nullptr && WantsNodeList(*peer)) ++with_list;
   }
-  if (cluster_.compressed_bytes + 64 > wire::kClientMaxFrameBytes) {
-    context_.Log("the compressed cluster is " + std::to_string(cluster_.compressed_bytes) +
-                 " bytes, over a client's frame limit of " +
-                 std::to_string(wire::kClientMaxFrameBytes));
-  }
+  if (with_list > 0 && NodeListEncoding() == nullptr) return;
 
   table_.set_formed();
   for (const NodeRecord& node : table_.nodes()) SendCluster(node);
   context_.Log(
       "cluster " + cluster_id_ + " formed with " + std::to_string(table_.size()) + " nodes (" +
-      std::to_string(cluster_.uncompressed_bytes) + " bytes of shared cluster, " +
-      std::to_string(cluster_.compressed_bytes) + " compressed; " +
+      std::to_string(with_list) +
+      " with the node list: " + std::to_string(node_list_.uncompressed_bytes) + " bytes, " +
+      std::to_string(node_list_.compressed_bytes) + " compressed; " +
       std::to_string(
           std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count()) +
       " us to encode and queue)");
@@ -233,10 +232,48 @@ void Barrier::FormCluster() {
 }
 
 void Barrier::SendCluster(const NodeRecord& node) {
-  if (node.connection == 0 || !cluster_.body) return;
+  if (node.connection == 0 || !summary_.body) return;
   Peer* peer = context_.FindPeer(node.connection);
   if (peer == nullptr) return;
-  peer->Send(ClusterFrame(cluster_, node.slot, options_.heartbeat_interval));
+  if (WantsNodeList(*peer)) {
+    const EncodedCluster* list = NodeListEncoding();
+    if (list != nullptr) peer->Send(ClusterFrame(*list, node.slot, options_.heartbeat_interval));
+    return;
+  }
+  if (node.slot >= formed_.placements.size()) return;
+  peer->Send(ClusterFrame(summary_, node.slot, options_.heartbeat_interval,
+                          formed_.nodes[node.slot], formed_.placements[node.slot]));
+}
+
+bool Barrier::Encode(const wire::SharedCluster& shared, EncodedCluster* out) {
+  int rc = EncodeCluster(shared, out);
+  if (rc == Z_OK) return true;
+  context_.Log("zlib compress2 failed with code " + std::to_string(rc));
+  context_.Publish(
+      Status::Internal("compressing the cluster failed (zlib code " + std::to_string(rc) + ")"));
+  return false;
+}
+
+bool Barrier::WantsNodeList(const Peer& peer) const {
+  switch (peer.node_list) {
+    case wire::NODE_LIST_ALWAYS:
+      return true;
+    case wire::NODE_LIST_NEVER:
+      return false;
+    default:
+      return static_cast<int>(formed_.nodes.size()) <= options_.node_list_limit;
+  }
+}
+
+const EncodedCluster* Barrier::NodeListEncoding() {
+  if (node_list_.body) return &node_list_;
+  if (!Encode(SharedClusterToWire(formed_), &node_list_)) return nullptr;
+  if (node_list_.compressed_bytes + 64 > wire::kClientMaxFrameBytes) {
+    context_.Log("the compressed node list is " + std::to_string(node_list_.compressed_bytes) +
+                 " bytes, over a client's frame limit of " +
+                 std::to_string(wire::kClientMaxFrameBytes));
+  }
+  return &node_list_;
 }
 
 void Barrier::OnReservationTimeout() {

@@ -35,6 +35,8 @@ struct BarrierOptions {
   // Once formed, a newcomer waits for the next round (a joiner) instead of
   // being refused, and Reform starts that round.
   bool elastic = false;
+  // NODE_LIST_AUTO nodes get the node list up to this many nodes.
+  int node_list_limit = 1024;
 };
 
 class Barrier {
@@ -83,6 +85,11 @@ class Barrier {
   void FormIfFull();
   void FormCluster();
   void SendCluster(const NodeRecord& node);
+  bool WantsNodeList(const Peer& peer) const;
+  // Encodes `shared` into *out; false (logged, published) when zlib fails.
+  bool Encode(const wire::SharedCluster& shared, EncodedCluster* out);
+  // The node list's encoding, made the first time a node wants it.
+  const EncodedCluster* NodeListEncoding();
 
   const BarrierOptions options_;
   NodeTable& table_;
@@ -90,7 +97,9 @@ class Barrier {
   std::string cluster_id_;  // this round's; options_.cluster_id first
   int round_ = 0;
   std::string round_reason_;
-  EncodedCluster cluster_;                 // once formed
+  FormedCluster formed_;                   // once formed
+  EncodedCluster summary_;                 // once formed: without the node list
+  EncodedCluster node_list_;               // once a node wants it
   std::map<std::string, Joiner> joiners_;  // by executor id, elastic only
   bool hold_ = false;                      // this round forms when told
 };

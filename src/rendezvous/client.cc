@@ -552,6 +552,25 @@ Status TcpClientImpl::Handshake(Deadline deadline) {
   return Status::Ok();
 }
 
+Result<NodeList> ParseNodeList(std::string_view text) {
+  if (text == "auto") return NodeList::kAuto;
+  if (text == "always") return NodeList::kAlways;
+  if (text == "never") return NodeList::kNever;
+  return Status::InvalidArgument("node list '" + std::string(text) +
+                                 "': expected auto, always or never");
+}
+
+std::string_view NodeListName(NodeList list) {
+  switch (list) {
+    case NodeList::kAlways:
+      return "always";
+    case NodeList::kNever:
+      return "never";
+    default:
+      return "auto";
+  }
+}
+
 Result<FormedCluster> TcpClientImpl::DecodeCluster(const wire::Frame& frame) {
   wire::FrameError error;
   wire::Cluster cluster;
@@ -580,13 +599,18 @@ Result<FormedCluster> TcpClientImpl::DecodeCluster(const wire::Frame& frame) {
   }
   wire::SharedCluster shared;
   if (!shared.ParseFromString(shared_bytes)) return bad("the shared part is not a SharedCluster");
-  Result<FormedCluster> formed = rendezvous_internal::SharedClusterFromWire(shared);
+  const bool own_only = shared.node_count() > 0;
+  Result<FormedCluster> formed = own_only ? rendezvous_internal::OwnClusterFromWire(
+                                                shared, cluster.node(), cluster.placement())
+                                          : rendezvous_internal::SharedClusterFromWire(shared);
   if (!formed.ok()) return bad(formed.status().message());
-  if (cluster.position() >= formed->nodes.size()) {
+  const size_t count = own_only ? shared.node_count() : formed->nodes.size();
+  if (cluster.position() >= count) {
     return bad("this node's position " + std::to_string(cluster.position()) + " is not among the " +
-               std::to_string(formed->nodes.size()) + " nodes");
+               std::to_string(count) + " nodes");
   }
-  formed->self = static_cast<int>(cluster.position());
+  // Without the list, self is 0: the node's own entry is the only one.
+  if (!own_only) formed->self = static_cast<int>(cluster.position());
   if (cluster.heartbeat_interval_ms() > 0) {
     formed->heartbeat_interval = Milliseconds(cluster.heartbeat_interval_ms());
   }
@@ -596,6 +620,8 @@ Result<FormedCluster> TcpClientImpl::DecodeCluster(const wire::Frame& frame) {
 Result<FormedCluster> TcpClientImpl::Register(const NodeInfo& node, Deadline deadline) {
   wire::Register request;
   *request.mutable_node() = rendezvous_internal::NodeToWire(node);
+  // NodeList's values are the wire's.
+  request.set_node_list(static_cast<wire::NodeList>(options_.node_list));
   DROVER_RETURN_IF_ERROR(Send(wire::REGISTER, request, deadline));
   std::string what = "the cluster to form (executor " + node.executor_id + ")";
   for (;;) {

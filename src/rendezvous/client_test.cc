@@ -15,6 +15,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -597,6 +598,68 @@ TEST(RendezvousClientTest, ClusterWithBadPlacementsIsRefused) {
   }
 }
 
+// A frame without the node list is checked as closely as one with it.
+TEST(RendezvousClientTest, ClusterWithoutTheNodeListThatDoesNotFitIsRefused) {
+  struct Case {
+    const char* name;
+    std::function<void(wire::SharedCluster&, wire::Cluster&)> spoil;
+    const char* says;
+  };
+  const std::vector<Case> cases = {
+      {"position", [](wire::SharedCluster&, wire::Cluster& c) { c.set_position(2); },
+       "position 2 is not among the 2 nodes"},
+      {"jobs", [](wire::SharedCluster& s, wire::Cluster&) { s.mutable_jobs(0)->set_tasks(5); },
+       "the jobs have 6 tasks but the cluster 2 nodes"},
+      {"rank", [](wire::SharedCluster&, wire::Cluster& c) { c.mutable_placement()->set_rank(2); },
+       "rank 2 of 2"},
+      {"master", [](wire::SharedCluster& s, wire::Cluster&) { s.clear_master_node(); },
+       "rank 0 is not named"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    wire::SharedCluster summary;
+    summary.set_cluster_id("cluster-1");
+    summary.set_node_count(2);
+    summary.set_world_size(2);
+    summary.set_group_world_size(2);
+    for (const char* job : {"chief", "worker"}) {
+      wire::JobSize* size = summary.add_jobs();
+      size->set_job_name(job);
+      size->set_tasks(1);
+    }
+    *summary.mutable_master_node() = TwoNodes().nodes(0);
+    wire::Cluster own;
+    own.set_position(1);
+    *own.mutable_node() = TwoNodes().nodes(1);
+    own.mutable_placement()->set_ranked(true);
+    own.mutable_placement()->set_rank(1);
+    own.mutable_placement()->set_local_world_size(1);
+    own.mutable_placement()->set_group_rank(1);
+    own.mutable_placement()->set_role_world_size(1);
+    c.spoil(summary, own);
+    wire::Cluster frame = MakeCluster(own.position(), summary);
+    frame.MergeFrom(own);
+    auto server = FakeServer::Start([&frame](FakeConnection& peer) {
+      ASSERT_TRUE(peer.Handshake(TestToken()));
+      wire::Register request;
+      ASSERT_TRUE(peer.Read(wire::REGISTER, &request));
+      EXPECT_EQ(request.node_list(), wire::NODE_LIST_NEVER);
+      peer.Send(wire::CLUSTER, frame);
+      peer.WaitForClose();
+    });
+    ASSERT_NE(server, nullptr);
+    RendezvousClientOptions options = Options(server->address());
+    options.node_list = NodeList::kNever;
+    ASSERT_OK_AND_ASSIGN(auto client, RendezvousClient::Connect(options, Soon()));
+    NodeInfo node;
+    node.executor_id = "1";
+    node.host = "host-b";
+    node.ports = {2223};
+    EXPECT_THAT(client->Register(node, Soon()).status(),
+                StatusIs(Status::Code::kInvalidArgument, HasSubstr(c.says)));
+  }
+}
+
 TEST(RendezvousClientTest, ClusterFrameOverTheLimitIsRefused) {
   auto server = FakeServer::Start([](FakeConnection& peer) {
     ASSERT_TRUE(peer.Handshake(TestToken()));
@@ -980,9 +1043,11 @@ NodeInfo Node(int i) {
 }
 
 // Connects and registers `count` nodes, each from its own thread.
+// `lists[i]`, when given, is node i's NodeList.
 std::vector<std::unique_ptr<RendezvousClient>> JoinCluster(const RendezvousServer& server,
                                                            int count,
-                                                           std::vector<FormedCluster>* formed) {
+                                                           std::vector<FormedCluster>* formed,
+                                                           std::vector<NodeList> lists = {}) {
   std::vector<std::unique_ptr<RendezvousClient>> clients(count);
   formed->assign(count, FormedCluster{});
   std::vector<std::thread> threads;
@@ -990,6 +1055,7 @@ std::vector<std::unique_ptr<RendezvousClient>> JoinCluster(const RendezvousServe
     threads.emplace_back([&, i] {
       RendezvousClientOptions options = Options(ServerAddress(server));
       options.name = "node " + std::to_string(i);
+      if (static_cast<size_t>(i) < lists.size()) options.node_list = lists[i];
       auto client = RendezvousClient::Connect(options, Soon());
       ASSERT_OK(client);
       Result<FormedCluster> cluster = (*client)->Register(Node(i), Soon());
@@ -1042,6 +1108,59 @@ TEST(RendezvousEndToEndTest, ThreeNodesReceiveOneClusterWithDistinctRoles) {
                        RendezvousClient::Connect(Options(ServerAddress(*server)), Soon()));
   EXPECT_THAT(late->Register(Node(3), Soon()),
               StatusIs(Status::Code::kAlreadyExists, HasSubstr("cluster already formed")));
+}
+
+// Past the server's limit a node that did not ask for the node list gets its
+// own entry and placement, the same as the driver's, and the sizes; one that
+// asked gets the whole list, whatever the size.
+TEST(RendezvousEndToEndTest, OnlyTheNodesThatAskGetTheNodeList) {
+  RendezvousServerOptions options;
+  options.cluster.num_nodes = 4;
+  options.cluster.num_ps = 1;
+  options.cluster.master_node = "chief";
+  options.node_list_limit = 3;
+  options.heartbeat_interval = Milliseconds(700);
+  auto server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  std::vector<FormedCluster> formed;
+  auto clients = JoinCluster(
+      *server, 4, &formed, {NodeList::kAuto, NodeList::kNever, NodeList::kAlways, NodeList::kAuto});
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  ASSERT_OK_AND_ASSIGN(FormedCluster on_driver, server->WaitForCluster(Soon()));
+  ASSERT_EQ(on_driver.placements.size(), 4u);
+
+  const FormedCluster& asked = formed[2];
+  EXPECT_TRUE(asked.has_node_list);
+  EXPECT_EQ(asked.nodes.size(), 4u);
+  EXPECT_EQ(asked.spec, on_driver.spec);
+  EXPECT_EQ(asked.placements, on_driver.placements);
+  EXPECT_EQ(asked.own()->Task(), "worker:0");
+
+  const std::map<std::string, int> sizes = {{"chief", 1}, {"ps", 1}, {"worker", 2}};
+  for (int i : {0, 1, 3}) {
+    SCOPED_TRACE("node " + std::to_string(i));
+    const FormedCluster& own = formed[static_cast<size_t>(i)];
+    EXPECT_FALSE(own.has_node_list);
+    EXPECT_EQ(own.node_count, 4);
+    EXPECT_EQ(own.job_sizes, sizes);
+    EXPECT_EQ(own.cluster_id, on_driver.cluster_id);
+    EXPECT_EQ(own.heartbeat_interval, Milliseconds(700));
+    EXPECT_TRUE(own.spec.jobs().empty());
+    ASSERT_EQ(own.nodes.size(), 1u);
+    EXPECT_EQ(own.nodes[0].executor_id, std::to_string(i));
+    ASSERT_NE(own.own(), nullptr);
+    EXPECT_EQ(*own.own(), on_driver.placements[static_cast<size_t>(i)]);
+  }
+  // Ranks, the master and the feed share without the list: the chief is
+  // rank 0 and MASTER_ADDR; the ps is not ranked.
+  EXPECT_EQ(formed[0].own()->job, "ps");
+  EXPECT_FALSE(formed[0].own()->rank.has_value());
+  EXPECT_TRUE(formed[1].own()->chief);
+  ASSERT_TRUE(formed[3].own()->rank.has_value());
+  EXPECT_EQ(formed[3].own()->rank->rank, 2);
+  EXPECT_EQ(formed[3].own()->rank->world_size, 3);
+  EXPECT_EQ(formed[3].own()->rank->master_port, 20001);
+  EXPECT_EQ(formed[3].own()->feed, (FeedShare{2, 3}));
 }
 
 TEST(RendezvousEndToEndTest, WrongTokenIsPermissionDenied) {

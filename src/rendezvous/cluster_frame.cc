@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "rendezvous/node_info_codec.h"
 #include "wire/frame.h"
 
 namespace drover::rendezvous_internal {
@@ -36,12 +37,18 @@ int EncodeCluster(const wire::SharedCluster& shared, EncodedCluster* out) {
   return Z_OK;
 }
 
-OutFrame ClusterFrame(const EncodedCluster& cluster, uint32_t position,
-                      Milliseconds heartbeat_interval) {
+namespace {
+
+wire::Cluster OwnFields(const EncodedCluster& cluster, uint32_t position,
+                        Milliseconds heartbeat_interval) {
   wire::Cluster own;
   own.set_position(position);
   own.set_heartbeat_interval_ms(static_cast<uint32_t>(heartbeat_interval.count()));
   own.set_shared_uncompressed_bytes(cluster.uncompressed_bytes);
+  return own;
+}
+
+OutFrame FrameAround(const EncodedCluster& cluster, const wire::Cluster& own) {
   OutFrame frame;
   frame.tail = own.SerializeAsString();
   size_t body_size = cluster.body->bytes.size() + frame.tail.size();
@@ -50,6 +57,22 @@ OutFrame ClusterFrame(const EncodedCluster& cluster, uint32_t position,
   frame.head.assign(header.data(), header.size());
   frame.shared = cluster.body;
   return frame;
+}
+
+}  // namespace
+
+OutFrame ClusterFrame(const EncodedCluster& cluster, uint32_t position,
+                      Milliseconds heartbeat_interval) {
+  return FrameAround(cluster, OwnFields(cluster, position, heartbeat_interval));
+}
+
+OutFrame ClusterFrame(const EncodedCluster& summary, uint32_t position,
+                      Milliseconds heartbeat_interval, const NodeInfo& node,
+                      const Placement& placement) {
+  wire::Cluster own = OwnFields(summary, position, heartbeat_interval);
+  *own.mutable_node() = NodeToWire(node);
+  *own.mutable_placement() = OwnPlacementToWire(placement);
+  return FrameAround(summary, own);
 }
 
 }  // namespace drover::rendezvous_internal

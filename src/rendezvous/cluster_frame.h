@@ -39,6 +39,11 @@ int EncodeCluster(const wire::SharedCluster& shared, EncodedCluster* out);
 // REQUIRES: cluster.body is set.
 OutFrame ClusterFrame(const EncodedCluster& cluster, uint32_t position,
                       Milliseconds heartbeat_interval);
+// The same with the node's own entry and placement after its position: the
+// frame of a node whose shared part is the summary, without the node list.
+OutFrame ClusterFrame(const EncodedCluster& summary, uint32_t position,
+                      Milliseconds heartbeat_interval, const NodeInfo& node,
+                      const Placement& placement);
 
 }  // namespace drover::rendezvous_internal
 

@@ -109,6 +109,14 @@ bool ColumnsFit(const wire::Placements& p, int nodes) {
          p.role_world_size_size() == nodes;
 }
 
+// The sizes a cluster with every node knows from its list.
+void CountNodes(FormedCluster& cluster) {
+  cluster.node_count = static_cast<int>(cluster.nodes.size());
+  cluster.job_sizes.clear();
+  for (const NodeInfo& node : cluster.nodes) ++cluster.job_sizes[node.job_name];
+  cluster.has_node_list = true;
+}
+
 }  // namespace
 
 Status PlaceNodes(FormedCluster& cluster) {
@@ -117,6 +125,7 @@ Status PlaceNodes(FormedCluster& cluster) {
   for (const NodeInfo& node : cluster.nodes) cluster.placements.push_back(NodePlacement(node));
   DROVER_RETURN_IF_ERROR(PlaceTasks(cluster.placements));
   DROVER_ASSIGN_OR_RETURN(cluster.spec, ClusterSpecOf(cluster.placements));
+  CountNodes(cluster);
   return Status::Ok();
 }
 
@@ -204,6 +213,96 @@ Result<FormedCluster> SharedClusterFromWire(const wire::SharedCluster& shared) {
     if (placement.rank) PointAtMaster(out.placements[shared.master()], *placement.rank);
   }
   DROVER_ASSIGN_OR_RETURN(out.spec, ClusterSpecOf(out.placements));
+  CountNodes(out);
+  return out;
+}
+
+wire::SharedCluster ClusterSummaryToWire(const FormedCluster& cluster) {
+  wire::SharedCluster out;
+  out.set_cluster_id(cluster.cluster_id);
+  out.set_round(static_cast<uint32_t>(cluster.round));
+  out.set_round_reason(cluster.round_reason);
+  out.set_node_count(static_cast<uint32_t>(cluster.nodes.size()));
+  for (const auto& [job, tasks] : cluster.job_sizes) {
+    wire::JobSize* size = out.add_jobs();
+    size->set_job_name(job);
+    size->set_tasks(static_cast<uint32_t>(tasks));
+  }
+  for (size_t i = 0; i < cluster.placements.size(); ++i) {
+    const std::optional<RankInfo>& rank = cluster.placements[i].rank;
+    if (!rank || rank->rank != 0) continue;
+    out.set_world_size(static_cast<uint32_t>(rank->world_size));
+    out.set_group_world_size(static_cast<uint32_t>(rank->group_world_size));
+    out.set_master(static_cast<uint32_t>(i));
+    *out.mutable_master_node() = NodeToWire(cluster.nodes[i]);
+  }
+  return out;
+}
+
+wire::OwnPlacement OwnPlacementToWire(const Placement& placement) {
+  wire::OwnPlacement out;
+  out.set_chief(placement.chief);
+  if (!placement.rank) return out;
+  const RankInfo& rank = *placement.rank;
+  out.set_ranked(true);
+  out.set_rank(static_cast<uint32_t>(rank.rank));
+  out.set_local_rank(static_cast<uint32_t>(rank.local_rank));
+  out.set_local_world_size(static_cast<uint32_t>(rank.local_world_size));
+  out.set_group_rank(static_cast<uint32_t>(rank.group_rank));
+  out.set_role_rank(static_cast<uint32_t>(rank.role_rank));
+  out.set_role_world_size(static_cast<uint32_t>(rank.role_world_size));
+  return out;
+}
+
+Result<FormedCluster> OwnClusterFromWire(const wire::SharedCluster& summary,
+                                         const wire::NodeInfo& node,
+                                         const wire::OwnPlacement& placement) {
+  FormedCluster out;
+  out.cluster_id = summary.cluster_id();
+  out.round = static_cast<int>(summary.round());
+  out.round_reason = summary.round_reason();
+  out.node_count = static_cast<int>(summary.node_count());
+  out.has_node_list = false;
+  int64_t tasks = 0;
+  for (const wire::JobSize& size : summary.jobs()) {
+    out.job_sizes[size.job_name()] = static_cast<int>(size.tasks());
+    tasks += size.tasks();
+  }
+  if (tasks != out.node_count) {
+    return Status::InvalidArgument("the jobs have " + std::to_string(tasks) +
+                                   " tasks but the cluster " + std::to_string(out.node_count) +
+                                   " nodes");
+  }
+  out.nodes.push_back(NodeFromWire(node));
+  Placement own = NodePlacement(out.nodes.back());
+  own.chief = placement.chief();
+  if (placement.ranked()) {
+    const uint32_t world_size = summary.world_size();
+    if (placement.rank() >= world_size || placement.local_rank() >= placement.local_world_size() ||
+        placement.group_rank() >= summary.group_world_size() ||
+        placement.role_rank() >= placement.role_world_size()) {
+      return Status::InvalidArgument("task " + own.Task() + " has a rank out of range (rank " +
+                                     std::to_string(placement.rank()) + " of " +
+                                     std::to_string(world_size) + ")");
+    }
+    if (!summary.has_master_node() || summary.master_node().ports().empty()) {
+      return Status::InvalidArgument("task " + own.Task() + " is ranked but rank 0 is not named");
+    }
+    RankInfo rank;
+    rank.rank = static_cast<int>(placement.rank());
+    rank.world_size = static_cast<int>(world_size);
+    rank.local_rank = static_cast<int>(placement.local_rank());
+    rank.local_world_size = static_cast<int>(placement.local_world_size());
+    rank.group_rank = static_cast<int>(placement.group_rank());
+    rank.group_world_size = static_cast<int>(summary.group_world_size());
+    rank.role_rank = static_cast<int>(placement.role_rank());
+    rank.role_world_size = static_cast<int>(placement.role_world_size());
+    PointAtMaster(NodePlacement(NodeFromWire(summary.master_node())), rank);
+    own.rank = rank;
+    own.feed = FeedShare{rank.rank, rank.world_size};
+  }
+  out.placements.push_back(std::move(own));
+  out.self = 0;
   return out;
 }
 

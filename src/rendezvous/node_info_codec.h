@@ -36,6 +36,18 @@ wire::SharedCluster SharedClusterToWire(const FormedCluster& cluster);
 // the counts, a rank or the master out of range, a task placed twice.
 Result<FormedCluster> SharedClusterFromWire(const wire::SharedCluster& shared);
 
+// Without the node list (docs/protocol.md, "The node list"): the part every
+// node shares is the sizes and rank 0's entry; each node's own entry and
+// placement travel in its own frame.
+wire::SharedCluster ClusterSummaryToWire(const FormedCluster& cluster);
+wire::OwnPlacement OwnPlacementToWire(const Placement& placement);
+// A node's cluster from the summary and its own part: nodes and placements
+// hold that node alone (self 0), has_node_list is false, spec is empty.
+// kInvalidArgument saying what does not fit.
+Result<FormedCluster> OwnClusterFromWire(const wire::SharedCluster& summary,
+                                         const wire::NodeInfo& node,
+                                         const wire::OwnPlacement& placement);
+
 }  // namespace drover::rendezvous_internal
 
 #endif  // DROVER_SRC_RENDEZVOUS_NODE_INFO_CODEC_H_

@@ -96,6 +96,8 @@ class Peer {
   std::string credential_id;  // HELLO's executor_id: "" the cluster token
   bool admin = false;         // authenticated with the cluster token
   std::string executor_id;    // "" until REGISTER
+  // REGISTER's: whether its CLUSTER carries the node list.
+  wire::NodeList node_list = wire::NODE_LIST_AUTO;
 
  protected:
   State state_ = State::kAwaitHello;

@@ -114,7 +114,8 @@ class Server : public ConnectionHost, public ServerContext {
         nodes_(options_.cluster),
         handshake_(keys.token, *this),
         barrier_(BarrierOptions{keys.cluster_id, options_.heartbeat_interval,
-                                options_.reservation_timeout, options_.elastic},
+                                options_.reservation_timeout, options_.elastic,
+                                options_.node_list_limit},
                  nodes_, *this),
         liveness_(
             LivenessOptions{options_.heartbeat_interval, options_.missed_heartbeats_until_dead},

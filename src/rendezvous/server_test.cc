@@ -357,12 +357,16 @@ TEST_F(ServerTest, FormsALargeCluster) {
   EXPECT_EQ(last.registered(), static_cast<uint32_t>(num_nodes));
   // Inflate one copy; the others must be the very same bytes.
   ASSERT_OK_AND_ASSIGN(ReceivedCluster first, ReadCluster(peers[0]));
-  ASSERT_EQ(first.shared.nodes_size(), num_nodes);
+  // Past the node list's limit (1,024) each node gets its own entry instead.
+  const bool listed = num_nodes <= RendezvousServerOptions{}.node_list_limit;
+  ASSERT_EQ(first.shared.nodes_size(), listed ? num_nodes : 0);
+  ASSERT_EQ(first.shared.node_count(), listed ? 0u : static_cast<uint32_t>(num_nodes));
   std::set<uint32_t> positions = {first.cluster.position()};
   for (size_t i = 1; i < peers.size(); ++i) {
     wire::Cluster cluster;
     ASSERT_OK(peers[i].Read(wire::CLUSTER, &cluster, Soon()));
     ASSERT_EQ(cluster.shared(), first.cluster.shared());
+    if (!listed) ASSERT_EQ(cluster.node().executor_id(), std::to_string(i));
     positions.insert(cluster.position());
   }
   for (const wire::NodeInfo& node : first.shared.nodes()) EXPECT_EQ(node.job_name(), "worker");
@@ -504,14 +508,15 @@ TEST_F(ServerTest, UnknownVersionIsRejectedNamingBothVersions) {
   std::array<char, wire::kHeaderBytes> header = wire::EncodeHeader(wire::HELLO, 0, 7);
   ASSERT_OK(bad.SendBytes(std::string_view(header.data(), header.size())));
   ExpectErrorAndClose(bad, wire::UNSUPPORTED_VERSION,
-                      "peer speaks protocol version 7; this drover speaks 3");
+                      "peer speaks protocol version 7; this drover speaks 4");
   EXPECT_TRUE(recorder_.WaitForRejection("version 7"));
-  // The previous release (version 2, the ClusterDef in CLUSTER) is told so too.
+  // The previous release (version 3, every node list in every CLUSTER) is
+  // told so too.
   RawPeer previous = Connect();
-  header = wire::EncodeHeader(wire::HELLO, 0, 2);
+  header = wire::EncodeHeader(wire::HELLO, 0, 3);
   ASSERT_OK(previous.SendBytes(std::string_view(header.data(), header.size())));
   ExpectErrorAndClose(previous, wire::UNSUPPORTED_VERSION,
-                      "peer speaks protocol version 2; this drover speaks 3");
+                      "peer speaks protocol version 3; this drover speaks 4");
   ExpectClusterFormsWith(first);
 }
 

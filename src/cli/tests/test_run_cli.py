@@ -44,6 +44,27 @@ def test_three_nodes_print_tagged_lines_and_write_logs(drover, tmp_path):
         assert f"rank={rank}" in log.read_text()
 
 
+def test_node_list_never_leaves_out_tf_config_but_not_the_ranks(drover, tmp_path):
+    program = ('echo "tf=${TF_CONFIG-unset} spec=${DROVER_CLUSTER_SPEC-unset} '
+               'rank=$RANK world=$WORLD_SIZE master=$MASTER_ADDR:$MASTER_PORT"; '
+               f'cp "$DROVER_CONTEXT_FILE" {tmp_path}/context-$RANK.json')
+    result = run(drover, tmp_path, "--nodes", "2", "--node-list", "never", "--", "sh", "-c",
+                 program)
+    assert result.returncode == 0, result.stderr
+    for rank in range(2):
+        line = next(l for l in result.stdout.splitlines() if l.startswith(f"[worker:{rank}] tf="))
+        assert f"tf=unset spec=unset rank={rank} world=2 master=" in line, line
+        assert not line.endswith(":"), line
+    assert "did not get the node list (2 nodes, --node-list never)" in result.stdout + result.stderr
+    context = json.loads((tmp_path / "context-1.json").read_text())
+    assert context["cluster_spec"] == {} and context["num_workers"] == 2, context
+    # The default gives the list to a cluster this small.
+    result = run(drover, tmp_path, "--nodes", "2", "--", "sh", "-c", "echo tf=$TF_CONFIG")
+    assert result.returncode == 0, result.stderr
+    line = next(l for l in result.stdout.splitlines() if l.startswith("[worker:1] tf="))
+    assert json.loads(line.split("tf=", 1)[1])["task"] == {"type": "worker", "index": 1}
+
+
 def test_node_killed_by_sigkill_is_named_and_nothing_is_left(drover, tmp_path):
     mark = marker()
     program = ('if [ "$RANK" = 1 ]; then sleep 1; echo about-to-die; kill -9 $$; '
