@@ -1,5 +1,5 @@
 # What `cmake --install` and `scripts/package.sh` put on a machine:
-#   bin/drover
+#   bin/drover, bin/drover-guard, bin/drover-agent
 #   lib/libdrover.so.*             the public API (include/drover) in one shared library
 #   include/drover/*.h             the public headers only
 #   lib/cmake/drover/              find_package(drover CONFIG): target drover::drover
@@ -17,7 +17,7 @@ set(DROVER_INSTALL_PYTHONDIR "lib/python3/dist-packages" CACHE STRING
     "Where the Python package goes, relative to the prefix (Debian's module directory for /usr/bin/python3)")
 set(DROVER_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/drover")
 
-install(TARGETS drover drover-guard RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS drover drover-guard drover-agent RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS drover_lib EXPORT droverTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/drover
@@ -64,7 +64,7 @@ install(DIRECTORY ${DROVER_HELP_DIR}/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/help)
 
 # Everything the rules above install; scripts/package.sh builds just this.
 add_custom_target(drover_installed)
-add_dependencies(drover_installed drover drover_lib drover_help)
+add_dependencies(drover_installed drover drover-guard drover-agent drover_lib drover_help)
 if(TARGET _drover)
   add_dependencies(drover_installed _drover)
 endif()

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "cli/etcd_flags.h"
+#include "cli/node_range.h"
 #include "cli/resolve_command.h"
-#include "cli/run_command.h"
 #include "drover/agent.h"
 #include "os/process_tree.h"
 

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cli/etcd_flags.h"
+#include "cli/node_range.h"
 #include "cli/resolve_command.h"
 #include "driver/driver.h"
 #include "driver/etcd_run.h"
@@ -496,28 +497,6 @@ int Run(RunFlags flags) {
 }
 
 }  // namespace
-
-std::pair<std::optional<int>, std::optional<int>> ParseNodeRange(const std::string& text,
-                                                                 const std::string& flag,
-                                                                 int smallest) {
-  auto number = [&](std::string_view part) {
-    int value = -1;
-    auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), value);
-    if (ec != std::errc() || end != part.data() + part.size() || value < smallest) {
-      throw CLI::ValidationError(flag, "takes N or MIN:MAX with whole numbers >= " +
-                                           std::to_string(smallest) + ", not '" + text + "'");
-    }
-    return value;
-  };
-  const size_t colon = text.find(':');
-  if (colon == std::string::npos) return {std::nullopt, number(text)};
-  const int min = number(std::string_view(text).substr(0, colon));
-  const int max = number(std::string_view(text).substr(colon + 1));
-  if (min > max)
-    throw CLI::ValidationError(flag, "MIN " + std::to_string(min) + " is over MAX " +
-                                         std::to_string(max) + " in '" + text + "'");
-  return {min, max};
-}
 
 void AddRunCommand(CLI::App& app, int* exit_code) {
   auto flags = std::make_shared<RunFlags>();

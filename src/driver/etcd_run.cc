@@ -22,6 +22,7 @@
 #include "driver/status_text.h"
 #include "feed/etcd_feed_ledger.h"
 #include "os/duration_text.h"
+#include "os/find_program.h"
 #include "os/subprocess.h"
 #include "rendezvous/etcd_connect.h"
 #include "rendezvous/node_info_codec.h"
@@ -131,19 +132,30 @@ std::vector<std::string> AgentArgv(const EtcdDriverOptions& o, const std::string
                                    const std::string& log_dir) {
   const EtcdRunOptions& e = o.etcd;
   const int min = e.min_nodes > 0 ? e.min_nodes : e.cluster.num_nodes;
-  std::vector<std::string> argv = {
-      o.drover_binary,  "agent",
-      "--rendezvous",   o.address,
-      "--executor-id",  executor_id,
-      "--host",         o.host,
-      "--nodes",        std::to_string(min) + ":" + std::to_string(e.cluster.num_nodes),
-      "--ps",           std::to_string(e.cluster.num_ps),
-      "--max-restarts", std::to_string(e.max_restarts),
-      "--join-wait",    os::SecondsValue(e.join_wait),
-      "--lease-ttl",    os::SecondsValue(e.lease_ttl),
-      "--etcd-timeout", os::SecondsValue(e.unavailable_timeout),
-      "--grace",        os::SecondsValue(o.grace),
-      "--log-dir",      log_dir};
+  std::vector<std::string> argv = {os::AgentBinaryBeside(o.drover_binary),
+                                   "agent",
+                                   "--rendezvous",
+                                   o.address,
+                                   "--executor-id",
+                                   executor_id,
+                                   "--host",
+                                   o.host,
+                                   "--nodes",
+                                   std::to_string(min) + ":" + std::to_string(e.cluster.num_nodes),
+                                   "--ps",
+                                   std::to_string(e.cluster.num_ps),
+                                   "--max-restarts",
+                                   std::to_string(e.max_restarts),
+                                   "--join-wait",
+                                   os::SecondsValue(e.join_wait),
+                                   "--lease-ttl",
+                                   os::SecondsValue(e.lease_ttl),
+                                   "--etcd-timeout",
+                                   os::SecondsValue(e.unavailable_timeout),
+                                   "--grace",
+                                   os::SecondsValue(o.grace),
+                                   "--log-dir",
+                                   log_dir};
   auto add = [&](const char* flag, const std::string& value) {
     if (!value.empty()) argv.insert(argv.end(), {flag, value});
   };

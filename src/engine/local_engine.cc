@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstring>
 
+#include "os/find_program.h"
 #include "os/subprocess.h"
 
 namespace drover {
@@ -90,10 +91,14 @@ Result<std::unique_ptr<AgentProcess>> LocalEngine::Launch(const AgentLaunch& lau
   if (options_.skip_executors.count(launch.executor_id) != 0) {
     return std::unique_ptr<AgentProcess>(std::make_unique<NotStarted>(launch.executor_id));
   }
+  // A local agent starts from drover-agent when it is beside drover: the
+  // same argv, fewer libraries to load per node.
+  std::vector<std::string> argv = launch.argv;
+  if (argv.size() >= 2 && argv[1] == "agent") argv[0] = os::AgentBinaryBeside(argv[0]);
   // SIGTERM, not SIGKILL: an agent told its driver is gone stops its program's
   // whole process group, which SIGKILL would leave behind.
-  return SpawnProcessGroup("executor " + launch.executor_id, launch.argv,
-                           /*capture_output=*/true, SIGTERM);
+  return SpawnProcessGroup("executor " + launch.executor_id, argv, /*capture_output=*/true,
+                           SIGTERM);
 }
 
 }  // namespace drover

@@ -31,12 +31,23 @@ std::optional<std::string> FindProgram(std::string_view name,
   }
 }
 
-std::string GuardBinaryBeside(const std::string& drover_binary) {
+namespace {
+
+std::string BinaryBeside(const std::string& drover_binary, const char* name) {
   const size_t slash = drover_binary.rfind('/');
-  const std::string small =
-      (slash == std::string::npos ? std::string() : drover_binary.substr(0, slash + 1)) +
-      "drover-guard";
-  return slash != std::string::npos && IsExecutable(small) ? small : drover_binary;
+  if (slash == std::string::npos) return drover_binary;
+  const std::string small = drover_binary.substr(0, slash + 1) + name;
+  return IsExecutable(small) ? small : drover_binary;
+}
+
+}  // namespace
+
+std::string GuardBinaryBeside(const std::string& drover_binary) {
+  return BinaryBeside(drover_binary, "drover-guard");
+}
+
+std::string AgentBinaryBeside(const std::string& drover_binary) {
+  return BinaryBeside(drover_binary, "drover-agent");
 }
 
 }  // namespace drover::os

@@ -26,6 +26,9 @@ std::optional<std::string> FindProgram(std::string_view name,
 // else `drover_binary` itself: a process started only to guard or clean up
 // then loads a few libraries, not all of drover's (bench/RESULTS.md).
 std::string GuardBinaryBeside(const std::string& drover_binary);
+// The same for `drover agent`: drover-agent beside `drover_binary`, else
+// `drover_binary`.
+std::string AgentBinaryBeside(const std::string& drover_binary);
 
 }  // namespace drover::os
 

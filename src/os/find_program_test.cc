@@ -68,5 +68,15 @@ TEST(FindProgramTest, TheGuardBinaryIsDroverGuardBesideDroverWhenThereIsOne) {
   EXPECT_EQ(GuardBinaryBeside("drover"), "drover");  // no directory to look in
 }
 
+TEST(FindProgramTest, TheAgentBinaryIsDroverAgentBesideDroverWhenThereIsOne) {
+  TempDir dir;
+  const std::string drover = MakeFile(dir, "drover", 0755);
+  MakeFile(dir, "drover-guard", 0755);
+  EXPECT_EQ(AgentBinaryBeside(drover), drover);  // the guard is not the agent
+  const std::string small = MakeFile(dir, "drover-agent", 0755);
+  EXPECT_EQ(AgentBinaryBeside(drover), small);
+  EXPECT_EQ(AgentBinaryBeside("drover"), "drover");
+}
+
 }  // namespace
 }  // namespace drover::os

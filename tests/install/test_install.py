@@ -70,6 +70,7 @@ def is_elf(path):
 def test_installs_the_command_library_headers_and_packages(prefix):
     assert os.access(os.path.join(prefix, "bin", "drover"), os.X_OK)
     assert os.access(os.path.join(prefix, "bin", "drover-guard"), os.X_OK)
+    assert os.access(os.path.join(prefix, "bin", "drover-agent"), os.X_OK)
     lib = libdir(prefix)
     assert os.path.islink(os.path.join(lib, "libdrover.so"))
     # Only the public headers, all of them.

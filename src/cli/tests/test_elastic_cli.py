@@ -78,7 +78,8 @@ def stderr_of(tmp_path):
 
 
 def agent_pid(mark, executor):
-    found = subprocess.run(["pgrep", "-f", f"drover agent .*--executor-id {executor} .*{mark}"],
+    # drover-agent, or drover itself where drover-agent is not beside it.
+    found = subprocess.run(["pgrep", "-f", f"drover(-agent)? agent .*--executor-id {executor} .*{mark}"],
                            capture_output=True, text=True)
     pids = found.stdout.split()
     assert len(pids) == 1, (executor, pids)
