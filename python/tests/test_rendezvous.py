@@ -11,10 +11,11 @@ def token():
     return drover.ClusterToken.generate()
 
 
-def join_all(server, token, executor_ids, results, timeout=30):
+def join_all(server, token, executor_ids, results, timeout=30, node_list="auto"):
     def join(executor_id):
         client = drover.RendezvousClient("127.0.0.1:%d" % server.port, token,
-                                         name="node %s" % executor_id, timeout=timeout)
+                                         name="node %s" % executor_id, timeout=timeout,
+                                         node_list=node_list)
         results[executor_id] = (client, client.register(executor_id, "127.0.0.1",
                                                          [30000 + int(executor_id)],
                                                          timeout=timeout))
@@ -40,6 +41,25 @@ def test_three_nodes_get_one_cluster_with_roles(token):
         assert r["cluster_spec"] == formed["cluster_spec"]
         assert r["cluster_id"] == formed["cluster_id"]
     server.shutdown()
+
+
+def test_without_the_node_list_a_node_gets_its_own_entry(token):
+    server = drover.RendezvousServer(3, token, num_ps=1, master_node="chief")
+    results = {}
+    threads = join_all(server, token, ["0", "1", "2"], results, node_list="never")
+    formed = server.wait_for_cluster(timeout=30)
+    for t in threads:
+        t.join(30)
+    assert formed["has_node_list"] and formed["node_count"] == 3
+    for executor_id, (_, r) in results.items():
+        assert not r["has_node_list"]
+        assert r["node_count"] == 3
+        assert [n["executor_id"] for n in r["nodes"]] == [executor_id]
+        assert r["cluster_spec"].as_dict() == {}
+    assert results["1"][1]["job_name"] == "chief"
+    server.shutdown()
+    with pytest.raises(ValueError, match="expected auto, always or never"):
+        drover.RendezvousClient("127.0.0.1:1", token, node_list="some", timeout=1)
 
 
 def test_key_value_store_between_nodes(token):
