@@ -1644,5 +1644,68 @@ TEST(RendezvousEndToEndTest, ElasticRoundsReformOverTheSameConnections) {
               StatusIs(Status::Code::kFailedPrecondition, HasSubstr("not elastic")));
 }
 
+// Rounds keep each node's ask: after REFORM, and for a joiner, the cluster
+// comes without the node list to the nodes that said never.
+TEST(RendezvousEndToEndTest, ARoundWithoutTheNodeListKeepsItsRoundAndSizes) {
+  std::atomic<bool> waiting{false};
+  RendezvousServerOptions options;
+  options.cluster.num_nodes = 2;
+  options.elastic = true;
+  options.on_event = [&](const NodeEvent& event) {
+    if (event.kind == NodeEvent::Kind::kJoining) waiting = true;
+  };
+  auto server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  std::vector<FormedCluster> formed;
+  auto clients = JoinCluster(*server, 2, &formed, {NodeList::kNever, NodeList::kNever});
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  ASSERT_OK(server->WaitForCluster(Soon()));
+  EXPECT_FALSE(formed[0].has_node_list);
+
+  RendezvousClientOptions late_options = Options(ServerAddress(*server));
+  late_options.node_list = NodeList::kNever;
+  ASSERT_OK_AND_ASSIGN(auto joiner, RendezvousClient::Connect(late_options, Soon()));
+  Result<FormedCluster> joined = Status::Internal("not yet");
+  std::thread late([&] { joined = joiner->Register(Node(2), Soon()); });
+  for (Deadline until = Soon(); Clock::now() < until && !waiting;) {
+    std::this_thread::sleep_for(Milliseconds(5));
+  }
+  if (!waiting) {
+    late.join();
+    FAIL() << "executor 2 never waited to join";
+  }
+  ReformPlan plan;
+  plan.cluster.num_nodes = 3;
+  plan.cluster_id = "run-restart1";
+  plan.round = 1;
+  plan.reason = "executor 2 joined";
+  plan.admit = {"2"};
+  ASSERT_OK(server->Reform(plan));
+  std::vector<FormedCluster> again(2);
+  std::vector<std::thread> members;
+  for (int i = 0; i < 2; ++i) {
+    members.emplace_back([&, i] {
+      ASSERT_OK(clients[i]->WaitForInstruction(Soon()));
+      ASSERT_OK_AND_ASSIGN(again[i], clients[i]->Register(Node(i), Soon()));
+    });
+  }
+  for (std::thread& member : members) member.join();
+  late.join();
+  ASSERT_OK(joined);
+  again.push_back(*joined);
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE("node " + std::to_string(i));
+    const FormedCluster& own = again[static_cast<size_t>(i)];
+    EXPECT_FALSE(own.has_node_list);
+    EXPECT_EQ(own.node_count, 3);
+    EXPECT_EQ(own.round, 1);
+    EXPECT_EQ(own.round_reason, "executor 2 joined");
+    EXPECT_EQ(own.cluster_id, "run-restart1");
+    ASSERT_NE(own.own(), nullptr);
+    EXPECT_EQ(own.own()->Task(), "worker:" + std::to_string(i));
+    EXPECT_EQ(own.own()->rank->world_size, 3);
+  }
+}
+
 }  // namespace
 }  // namespace drover
