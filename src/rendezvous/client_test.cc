@@ -553,6 +553,15 @@ TEST(RendezvousClientTest, RegisterReceivesTheCluster) {
   EXPECT_TRUE(cluster.placements[0].chief);
 }
 
+// Executor 1 on host-b registers; what it got back.
+Status RegisterExecutor1(RendezvousClient& client) {
+  NodeInfo node;
+  node.executor_id = "1";
+  node.host = "host-b";
+  node.ports = {2223};
+  return client.Register(node, Soon()).status();
+}
+
 // A server that contradicts itself is named, never trusted: each case is one
 // CLUSTER frame the client must refuse with what is wrong in it.
 TEST(RendezvousClientTest, ClusterWithBadPlacementsIsRefused) {
@@ -589,11 +598,7 @@ TEST(RendezvousClientTest, ClusterWithBadPlacementsIsRefused) {
     ASSERT_NE(server, nullptr);
     ASSERT_OK_AND_ASSIGN(auto client,
                          RendezvousClient::Connect(Options(server->address()), Soon()));
-    NodeInfo node;
-    node.executor_id = "1";
-    node.host = "host-b";
-    node.ports = {2223};
-    EXPECT_THAT(client->Register(node, Soon()).status(),
+    EXPECT_THAT(RegisterExecutor1(*client),
                 StatusIs(Status::Code::kInvalidArgument, HasSubstr(c.says)));
   }
 }
@@ -651,11 +656,7 @@ TEST(RendezvousClientTest, ClusterWithoutTheNodeListThatDoesNotFitIsRefused) {
     RendezvousClientOptions options = Options(server->address());
     options.node_list = NodeList::kNever;
     ASSERT_OK_AND_ASSIGN(auto client, RendezvousClient::Connect(options, Soon()));
-    NodeInfo node;
-    node.executor_id = "1";
-    node.host = "host-b";
-    node.ports = {2223};
-    EXPECT_THAT(client->Register(node, Soon()).status(),
+    EXPECT_THAT(RegisterExecutor1(*client),
                 StatusIs(Status::Code::kInvalidArgument, HasSubstr(c.says)));
   }
 }
@@ -1531,6 +1532,36 @@ namespace {
 // Elastic rounds over the same connections: members told to REFORM
 // register again, a late node waits as a joiner and is admitted, and a
 // round can form with fewer nodes than its template once the caller says so.
+// Round 1 of a 2-node elastic run, admitting executor 2.
+ReformPlan RoundWithExecutor2() {
+  ReformPlan plan;
+  plan.cluster.num_nodes = 3;
+  plan.cluster_id = "run-restart1";
+  plan.round = 1;
+  plan.reason = "executor 2 joined";
+  plan.admit = {"2"};
+  return plan;
+}
+
+// Each member told to REFORM for `plan` registers again, each from its thread.
+std::vector<FormedCluster> RegisterAgain(
+    const std::vector<std::unique_ptr<RendezvousClient>>& clients, const ReformPlan& plan) {
+  std::vector<FormedCluster> again(clients.size());
+  std::vector<std::thread> members;
+  for (size_t i = 0; i < clients.size(); ++i) {
+    members.emplace_back([&, i] {
+      ASSERT_OK_AND_ASSIGN(RendezvousClient::Instruction told,
+                           clients[i]->WaitForInstruction(Soon()));
+      EXPECT_EQ(told.kind, RendezvousClient::Instruction::Kind::kReform);
+      EXPECT_EQ(told.round, plan.round);
+      EXPECT_EQ(told.reason, plan.reason);
+      ASSERT_OK_AND_ASSIGN(again[i], clients[i]->Register(Node(static_cast<int>(i)), Soon()));
+    });
+  }
+  for (std::thread& member : members) member.join();
+  return again;
+}
+
 TEST(RendezvousEndToEndTest, ElasticRoundsReformOverTheSameConnections) {
   std::mutex mu;
   std::vector<NodeEvent> events;
@@ -1580,26 +1611,9 @@ TEST(RendezvousEndToEndTest, ElasticRoundsReformOverTheSameConnections) {
 
   EXPECT_EQ(server->DeleteKeys("drover/feed/"), 1u);
   EXPECT_EQ(server->StoredValue("user/key"), "kept");
-  ReformPlan plan;
-  plan.cluster.num_nodes = 3;
-  plan.cluster_id = "run-restart1";
-  plan.round = 1;
-  plan.reason = "executor 2 joined";
-  plan.admit = {"2"};
+  ReformPlan plan = RoundWithExecutor2();
   ASSERT_OK(server->Reform(plan));
-  std::vector<FormedCluster> again(2);
-  std::vector<std::thread> members;
-  for (int i = 0; i < 2; ++i) {
-    members.emplace_back([&, i] {
-      ASSERT_OK_AND_ASSIGN(RendezvousClient::Instruction told,
-                           clients[i]->WaitForInstruction(Soon()));
-      EXPECT_EQ(told.kind, RendezvousClient::Instruction::Kind::kReform);
-      EXPECT_EQ(told.round, 1);
-      EXPECT_EQ(told.reason, "executor 2 joined");
-      ASSERT_OK_AND_ASSIGN(again[i], clients[i]->Register(Node(i), Soon()));
-    });
-  }
-  for (std::thread& member : members) member.join();
+  std::vector<FormedCluster> again = RegisterAgain(clients, plan);
   late.join();
   ASSERT_OK(joined);
   ASSERT_OK_AND_ASSIGN(FormedCluster cluster, server->WaitForCluster(Soon()));
@@ -1674,22 +1688,8 @@ TEST(RendezvousEndToEndTest, ARoundWithoutTheNodeListKeepsItsRoundAndSizes) {
     late.join();
     FAIL() << "executor 2 never waited to join";
   }
-  ReformPlan plan;
-  plan.cluster.num_nodes = 3;
-  plan.cluster_id = "run-restart1";
-  plan.round = 1;
-  plan.reason = "executor 2 joined";
-  plan.admit = {"2"};
-  ASSERT_OK(server->Reform(plan));
-  std::vector<FormedCluster> again(2);
-  std::vector<std::thread> members;
-  for (int i = 0; i < 2; ++i) {
-    members.emplace_back([&, i] {
-      ASSERT_OK(clients[i]->WaitForInstruction(Soon()));
-      ASSERT_OK_AND_ASSIGN(again[i], clients[i]->Register(Node(i), Soon()));
-    });
-  }
-  for (std::thread& member : members) member.join();
+  ASSERT_OK(server->Reform(RoundWithExecutor2()));
+  std::vector<FormedCluster> again = RegisterAgain(clients, RoundWithExecutor2());
   late.join();
   ASSERT_OK(joined);
   again.push_back(*joined);
