@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "cli/cluster_flags.h"
 #include "cli/etcd_flags.h"
-#include "cli/node_range.h"
 #include "cli/resolve_command.h"
 #include "drover/agent.h"
 #include "os/process_tree.h"
@@ -32,7 +32,7 @@ struct AgentFlags {
   std::string log_dir;
   std::string working_dir;
   double grace = 10;
-  std::string node_list = "auto";
+  NodeList node_list = NodeList::kAuto;
   double reservation_timeout = 600;
   int restart_count = 0;
   std::string restart_reason;
@@ -213,7 +213,7 @@ int RunAgent(AgentFlags flags) {
   options.log_dir = flags.log_dir;
   options.working_dir = flags.working_dir;
   options.grace = Seconds(flags.grace);
-  options.node_list = ParseNodeList(flags.node_list).value_or(NodeList::kAuto);
+  options.node_list = flags.node_list;
   options.reservation_timeout = Seconds(flags.reservation_timeout);
   options.restart_count = flags.restart_count;
   options.restart_reason = flags.restart_reason;
@@ -312,13 +312,7 @@ void AddAgentCommand(CLI::App& app, int* exit_code) {
   agent->add_option("--grace", flags->grace, "Seconds between SIGTERM and SIGKILL when stopping")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  agent
-      ->add_option("--node-list", flags->node_list,
-                   "Whether each program gets the whole cluster (TF_CONFIG, DROVER_CLUSTER_SPEC): "
-                   "auto (up to 1,024 nodes), always or never; torch, JAX and MPI need only "
-                   "their own ranks")
-      ->check(CLI::IsMember({"auto", "always", "never"}))
-      ->capture_default_str();
+  AddNodeListOption(*agent, &flags->node_list);
   agent
       ->add_option("--reservation-timeout", flags->reservation_timeout,
                    "Seconds to wait for the cluster to form")

@@ -20,8 +20,8 @@
 #include <tuple>
 #include <vector>
 
+#include "cli/cluster_flags.h"
 #include "cli/etcd_flags.h"
-#include "cli/node_range.h"
 #include "cli/resolve_command.h"
 #include "driver/driver.h"
 #include "driver/etcd_run.h"
@@ -67,7 +67,7 @@ struct RunFlags {
   double reservation_timeout = 300;
   double shutdown_timeout = 0;
   double grace = 5;
-  std::string node_list = "auto";
+  NodeList node_list = NodeList::kAuto;
   std::optional<int> gpus_per_node;
   bool dry_run = false;
   bool tensorboard = false;
@@ -197,7 +197,7 @@ int RunEtcd(const RunFlags& flags, const ClusterTemplate& cluster, int min_nodes
         << address << " --nodes ...` on each (docs/run.md)\n";
     return kExitBadInput;
   }
-  if (flags.node_list != "auto") {
+  if (flags.node_list != NodeList::kAuto) {
     err << "drover run: --node-list is for the built-in rendezvous; through etcd every node "
            "reads the whole cluster\n";
     return kExitBadInput;
@@ -392,7 +392,7 @@ int Run(RunFlags flags) {
   options.reservation_timeout = ToMs(flags.reservation_timeout);
   options.shutdown_timeout = ToMs(flags.shutdown_timeout);
   options.grace = ToMs(flags.grace);
-  options.node_list = ParseNodeList(flags.node_list).value_or(NodeList::kAuto);
+  options.node_list = flags.node_list;
   if (!flags.dry_run && !SetStatusOptions(flags, &options, err)) return kExitBadInput;
   if (flags.gpus_per_node) {
     std::vector<int> gpus =
@@ -568,12 +568,7 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
                   "Seconds the chief and workers may run before the run is stopped (0: no limit)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  run->add_option("--node-list", flags->node_list,
-                  "Whether each program gets the whole cluster (TF_CONFIG, DROVER_CLUSTER_SPEC): "
-                  "auto (up to 1,024 nodes), always or never; torch, JAX and MPI need only "
-                  "their own ranks")
-      ->check(CLI::IsMember({"auto", "always", "never"}))
-      ->capture_default_str();
+  AddNodeListOption(*run, &flags->node_list);
   run->add_option("--grace", flags->grace, "Seconds between SIGTERM and SIGKILL when stopping")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();

@@ -1,6 +1,5 @@
-#include "cli/node_range.h"
+#include "cli/cluster_flags.h"
 
-#include <CLI/CLI.hpp>
 #include <charconv>
 #include <string_view>
 
@@ -26,6 +25,19 @@ std::pair<std::optional<int>, std::optional<int>> ParseNodeRange(const std::stri
     throw CLI::ValidationError(flag, "MIN " + std::to_string(min) + " is over MAX " +
                                          std::to_string(max) + " in '" + text + "'");
   return {min, max};
+}
+
+void AddNodeListOption(CLI::App& command, NodeList* list) {
+  command
+      .add_option_function<std::string>(
+          "--node-list",
+          // The check below lets only the three names through.
+          [list](const std::string& text) { *list = *ParseNodeList(text); },
+          "Whether each program gets the whole cluster (TF_CONFIG, DROVER_CLUSTER_SPEC): "
+          "auto (up to 1,024 nodes), always or never; torch, JAX and MPI need only their "
+          "own ranks")
+      ->check(CLI::IsMember({"auto", "always", "never"}))
+      ->default_str("auto");
 }
 
 }  // namespace drover::cli

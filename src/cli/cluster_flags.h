@@ -1,11 +1,15 @@
-// --nodes and --workers: N or MIN:MAX (drover run, and drover agent through etcd).
+// Flags drover run and drover agent share: --nodes and --workers (N or
+// MIN:MAX), and --node-list.
 
-#ifndef DROVER_CLI_NODE_RANGE_H_
-#define DROVER_CLI_NODE_RANGE_H_
+#ifndef DROVER_CLI_CLUSTER_FLAGS_H_
+#define DROVER_CLI_CLUSTER_FLAGS_H_
 
+#include <CLI/CLI.hpp>
 #include <optional>
 #include <string>
 #include <utility>
+
+#include "drover/rendezvous.h"
 
 namespace drover::cli {
 
@@ -15,6 +19,9 @@ std::pair<std::optional<int>, std::optional<int>> ParseNodeRange(const std::stri
                                                                  const std::string& flag,
                                                                  int smallest);
 
+// --node-list auto|always|never into *list (NodeList, drover/rendezvous.h).
+void AddNodeListOption(CLI::App& command, NodeList* list);
+
 }  // namespace drover::cli
 
-#endif  // DROVER_CLI_NODE_RANGE_H_
+#endif  // DROVER_CLI_CLUSTER_FLAGS_H_
