@@ -604,10 +604,9 @@ Result<FormedCluster> TcpClientImpl::DecodeCluster(const wire::Frame& frame) {
                                                 shared, cluster.node(), cluster.placement())
                                           : rendezvous_internal::SharedClusterFromWire(shared);
   if (!formed.ok()) return bad(formed.status().message());
-  const size_t count = own_only ? shared.node_count() : formed->nodes.size();
-  if (cluster.position() >= count) {
+  if (cluster.position() >= static_cast<uint32_t>(formed->node_count)) {
     return bad("this node's position " + std::to_string(cluster.position()) + " is not among the " +
-               std::to_string(count) + " nodes");
+               std::to_string(formed->node_count) + " nodes");
   }
   // Without the list, self is 0: the node's own entry is the only one.
   if (!own_only) formed->self = static_cast<int>(cluster.position());
