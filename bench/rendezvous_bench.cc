@@ -133,6 +133,21 @@ bool WriteAll(int fd, const std::string& bytes) {
   return true;
 }
 
+// Simulated node i as it registers (8 to a host), and with `placed` as a
+// reference server sends it back: with its role.
+wire::NodeInfo SimulatedNode(size_t i, bool placed = false) {
+  wire::NodeInfo node;
+  node.set_executor_id(std::to_string(i));
+  node.set_host("node" + std::to_string(i / 8) + ".cluster.example.com");
+  node.add_ports(20000 + static_cast<uint32_t>(i % 8));
+  node.set_pid(static_cast<int32_t>(100000 + i));
+  if (placed) {
+    node.set_job_name("worker");
+    node.set_task_index(static_cast<int32_t>(i));
+  }
+  return node;
+}
+
 // One simulated node: reads frames header-first and only keeps small bodies.
 // After AUTH_OK it seals what it sends and checks every frame's MAC and
 // sequence as it streams in, as the real client does.
@@ -306,10 +321,7 @@ class SimNodes {
         node.sealed = true;
         node.sealer.emplace(node.session, wire::Direction::kClientToServer);
         wire::Register reg;
-        reg.mutable_node()->set_executor_id(std::to_string(i));
-        reg.mutable_node()->set_host("node" + std::to_string(i / 8) + ".cluster.example.com");
-        reg.mutable_node()->add_ports(20000 + static_cast<uint32_t>(i % 8));
-        reg.mutable_node()->set_pid(static_cast<int32_t>(100000 + i));
+        *reg.mutable_node() = SimulatedNode(i);
         reg.set_node_list(node_list_);
         WriteAll(node.fd, node.sealer->Seal(wire::REGISTER, reg));
         node.phase = SimNode::Phase::kCluster;
@@ -366,14 +378,7 @@ class SimNodes {
   }
   if (own_only) {
     for (size_t i = 0; i < clients.size(); ++i) {
-      wire::NodeInfo node;
-      node.set_executor_id(std::to_string(i));
-      node.set_host("node" + std::to_string(i / 8) + ".cluster.example.com");
-      node.add_ports(20000 + static_cast<uint32_t>(i % 8));
-      node.set_pid(100000 + static_cast<int>(i));
-      node.set_job_name("worker");
-      node.set_task_index(static_cast<int>(i));
-      WriteAll(clients[i], wire::EncodeFrame(wire::CLUSTER, node));
+      WriteAll(clients[i], wire::EncodeFrame(wire::CLUSTER, SimulatedNode(i, /*placed=*/true)));
     }
     ::pause();
     std::_Exit(0);
@@ -389,15 +394,7 @@ class SimNodes {
   // node: protocol version 2's payload, uncompressed (version 3 derives the
   // ClusterDef on the node; the baseline keeps the naive shape).
   wire::SharedCluster shared;
-  for (int i = 0; i < count; ++i) {
-    wire::NodeInfo* node = shared.add_nodes();
-    node->set_executor_id(std::to_string(i));
-    node->set_host("node" + std::to_string(i / 8) + ".cluster.example.com");
-    node->add_ports(20000 + static_cast<uint32_t>(i % 8));
-    node->set_pid(100000 + i);
-    node->set_job_name("worker");
-    node->set_task_index(i);
-  }
+  for (int i = 0; i < count; ++i) *shared.add_nodes() = SimulatedNode(i, /*placed=*/true);
   const std::string body = spec.AsClusterDef() + shared.SerializeAsString();
   std::string frame = wire::EncodeFrame(wire::CLUSTER, std::string_view(body));
   for (int client : clients) WriteAll(client, frame);
@@ -514,14 +511,9 @@ int main(int argc, char** argv) {
       continue;
     }
     if (arg == "--node-list" && i + 1 < argc) {
-      std::string name = argv[++i];
-      if (!wire::NodeList_Parse("NODE_LIST_" + std::string(name == "auto"     ? "AUTO"
-                                                           : name == "always" ? "ALWAYS"
-                                                           : name == "never"  ? "NEVER"
-                                                                              : "?"),
-                                &node_list)) {
-        Die("--node-list takes auto, always or never");
-      }
+      drover::Result<drover::NodeList> parsed = drover::ParseNodeList(argv[++i]);
+      if (!parsed.ok()) Die(parsed.status().message());
+      node_list = static_cast<wire::NodeList>(*parsed);  // NodeList's values are the wire's
       continue;
     }
     counts.push_back(std::atoi(argv[i]));
