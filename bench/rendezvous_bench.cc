@@ -44,7 +44,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -72,6 +74,26 @@ long RssKilobytes(pid_t pid) {
     if (line.rfind("VmRSS:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
   }
   return 0;
+}
+
+// User plus system CPU time of `pid` so far, in milliseconds.
+double CpuMilliseconds(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  // Fields after the command name (which may hold spaces) start at ") ".
+  size_t close = text.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream fields(text.substr(close + 2));
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  for (int index = 3; fields >> field; ++index) {
+    if (index == 14) utime = std::stoull(field);
+    if (index == 15) {
+      stime = std::stoull(field);
+      break;
+    }
+  }
+  return static_cast<double>(utime + stime) * 1000.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
 // Enough descriptors for `count` connections and a margin, in this process
@@ -456,6 +478,10 @@ struct Measurement {
   double barrier_ms = 0;
   double rss_kb_per_node = 0;
   double kb_received_per_node = 0;
+  // CPU time spent during the barrier: the server's, and the simulated
+  // nodes' (which a real cluster spreads over its machines).
+  double server_cpu_ms = 0;
+  double nodes_cpu_ms = 0;
 };
 
 enum class Server { kNaive, kOwn, kDrover };
@@ -465,21 +491,25 @@ Measurement MeasureOnce(int count, Server kind, const drover::ClusterToken& toke
   ServerProcess server = kind == Server::kDrover ? ForkDroverServer(count, token)
                                                  : ForkNaiveServer(count, kind == Server::kOwn);
   long rss_before = RssKilobytes(server.pid);
+  const double server_cpu_before = CpuMilliseconds(server.pid);
+  const double nodes_cpu_before = CpuMilliseconds(::getpid());
   wire::Token wire_token{};
   std::copy(token.bytes.begin(), token.bytes.end(), wire_token.begin());
   Clock::time_point start = Clock::now();
   Clock::time_point last;
   uint64_t bytes = 0;
   long rss_after = 0;
+  Measurement m;
   {
     SimNodes nodes(count, server.port, kind != Server::kDrover, wire_token, node_list);
     last = nodes.Run(start + std::chrono::seconds(300));
     bytes = nodes.bytes_received();
     rss_after = RssKilobytes(server.pid);
+    m.server_cpu_ms = CpuMilliseconds(server.pid) - server_cpu_before;
+    m.nodes_cpu_ms = CpuMilliseconds(::getpid()) - nodes_cpu_before;
   }
   ::kill(server.pid, SIGKILL);
   ::waitpid(server.pid, nullptr, 0);
-  Measurement m;
   m.barrier_ms = std::chrono::duration<double, std::milli>(last - start).count();
   m.rss_kb_per_node = static_cast<double>(rss_after - rss_before) / count;
   m.kb_received_per_node = static_cast<double>(bytes) / 1024.0 / count;
@@ -524,8 +554,8 @@ int main(int argc, char** argv) {
   if (!token.ok()) Die(token.status().ToString());
   std::printf("node list: %s; median of %d\n",
               wire::NodeList_Name(node_list).c_str() + std::strlen("NODE_LIST_"), g_repetitions);
-  std::printf("%-8s %7s %11s %8s %8s %14s %15s\n", "server", "N", "barrier ms", "x naive", "x own",
-              "KiB recv/node", "server KiB/node");
+  std::printf("%-8s %7s %11s %8s %8s %14s %15s %14s %13s\n", "server", "N", "barrier ms", "x naive",
+              "x own", "KiB recv/node", "server KiB/node", "server CPU ms", "nodes CPU ms");
   for (int count : counts) {
     std::optional<Measurement> naive;
     if (count <= kNaiveLimit) naive = Median(count, Server::kNaive, *token, node_list);
@@ -533,9 +563,9 @@ int main(int argc, char** argv) {
     Measurement drover = Median(count, Server::kDrover, *token, node_list);
     auto row = [&](const char* name, const Measurement& m) {
       std::string x_naive = naive ? std::to_string(m.barrier_ms / naive->barrier_ms) : "-";
-      std::printf("%-8s %7d %11.1f %8.5s %8.2f %14.2f %15.2f\n", name, count, m.barrier_ms,
-                  x_naive.c_str(), m.barrier_ms / own.barrier_ms, m.kb_received_per_node,
-                  m.rss_kb_per_node);
+      std::printf("%-8s %7d %11.1f %8.5s %8.2f %14.2f %15.2f %14.0f %13.0f\n", name, count,
+                  m.barrier_ms, x_naive.c_str(), m.barrier_ms / own.barrier_ms,
+                  m.kb_received_per_node, m.rss_kb_per_node, m.server_cpu_ms, m.nodes_cpu_ms);
     };
     if (naive) row("naive", *naive);
     row("own", own);

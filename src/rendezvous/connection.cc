@@ -25,52 +25,69 @@ void Connection::Start() {
   socket_.set_option(tcp::no_delay(true), ec);
   socket_.non_blocking(true, ec);
   ArmTimer(options_.handshake_timeout, TimerKind::kHandshake);
-  ReadMore();
+  Park();
 }
 
-// Reads until the socket would block, then parks on readiness. Draining the
-// socket before waiting matters: the reactor is edge-triggered, so readiness
-// that came before the wait was queued would otherwise be lost.
+// Reads through the shared buffer until a read comes back short (the
+// socket had no more), then parks. Parking after a short read loses
+// nothing: the reactor is edge-triggered, and every later arrival is a new
+// edge.
 void Connection::ReadMore() {
   std::vector<char>& buffer = host_->read_buffer();
   for (int i = 0; i < kMaxReadsPerWakeup; ++i) {
     if (state_ == State::kClosed) return;
     asio::error_code ec;
     size_t n = socket_.read_some(asio::buffer(buffer), ec);
-    if (ec == asio::error::would_block || ec == asio::error::try_again) {
-      WaitReadable();
-      return;
-    }
+    if (ec == asio::error::would_block || ec == asio::error::try_again) break;
     if (ec == asio::error::interrupted) continue;
-    if (ec) {
-      if (state_ == State::kDraining) {
-        Close();
-      } else if (reader_.mid_frame()) {
-        Close("short frame: connection ended after " + std::to_string(reader_.buffered_bytes()) +
-              " bytes of an unfinished frame (" + ec.message() + ")");
-      } else {
-        Close();
-      }
+    if (ec) return ReadFailed(ec);
+    if (!Consume(std::string_view(buffer.data(), n))) return;
+    if (n < buffer.size()) break;
+    if (i + 1 == kMaxReadsPerWakeup) {
+      // Fairness: let other connections run, then continue.
+      asio::post(socket_.get_executor(), [self = shared_from_this()] { self->ReadMore(); });
       return;
     }
-    if (state_ == State::kDraining) continue;  // discard
-    reader_.Append(std::string_view(buffer.data(), n));
-    HandleBuffered();
   }
-  if (state_ == State::kClosed) return;
-  // Fairness: let other connections run, then continue.
-  asio::post(socket_.get_executor(), [self = shared_from_this()] { self->ReadMore(); });
+  Park();
 }
 
-void Connection::WaitReadable() {
-  socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](asio::error_code ec) {
-    if (self->state_ == State::kClosed) return;
-    if (ec) {
-      self->Close();
-      return;
-    }
-    self->ReadMore();
-  });
+// Waits for bytes with a read into the connection's own small buffer, not
+// a bare readiness wait: asio re-registers the descriptor with epoll for
+// every wait, but a read completes from the reactor and, when it drained
+// the socket, lets the next read skip its speculative recv.
+void Connection::Park() {
+  if (state_ == State::kClosed) return;
+  socket_.async_receive(asio::buffer(parked_),
+                        [self = shared_from_this()](asio::error_code ec, size_t n) {
+                          if (self->state_ == State::kClosed) return;
+                          if (ec) return self->ReadFailed(ec);
+                          if (!self->Consume(std::string_view(self->parked_.data(), n))) return;
+                          if (n == self->parked_.size()) {
+                            self->ReadMore();  // perhaps more waiting
+                          } else {
+                            self->Park();
+                          }
+                        });
+}
+
+bool Connection::Consume(std::string_view bytes) {
+  if (state_ == State::kClosed) return false;
+  if (state_ == State::kDraining) return true;  // discard until the peer closes
+  reader_.Append(bytes);
+  HandleBuffered();
+  return state_ != State::kClosed;
+}
+
+void Connection::ReadFailed(const asio::error_code& ec) {
+  if (state_ == State::kDraining) {
+    Close();
+  } else if (reader_.mid_frame()) {
+    Close("short frame: connection ended after " + std::to_string(reader_.buffered_bytes()) +
+          " bytes of an unfinished frame (" + ec.message() + ")");
+  } else {
+    Close();
+  }
 }
 
 void Connection::HandleBuffered() {
@@ -180,33 +197,52 @@ void Connection::Send(OutFrame frame) {
           " bytes queued for it");
     return;
   }
-  out_.push_back(std::move(frame));
-  if (!writing_) WriteNext();
+  queued_.push_back(std::move(frame));
+  if (writing_ || flush_posted_) return;
+  // Written once the handler that queued it returns: what one turn of the
+  // loop queues for this peer (AUTH_OK and REGISTERED, a host's CLUSTER
+  // frames) leaves in one write.
+  flush_posted_ = true;
+  asio::post(socket_.get_executor(), [self = shared_from_this()] {
+    self->flush_posted_ = false;
+    if (!self->writing_) self->WriteNext();
+  });
 }
 
+// Writes every queued frame in one gather write: a reply and the frame
+// queued behind it (REGISTERED and CLUSTER) leave in one system call.
 void Connection::WriteNext() {
-  if (out_.empty() || state_ == State::kClosed) {
+  if (queued_.empty() || state_ == State::kClosed) {
     writing_ = false;
+    // A parked connection holds no frame storage.
+    std::vector<OutFrame>().swap(in_flight_);
+    std::vector<OutFrame>().swap(queued_);
     if (state_ == State::kDraining) BeginDrain();
     return;
   }
   writing_ = true;
-  const OutFrame& frame = out_.front();
-  std::array<asio::const_buffer, 3> buffers = {
-      asio::buffer(frame.head),
-      frame.shared ? asio::buffer(frame.shared->bytes) : asio::const_buffer(),
-      asio::buffer(frame.tail)};
-  asio::async_write(
-      socket_, buffers, [self = shared_from_this()](asio::error_code ec, size_t /*bytes*/) {
-        if (self->state_ == State::kClosed) return;
-        if (ec) {
-          self->Close();
-          return;
-        }
-        self->queued_bytes_ -= self->out_.front().head.size() + self->out_.front().tail.size();
-        self->out_.pop_front();
-        self->WriteNext();
-      });
+  in_flight_.swap(queued_);
+  queued_.clear();
+  std::vector<asio::const_buffer> buffers;
+  buffers.reserve(in_flight_.size() * 3);
+  for (const OutFrame& frame : in_flight_) {
+    buffers.push_back(asio::buffer(frame.head));
+    if (frame.shared) buffers.push_back(asio::buffer(frame.shared->bytes));
+    if (!frame.tail.empty()) buffers.push_back(asio::buffer(frame.tail));
+  }
+  asio::async_write(socket_, std::move(buffers),
+                    [self = shared_from_this()](asio::error_code ec, size_t /*bytes*/) {
+                      if (self->state_ == State::kClosed) return;
+                      if (ec) {
+                        self->Close();
+                        return;
+                      }
+                      for (const OutFrame& frame : self->in_flight_) {
+                        self->queued_bytes_ -= frame.head.size() + frame.tail.size();
+                      }
+                      self->in_flight_.clear();
+                      self->WriteNext();
+                    });
 }
 
 void Connection::Reject(wire::ErrorCode code, const std::string& message,
@@ -215,9 +251,9 @@ void Connection::Reject(wire::ErrorCode code, const std::string& message,
   auto self = shared_from_this();  // OnClosed drops the host's reference
   host_->Rejected(address(), reason);
   // Queue the ERROR frame first: Send() refuses once draining.
-  out_.push_back(OutFrame{
+  queued_.push_back(OutFrame{
       sealer_ ? sealer_->SealError(code, message) : wire::EncodeError(code, message), nullptr, {}});
-  queued_bytes_ += out_.back().head.size();
+  queued_bytes_ += queued_.back().head.size();
   state_ = State::kDraining;
   // One deadline for writing what is queued and the peer's close: a peer
   // that stops reading cannot hold the connection (or the server's
@@ -240,6 +276,15 @@ void Connection::BeginDrain() {
 
 void Connection::SendErrorNowAndClose(wire::ErrorCode code, const std::string& message) {
   if (state_ == State::kClosed) return;
+  if (writing_ && !error_deferred_) {
+    // The write may be out already with only its handler still queued (the
+    // peer can read it before the handler runs): try once more after it.
+    error_deferred_ = true;
+    asio::post(socket_.get_executor(), [self = shared_from_this(), code, message] {
+      self->SendErrorNowAndClose(code, message);
+    });
+    return;
+  }
   // Only onto an idle connection: bytes after part of a queued frame would
   // garble the stream.
   if (state_ != State::kDraining && !writing_ && socket_.is_open()) {
@@ -260,8 +305,8 @@ void Connection::Close(const std::string& reason) {
   asio::error_code ec;
   socket_.shutdown(tcp::socket::shutdown_both, ec);
   socket_.close(ec);
-  // out_ stays until the connection is destroyed: an aborted write's buffers
-  // point into it.
+  // in_flight_ stays until the connection is destroyed: an aborted write's
+  // buffers point into it.
   if (!detached_) {
     detached_ = true;
     host_->OnClosed(*this);

@@ -1,8 +1,8 @@
 // Connection: one TCP connection to the rendezvous server, the Peer its
 // handlers see. It reads and frames its bytes (wire::FrameReader: the 1 KiB
 // limit until the handshake completes, max_frame_bytes after), checks sealed
-// frames, writes queued frames (a shared body goes out by gather write),
-// and runs its own deadline timer: the handshake, a frame once started,
+// frames, writes what is queued in one gather write (a shared body straight
+// from its buffer), and runs its own deadline timer: the handshake, a frame once started,
 // and the drain after an ERROR frame. A bad frame ends this connection
 // only. Every complete frame goes to its ConnectionHost (the server).
 //
@@ -13,13 +13,14 @@
 #ifndef DROVER_SRC_RENDEZVOUS_CONNECTION_H_
 #define DROVER_SRC_RENDEZVOUS_CONNECTION_H_
 
+#include <array>
 #include <asio.hpp>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "drover/rendezvous.h"
@@ -65,6 +66,10 @@ class Connection final : public Peer, public std::enable_shared_from_this<Connec
   static constexpr size_t kMaxQueuedBytes = 64u << 20;
   // Reads per wake-up before the loop yields to other connections.
   static constexpr int kMaxReadsPerWakeup = 16;
+  // A parked connection's own read buffer: room for a handshake frame or a
+  // heartbeat, so that most frames take one recv; larger ones continue
+  // through the host's shared buffer.
+  static constexpr size_t kParkedReadBytes = 128;
 
   Connection(ConnectionHost* host, asio::ip::tcp::socket socket, uint64_t id, std::string peer,
              const ConnectionOptions& options);
@@ -79,7 +84,8 @@ class Connection final : public Peer, public std::enable_shared_from_this<Connec
   void Close(const std::string& reason) override;
   void StartSession(const wire::Token& session_key) override;
   // One ERROR frame, best-effort and non-blocking, then Close(): for
-  // shutdown, where the loop will not wait.
+  // shutdown, where the loop will not wait. Behind a write in progress, it
+  // waits one turn of the loop for that write's handler.
   void SendErrorNowAndClose(wire::ErrorCode code, const std::string& message);
 
   // Counted among the connections waiting to authenticate (the host's).
@@ -89,7 +95,10 @@ class Connection final : public Peer, public std::enable_shared_from_this<Connec
   enum class TimerKind { kNone, kHandshake, kFrame, kDrain };
 
   void ReadMore();
-  void WaitReadable();
+  void Park();
+  // Takes `bytes` read from the socket; false once nothing more is read.
+  bool Consume(std::string_view bytes);
+  void ReadFailed(const asio::error_code& ec);
   void HandleBuffered();
   void ArmTimer(Milliseconds after, TimerKind kind);
   void CancelTimer();
@@ -106,9 +115,14 @@ class Connection final : public Peer, public std::enable_shared_from_this<Connec
   wire::FrameReader reader_;
   std::optional<wire::FrameSealer> sealer_;  // set once the session starts
   std::optional<wire::FrameOpener> opener_;
-  std::deque<OutFrame> out_;
-  size_t queued_bytes_ = 0;  // sum of out_[i].head and .tail sizes
+  std::vector<OutFrame> queued_;     // to write next, all in one gather write
+  std::vector<OutFrame> in_flight_;  // being written; an aborted write's buffers
+                                     // point into it, so only its handler clears it
+  size_t queued_bytes_ = 0;          // head and tail sizes of both, not shared bytes
   bool writing_ = false;
+  bool flush_posted_ = false;    // a WriteNext is posted
+  bool error_deferred_ = false;  // SendErrorNowAndClose waited for a write once
+  std::array<char, kParkedReadBytes> parked_{};
   bool detached_ = false;  // host_->OnClosed already ran
 };
 

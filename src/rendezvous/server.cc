@@ -177,6 +177,7 @@ class Server : public ConnectionHost, public ServerContext {
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> work_;
   tcp::acceptor acceptor_;
+  tcp::endpoint accepted_from_;  // the pending accept's peer
   asio::steady_timer reservation_timer_;
   asio::steady_timer heartbeat_timer_;
   asio::steady_timer accept_retry_timer_;
@@ -447,7 +448,8 @@ void Server::OnClosed(Connection& conn) {
 // The loop: accepting, timers
 
 void Server::Accept() {
-  acceptor_.async_accept([this](asio::error_code ec, tcp::socket socket) {
+  // The peer's address comes with the accept: no getpeername per connection.
+  acceptor_.async_accept(accepted_from_, [this](asio::error_code ec, tcp::socket socket) {
     if (stopping_ || ec == asio::error::operation_aborted) return;
     if (ec) {
       // Out of descriptors and the like: back off instead of spinning.
@@ -458,10 +460,7 @@ void Server::Accept() {
       });
       return;
     }
-    asio::error_code endpoint_ec;
-    tcp::endpoint remote = socket.remote_endpoint(endpoint_ec);
-    std::string peer = endpoint_ec ? std::string("unknown peer")
-                                   : JoinHostPort(remote.address().to_string(), remote.port());
+    std::string peer = JoinHostPort(accepted_from_.address().to_string(), accepted_from_.port());
     uint64_t id = next_connection_id_++;
     auto conn = std::make_shared<Connection>(
         this, std::move(socket), id, std::move(peer),
