@@ -69,6 +69,9 @@ bool Handshake::HandleAuth(Peer& peer, const wire::Auth& auth) {
   ok.set_mac(wire::ServerMac(*key, peer.client_nonce, peer.server_nonce));
   peer.Send(wire::AUTH_OK, ok);
   peer.StartSession(*session);
+  // Done with: a connection lives as long as the run, its nonces need not.
+  std::string().swap(peer.client_nonce);
+  std::string().swap(peer.server_nonce);
   return true;
 }
 

@@ -61,6 +61,16 @@ void NodeTable::Reset(ClusterTemplate cluster) {
   stop_reason_.clear();
   nodes_.clear();
   index_.clear();
+  Reserve();
+}
+
+void NodeTable::Reserve() {
+  // Bounded: a template's count is the user's, registrations are not yet.
+  constexpr size_t kMaxReserved = 1'000'000;
+  const size_t expected =
+      std::min<size_t>(static_cast<size_t>(std::max(cluster_.num_nodes, 0)), kMaxReserved);
+  nodes_.reserve(expected);
+  index_.reserve(expected);
 }
 
 NodeRecord* NodeTable::Find(const std::string& executor_id) {
@@ -112,11 +122,24 @@ void NodeTable::AssignSlots(Clock::time_point now) {
     int c = CompareSlotKeys(a.key, b.key);
     return c != 0 ? c < 0 : a.sequence < b.sequence;
   });
-  std::vector<NodeRecord> slotted;
-  slotted.reserve(nodes_.size());
-  for (const Entry& entry : order) slotted.push_back(std::move(nodes_[entry.index]));
-  nodes_ = std::move(slotted);
-  RebuildIndex();
+  // In place, one cycle of the permutation at a time: a second table would
+  // fault in as many fresh pages as the first holds.
+  std::vector<bool> placed(nodes_.size(), false);
+  for (size_t start = 0; start < nodes_.size(); ++start) {
+    if (placed[start]) continue;
+    NodeRecord carried = std::move(nodes_[start]);
+    for (size_t slot = start;;) {
+      placed[slot] = true;
+      const size_t from = order[slot].index;
+      if (from == start) {
+        nodes_[slot] = std::move(carried);
+        break;
+      }
+      nodes_[slot] = std::move(nodes_[from]);
+      slot = from;
+    }
+  }
+  for (size_t i = 0; i < nodes_.size(); ++i) index_.find(nodes_[i].info.executor_id)->second = i;
   for (size_t i = 0; i < nodes_.size(); ++i) {
     auto [job, index] = cluster_.Slot(static_cast<int>(i));
     nodes_[i].info.job_name = job;

@@ -47,7 +47,7 @@ bool ExecutorIdBefore(const std::string& a, const std::string& b);
 
 class NodeTable {
  public:
-  explicit NodeTable(ClusterTemplate cluster) : cluster_(std::move(cluster)) {}
+  explicit NodeTable(ClusterTemplate cluster) : cluster_(std::move(cluster)) { Reserve(); }
 
   Phase phase() const { return phase_; }
   // Why the phase is kStopped.
@@ -99,6 +99,9 @@ class NodeTable {
   ClusterState State(Clock::time_point now) const;
 
  private:
+  // Room for the template's nodes up front: growing a table of 100,000
+  // records step by step moves each several times, into fresh pages.
+  void Reserve();
   void RebuildIndex();
 
   ClusterTemplate cluster_;
