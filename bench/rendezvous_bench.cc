@@ -24,8 +24,16 @@
 // addresses (127.1.x.y) so the ephemeral ports do not run out; the
 // descriptor limit is raised (as root) to fit both ends.
 //
-// usage: rendezvous_bench [--node-list auto|always|never] [--reps R] [N ...]
-//        (default auto, 3 repetitions (the median), 8 1000 4000).
+// With --nodes-per-host K, each connection is a host's agent carrying K
+// nodes (RendezvousClient::RegisterHost: K REGISTER frames in one write, K
+// CLUSTER frames back); the references answer each connection's one request
+// with K own entries (own) or one node list (naive). N counts nodes, so
+// 100,000 nodes at K = 8 are 12,500 connections, within the descriptor
+// limit where 100,000 are not.
+//
+// usage: rendezvous_bench [--node-list auto|always|never] [--nodes-per-host K]
+//                         [--reps R] [N ...]
+//        (default auto, K = 1, 3 repetitions (the median), 8 1000 4000).
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -61,6 +69,7 @@ using drover::Clock;
 namespace wire = drover::wire;
 
 int g_repetitions = 3;
+int g_nodes_per_host = 1;
 
 [[noreturn]] void Die(const std::string& what) {
   std::fprintf(stderr, "rendezvous_bench: %s\n", what.c_str());
@@ -191,13 +200,22 @@ struct SimNode {
   uint64_t next_sequence = 0;
   std::optional<wire::BodyDigest> digest;
   std::string trailer;
+  int frames_awaited = 0;  // CLUSTER frames (or reference replies) still to come
   Clock::time_point done_at;
 };
 
 class SimNodes {
  public:
-  SimNodes(int count, uint16_t port, bool naive, const wire::Token& token, wire::NodeList node_list)
-      : nodes_(count), naive_(naive), token_(token), node_list_(node_list) {
+  // `count` connections of `per_host` nodes each; a reference server
+  // answers each with `reference_frames` frames.
+  SimNodes(int count, int per_host, uint16_t port, bool naive, int reference_frames,
+           const wire::Token& token, wire::NodeList node_list)
+      : nodes_(count),
+        per_host_(per_host),
+        naive_(naive),
+        reference_frames_(reference_frames),
+        token_(token),
+        node_list_(node_list) {
     epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
     for (int i = 0; i < count; ++i) {
       SimNode& node = nodes_[i];
@@ -245,6 +263,7 @@ class SimNodes {
   void Start(SimNode& node, size_t i) {
     if (naive_) {
       node.phase = SimNode::Phase::kNaiveReply;
+      node.frames_awaited = reference_frames_;
       WriteAll(node.fd, wire::EncodeFrame(wire::REGISTER, "executor " + std::to_string(i)));
       return;
     }
@@ -342,17 +361,25 @@ class SimNodes {
         node.session = *session;
         node.sealed = true;
         node.sealer.emplace(node.session, wire::Direction::kClientToServer);
-        wire::Register reg;
-        *reg.mutable_node() = SimulatedNode(i);
-        reg.set_node_list(node_list_);
-        WriteAll(node.fd, node.sealer->Seal(wire::REGISTER, reg));
+        // A host's nodes, every REGISTER in one write.
+        std::string frames;
+        for (int k = 0; k < per_host_; ++k) {
+          wire::Register reg;
+          *reg.mutable_node() = SimulatedNode(i * per_host_ + k);
+          reg.set_node_list(node_list_);
+          reg.set_host(per_host_ > 1);
+          frames += node.sealer->Seal(wire::REGISTER, reg);
+        }
+        WriteAll(node.fd, frames);
         node.phase = SimNode::Phase::kCluster;
+        node.frames_awaited = per_host_;
         break;
       }
       case SimNode::Phase::kCluster:
         if (node.type != wire::CLUSTER) break;  // REGISTERED acks
         [[fallthrough]];
       case SimNode::Phase::kNaiveReply:
+        if (--node.frames_awaited > 0) break;
         node.phase = SimNode::Phase::kDone;
         node.done_at = Clock::now();
         break;
@@ -362,16 +389,19 @@ class SimNodes {
   }
 
   std::vector<SimNode> nodes_;
+  int per_host_;
   bool naive_;
+  int reference_frames_;
   wire::Token token_;
   wire::NodeList node_list_;
   int epoll_ = -1;
   uint64_t bytes_received_ = 0;
 };
 
-// The naive reference server: register everyone, then serialize the full
-// cluster once per node and send it.
-[[noreturn]] void RunNaiveServer(int listen_fd, int count, bool own_only) {
+// The naive reference server: register everyone (`count` connections of
+// `per_host` nodes), then send each connection the full cluster, encoded
+// once; or, `own_only`, each of its nodes' own entries.
+[[noreturn]] void RunNaiveServer(int listen_fd, int count, int per_host, bool own_only) {
   int epoll = ::epoll_create1(EPOLL_CLOEXEC);
   epoll_event accept_event{EPOLLIN, {.fd = listen_fd}};
   ::epoll_ctl(epoll, EPOLL_CTL_ADD, listen_fd, &accept_event);
@@ -400,14 +430,20 @@ class SimNodes {
   }
   if (own_only) {
     for (size_t i = 0; i < clients.size(); ++i) {
-      WriteAll(clients[i], wire::EncodeFrame(wire::CLUSTER, SimulatedNode(i, /*placed=*/true)));
+      std::string frames;
+      for (int k = 0; k < per_host; ++k) {
+        frames +=
+            wire::EncodeFrame(wire::CLUSTER, SimulatedNode(i * per_host + k, /*placed=*/true));
+      }
+      WriteAll(clients[i], frames);
     }
     ::pause();
     std::_Exit(0);
   }
+  const int nodes = count * per_host;
   drover::ClusterSpec spec;
   std::vector<std::string> workers;
-  for (int i = 0; i < count; ++i) {
+  for (int i = 0; i < nodes; ++i) {
     workers.push_back("node" + std::to_string(i / 8) +
                       ".cluster.example.com:" + std::to_string(20000 + i % 8));
   }
@@ -416,7 +452,7 @@ class SimNodes {
   // node: protocol version 2's payload, uncompressed (version 3 derives the
   // ClusterDef on the node; the baseline keeps the naive shape).
   wire::SharedCluster shared;
-  for (int i = 0; i < count; ++i) *shared.add_nodes() = SimulatedNode(i, /*placed=*/true);
+  for (int i = 0; i < nodes; ++i) *shared.add_nodes() = SimulatedNode(i, /*placed=*/true);
   const std::string body = spec.AsClusterDef() + shared.SerializeAsString();
   std::string frame = wire::EncodeFrame(wire::CLUSTER, std::string_view(body));
   for (int client : clients) WriteAll(client, frame);
@@ -429,7 +465,7 @@ struct ServerProcess {
   uint16_t port = 0;
 };
 
-ServerProcess ForkNaiveServer(int count, bool own_only) {
+ServerProcess ForkNaiveServer(int count, int per_host, bool own_only) {
   int listen_fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   int one = 1;
   setsockopt(listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -443,7 +479,7 @@ ServerProcess ForkNaiveServer(int count, bool own_only) {
   socklen_t length = sizeof(address);
   ::getsockname(listen_fd, reinterpret_cast<sockaddr*>(&address), &length);
   pid_t pid = ::fork();
-  if (pid == 0) RunNaiveServer(listen_fd, count, own_only);
+  if (pid == 0) RunNaiveServer(listen_fd, count, per_host, own_only);
   ::close(listen_fd);
   return {pid, ntohs(address.sin_port)};
 }
@@ -486,10 +522,14 @@ struct Measurement {
 
 enum class Server { kNaive, kOwn, kDrover };
 
+// `count` nodes, in count / g_nodes_per_host connections.
 Measurement MeasureOnce(int count, Server kind, const drover::ClusterToken& token,
                         wire::NodeList node_list) {
-  ServerProcess server = kind == Server::kDrover ? ForkDroverServer(count, token)
-                                                 : ForkNaiveServer(count, kind == Server::kOwn);
+  const int per_host = g_nodes_per_host;
+  const int connections = count / per_host;
+  ServerProcess server = kind == Server::kDrover
+                             ? ForkDroverServer(count, token)
+                             : ForkNaiveServer(connections, per_host, kind == Server::kOwn);
   long rss_before = RssKilobytes(server.pid);
   const double server_cpu_before = CpuMilliseconds(server.pid);
   const double nodes_cpu_before = CpuMilliseconds(::getpid());
@@ -501,7 +541,8 @@ Measurement MeasureOnce(int count, Server kind, const drover::ClusterToken& toke
   long rss_after = 0;
   Measurement m;
   {
-    SimNodes nodes(count, server.port, kind != Server::kDrover, wire_token, node_list);
+    SimNodes nodes(connections, per_host, server.port, kind != Server::kDrover,
+                   kind == Server::kOwn ? per_host : 1, wire_token, node_list);
     last = nodes.Run(start + std::chrono::seconds(300));
     bytes = nodes.bytes_received();
     rss_after = RssKilobytes(server.pid);
@@ -540,6 +581,10 @@ int main(int argc, char** argv) {
       g_repetitions = std::max(1, std::atoi(argv[++i]));
       continue;
     }
+    if (arg == "--nodes-per-host" && i + 1 < argc) {
+      g_nodes_per_host = std::max(1, std::atoi(argv[++i]));
+      continue;
+    }
     if (arg == "--node-list" && i + 1 < argc) {
       drover::Result<drover::NodeList> parsed = drover::ParseNodeList(argv[++i]);
       if (!parsed.ok()) Die(parsed.status().message());
@@ -549,11 +594,18 @@ int main(int argc, char** argv) {
     counts.push_back(std::atoi(argv[i]));
   }
   if (counts.empty()) counts = {8, 1000, 4000};
-  RaiseFdLimit(*std::max_element(counts.begin(), counts.end()));
+  for (int count : counts) {
+    if (count % g_nodes_per_host != 0) {
+      Die(std::to_string(count) + " nodes are not a whole number of hosts of " +
+          std::to_string(g_nodes_per_host));
+    }
+  }
+  RaiseFdLimit(*std::max_element(counts.begin(), counts.end()) / g_nodes_per_host);
   auto token = drover::ClusterToken::Generate();
   if (!token.ok()) Die(token.status().ToString());
-  std::printf("node list: %s; median of %d\n",
-              wire::NodeList_Name(node_list).c_str() + std::strlen("NODE_LIST_"), g_repetitions);
+  std::printf("node list: %s; %d node(s) per connection; median of %d\n",
+              wire::NodeList_Name(node_list).c_str() + std::strlen("NODE_LIST_"), g_nodes_per_host,
+              g_repetitions);
   std::printf("%-8s %7s %11s %8s %8s %14s %15s %14s %13s\n", "server", "N", "barrier ms", "x naive",
               "x own", "KiB recv/node", "server KiB/node", "server CPU ms", "nodes CPU ms");
   for (int count : counts) {

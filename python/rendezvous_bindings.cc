@@ -61,6 +61,7 @@ py::dict StateDict(const ClusterState& state) {
   for (const NodeStatus& status : state.nodes) {
     py::dict node = NodeDict(status.node);
     node["alive"] = status.alive;
+    node["left"] = status.left;  // finished and said so: not alive, not dead
     node["last_heartbeat_age"] = status.last_heartbeat_age.count() / 1000.0;
     node["error"] = status.error;
     node["last_log_lines"] = status.last_log_lines;
@@ -220,6 +221,38 @@ void BindClient(py::module_& m) {
           py::arg("executor_id"), py::arg("host"), py::arg("ports"),
           py::arg("gpus") = std::vector<int32_t>{}, py::arg("agent_address") = "",
           py::arg("timeout") = 600.0)
+      .def(
+          "register_host",
+          [](RendezvousClient& client, const std::vector<py::dict>& nodes, double timeout) {
+            std::vector<NodeInfo> infos;
+            for (const py::dict& entry : nodes) {
+              NodeInfo node;
+              node.executor_id = entry["executor_id"].cast<std::string>();
+              node.host = entry["host"].cast<std::string>();
+              node.ports = entry["ports"].cast<std::vector<uint32_t>>();
+              node.pid = static_cast<int32_t>(::getpid());
+              if (entry.contains("gpus")) node.gpus = entry["gpus"].cast<std::vector<int32_t>>();
+              if (entry.contains("agent_address")) {
+                node.agent_address = entry["agent_address"].cast<std::string>();
+              }
+              infos.push_back(std::move(node));
+            }
+            std::vector<FormedCluster> formed = WithoutGil<std::vector<FormedCluster>>(
+                [&] { return client.RegisterHost(infos, After(timeout)); });
+            py::list views;
+            for (const FormedCluster& view : formed) views.append(ClusterDict(view));
+            return views;
+          },
+          py::arg("nodes"), py::arg("timeout") = 600.0,
+          "A host's agent: registers each of `nodes` (dicts with executor_id, host, ports, and "
+          "optionally gpus and agent_address) on this one connection; returns each node's "
+          "cluster, in the order given. Needs the cluster token.")
+      .def(
+          "leave_node",
+          [](RendezvousClient& client, const std::string& executor_id) {
+            Check(client.LeaveNode(executor_id));
+          },
+          py::arg("executor_id"))
       .def("start_heartbeats",
            [](RendezvousClient& client, double interval) { client.StartHeartbeats(Ms(interval)); })
       .def(

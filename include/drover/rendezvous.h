@@ -378,6 +378,14 @@ class RendezvousClient {
   // (e.g. the reservation timeout's list of missing nodes); kAlreadyExists
   // when the cluster formed without this node.
   Result<FormedCluster> Register(const NodeInfo& node, Deadline deadline);
+  // A host's agent: registers every node of `nodes` (this host's) on this
+  // one connection and waits for the barrier; the result is each node's
+  // view, in `nodes`' order. The server then counts this connection's
+  // heartbeats for all of them, and its close as theirs. Needs the cluster
+  // token; not in elastic runs, nor through etcd (docs/protocol.md, "Host
+  // connections").
+  Result<std::vector<FormedCluster>> RegisterHost(const std::vector<NodeInfo>& nodes,
+                                                  Deadline deadline);
 
   // Sends a heartbeat every `interval` from a thread the client owns, until
   // the client is destroyed. `payload`, when given, is called on that thread
@@ -393,6 +401,8 @@ class RendezvousClient {
   // next is not reported as a death. With a heartbeat payload, one last
   // heartbeat goes first, so the server keeps the node's final counts.
   Status Leave();
+  // A host connection's Leave: `executor_id`'s program finished.
+  Status LeaveNode(const std::string& executor_id);
 
   // Whether the server told this node to stop, waiting up to `deadline`, or
   // until `wake_fd` (when >= 0; e.g. the caller's eventfd, polled, never read)

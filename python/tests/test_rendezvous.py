@@ -62,6 +62,32 @@ def test_without_the_node_list_a_node_gets_its_own_entry(token):
         drover.RendezvousClient("127.0.0.1:1", token, node_list="some", timeout=1)
 
 
+def test_a_hosts_agent_registers_its_nodes_on_one_connection(token):
+    server = drover.RendezvousServer(3, token, master_node="chief")
+    address = "127.0.0.1:%d" % server.port
+    results = {}
+
+    def single():
+        client = drover.RendezvousClient(address, token, timeout=30)
+        results["single"] = (client, client.register("2", "127.0.0.1", [30002], timeout=30))
+
+    thread = threading.Thread(target=single)
+    thread.start()
+    host = drover.RendezvousClient(address, token, timeout=30, node_list="never")
+    views = host.register_host([
+        {"executor_id": "1", "host": "127.0.0.1", "ports": [30001]},
+        {"executor_id": "0", "host": "127.0.0.1", "ports": [30000], "gpus": [0]},
+    ], timeout=30)
+    thread.join(30)
+    assert [v["nodes"][0]["executor_id"] for v in views] == ["1", "0"]
+    assert [v["job_name"] for v in views] == ["worker", "chief"]
+    assert all(v["node_count"] == 3 for v in views)
+    host.leave_node("1")
+    state = host.query_state()
+    assert [n["left"] for n in state["nodes"]] == [False, True, False]
+    server.shutdown()
+
+
 def test_key_value_store_between_nodes(token):
     server = drover.RendezvousServer(1, token)
     a = drover.RendezvousClient("127.0.0.1:%d" % server.port, token)

@@ -26,6 +26,7 @@ void Barrier::HandleRegister(Peer& peer, const wire::Register& request) {
   }
   if (!missing.empty()) return peer.Reject(wire::MALFORMED, missing, missing);
   const std::string& id = request.node().executor_id();
+  if ((request.host() || peer.host) && !AcceptHost(peer, request)) return;
   if (!Permitted(peer, id, "register executor " + wire::PrintableBytes(id, 64))) return;
   peer.node_list = request.node_list();
   switch (table_.phase()) {
@@ -44,6 +45,33 @@ void Barrier::HandleRegister(Peer& peer, const wire::Register& request) {
   }
 }
 
+// A host connection: the cluster token's, every REGISTER on it a host's,
+// and not in elastic runs (a round's joiners and departures are single
+// nodes' today).
+bool Barrier::AcceptHost(Peer& peer, const wire::Register& request) {
+  if (!request.host() || !peer.executor_id.empty()) {
+    std::string message =
+        "a connection carries one node, or a host's nodes (REGISTER with host set on each), not "
+        "both";
+    peer.Reject(wire::MALFORMED, message, message);
+    return false;
+  }
+  if (!Permitted(peer, "", "register a host's nodes")) return false;
+  if (options_.elastic) {
+    std::string message = "an elastic cluster takes one node per connection, not a host's nodes";
+    peer.Reject(wire::MALFORMED, message, message);
+    return false;
+  }
+  peer.host = true;
+  return true;
+}
+
+// Another connection takes `id`'s node over from `old`, which closes once
+// it carries no node (a host's other nodes keep theirs).
+void Barrier::TakeOver(Peer& old, const std::string& id) {
+  if (!old.Release(id)) old.Close();
+}
+
 // After the barrier: a member reconnecting (a retried agent) takes over its
 // slot and gets the cluster again; anyone else is too late.
 void Barrier::Rejoin(Peer& peer, const std::string& executor_id) {
@@ -57,22 +85,20 @@ void Barrier::Rejoin(Peer& peer, const std::string& executor_id) {
     return peer.Reject(wire::CLUSTER_FORMED, message, message);
   }
   if (node->connection != 0 && node->connection != peer.id()) {
-    if (Peer* old = context_.FindPeer(node->connection)) {
-      old->executor_id.clear();  // its close is not the node's death
-      old->Close();
-    }
+    // Released first: the old connection's close is not the node's death.
+    if (Peer* old = context_.FindPeer(node->connection)) TakeOver(*old, executor_id);
   }
   node->connection = peer.id();
   node->last_seen = Clock::now();
-  peer.executor_id = executor_id;
+  peer.Claim(executor_id);
   Acknowledge(peer);
   SendCluster(*node);
 }
 
 void Barrier::Reserve(Peer& peer, const wire::NodeInfo& request) {
   const std::string& id = request.executor_id();
-  // A connection that registered under another id gives it up.
-  if (!peer.executor_id.empty() && peer.executor_id != id) {
+  // A node's connection that registered under another id gives it up.
+  if (!peer.host && !peer.executor_id.empty() && peer.executor_id != id) {
     NodeRecord* previous = table_.Find(peer.executor_id);
     if (previous != nullptr && previous->connection == peer.id()) table_.Remove(peer.executor_id);
     peer.executor_id.clear();
@@ -85,12 +111,11 @@ void Barrier::Reserve(Peer& peer, const wire::NodeInfo& request) {
     if (old != nullptr) {
       context_.Log("executor " + id + " registered again from " + peer.address() +
                    "; dropping its earlier connection from " + old->address());
-      old->executor_id.clear();
-      old->Close();
+      TakeOver(*old, id);
     }
   }
   NodeRecord& registered = table_.Register(NodeFromWire(request), peer.id(), Clock::now());
-  peer.executor_id = id;
+  peer.Claim(id);
   Acknowledge(peer);
   if (options_.elastic) {
     context_.Report(NodeEvent{NodeEvent::Kind::kRegistered, registered.info, "registered", {}});
@@ -123,7 +148,7 @@ void Barrier::Reform(const std::string& cluster_id, int round, const std::string
   round_ = round;
   round_reason_ = reason;
   hold_ = hold;
-  formed_ = FormedCluster{};
+  formed_.reset();
   summary_ = EncodedCluster{};
   node_list_ = EncodedCluster{};
   for (const std::string& id : admit) {
@@ -199,6 +224,7 @@ void Barrier::FormCluster() {
   formed.round = round_;
   formed.round_reason = round_reason_;
   formed.heartbeat_interval = options_.heartbeat_interval;
+  formed.nodes.reserve(table_.size());
   for (const NodeRecord& node : table_.nodes()) formed.nodes.push_back(node.info);
   // The one layout of the cluster: every node and the driver read it.
   Status placed = PlaceNodes(formed);
@@ -209,8 +235,8 @@ void Barrier::FormCluster() {
   }
   // Encode once, compress once; every node's frame borrows these bytes. The
   // node list is encoded only if some node wants it.
-  formed_ = formed;
-  if (!Encode(ClusterSummaryToWire(formed_), &summary_)) return;
+  formed_ = std::make_shared<const FormedCluster>(std::move(formed));
+  if (!Encode(ClusterSummaryToWire(*formed_), &summary_)) return;
   int with_list = 0;
   for (const NodeRecord& node : table_.nodes()) {
     const Peer* peer = node.connection == 0 ? nullptr : context_.FindPeer(node.connection);
@@ -228,7 +254,7 @@ void Barrier::FormCluster() {
       std::to_string(
           std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count()) +
       " us to encode and queue)");
-  context_.Publish(std::move(formed));
+  context_.Publish(formed_);
 }
 
 void Barrier::SendCluster(const NodeRecord& node) {
@@ -240,9 +266,9 @@ void Barrier::SendCluster(const NodeRecord& node) {
     if (list != nullptr) peer->Send(ClusterFrame(*list, node.slot, options_.heartbeat_interval));
     return;
   }
-  if (node.slot >= formed_.placements.size()) return;
+  if (node.slot >= formed_->placements.size()) return;
   peer->Send(ClusterFrame(summary_, node.slot, options_.heartbeat_interval,
-                          formed_.nodes[node.slot], formed_.placements[node.slot]));
+                          formed_->nodes[node.slot], formed_->placements[node.slot]));
 }
 
 bool Barrier::Encode(const wire::SharedCluster& shared, EncodedCluster* out) {
@@ -261,13 +287,13 @@ bool Barrier::WantsNodeList(const Peer& peer) const {
     case wire::NODE_LIST_NEVER:
       return false;
     default:
-      return static_cast<int>(formed_.nodes.size()) <= options_.node_list_limit;
+      return static_cast<int>(formed_->nodes.size()) <= options_.node_list_limit;
   }
 }
 
 const EncodedCluster* Barrier::NodeListEncoding() {
   if (node_list_.body) return &node_list_;
-  if (!Encode(SharedClusterToWire(formed_), &node_list_)) return nullptr;
+  if (!Encode(SharedClusterToWire(*formed_), &node_list_)) return nullptr;
   if (node_list_.compressed_bytes + 64 > wire::kClientMaxFrameBytes) {
     context_.Log("the compressed node list is " + std::to_string(node_list_.compressed_bytes) +
                  " bytes, over a client's frame limit of " +

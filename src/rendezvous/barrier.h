@@ -15,6 +15,7 @@
 #define DROVER_SRC_RENDEZVOUS_BARRIER_H_
 
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -77,6 +78,8 @@ class Barrier {
     NodeInfo info;
     uint64_t connection = 0;
   };
+  bool AcceptHost(Peer& peer, const wire::Register& request);
+  void TakeOver(Peer& old, const std::string& id);
   void Park(Peer& peer, const wire::NodeInfo& node);
   void Rejoin(Peer& peer, const std::string& executor_id);
   void Reserve(Peer& peer, const wire::NodeInfo& node);
@@ -97,11 +100,11 @@ class Barrier {
   std::string cluster_id_;  // this round's; options_.cluster_id first
   int round_ = 0;
   std::string round_reason_;
-  FormedCluster formed_;                   // once formed
-  EncodedCluster summary_;                 // once formed: without the node list
-  EncodedCluster node_list_;               // once a node wants it
-  std::map<std::string, Joiner> joiners_;  // by executor id, elastic only
-  bool hold_ = false;                      // this round forms when told
+  std::shared_ptr<const FormedCluster> formed_;  // once formed; the server's too
+  EncodedCluster summary_;                       // once formed: without the node list
+  EncodedCluster node_list_;                     // once a node wants it
+  std::map<std::string, Joiner> joiners_;        // by executor id, elastic only
+  bool hold_ = false;                            // this round forms when told
 };
 
 }  // namespace drover::rendezvous_internal

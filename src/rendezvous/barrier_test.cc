@@ -29,11 +29,12 @@ wire::Register RegisterBody(const std::string& executor_id, uint32_t port = 7000
 
 class BarrierTest : public ::testing::Test {
  protected:
-  void Start(int num_nodes) {
+  void Start(int num_nodes, bool elastic = false) {
     ClusterTemplate cluster;
     cluster.num_nodes = num_nodes;
     table_ = std::make_unique<NodeTable>(cluster);
     BarrierOptions options;
+    options.elastic = elastic;
     options.cluster_id = "c1";
     options.heartbeat_interval = Milliseconds(250);
     options.reservation_timeout = std::chrono::seconds(60);
@@ -45,6 +46,13 @@ class BarrierTest : public ::testing::Test {
     FakePeer& peer = context_.AddPeer(peer_id);
     barrier_->HandleRegister(peer, RegisterBody(executor_id, 7000 + peer_id));
     return peer;
+  }
+
+  // `peer`, a host's agent, registers `executor_id` as one of its nodes.
+  void RegisterOnHost(FakePeer& peer, const std::string& executor_id) {
+    wire::Register request = RegisterBody(executor_id, 7000 + peer.id());
+    request.set_host(true);
+    barrier_->HandleRegister(peer, request);
   }
 
   FakeContext context_;
@@ -221,6 +229,91 @@ TEST_F(BarrierTest, ANodeGoneBeforeTheBarrierDoesNotCount) {
   EXPECT_TRUE(context_.Logged(
       "executor 0 at 192.0.2.9:1234 disconnected before the cluster formed; its registration "
       "is dropped"));
+}
+
+// ---------------------------------------------------------------------------
+// Host connections: one agent, several nodes
+
+TEST_F(BarrierTest, AHostConnectionCarriesEachOfItsNodesAndGetsEachCluster) {
+  Start(3);
+  FakePeer& host = context_.AddPeer(1);
+  RegisterOnHost(host, "0");
+  RegisterOnHost(host, "1");
+  EXPECT_FALSE(host.rejection.has_value());
+  EXPECT_EQ(table_->size(), 2u);  // the second did not replace the first
+  EXPECT_TRUE(host.host);
+  EXPECT_EQ(host.executor_id, "");
+  EXPECT_THAT(host.host_executors, ::testing::ElementsAre("0", "1"));
+  Register(2, "2");
+  ASSERT_EQ(table_->phase(), Phase::kFormed);
+
+  EXPECT_EQ(host.Count(wire::REGISTERED), 2u);
+  ASSERT_EQ(host.Count(wire::CLUSTER), 2u);
+  std::vector<uint32_t> positions;
+  for (const OutFrame& frame : host.sent) {
+    if (TypeOf(frame) != wire::CLUSTER) continue;
+    wire::Cluster cluster;
+    ASSERT_TRUE(cluster.ParseFromString(BodyOf(frame)));
+    positions.push_back(cluster.position());
+  }
+  EXPECT_THAT(positions, ::testing::ElementsAre(0u, 1u));
+  EXPECT_EQ(table_->Find("0")->connection, 1u);
+  EXPECT_EQ(table_->Find("1")->connection, 1u);
+}
+
+TEST_F(BarrierTest, AHostNeedsTheClusterTokenAndEveryRegisterMarked) {
+  Start(3);
+  FakePeer& node = context_.AddPeer(1);
+  node.AsNode("0");
+  RegisterOnHost(node, "0");
+  ASSERT_TRUE(node.rejection.has_value());
+  EXPECT_EQ(node.rejection->code, wire::PERMISSION_DENIED);
+  EXPECT_EQ(node.rejection->message,
+            "the node credential of executor 0 may not register a host's nodes");
+
+  const std::string mixed =
+      "a connection carries one node, or a host's nodes (REGISTER with host set on each), not "
+      "both";
+  FakePeer& single_first = Register(2, "1");
+  RegisterOnHost(single_first, "2");
+  ASSERT_TRUE(single_first.rejection.has_value());
+  EXPECT_EQ(single_first.rejection->code, wire::MALFORMED);
+  EXPECT_EQ(single_first.rejection->message, mixed);
+
+  FakePeer& host_first = context_.AddPeer(3);
+  RegisterOnHost(host_first, "2");
+  barrier_->HandleRegister(host_first, RegisterBody("0"));
+  ASSERT_TRUE(host_first.rejection.has_value());
+  EXPECT_EQ(host_first.rejection->message, mixed);
+  EXPECT_EQ(table_->phase(), Phase::kReserving);
+}
+
+TEST_F(BarrierTest, AnElasticClusterTakesNoHost) {
+  Start(2, /*elastic=*/true);
+  FakePeer& host = context_.AddPeer(1);
+  RegisterOnHost(host, "0");
+  ASSERT_TRUE(host.rejection.has_value());
+  EXPECT_EQ(host.rejection->code, wire::MALFORMED);
+  EXPECT_EQ(host.rejection->message,
+            "an elastic cluster takes one node per connection, not a host's nodes");
+  EXPECT_EQ(table_->size(), 0u);
+}
+
+TEST_F(BarrierTest, ANodeTakenOverFromAHostLeavesItsOtherNodesThere) {
+  Start(3);
+  FakePeer& host = context_.AddPeer(1);
+  RegisterOnHost(host, "0");
+  RegisterOnHost(host, "1");
+  // Executor 1's task, retried on a connection of its own.
+  FakePeer& retried = Register(2, "1");
+  EXPECT_FALSE(host.closed);
+  EXPECT_THAT(host.host_executors, ::testing::ElementsAre("0"));
+  EXPECT_EQ(table_->Find("1")->connection, retried.id());
+  EXPECT_EQ(table_->Find("0")->connection, host.id());
+  // Its last node gone, the host's connection closes.
+  Register(3, "0");
+  EXPECT_TRUE(host.closed);
+  EXPECT_THAT(host.host_executors, ::testing::IsEmpty());
 }
 
 }  // namespace

@@ -244,6 +244,8 @@ class TcpClientImpl {
 
   Status Handshake(Deadline deadline);
   Result<FormedCluster> Register(const NodeInfo& node, Deadline deadline);
+  Result<std::vector<FormedCluster>> RegisterHost(const std::vector<NodeInfo>& nodes,
+                                                  Deadline deadline);
   void StartHeartbeats(Milliseconds interval, std::function<HeartbeatPayload()> payload);
   // One heartbeat now, with the payload's latest values (none without one).
   Status SendFinalHeartbeat();
@@ -275,6 +277,10 @@ class TcpClientImpl {
   }
 
   Status Send(wire::MessageType type, const google::protobuf::MessageLite& body, Deadline deadline);
+  // Several frames of `type` in one write.
+  Status SendAll(wire::MessageType type,
+                 const std::vector<const google::protobuf::MessageLite*>& bodies,
+                 Deadline deadline);
   // Tells the server why this client is closing, as any reader of this
   // protocol does; best effort.
   void SendError(const wire::FrameError& error);
@@ -294,6 +300,9 @@ class TcpClientImpl {
                             bool return_on_stop = false, int wake_fd = -1);
 
   Result<FormedCluster> DecodeCluster(const wire::Frame& frame);
+  // The next CLUSTER, keeping REGISTERED's progress on the way; `who`
+  // ("executor 3") is for the errors.
+  Result<FormedCluster> AwaitCluster(Deadline deadline, const std::string& who);
 
   void HeartbeatLoop();
 
@@ -360,6 +369,20 @@ Status TcpClientImpl::Send(wire::MessageType type, const google::protobuf::Messa
   std::string frame = sealer_ ? sealer_->Seal(type, body) : wire::EncodeFrame(type, body);
   Status status = WriteAll(frame, deadline, wire::MessageType_Name(type));
   // Part of a frame may have gone out: nothing can follow it.
+  if (!status.ok()) return MarkBroken(status);
+  return Status::Ok();
+}
+
+Status TcpClientImpl::SendAll(wire::MessageType type,
+                              const std::vector<const google::protobuf::MessageLite*>& bodies,
+                              Deadline deadline) {
+  DROVER_RETURN_IF_ERROR(Broken());
+  MutexLock lock(write_mu_);
+  std::string frames;
+  for (const google::protobuf::MessageLite* body : bodies) {
+    frames += sealer_ ? sealer_->Seal(type, *body) : wire::EncodeFrame(type, *body);
+  }
+  Status status = WriteAll(frames, deadline, wire::MessageType_Name(type));
   if (!status.ok()) return MarkBroken(status);
   return Status::Ok();
 }
@@ -622,7 +645,50 @@ Result<FormedCluster> TcpClientImpl::Register(const NodeInfo& node, Deadline dea
   // NodeList's values are the wire's.
   request.set_node_list(static_cast<wire::NodeList>(options_.node_list));
   DROVER_RETURN_IF_ERROR(Send(wire::REGISTER, request, deadline));
-  std::string what = "the cluster to form (executor " + node.executor_id + ")";
+  return AwaitCluster(deadline, "executor " + node.executor_id);
+}
+
+Result<std::vector<FormedCluster>> TcpClientImpl::RegisterHost(const std::vector<NodeInfo>& nodes,
+                                                               Deadline deadline) {
+  if (nodes.empty()) return Status::InvalidArgument("a host registers at least one node");
+  std::map<std::string, size_t> index;
+  std::vector<wire::Register> requests(nodes.size());
+  std::vector<const google::protobuf::MessageLite*> bodies;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (!index.emplace(nodes[i].executor_id, i).second) {
+      return Status::InvalidArgument("executor " + nodes[i].executor_id +
+                                     " is twice among the host's nodes");
+    }
+    *requests[i].mutable_node() = rendezvous_internal::NodeToWire(nodes[i]);
+    requests[i].set_node_list(static_cast<wire::NodeList>(options_.node_list));
+    requests[i].set_host(true);
+    bodies.push_back(&requests[i]);
+  }
+  DROVER_RETURN_IF_ERROR(SendAll(wire::REGISTER, bodies, deadline));
+  std::vector<std::optional<FormedCluster>> received(nodes.size());
+  const std::string who = "the host of executor " + nodes.front().executor_id + " (" +
+                          std::to_string(nodes.size()) + " nodes)";
+  for (size_t got = 0; got < nodes.size(); ++got) {
+    DROVER_ASSIGN_OR_RETURN(FormedCluster formed, AwaitCluster(deadline, who));
+    const Placement* own = formed.own();
+    auto it = own == nullptr
+                  ? index.end()
+                  : index.find(formed.nodes[static_cast<size_t>(formed.self)].executor_id);
+    if (it == index.end() || received[it->second].has_value()) {
+      return MarkBroken(Status::InvalidArgument(
+          "rendezvous server " + server() +
+          " sent a CLUSTER for a node this host did not register, or one twice"));
+    }
+    received[it->second] = std::move(formed);
+  }
+  std::vector<FormedCluster> clusters;
+  clusters.reserve(nodes.size());
+  for (std::optional<FormedCluster>& formed : received) clusters.push_back(std::move(*formed));
+  return clusters;
+}
+
+Result<FormedCluster> TcpClientImpl::AwaitCluster(Deadline deadline, const std::string& who) {
+  const std::string what = "the cluster to form (" + who + ")";
   for (;;) {
     Result<wire::Frame> frame = Await(
         deadline, what,
@@ -631,8 +697,8 @@ Result<FormedCluster> TcpClientImpl::Register(const NodeInfo& node, Deadline dea
         },
         /*return_on_stop=*/true);
     if (frame.ok() && stop_received_) {
-      return Status::Unavailable("rendezvous server " + server() + ": executor " +
-                                 node.executor_id + " was stopped before the cluster formed");
+      return Status::Unavailable("rendezvous server " + server() + ": " + who +
+                                 " was stopped before the cluster formed");
     }
     if (!frame.ok()) {
       if (deadline_passed_ && expected_ > 0) {
@@ -826,12 +892,15 @@ class TcpBackend final : public RendezvousClient::Backend {
   explicit TcpBackend(std::unique_ptr<TcpClientImpl> impl) : impl_(std::move(impl)) {}
 
   Result<FormedCluster> Register(const NodeInfo& node, Deadline deadline) override;
+  Result<std::vector<FormedCluster>> RegisterHost(const std::vector<NodeInfo>& nodes,
+                                                  Deadline deadline) override;
   void StartHeartbeats(Milliseconds interval, std::function<HeartbeatPayload()> payload) override;
   Status ReportError(const std::string& executor_id, const std::string& message,
                      const std::vector<std::string>& last_log_lines) override;
   Result<ClusterState> QueryState(Deadline deadline) override;
   Status StopAll() override;
   Status Leave() override;
+  Status LeaveNode(const std::string& executor_id) override;
   Result<bool> WaitForStop(Deadline deadline, int wake_fd) override;
   Result<RendezvousClient::Instruction> WaitForInstruction(Deadline deadline, int wake_fd) override;
   Status Set(const std::string& key, const std::string& value, Deadline deadline) override;
@@ -941,6 +1010,11 @@ Result<FormedCluster> TcpBackend::Register(const NodeInfo& node, Deadline deadli
   return impl_->Register(node, deadline);
 }
 
+Result<std::vector<FormedCluster>> TcpBackend::RegisterHost(const std::vector<NodeInfo>& nodes,
+                                                            Deadline deadline) {
+  return impl_->RegisterHost(nodes, deadline);
+}
+
 void TcpBackend::StartHeartbeats(Milliseconds interval, std::function<HeartbeatPayload()> payload) {
   impl_->StartHeartbeats(interval, std::move(payload));
 }
@@ -970,6 +1044,13 @@ Status TcpBackend::Leave() {
   DROVER_RETURN_IF_ERROR(impl_->SendFinalHeartbeat());
   wire::Control control;
   control.set_kind(wire::Control::LEAVE);
+  return impl_->SendControl(std::move(control));
+}
+
+Status TcpBackend::LeaveNode(const std::string& executor_id) {
+  wire::Control control;
+  control.set_kind(wire::Control::LEAVE);
+  control.set_executor_id(executor_id);
   return impl_->SendControl(std::move(control));
 }
 
@@ -1083,6 +1164,15 @@ Status RendezvousClient::StopAll() {
 
 Status RendezvousClient::Leave() {
   return backend_->Leave();
+}
+
+Result<std::vector<FormedCluster>> RendezvousClient::RegisterHost(
+    const std::vector<NodeInfo>& nodes, Deadline deadline) {
+  return backend_->RegisterHost(nodes, deadline);
+}
+
+Status RendezvousClient::LeaveNode(const std::string& executor_id) {
+  return backend_->LeaveNode(executor_id);
 }
 
 Result<bool> RendezvousClient::WaitForStop(Deadline deadline, int wake_fd) {

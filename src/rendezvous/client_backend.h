@@ -20,6 +20,8 @@ class RendezvousClient::Backend {
   virtual ~Backend() = default;
 
   virtual Result<FormedCluster> Register(const NodeInfo& node, Deadline deadline) = 0;
+  virtual Result<std::vector<FormedCluster>> RegisterHost(const std::vector<NodeInfo>& nodes,
+                                                          Deadline deadline) = 0;
   virtual void StartHeartbeats(Milliseconds interval,
                                std::function<HeartbeatPayload()> payload) = 0;
   virtual Status ReportError(const std::string& executor_id, const std::string& message,
@@ -27,6 +29,7 @@ class RendezvousClient::Backend {
   virtual Result<ClusterState> QueryState(Deadline deadline) = 0;
   virtual Status StopAll() = 0;
   virtual Status Leave() = 0;
+  virtual Status LeaveNode(const std::string& executor_id) = 0;
   virtual Result<bool> WaitForStop(Deadline deadline, int wake_fd) = 0;
   virtual Result<Instruction> WaitForInstruction(Deadline deadline, int wake_fd) = 0;
 

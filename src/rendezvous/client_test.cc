@@ -1164,6 +1164,82 @@ TEST(RendezvousEndToEndTest, OnlyTheNodesThatAskGetTheNodeList) {
   EXPECT_EQ(formed[3].own()->feed, (FeedShare{2, 3}));
 }
 
+// Two hosts' agents, two nodes each, one connection each: every node gets
+// its own view, in the order the agent gave them; a host's LEAVE names its
+// node; a host's connection closing is each of its remaining nodes' death.
+TEST(RendezvousEndToEndTest, HostConnectionsCarryEachHostsNodes) {
+  RendezvousServerOptions options;
+  options.cluster.num_nodes = 4;
+  options.cluster.master_node = "chief";
+  auto server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  std::vector<std::unique_ptr<RendezvousClient>> hosts(2);
+  std::vector<std::vector<FormedCluster>> formed(2);
+  std::vector<std::thread> threads;
+  for (int h = 0; h < 2; ++h) {
+    threads.emplace_back([&, h] {
+      RendezvousClientOptions client_options = Options(ServerAddress(*server));
+      client_options.node_list = h == 0 ? NodeList::kNever : NodeList::kAlways;
+      ASSERT_OK_AND_ASSIGN(hosts[h], RendezvousClient::Connect(client_options, Soon()));
+      // Given out of executor order: the result follows the order given.
+      ASSERT_OK_AND_ASSIGN(formed[h],
+                           hosts[h]->RegisterHost({Node(2 * h + 1), Node(2 * h)}, Soon()));
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  ASSERT_OK_AND_ASSIGN(FormedCluster on_driver, server->WaitForCluster(Soon()));
+  for (int h = 0; h < 2; ++h) {
+    ASSERT_EQ(formed[h].size(), 2u);
+    for (int k = 0; k < 2; ++k) {
+      const FormedCluster& view = formed[h][k];
+      const int executor = 2 * h + 1 - k;
+      SCOPED_TRACE("executor " + std::to_string(executor));
+      ASSERT_NE(view.own(), nullptr);
+      EXPECT_EQ(view.nodes[static_cast<size_t>(view.self)].executor_id, std::to_string(executor));
+      EXPECT_EQ(*view.own(), on_driver.placements[static_cast<size_t>(executor)]);
+      EXPECT_EQ(view.node_count, 4);
+      EXPECT_EQ(view.has_node_list, h == 1);
+    }
+  }
+  EXPECT_TRUE(formed[0][1].own()->chief);  // executor 0
+
+  ASSERT_OK(hosts[1]->LeaveNode("2"));
+  ASSERT_OK(hosts[1]->QueryState(Soon()).status());  // orders the LEAVE first
+  hosts[1].reset();
+  ClusterState state;
+  for (Deadline deadline = Soon(); Clock::now() < deadline;) {
+    state = server->QueryState();
+    if (!state.nodes[3].alive) break;
+  }
+  EXPECT_TRUE(state.nodes[2].left);
+  EXPECT_FALSE(state.nodes[3].alive);
+  EXPECT_FALSE(state.nodes[3].left);
+  EXPECT_EQ(state.nodes[3].error, "executor 3 (worker:2): connection closed");
+  EXPECT_TRUE(state.nodes[0].alive);
+  EXPECT_TRUE(state.nodes[1].alive);
+}
+
+TEST(RendezvousEndToEndTest, AHostRegistersWithTheClusterTokenAndDistinctNodes) {
+  RendezvousServerOptions options;
+  options.cluster.num_nodes = 2;
+  auto server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  ASSERT_OK_AND_ASSIGN(auto host,
+                       RendezvousClient::Connect(Options(ServerAddress(*server)), Soon()));
+  EXPECT_THAT(host->RegisterHost({}, Soon()),
+              StatusIs(Status::Code::kInvalidArgument, HasSubstr("at least one node")));
+  EXPECT_THAT(host->RegisterHost({Node(0), Node(0)}, Soon()),
+              StatusIs(Status::Code::kInvalidArgument,
+                       HasSubstr("executor 0 is twice among the host's nodes")));
+
+  RendezvousClientOptions as_node = Options(ServerAddress(*server));
+  as_node.credential = Credential::ForNode(TestToken(), "0").value();
+  ASSERT_OK_AND_ASSIGN(auto node, RendezvousClient::Connect(as_node, Soon()));
+  EXPECT_THAT(node->RegisterHost({Node(0)}, Soon()),
+              StatusIs(Status::Code::kPermissionDenied, HasSubstr("may not register a host's")));
+}
+
 TEST(RendezvousEndToEndTest, WrongTokenIsPermissionDenied) {
   RendezvousServerOptions options;
   auto server = StartServer(options);

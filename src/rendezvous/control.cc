@@ -40,7 +40,7 @@ void Control::HandleControl(Peer& peer, const wire::Control& control) {
     case wire::Control::STOP_ALL:
       return HandleStopAll(peer);
     case wire::Control::LEAVE:
-      return HandleLeave(peer);
+      return HandleLeave(peer, control);
     case wire::Control::STOP_NODE:
       return HandleStopNode(peer, control);
     default: {
@@ -104,8 +104,10 @@ void Control::HandleStopAll(Peer& peer) {
       NodeEvent{NodeEvent::Kind::kStopped, std::move(info), who + " asked to stop all nodes", {}});
 }
 
-void Control::HandleLeave(Peer& peer) {
-  NodeRecord* node = peer.executor_id.empty() ? nullptr : table_.Find(peer.executor_id);
+void Control::HandleLeave(Peer& peer, const wire::Control& control) {
+  // A host's agent names the node that finished; a node's connection is it.
+  const std::string& id = peer.host ? control.executor_id() : peer.executor_id;
+  NodeRecord* node = id.empty() || !peer.Carries(id) ? nullptr : table_.Find(id);
   if (node == nullptr || node->connection != peer.id()) {
     context_.Log("LEAVE from " + peer.address() + ", which is no registered node");
     return;

@@ -41,7 +41,7 @@ class Control {
   void HandleReportError(Peer& peer, const wire::Control& control);
   void HandleQueryState(Peer& peer);
   void HandleStopAll(Peer& peer);
-  void HandleLeave(Peer& peer);
+  void HandleLeave(Peer& peer, const wire::Control& control);
   void HandleStopNode(Peer& peer, const wire::Control& control);
   // Marks `node` stopped and sends it `control`; false when its connection
   // is closed.

@@ -208,6 +208,19 @@ TEST_F(ControlTest, LeaveMarksTheNodeLeftOnce) {
   EXPECT_TRUE(context_.Logged("LEAVE from 192.0.2.1:5000, which is no registered node"));
 }
 
+TEST_F(ControlTest, AHostsLeaveNamesWhichOfItsNodesFinished) {
+  FakePeer& host = context_.AddPeer(4);
+  host.host = true;
+  host.host_executors = {"1"};
+  table_.Find("1")->connection = host.id();
+  control_.HandleControl(host, Message(wire::Control::LEAVE, "0"));  // not its node
+  EXPECT_TRUE(table_.Find("0")->alive);
+  EXPECT_TRUE(context_.Logged("LEAVE from 192.0.2.1:5000, which is no registered node"));
+  control_.HandleControl(host, Message(wire::Control::LEAVE, "1"));
+  EXPECT_TRUE(table_.Find("1")->left);
+  EXPECT_TRUE(context_.Logged("executor 1 (worker:1) finished and left"));
+}
+
 TEST_F(ControlTest, AnUnknownKindIsMalformed) {
   control_.HandleControl(driver_, Message(static_cast<wire::Control::Kind>(99)));
   ASSERT_TRUE(driver_.rejection.has_value());

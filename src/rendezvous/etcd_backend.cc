@@ -51,6 +51,12 @@ constexpr Milliseconds kWatchSlice{2'000};
 // How often a node waiting for its round to form counts the registrations.
 constexpr Milliseconds kFormationRecheck{10'000};
 
+Status HostsUnsupported() {
+  return Status::FailedPrecondition(
+      "a host connection (several nodes on one client) is the built-in server's; through etcd "
+      "each node registers itself");
+}
+
 std::string RandomHex(int bytes) {
   std::random_device random;
   static const char kDigits[] = "0123456789abcdef";
@@ -258,6 +264,11 @@ class EtcdBackend final : public RendezvousClient::Backend {
   Status Start(Deadline deadline);
 
   Result<FormedCluster> Register(const NodeInfo& node, Deadline deadline) override;
+  Result<std::vector<FormedCluster>> RegisterHost(const std::vector<NodeInfo>& nodes,
+                                                  Deadline deadline) override {
+    return HostsUnsupported();
+  }
+  Status LeaveNode(const std::string& executor_id) override { return HostsUnsupported(); }
   void StartHeartbeats(Milliseconds interval, std::function<HeartbeatPayload()> payload) override;
   Status ReportError(const std::string& executor_id, const std::string& message,
                      const std::vector<std::string>& last_log_lines) override;

@@ -8,6 +8,16 @@
 namespace drover::rendezvous_internal {
 
 void Liveness::HandleHeartbeat(Peer& peer, const wire::Heartbeat& heartbeat) {
+  if (peer.host) {
+    // A host's agent is alive: so are its nodes. The payload is one node's,
+    // and a host's heartbeat names none: it is not kept.
+    const Clock::time_point now = Clock::now();
+    for (const std::string& id : peer.host_executors) {
+      NodeRecord* node = table_.Find(id);
+      if (node != nullptr && node->connection == peer.id()) node->last_seen = now;
+    }
+    return;
+  }
   if (peer.executor_id.empty()) return;
   NodeRecord* node = table_.Find(peer.executor_id);
   if (node == nullptr || node->connection != peer.id()) return;
@@ -32,10 +42,10 @@ void Liveness::CheckHeartbeats(Clock::time_point now) {
                           " heartbeats (last " + age + " ago)");
     if (connection != 0) {
       node.connection = 0;
-      if (Peer* peer = context_.FindPeer(connection)) {
-        peer->executor_id.clear();  // its close is not a second death
-        peer->Close();
-      }
+      // Released first: its close is not a second death. A host's
+      // connection stays while it carries live nodes.
+      Peer* peer = context_.FindPeer(connection);
+      if (peer != nullptr && !peer->Release(node.info.executor_id)) peer->Close();
     }
   }
 }

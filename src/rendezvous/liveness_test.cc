@@ -135,5 +135,29 @@ TEST_F(LivenessTest, NobodyDiesBeforeTheBarrier) {
   EXPECT_TRUE(table_.Find("0")->alive);
 }
 
+// One agent carries both nodes: its heartbeat is both nodes' life, without
+// one node's payload; silent, both die, and its connection closes once.
+TEST_F(LivenessTest, AHostsHeartbeatKeepsEachOfItsNodesAlive) {
+  Form();
+  FakePeer& host = context_.AddPeer(3);
+  host.host = true;
+  host.host_executors = {"0", "1"};
+  for (const char* id : {"0", "1"}) table_.Find(id)->connection = host.id();
+  wire::Heartbeat heartbeat;
+  heartbeat.set_program_pid(77);
+  const Clock::time_point before = Clock::now();
+  liveness_.HandleHeartbeat(host, heartbeat);
+  for (const char* id : {"0", "1"}) {
+    EXPECT_GE(table_.Find(id)->last_seen, before);
+    EXPECT_EQ(table_.Find(id)->program_pid, 0);  // whose program? not said
+  }
+
+  liveness_.CheckHeartbeats(Clock::now() + std::chrono::minutes(1));
+  EXPECT_EQ(Deaths(), 2);
+  EXPECT_TRUE(host.closed);
+  EXPECT_THAT(host.host_executors, ::testing::IsEmpty());  // its close is no second death
+  EXPECT_FALSE(zero_.closed);
+}
+
 }  // namespace
 }  // namespace drover::rendezvous_internal

@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "drover.pb.h"
 #include "wire/auth.h"
@@ -84,18 +85,33 @@ class Peer {
   // max_frame_bytes.
   virtual void StartSession(const wire::Token& session_key) = 0;
 
+  // Whether this connection carries `id`'s node.
+  bool Carries(const std::string& id) const;
+  // This connection carries `id`'s node now (REGISTER).
+  void Claim(const std::string& id);
+  // Gives up `id`'s node (another connection took it over, or it died);
+  // true while the connection still carries some node, which its close
+  // would take down.
+  bool Release(const std::string& id);
+  // Every node this connection carries.
+  std::vector<std::string> Executors() const;
+
   // `reason` for the log, after whose connection this is ("executor 3: ",
   // "executor 3's credential: "), when known; the log line names the peer.
   std::string Why(const std::string& reason) const;
 
   // Kept by the handlers: the handshake's (Handshake), then the
   // registration's (Barrier).
-  std::string client_nonce;
-  std::string server_nonce;
+  std::string client_nonce;   // until AUTH
+  std::string server_nonce;   // until AUTH
   std::string name;           // from HELLO, escaped for logs
   std::string credential_id;  // HELLO's executor_id: "" the cluster token
   bool admin = false;         // authenticated with the cluster token
-  std::string executor_id;    // "" until REGISTER
+  std::string executor_id;    // "" until REGISTER; "" on a host connection
+  // A host connection (REGISTER's host: a host's agent) carries several
+  // nodes, these.
+  bool host = false;
+  std::vector<std::string> host_executors;
   // REGISTER's: whether its CLUSTER carries the node list.
   wire::NodeList node_list = wire::NODE_LIST_AUTO;
 

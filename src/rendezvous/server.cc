@@ -150,7 +150,7 @@ class Server : public ConnectionHost, public ServerContext {
   std::vector<char>& read_buffer() override { return read_buffer_; }
   void Report(const NodeEvent& event) override;
   Peer* FindPeer(uint64_t id) override;
-  void Publish(Result<FormedCluster> outcome) override;
+  void Publish(Result<std::shared_ptr<const FormedCluster>> outcome) override;
 
  private:
   // Runs `fn` on the loop and returns its value, or `fallback` once the loop
@@ -194,7 +194,7 @@ class Server : public ConnectionHost, public ServerContext {
   // The outcome WaitForCluster reports, set once by the loop.
   Mutex mu_;
   std::condition_variable_any cv_;
-  std::optional<Result<FormedCluster>> outcome_ GUARDED_BY(mu_);
+  std::optional<Result<std::shared_ptr<const FormedCluster>>> outcome_ GUARDED_BY(mu_);
 
   // ---- Loop thread only below. ----
   bool stopping_ = false;
@@ -277,7 +277,8 @@ Result<FormedCluster> Server::WaitForCluster(Deadline deadline) {
           mu_.AssertHeld();
           return outcome_.has_value();
         })) {
-      return *outcome_;
+      if (!outcome_->ok()) return outcome_->status();
+      return FormedCluster(***outcome_);  // the caller's own copy
     }
   }
   ClusterState state = QueryState();
@@ -408,7 +409,7 @@ Peer* Server::FindPeer(uint64_t id) {
   return it == connections_.end() ? nullptr : it->second.get();
 }
 
-void Server::Publish(Result<FormedCluster> outcome) {
+void Server::Publish(Result<std::shared_ptr<const FormedCluster>> outcome) {
   const bool formed = outcome.ok();
   {
     MutexLock lock(mu_);
@@ -429,8 +430,8 @@ void Server::Rejected(const std::string& peer, const std::string& reason) {
 void Server::OnClosed(Connection& conn) {
   kv_.Forget(conn.id());
   barrier_.ForgetJoiner(conn.id());
-  if (!conn.executor_id.empty()) {
-    NodeRecord* node = nodes_.Find(conn.executor_id);
+  for (const std::string& id : conn.Executors()) {
+    NodeRecord* node = nodes_.Find(id);
     if (node != nullptr && node->connection == conn.id()) {
       node->connection = 0;
       if (nodes_.phase() == Phase::kReserving) {
@@ -439,7 +440,7 @@ void Server::OnClosed(Connection& conn) {
         liveness_.Disconnected(*node);
       }
     }
-    conn.executor_id.clear();
+    conn.Release(id);
   }
   connections_.erase(conn.id());
 }

@@ -10,6 +10,7 @@
 #define DROVER_SRC_RENDEZVOUS_SERVER_CONTEXT_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "drover/rendezvous.h"
@@ -29,8 +30,9 @@ class ServerContext {
   virtual Peer* FindPeer(uint64_t id) = 0;
   // The barrier's outcome, for WaitForCluster: the formed cluster (the
   // server then starts checking heartbeats), or why none formed. Only the
-  // first outcome counts.
-  virtual void Publish(Result<FormedCluster> outcome) = 0;
+  // first outcome counts. Shared with the barrier, which sends from it: at
+  // 100,000 nodes a second copy is 50 MB.
+  virtual void Publish(Result<std::shared_ptr<const FormedCluster>> outcome) = 0;
 };
 
 }  // namespace drover::rendezvous_internal

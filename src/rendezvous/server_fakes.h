@@ -128,9 +128,14 @@ class FakeContext : public ServerContext {
     auto it = peers_.find(id);
     return it == peers_.end() || !it->second->open() ? nullptr : it->second.get();
   }
-  void Publish(Result<FormedCluster> outcome) override {
+  void Publish(Result<std::shared_ptr<const FormedCluster>> outcome) override {
     ++publications;
-    if (!outcome_.has_value()) outcome_.emplace(std::move(outcome));
+    if (outcome_.has_value()) return;
+    if (outcome.ok()) {
+      outcome_.emplace(**outcome);
+    } else {
+      outcome_.emplace(outcome.status());
+    }
   }
 
   // A new open peer with id `id`, owned by the context.

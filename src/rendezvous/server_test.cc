@@ -508,15 +508,15 @@ TEST_F(ServerTest, UnknownVersionIsRejectedNamingBothVersions) {
   std::array<char, wire::kHeaderBytes> header = wire::EncodeHeader(wire::HELLO, 0, 7);
   ASSERT_OK(bad.SendBytes(std::string_view(header.data(), header.size())));
   ExpectErrorAndClose(bad, wire::UNSUPPORTED_VERSION,
-                      "peer speaks protocol version 7; this drover speaks 4");
+                      "peer speaks protocol version 7; this drover speaks 5");
   EXPECT_TRUE(recorder_.WaitForRejection("version 7"));
-  // The previous release (version 3, every node list in every CLUSTER) is
-  // told so too.
+  // The previous release (version 4, whose server would take a host's
+  // second REGISTER as replacing its first) is told so too.
   RawPeer previous = Connect();
-  header = wire::EncodeHeader(wire::HELLO, 0, 3);
+  header = wire::EncodeHeader(wire::HELLO, 0, 4);
   ASSERT_OK(previous.SendBytes(std::string_view(header.data(), header.size())));
   ExpectErrorAndClose(previous, wire::UNSUPPORTED_VERSION,
-                      "peer speaks protocol version 3; this drover speaks 4");
+                      "peer speaks protocol version 4; this drover speaks 5");
   ExpectClusterFormsWith(first);
 }
 

@@ -25,7 +25,7 @@
 namespace drover::wire {
 
 inline constexpr std::array<char, 4> kMagic = {'D', 'R', 'V', 'R'};
-inline constexpr uint16_t kProtocolVersion = 4;
+inline constexpr uint16_t kProtocolVersion = 5;
 // Unsealed ERROR frames (before authentication, and the answer to a version
 // this drover does not speak) keep version 1's header, which every drover
 // can read; readers accept version 1 for them alone.

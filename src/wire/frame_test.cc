@@ -25,7 +25,7 @@ FrameError MustFail(FrameReader& reader) {
 TEST(FrameTest, HeaderIsLittleEndianAndFixedWidth) {
   auto header = EncodeHeader(/*type=*/0x0102, /*length=*/0x03040506);
   EXPECT_EQ(std::string(header.data(), header.size()),
-            std::string("DRVR\x04\x00\x02\x01\x06\x05\x04\x03", 12));
+            std::string("DRVR\x05\x00\x02\x01\x06\x05\x04\x03", 12));
 }
 
 TEST(FrameTest, RoundTripsMessages) {
@@ -82,7 +82,7 @@ TEST(FrameTest, RejectsOtherVersionsNamingBoth) {
   FrameError error = MustFail(reader);
   EXPECT_EQ(error.code, UNSUPPORTED_VERSION);
   EXPECT_THAT(error.message, HasSubstr("version 7"));
-  EXPECT_THAT(error.message, HasSubstr("speaks 4"));
+  EXPECT_THAT(error.message, HasSubstr("speaks 5"));
 }
 
 TEST(FrameTest, SealedFramesCarryTheirTrailer) {

@@ -138,7 +138,7 @@ TEST(SessionTest, UnsealedVersion1ErrorsAreReadOnlyBeforeTheHandshake) {
   FrameReader reader(1024);
   reader.Append(std::string_view(hello.data(), hello.size()));
   EXPECT_EQ(reader.Next(&frame, &error), FrameReader::Step::kError);
-  EXPECT_EQ(error.message, "peer speaks protocol version 1; this drover speaks 4");
+  EXPECT_EQ(error.message, "peer speaks protocol version 1; this drover speaks 5");
 }
 
 }  // namespace
