@@ -63,6 +63,9 @@ std::string Describe(const NodeEvent& event) {
       return who + " stopped: " + event.message;
     case NodeEvent::Kind::kLeft:
       return who + " " + event.message;
+    case NodeEvent::Kind::kRegistered:
+    case NodeEvent::Kind::kJoining:
+      break;  // below: "executor 3 (...): registered"
   }
   return who + ": " + event.message;
 }

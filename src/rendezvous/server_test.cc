@@ -366,7 +366,9 @@ TEST_F(ServerTest, FormsALargeCluster) {
     wire::Cluster cluster;
     ASSERT_OK(peers[i].Read(wire::CLUSTER, &cluster, Soon()));
     ASSERT_EQ(cluster.shared(), first.cluster.shared());
-    if (!listed) ASSERT_EQ(cluster.node().executor_id(), std::to_string(i));
+    if (!listed) {
+      ASSERT_EQ(cluster.node().executor_id(), std::to_string(i));
+    }
     positions.insert(cluster.position());
   }
   for (const wire::NodeInfo& node : first.shared.nodes()) EXPECT_EQ(node.job_name(), "worker");
