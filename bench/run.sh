@@ -12,6 +12,8 @@ build/bin/cluster_spec_bench --benchmark_format=json --benchmark_min_time=0.2 \
 echo
 echo "== rendezvous barrier (baseline: naive epoll server sending the full spec to each node) =="
 build/bin/rendezvous_bench 8 1000 4000
+echo "-- host connections: 8 nodes per connection, up to 100,000 nodes (12,500 connections) --"
+build/bin/rendezvous_bench --nodes-per-host 8 8 1000 4000 100000
 echo
 echo "== start-up: from launch to every program started (ratios to torchrun and mpirun) =="
 /usr/bin/python3 bench/startup_bench.py --drover build/bin/drover --nodes 2,4,8 --reps 3
