@@ -1033,6 +1033,17 @@ std::string ServerAddress(const RendezvousServer& server) {
   return "127.0.0.1:" + std::to_string(server.port());
 }
 
+// The server's state once the node in `slot` is no longer alive (or at
+// the test's deadline, for the caller's checks to say so).
+ClusterState StateOnceGone(RendezvousServer& server, size_t slot) {
+  ClusterState state;
+  for (Deadline deadline = Soon(); Clock::now() < deadline;) {
+    state = server.QueryState();
+    if (!state.nodes[slot].alive) break;
+  }
+  return state;
+}
+
 NodeInfo Node(int i) {
   NodeInfo node;
   node.executor_id = std::to_string(i);
@@ -1207,11 +1218,7 @@ TEST(RendezvousEndToEndTest, HostConnectionsCarryEachHostsNodes) {
   ASSERT_OK(hosts[1]->LeaveNode("2"));
   ASSERT_OK(hosts[1]->QueryState(Soon()).status());  // orders the LEAVE first
   hosts[1].reset();
-  ClusterState state;
-  for (Deadline deadline = Soon(); Clock::now() < deadline;) {
-    state = server->QueryState();
-    if (!state.nodes[3].alive) break;
-  }
+  ClusterState state = StateOnceGone(*server, 3);
   EXPECT_TRUE(state.nodes[2].left);
   EXPECT_FALSE(state.nodes[3].alive);
   EXPECT_FALSE(state.nodes[3].left);
@@ -1463,11 +1470,7 @@ TEST(RendezvousEndToEndTest, ANodeThatLeavesIsNotReportedDead) {
   ASSERT_OK(clients[1]->QueryState(Soon()).status());
   clients[1].reset();  // the connection closes
 
-  ClusterState state;
-  for (Deadline deadline = Soon(); Clock::now() < deadline;) {
-    state = server->QueryState();
-    if (!state.nodes[1].alive) break;
-  }
+  ClusterState state = StateOnceGone(*server, 1);
   EXPECT_TRUE(state.nodes[1].left);
   EXPECT_FALSE(state.nodes[1].alive);
   EXPECT_EQ(state.nodes[1].error, "");
