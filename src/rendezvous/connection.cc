@@ -53,9 +53,9 @@ void Connection::ReadMore() {
 }
 
 // Waits for bytes with a read into the connection's own small buffer, not
-// a bare readiness wait: asio re-registers the descriptor with epoll for
-// every wait, but a read completes from the reactor and, when it drained
-// the socket, lets the next read skip its speculative recv.
+// a bare readiness wait: asio re-registers the descriptor with epoll
+// (EPOLL_CTL_MOD) for every wait, while a read is performed by the reactor
+// on the registration it already has, and most frames fit the buffer.
 void Connection::Park() {
   if (state_ == State::kClosed) return;
   socket_.async_receive(asio::buffer(parked_),
