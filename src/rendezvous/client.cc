@@ -364,13 +364,7 @@ Status TcpClientImpl::WriteAll(std::string_view bytes, Deadline deadline, std::s
 
 Status TcpClientImpl::Send(wire::MessageType type, const google::protobuf::MessageLite& body,
                            Deadline deadline) {
-  DROVER_RETURN_IF_ERROR(Broken());
-  MutexLock lock(write_mu_);
-  std::string frame = sealer_ ? sealer_->Seal(type, body) : wire::EncodeFrame(type, body);
-  Status status = WriteAll(frame, deadline, wire::MessageType_Name(type));
-  // Part of a frame may have gone out: nothing can follow it.
-  if (!status.ok()) return MarkBroken(status);
-  return Status::Ok();
+  return SendAll(type, {&body}, deadline);
 }
 
 Status TcpClientImpl::SendAll(wire::MessageType type,
@@ -383,6 +377,7 @@ Status TcpClientImpl::SendAll(wire::MessageType type,
     frames += sealer_ ? sealer_->Seal(type, *body) : wire::EncodeFrame(type, *body);
   }
   Status status = WriteAll(frames, deadline, wire::MessageType_Name(type));
+  // Part of a frame may have gone out: nothing can follow it.
   if (!status.ok()) return MarkBroken(status);
   return Status::Ok();
 }
