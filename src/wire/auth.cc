@@ -4,8 +4,8 @@
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <openssl/kdf.h>
+#include <openssl/params.h>
 #include <openssl/rand.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,6 +13,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -45,11 +46,30 @@ std::string Mac(const Token& token, std::string_view label, std::string_view fir
   std::string message;
   message.reserve(label.size() + first.size() + second.size());
   message.append(label).append(first).append(second);
-  unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned int out_length = 0;
-  HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()),
-       reinterpret_cast<const unsigned char*>(message.data()), message.size(), out, &out_length);
-  return std::string(reinterpret_cast<const char*>(out), out_length);
+  return HmacSha256(token, message);
+}
+
+// One HMAC-SHA256 context per thread, its digest set once; each MAC only
+// keys it. HMAC() would look SHA-256 up in the provider store (under a
+// lock) on every call, which costs more than hashing a small frame.
+EVP_MAC_CTX* ThreadHmac() {
+  struct Context {
+    Context() {
+      EVP_MAC* hmac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+      CheckOpenSsl(hmac != nullptr ? 1 : 0, "EVP_MAC_fetch(HMAC)");
+      ctx = EVP_MAC_CTX_new(hmac);
+      EVP_MAC_free(hmac);  // the context holds its own reference
+      CheckOpenSsl(ctx != nullptr ? 1 : 0, "EVP_MAC_CTX_new");
+      char digest[] = "SHA256";
+      OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+                             OSSL_PARAM_construct_end()};
+      CheckOpenSsl(EVP_MAC_CTX_set_params(ctx, params), "HMAC digest");
+    }
+    ~Context() { EVP_MAC_CTX_free(ctx); }
+    EVP_MAC_CTX* ctx;
+  };
+  thread_local Context context;
+  return context.ctx;
 }
 
 int HexValue(char c) {
@@ -288,6 +308,25 @@ Result<Token> DeriveSessionKey(const Token& credential_key, std::string_view cli
   salt.reserve(client_nonce.size() + server_nonce.size());
   salt.append(client_nonce).append(server_nonce);
   return DeriveKey(AsText(credential_key), salt, kSessionLabel);
+}
+
+void CheckOpenSsl(int ok, const char* what) {
+  if (ok != 1) {
+    std::fprintf(stderr, "drover: OpenSSL %s failed\n", what);
+    std::abort();
+  }
+}
+
+std::string HmacSha256(const Token& key, std::string_view message) {
+  EVP_MAC_CTX* ctx = ThreadHmac();
+  CheckOpenSsl(EVP_MAC_init(ctx, key.data(), key.size(), nullptr), "HMAC-SHA256 init");
+  CheckOpenSsl(
+      EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(message.data()), message.size()),
+      "HMAC-SHA256 update");
+  unsigned char out[EVP_MAX_MD_SIZE];
+  size_t length = 0;
+  CheckOpenSsl(EVP_MAC_final(ctx, out, &length, sizeof(out)), "HMAC-SHA256 final");
+  return std::string(reinterpret_cast<const char*>(out), length);
 }
 
 std::string ClientMac(const Token& token, std::string_view server_nonce,

@@ -49,6 +49,14 @@ std::string TokenToHex(const Token& token);
 // Lower-case hex of arbitrary bytes.
 std::string HexEncode(std::string_view bytes);
 
+// HMAC-SHA256(key, message), 32 bytes: the handshake's proofs and every
+// sealed frame's MAC. Aborts if OpenSSL fails (CheckOpenSsl).
+std::string HmacSha256(const Token& key, std::string_view message);
+// Aborts, naming `what`, unless an OpenSSL call returned 1. For the calls
+// that fail only when out of memory or misconfigured, without which a
+// session cannot go on: a wrong MAC must never be sent.
+void CheckOpenSsl(int ok, const char* what);
+
 // The client's proof: HMAC-SHA256(token, "drover-auth-v1" | server_nonce | client_nonce).
 std::string ClientMac(const Token& token, std::string_view server_nonce,
                       std::string_view client_nonce);

@@ -1,12 +1,8 @@
 #include "wire/session.h"
 
-#include <openssl/core_names.h>
 #include <openssl/evp.h>
-#include <openssl/params.h>
 
 #include <array>
-#include <cstdio>
-#include <cstdlib>
 
 namespace drover::wire {
 namespace {
@@ -15,51 +11,19 @@ void PutLe64(char* out, uint64_t value) {
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((value >> (8 * i)) & 0xff);
 }
 
-// OpenSSL fails these only when out of memory or misconfigured; a session
-// cannot go on without them, and a wrong MAC must never be sent.
-void Check(int ok, const char* what) {
-  if (ok != 1) {
-    std::fprintf(stderr, "drover: OpenSSL %s failed\n", what);
-    std::abort();
-  }
-}
-
-// Fetched once: EVP_sha256() and HMAC() look the algorithm up in the
-// provider store (under a lock) on every use, which costs more than hashing
-// a small frame.
+// Fetched once: EVP_sha256() looks the algorithm up in the provider store
+// (under a lock) on every use, which costs more than hashing a small frame.
 const EVP_MD* Sha256() {
   static EVP_MD* const md = EVP_MD_fetch(nullptr, "SHA256", nullptr);
-  Check(md != nullptr ? 1 : 0, "EVP_MD_fetch(SHA256)");
+  CheckOpenSsl(md != nullptr ? 1 : 0, "EVP_MD_fetch(SHA256)");
   return md;
-}
-
-// One HMAC-SHA256 context per thread, its digest set once; each MAC only
-// keys it (a session key is 32 bytes: no context per connection to keep).
-EVP_MAC_CTX* ThreadHmac() {
-  struct Context {
-    Context() {
-      EVP_MAC* hmac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
-      Check(hmac != nullptr ? 1 : 0, "EVP_MAC_fetch(HMAC)");
-      ctx = EVP_MAC_CTX_new(hmac);
-      EVP_MAC_free(hmac);  // the context holds its own reference
-      Check(ctx != nullptr ? 1 : 0, "EVP_MAC_CTX_new");
-      char digest[] = "SHA256";
-      OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
-                             OSSL_PARAM_construct_end()};
-      Check(EVP_MAC_CTX_set_params(ctx, params), "HMAC digest");
-    }
-    ~Context() { EVP_MAC_CTX_free(ctx); }
-    EVP_MAC_CTX* ctx;
-  };
-  thread_local Context context;
-  return context.ctx;
 }
 
 }  // namespace
 
 BodyDigest::BodyDigest() : ctx_(EVP_MD_CTX_new()) {
-  Check(ctx_ != nullptr ? 1 : 0, "EVP_MD_CTX_new");
-  Check(EVP_DigestInit_ex(ctx_, Sha256(), nullptr), "SHA-256 init");
+  CheckOpenSsl(ctx_ != nullptr ? 1 : 0, "EVP_MD_CTX_new");
+  CheckOpenSsl(EVP_DigestInit_ex(ctx_, Sha256(), nullptr), "SHA-256 init");
 }
 
 BodyDigest::~BodyDigest() {
@@ -67,24 +31,25 @@ BodyDigest::~BodyDigest() {
 }
 
 BodyDigest::BodyDigest(const BodyDigest& other) : ctx_(EVP_MD_CTX_new()) {
-  Check(ctx_ != nullptr ? 1 : 0, "EVP_MD_CTX_new");
-  Check(EVP_MD_CTX_copy_ex(ctx_, other.ctx_), "EVP_MD_CTX_copy_ex");
+  CheckOpenSsl(ctx_ != nullptr ? 1 : 0, "EVP_MD_CTX_new");
+  CheckOpenSsl(EVP_MD_CTX_copy_ex(ctx_, other.ctx_), "EVP_MD_CTX_copy_ex");
 }
 
 BodyDigest& BodyDigest::operator=(const BodyDigest& other) {
-  if (this != &other) Check(EVP_MD_CTX_copy_ex(ctx_, other.ctx_), "EVP_MD_CTX_copy_ex");
+  if (this != &other) CheckOpenSsl(EVP_MD_CTX_copy_ex(ctx_, other.ctx_), "EVP_MD_CTX_copy_ex");
   return *this;
 }
 
 void BodyDigest::Update(std::string_view bytes) {
-  if (!bytes.empty()) Check(EVP_DigestUpdate(ctx_, bytes.data(), bytes.size()), "SHA-256 update");
+  if (!bytes.empty())
+    CheckOpenSsl(EVP_DigestUpdate(ctx_, bytes.data(), bytes.size()), "SHA-256 update");
 }
 
 std::string BodyDigest::Finish() const {
   BodyDigest copy(*this);
   unsigned char out[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
-  Check(EVP_DigestFinal_ex(copy.ctx_, out, &length), "SHA-256 final");
+  CheckOpenSsl(EVP_DigestFinal_ex(copy.ctx_, out, &length), "SHA-256 final");
   return std::string(reinterpret_cast<const char*>(out), length);
 }
 
@@ -96,14 +61,7 @@ std::string FrameMac(const Token& session_key, Direction direction, uint64_t seq
   header.copy(message.data() + 1 + kSequenceBytes, kHeaderBytes);
   std::string digest = body.Finish();
   digest.copy(message.data() + 1 + kSequenceBytes + kHeaderBytes, 32);
-  EVP_MAC_CTX* ctx = ThreadHmac();
-  Check(EVP_MAC_init(ctx, session_key.data(), session_key.size(), nullptr), "HMAC-SHA256 init");
-  Check(EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(message.data()), message.size()),
-        "HMAC-SHA256 update");
-  unsigned char out[EVP_MAX_MD_SIZE];
-  size_t length = 0;
-  Check(EVP_MAC_final(ctx, out, &length, sizeof(out)), "HMAC-SHA256 final");
-  return std::string(reinterpret_cast<const char*>(out), length);
+  return HmacSha256(session_key, std::string_view(message.data(), message.size()));
 }
 
 std::string FrameSealer::Trailer(std::string_view header, const BodyDigest& body) {
