@@ -75,6 +75,19 @@ py::dict StateDict(const ClusterState& state) {
   return out;
 }
 
+// A node this process registers (its pid is this process's).
+NodeInfo LocalNode(std::string executor_id, std::string host, std::vector<uint32_t> ports,
+                   std::vector<int32_t> gpus, std::string agent_address) {
+  NodeInfo node;
+  node.executor_id = std::move(executor_id);
+  node.host = std::move(host);
+  node.ports = std::move(ports);
+  node.pid = static_cast<int32_t>(::getpid());
+  node.gpus = std::move(gpus);
+  node.agent_address = std::move(agent_address);
+  return node;
+}
+
 template <typename T, typename F>
 T WithoutGil(F&& call) {
   Result<T> result = [&] {
@@ -208,13 +221,8 @@ void BindClient(py::module_& m) {
           [](RendezvousClient& client, const std::string& executor_id, const std::string& host,
              std::vector<uint32_t> ports, std::vector<int32_t> gpus,
              const std::string& agent_address, double timeout) {
-            NodeInfo node;
-            node.executor_id = executor_id;
-            node.host = host;
-            node.ports = std::move(ports);
-            node.pid = static_cast<int32_t>(::getpid());
-            node.gpus = std::move(gpus);
-            node.agent_address = agent_address;
+            NodeInfo node =
+                LocalNode(executor_id, host, std::move(ports), std::move(gpus), agent_address);
             return ClusterDict(
                 WithoutGil<FormedCluster>([&] { return client.Register(node, After(timeout)); }));
           },
@@ -226,16 +234,13 @@ void BindClient(py::module_& m) {
           [](RendezvousClient& client, const std::vector<py::dict>& nodes, double timeout) {
             std::vector<NodeInfo> infos;
             for (const py::dict& entry : nodes) {
-              NodeInfo node;
-              node.executor_id = entry["executor_id"].cast<std::string>();
-              node.host = entry["host"].cast<std::string>();
-              node.ports = entry["ports"].cast<std::vector<uint32_t>>();
-              node.pid = static_cast<int32_t>(::getpid());
-              if (entry.contains("gpus")) node.gpus = entry["gpus"].cast<std::vector<int32_t>>();
-              if (entry.contains("agent_address")) {
-                node.agent_address = entry["agent_address"].cast<std::string>();
-              }
-              infos.push_back(std::move(node));
+              infos.push_back(LocalNode(
+                  entry["executor_id"].cast<std::string>(), entry["host"].cast<std::string>(),
+                  entry["ports"].cast<std::vector<uint32_t>>(),
+                  entry.contains("gpus") ? entry["gpus"].cast<std::vector<int32_t>>()
+                                         : std::vector<int32_t>{},
+                  entry.contains("agent_address") ? entry["agent_address"].cast<std::string>()
+                                                  : std::string()));
             }
             std::vector<FormedCluster> formed = WithoutGil<std::vector<FormedCluster>>(
                 [&] { return client.RegisterHost(infos, After(timeout)); });
