@@ -107,7 +107,7 @@ void Control::HandleStopAll(Peer& peer) {
 void Control::HandleLeave(Peer& peer, const wire::Control& control) {
   // A host's agent names the node that finished; a node's connection is it.
   const std::string& id = peer.host ? control.executor_id() : peer.executor_id;
-  NodeRecord* node = id.empty() || !peer.Carries(id) ? nullptr : table_.Find(id);
+  NodeRecord* node = peer.Carries(id) ? table_.Find(id) : nullptr;
   if (node == nullptr || node->connection != peer.id()) {
     context_.Log("LEAVE from " + peer.address() + ", which is no registered node");
     return;

@@ -278,7 +278,8 @@ Result<FormedCluster> Server::WaitForCluster(Deadline deadline) {
           return outcome_.has_value();
         })) {
       if (!outcome_->ok()) return outcome_->status();
-      return FormedCluster(***outcome_);  // the caller's own copy
+      const std::shared_ptr<const FormedCluster>& formed = **outcome_;
+      return FormedCluster(*formed);  // the caller's own copy
     }
   }
   ClusterState state = QueryState();
