@@ -2,9 +2,10 @@
 // handlers see. It reads and frames its bytes (wire::FrameReader: the 1 KiB
 // limit until the handshake completes, max_frame_bytes after), checks sealed
 // frames, writes what is queued in one gather write (a shared body straight
-// from its buffer), and runs its own deadline timer: the handshake, a frame once started,
-// and the drain after an ERROR frame. A bad frame ends this connection
-// only. Every complete frame goes to its ConnectionHost (the server).
+// from its buffer), and runs its own deadline timer: the handshake, a frame
+// once started, and the drain after an ERROR frame. A bad frame ends this
+// connection only. Every complete frame goes to its ConnectionHost (the
+// server).
 //
 // Called only on the server's event loop. Owned by the host's connection
 // map and by its own pending handlers (shared_from_this), so a handler never
