@@ -210,8 +210,23 @@ def write_context(args, ctx):
         "hdfs": TFNode.hdfs_path(ctx, "/data"), "mgr": type(ctx.mgr).__name__,
         "tmp_socket": ctx.tmp_socket is None, "port": ctx.port,
     }
-    with open(os.path.join(args, "%d.json" % ctx.executor_id), "w") as out:
+    path = os.path.join(args, "%d.json" % ctx.executor_id)
+    with open(path + ".part", "w") as out:
         json.dump(record, out)
+    os.rename(path + ".part", path)
+    if ctx.job_name != "ps":
+        # The ps is stopped once the others are done, as in TensorFlowOnSpark:
+        # wait until it has written its record, so a slow start cannot lose it.
+        wait_for_file(os.path.join(args, "0.json"), "the ps's record")
+
+
+def wait_for_file(path, what, timeout=60):
+    import time
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError("waited %d s for %s (%s)" % (timeout, what, path))
+        time.sleep(0.05)
 
 
 def test_node_context_is_tensorflowonspark_s(tmp_path, mark):
