@@ -570,6 +570,10 @@ Measurement Median(int count, Server kind, const drover::ClusterToken& token,
 // The naive server sends N x N bytes: past this many nodes it is not run.
 constexpr int kNaiveLimit = 10'000;
 
+constexpr const char* kUsage =
+    "usage: rendezvous_bench [--node-list auto|always|never] [--nodes-per-host K] [--reps R] "
+    "[N ...]";
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -591,7 +595,17 @@ int main(int argc, char** argv) {
       node_list = static_cast<wire::NodeList>(*parsed);  // NodeList's values are the wire's
       continue;
     }
-    counts.push_back(std::atoi(argv[i]));
+    char* end = nullptr;
+    long count = std::strtol(arg.c_str(), &end, 10);
+    if (arg == "--help" || arg == "-h") {
+      std::puts(kUsage);
+      return 0;
+    }
+    if (end == arg.c_str() || *end != '\0' || count <= 0 || count > 10'000'000) {
+      std::fprintf(stderr, "rendezvous_bench: not a node count: %s\n%s\n", arg.c_str(), kUsage);
+      return 2;
+    }
+    counts.push_back(static_cast<int>(count));
   }
   if (counts.empty()) counts = {8, 1000, 4000};
   for (int count : counts) {
