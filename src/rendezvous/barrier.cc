@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 #include <vector>
@@ -92,7 +93,8 @@ void Barrier::Rejoin(Peer& peer, const std::string& executor_id) {
   node->last_seen = Clock::now();
   peer.Claim(executor_id);
   Acknowledge(peer);
-  SendCluster(*node);
+  // A node whose batch has not gone out yet gets the cluster with it.
+  if (node->slot < unsent_from_) SendCluster(*node);
 }
 
 void Barrier::Reserve(Peer& peer, const wire::NodeInfo& request) {
@@ -245,7 +247,9 @@ void Barrier::FormCluster() {
   if (with_list > 0 && NodeListEncoding() == nullptr) return;
 
   table_.set_formed();
-  for (const NodeRecord& node : table_.nodes()) SendCluster(node);
+  unsent_from_ = 0;
+  ++send_generation_;
+  SendClusterBatch(send_generation_);
   context_.Log(
       "cluster " + cluster_id_ + " formed with " + std::to_string(table_.size()) + " nodes (" +
       std::to_string(with_list) +
@@ -253,8 +257,19 @@ void Barrier::FormCluster() {
       std::to_string(node_list_.compressed_bytes) + " compressed; " +
       std::to_string(
           std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count()) +
-      " us to encode and queue)");
+      " us to encode, and to queue the first " + std::to_string(unsent_from_) + ")");
   context_.Publish(formed_);
+}
+
+void Barrier::SendClusterBatch(uint64_t generation) {
+  if (generation != send_generation_ || table_.phase() != Phase::kFormed) return;
+  const std::vector<NodeRecord>& nodes = table_.nodes();
+  const size_t end = std::min(nodes.size(), unsent_from_ + kClusterSendBatch);
+  // Advanced first: a node that rejoins from here on is sent the cluster
+  // by Rejoin, on its new connection, and not again by a later batch.
+  const size_t begin = std::exchange(unsent_from_, end);
+  for (size_t i = begin; i < end; ++i) SendCluster(nodes[i]);
+  if (end < nodes.size()) context_.Post([this, generation] { SendClusterBatch(generation); });
 }
 
 void Barrier::SendCluster(const NodeRecord& node) {

@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "rendezvous/server_fakes.h"
 #include "testing/status_matchers.h"
@@ -185,6 +187,52 @@ TEST_F(BarrierTest, AfterTheBarrierAMemberRejoinsAndOthersAreTooLate) {
   EXPECT_EQ(dead.rejection->message,
             "cluster already formed with 2 nodes; executor 1 was declared dead: executor 1 "
             "(worker:1): connection closed");
+}
+
+// A large cluster goes out a batch per turn of the loop; a member that
+// reconnects before its batch gets the cluster once, on its new connection.
+TEST_F(BarrierTest, ALargeClusterGoesOutInBatchesEachNodeOnce) {
+  constexpr int kNodes = 2'500;  // two full batches of 1,024 and part of a third
+  Start(kNodes);
+  std::vector<FakePeer*> peers;
+  for (int i = 0; i < kNodes; ++i) peers.push_back(&Register(i + 1, std::to_string(i)));
+  ASSERT_EQ(table_->phase(), Phase::kFormed);
+  ASSERT_TRUE(context_.outcome().has_value());
+  EXPECT_EQ(peers[1'023]->Count(wire::CLUSTER), 1u);
+  EXPECT_EQ(peers[1'024]->Count(wire::CLUSTER), 0u);
+  ASSERT_EQ(context_.posted.size(), 1u);
+
+  FakePeer& again = Register(kNodes + 1, "2400");  // its batch is still to come
+  EXPECT_TRUE(peers[2'400]->closed);
+  EXPECT_EQ(again.Count(wire::CLUSTER), 0u);
+  FakePeer& early = Register(kNodes + 2, "5");  // its batch went out
+  EXPECT_EQ(early.Count(wire::CLUSTER), 1u);
+
+  context_.RunPosted();
+  for (int i = 0; i < kNodes; ++i) {
+    if (i == 2'400 || i == 5) continue;
+    ASSERT_EQ(peers[i]->Count(wire::CLUSTER), 1u) << "executor " << i;
+    EXPECT_EQ(peers[i]->Last<wire::Cluster>(wire::CLUSTER)->position(), static_cast<uint32_t>(i));
+  }
+  EXPECT_EQ(peers[2'400]->Count(wire::CLUSTER), 0u);
+  ASSERT_EQ(again.Count(wire::CLUSTER), 1u);
+  EXPECT_EQ(again.Last<wire::Cluster>(wire::CLUSTER)->position(), 2'400u);
+  EXPECT_EQ(early.Count(wire::CLUSTER), 1u);
+}
+
+TEST_F(BarrierTest, ANewRoundStopsTheLastRoundsBatches) {
+  constexpr int kNodes = 1'100;
+  Start(kNodes, /*elastic=*/true);
+  std::vector<FakePeer*> peers;
+  for (int i = 0; i < kNodes; ++i) peers.push_back(&Register(i + 1, std::to_string(i)));
+  ASSERT_EQ(context_.posted.size(), 1u);
+  ClusterTemplate next;
+  next.num_nodes = 2;
+  table_->Reset(next);
+  barrier_->Reform("c1-1", 1, "a node left", {}, /*hold=*/false);
+  context_.RunPosted();
+  EXPECT_EQ(peers[1'050]->Count(wire::CLUSTER), 0u);
+  EXPECT_EQ(table_->phase(), Phase::kReserving);
 }
 
 TEST_F(BarrierTest, TheReservationTimeoutNamesTheRegisteredAndTheMissing) {

@@ -151,6 +151,7 @@ class Server : public ConnectionHost, public ServerContext {
   void Report(const NodeEvent& event) override;
   Peer* FindPeer(uint64_t id) override;
   void Publish(Result<std::shared_ptr<const FormedCluster>> outcome) override;
+  void Post(std::function<void()> task) override { asio::post(io_, std::move(task)); }
 
  private:
   // Runs `fn` on the loop and returns its value, or `fallback` once the loop

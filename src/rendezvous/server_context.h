@@ -10,6 +10,7 @@
 #define DROVER_SRC_RENDEZVOUS_SERVER_CONTEXT_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -33,6 +34,9 @@ class ServerContext {
   // first outcome counts. Shared with the barrier, which sends from it: at
   // 100,000 nodes a second copy is 50 MB.
   virtual void Publish(Result<std::shared_ptr<const FormedCluster>> outcome) = 0;
+  // Runs `task` on the loop after what is already queued (the writes that
+  // sends this turn set off): work done a part at a time.
+  virtual void Post(std::function<void()> task) = 0;
 };
 
 }  // namespace drover::rendezvous_internal

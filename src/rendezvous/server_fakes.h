@@ -138,6 +138,16 @@ class FakeContext : public ServerContext {
     }
   }
 
+  // Queued; RunPosted runs them, as the loop would after this turn.
+  void Post(std::function<void()> task) override { posted.push_back(std::move(task)); }
+  void RunPosted() {
+    while (!posted.empty()) {
+      std::function<void()> task = std::move(posted.front());
+      posted.erase(posted.begin());
+      task();
+    }
+  }
+
   // A new open peer with id `id`, owned by the context.
   FakePeer& AddPeer(uint64_t id) {
     auto [it, added] = peers_.emplace(id, std::make_unique<FakePeer>(id));
@@ -154,6 +164,7 @@ class FakeContext : public ServerContext {
   std::vector<std::string> log;
   std::vector<NodeEvent> events;
   int publications = 0;
+  std::vector<std::function<void()>> posted;
 
  private:
   std::map<uint64_t, std::unique_ptr<FakePeer>> peers_;
