@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <memory>
 
 #include "rendezvous/node_info_codec.h"
 
@@ -23,8 +24,10 @@ void Liveness::HandleHeartbeat(Peer& peer, const wire::Heartbeat& heartbeat) {
   if (node == nullptr || node->connection != peer.id()) return;
   node->last_seen = Clock::now();
   node->program_pid = heartbeat.program_pid();
-  if (heartbeat.has_feed()) node->feed = FeedProgressFromWire(heartbeat.feed());
-  node->metrics = MetricsFromWire(heartbeat.metrics());
+  if (!node->report && !heartbeat.has_feed() && heartbeat.metrics().empty()) return;
+  if (!node->report) node->report = std::make_unique<HeartbeatReport>();
+  if (heartbeat.has_feed()) node->report->feed = FeedProgressFromWire(heartbeat.feed());
+  node->report->metrics = MetricsFromWire(heartbeat.metrics());
 }
 
 void Liveness::CheckHeartbeats(Clock::time_point now) {

@@ -61,8 +61,22 @@ TEST_F(LivenessTest, AHeartbeatRecordsLifeAndWhatTheAgentKnows) {
   NodeRecord* node = table_.Find("0");
   EXPECT_GE(node->last_seen, start_);
   EXPECT_EQ(node->program_pid, 77);
-  ASSERT_TRUE(node->feed.has_value());
-  EXPECT_EQ(node->feed->records, 5u);
+  ASSERT_NE(node->report, nullptr);
+  ASSERT_TRUE(node->report->feed.has_value());
+  EXPECT_EQ(node->report->feed->records, 5u);
+
+  // A node that reports nothing but life keeps no report.
+  liveness_.HandleHeartbeat(one_, wire::Heartbeat());
+  EXPECT_EQ(table_.Find("1")->report, nullptr);
+  // Metrics without feed progress keep the progress already reported.
+  wire::Heartbeat metrics;
+  wire::Metric* loss = metrics.add_metrics();
+  loss->set_name("loss");
+  loss->set_value(0.5);
+  liveness_.HandleHeartbeat(zero_, metrics);
+  ASSERT_EQ(node->report->metrics.size(), 1u);
+  EXPECT_EQ(node->report->metrics[0].name, "loss");
+  EXPECT_EQ(node->report->feed->records, 5u);
 }
 
 TEST_F(LivenessTest, AHeartbeatFromAConnectionWithoutTheSlotIsIgnored) {

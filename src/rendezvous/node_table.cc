@@ -214,8 +214,10 @@ ClusterState NodeTable::State(Clock::time_point now) const {
     status.error = node.error;
     status.last_log_lines = node.last_log_lines;
     status.program_pid = node.program_pid;
-    status.feed = node.feed;
-    status.metrics = node.metrics;
+    if (node.report) {
+      status.feed = node.report->feed;
+      status.metrics = node.report->metrics;
+    }
     state.nodes.push_back(std::move(status));
   }
   return state;
