@@ -41,6 +41,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -465,6 +466,12 @@ struct ServerProcess {
   uint16_t port = 0;
 };
 
+// A server child goes when the bench does, even when the bench is killed.
+void DieWithParent() {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() == 1) ::_exit(1);
+}
+
 ServerProcess ForkNaiveServer(int count, int per_host, bool own_only) {
   int listen_fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   int one = 1;
@@ -479,7 +486,10 @@ ServerProcess ForkNaiveServer(int count, int per_host, bool own_only) {
   socklen_t length = sizeof(address);
   ::getsockname(listen_fd, reinterpret_cast<sockaddr*>(&address), &length);
   pid_t pid = ::fork();
-  if (pid == 0) RunNaiveServer(listen_fd, count, per_host, own_only);
+  if (pid == 0) {
+    DieWithParent();
+    RunNaiveServer(listen_fd, count, per_host, own_only);
+  }
   ::close(listen_fd);
   return {pid, ntohs(address.sin_port)};
 }
@@ -489,6 +499,7 @@ ServerProcess ForkDroverServer(int count, const drover::ClusterToken& token) {
   if (::pipe(pipe_fds) != 0) Die("pipe");
   pid_t pid = ::fork();
   if (pid == 0) {
+    DieWithParent();
     drover::RendezvousServerOptions options;
     options.bind_address = "127.0.0.1";
     options.token = token;
