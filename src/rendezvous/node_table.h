@@ -110,7 +110,6 @@ class NodeTable {
   // Room for the template's nodes up front: growing a table of 100,000
   // records step by step moves each several times, into fresh pages.
   void Reserve();
-  void RebuildIndex();
 
   ClusterTemplate cluster_;
   Phase phase_ = Phase::kReserving;

@@ -62,6 +62,16 @@ TEST(NodeTableTest, RemoveForgetsOneRegistration) {
   ASSERT_NE(table.Find("2"), nullptr);
   EXPECT_EQ(table.Find("2")->info.executor_id, "2");
   EXPECT_THAT(Ids(table), ElementsAre("1", "2"));
+
+  // From the middle: the records after it are still found, in order.
+  for (const char* id : {"3", "4"}) table.Register(TestNode(id), 1, Clock::now());
+  table.Remove("2");
+  EXPECT_THAT(Ids(table), ElementsAre("1", "3", "4"));
+  for (const char* id : {"1", "3", "4"}) {
+    ASSERT_NE(table.Find(id), nullptr) << id;
+    EXPECT_EQ(table.Find(id)->info.executor_id, id);
+  }
+  EXPECT_EQ(table.Find("2"), nullptr);
 }
 
 TEST(NodeTableTest, SlotsGoToIntegerIdsInNumericOrderThenToTheOthers) {
