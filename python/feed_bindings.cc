@@ -480,7 +480,7 @@ class PyDataFeed {
     out["feed"] = position->feed;
     out["record"] = position->record;
     out["done"] = position->done;
-    return std::move(out);
+    return out;
   }
 
   void Terminate() {
