@@ -260,6 +260,10 @@ void BindClient(py::module_& m) {
           py::arg("executor_id"))
       .def("start_heartbeats",
            [](RendezvousClient& client, double interval) { client.StartHeartbeats(Ms(interval)); })
+      .def("start_host_heartbeats",
+           [](RendezvousClient& client, double interval) {
+             Check(client.StartHostHeartbeats(Ms(interval)));
+           })
       .def(
           "report_error",
           [](RendezvousClient& client, const std::string& executor_id, const std::string& message,

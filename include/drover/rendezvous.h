@@ -154,6 +154,12 @@ struct HeartbeatPayload {
   std::vector<MetricValue> metrics;  // the program's reports, each name's last
 };
 
+// One node's payload in a host's heartbeat (RendezvousClient::StartHostHeartbeats).
+struct NodeHeartbeat {
+  std::string executor_id;
+  HeartbeatPayload payload;
+};
+
 struct NodeStatus {
   NodeInfo node;
   int32_t program_pid = 0;           // from the last heartbeat
@@ -392,6 +398,13 @@ class RendezvousClient {
   // before each heartbeat and must be thread-safe. Called again, it takes the
   // new interval (and payload, when given) and sends one heartbeat at once.
   void StartHeartbeats(Milliseconds interval, std::function<HeartbeatPayload()> payload = {});
+  // A host's heartbeats, after RegisterHost: as StartHeartbeats, with one
+  // payload per node, by executor id. Each heartbeat counts for every node
+  // the connection carries, whether `payloads` names it or not; a payload
+  // for a node the connection does not carry is ignored by the server.
+  // kFailedPrecondition before RegisterHost succeeded, and through etcd.
+  Status StartHostHeartbeats(Milliseconds interval,
+                             std::function<std::vector<NodeHeartbeat>()> payloads = {});
 
   Status ReportError(const std::string& executor_id, const std::string& message,
                      const std::vector<std::string>& last_log_lines);
@@ -401,7 +414,8 @@ class RendezvousClient {
   // next is not reported as a death. With a heartbeat payload, one last
   // heartbeat goes first, so the server keeps the node's final counts.
   Status Leave();
-  // A host connection's Leave: `executor_id`'s program finished.
+  // A host connection's Leave: `executor_id`'s program finished. With host
+  // heartbeat payloads, one last heartbeat goes first, as for Leave.
   Status LeaveNode(const std::string& executor_id);
 
   // Whether the server told this node to stop, waiting up to `deadline`, or

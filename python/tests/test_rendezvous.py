@@ -74,6 +74,8 @@ def test_a_hosts_agent_registers_its_nodes_on_one_connection(token):
     thread = threading.Thread(target=single)
     thread.start()
     host = drover.RendezvousClient(address, token, timeout=30, node_list="never")
+    with pytest.raises(Exception, match="call RegisterHost first"):
+        host.start_host_heartbeats(0.05)
     views = host.register_host([
         {"executor_id": "1", "host": "127.0.0.1", "ports": [30001]},
         {"executor_id": "0", "host": "127.0.0.1", "ports": [30000], "gpus": [0]},
@@ -82,6 +84,7 @@ def test_a_hosts_agent_registers_its_nodes_on_one_connection(token):
     assert [v["nodes"][0]["executor_id"] for v in views] == ["1", "0"]
     assert [v["job_name"] for v in views] == ["worker", "chief"]
     assert all(v["node_count"] == 3 for v in views)
+    host.start_host_heartbeats(0.05)
     host.leave_node("1")
     state = host.query_state()
     assert [n["left"] for n in state["nodes"]] == [False, True, False]

@@ -247,6 +247,8 @@ class TcpClientImpl {
   Result<std::vector<FormedCluster>> RegisterHost(const std::vector<NodeInfo>& nodes,
                                                   Deadline deadline);
   void StartHeartbeats(Milliseconds interval, std::function<HeartbeatPayload()> payload);
+  Status StartHostHeartbeats(Milliseconds interval,
+                             std::function<std::vector<NodeHeartbeat>()> payloads);
   // One heartbeat now, with the payload's latest values (none without one).
   Status SendFinalHeartbeat();
   Status SendControl(wire::Control control);
@@ -304,6 +306,9 @@ class TcpClientImpl {
   // ("executor 3") is for the errors.
   Result<FormedCluster> AwaitCluster(Deadline deadline, const std::string& who);
 
+  // Adds the caller's payload to a heartbeat, on the heartbeat thread.
+  using HeartbeatFiller = std::function<void(wire::Heartbeat*)>;
+  void StartHeartbeatLoop(Milliseconds interval, HeartbeatFiller filler);
   void HeartbeatLoop();
 
   const RendezvousClientOptions options_;
@@ -317,6 +322,7 @@ class TcpClientImpl {
   uint64_t next_request_id_ = 1;
   uint32_t registered_ = 0;
   uint32_t expected_ = 0;
+  bool host_ = false;  // RegisterHost succeeded: a host connection
 
   std::atomic<bool> stop_received_{false};
   // A REFORM not yet taken by WaitForInstruction (caller's thread only).
@@ -333,7 +339,7 @@ class TcpClientImpl {
   bool stopping_ GUARDED_BY(heartbeat_mu_) = false;
   bool send_now_ GUARDED_BY(heartbeat_mu_) = false;  // StartHeartbeats called again
   Milliseconds heartbeat_interval_ GUARDED_BY(heartbeat_mu_){1000};
-  std::function<HeartbeatPayload()> heartbeat_payload_ GUARDED_BY(heartbeat_mu_);
+  HeartbeatFiller heartbeat_filler_ GUARDED_BY(heartbeat_mu_);
   std::thread heartbeat_thread_;  // started once, by the caller's thread
 };
 
@@ -679,6 +685,7 @@ Result<std::vector<FormedCluster>> TcpClientImpl::RegisterHost(const std::vector
   std::vector<FormedCluster> clusters;
   clusters.reserve(nodes.size());
   for (std::optional<FormedCluster>& formed : received) clusters.push_back(std::move(*formed));
+  host_ = true;
   return clusters;
 }
 
@@ -715,7 +722,9 @@ Result<FormedCluster> TcpClientImpl::AwaitCluster(Deadline deadline, const std::
 
 namespace {
 
-void AddPayload(const HeartbeatPayload& payload, wire::Heartbeat* heartbeat) {
+// A Heartbeat or a NodeHeartbeat: the same payload fields.
+template <typename Message>
+void AddPayload(const HeartbeatPayload& payload, Message* heartbeat) {
   heartbeat->set_program_pid(payload.program_pid);
   if (payload.feed) {
     *heartbeat->mutable_feed() = rendezvous_internal::FeedProgressToWire(*payload.feed);
@@ -727,10 +736,40 @@ void AddPayload(const HeartbeatPayload& payload, wire::Heartbeat* heartbeat) {
 
 void TcpClientImpl::StartHeartbeats(Milliseconds interval,
                                     std::function<HeartbeatPayload()> payload) {
+  HeartbeatFiller filler;
+  if (payload) {
+    filler = [payload = std::move(payload)](wire::Heartbeat* heartbeat) {
+      AddPayload(payload(), heartbeat);
+    };
+  }
+  StartHeartbeatLoop(interval, std::move(filler));
+}
+
+Status TcpClientImpl::StartHostHeartbeats(Milliseconds interval,
+                                          std::function<std::vector<NodeHeartbeat>()> payloads) {
+  if (!host_) {
+    return Status::FailedPrecondition(
+        "host heartbeats are a host connection's: call RegisterHost first");
+  }
+  HeartbeatFiller filler;
+  if (payloads) {
+    filler = [payloads = std::move(payloads)](wire::Heartbeat* heartbeat) {
+      for (const NodeHeartbeat& node : payloads()) {
+        wire::NodeHeartbeat* entry = heartbeat->add_nodes();
+        entry->set_executor_id(node.executor_id);
+        AddPayload(node.payload, entry);
+      }
+    };
+  }
+  StartHeartbeatLoop(interval, std::move(filler));
+  return Status::Ok();
+}
+
+void TcpClientImpl::StartHeartbeatLoop(Milliseconds interval, HeartbeatFiller filler) {
   {
     MutexLock lock(heartbeat_mu_);
     heartbeat_interval_ = std::max(interval, Milliseconds(1));
-    if (payload) heartbeat_payload_ = std::move(payload);
+    if (filler) heartbeat_filler_ = std::move(filler);
   }
   if (heartbeat_thread_.joinable()) {
     {
@@ -750,9 +789,9 @@ void TcpClientImpl::HeartbeatLoop() {
     send_now_ = false;
     wire::Heartbeat heartbeat;
     heartbeat.set_sequence(++sequence);
-    std::function<HeartbeatPayload()> payload = heartbeat_payload_;
+    HeartbeatFiller filler = heartbeat_filler_;
     lock.Unlock();
-    if (payload) AddPayload(payload(), &heartbeat);
+    if (filler) filler(&heartbeat);
     Status sent = Send(wire::HEARTBEAT, heartbeat, Clock::now() + kSendTimeout);
     lock.Lock();
     // A broken connection is reported to the caller by its next call.
@@ -765,14 +804,14 @@ void TcpClientImpl::HeartbeatLoop() {
 }
 
 Status TcpClientImpl::SendFinalHeartbeat() {
-  std::function<HeartbeatPayload()> payload;
+  HeartbeatFiller filler;
   {
     MutexLock lock(heartbeat_mu_);
-    payload = heartbeat_payload_;
+    filler = heartbeat_filler_;
   }
-  if (!payload) return Status::Ok();
+  if (!filler) return Status::Ok();
   wire::Heartbeat heartbeat;
-  AddPayload(payload(), &heartbeat);
+  filler(&heartbeat);
   return Send(wire::HEARTBEAT, heartbeat, Clock::now() + kSendTimeout);
 }
 
@@ -890,6 +929,8 @@ class TcpBackend final : public RendezvousClient::Backend {
   Result<std::vector<FormedCluster>> RegisterHost(const std::vector<NodeInfo>& nodes,
                                                   Deadline deadline) override;
   void StartHeartbeats(Milliseconds interval, std::function<HeartbeatPayload()> payload) override;
+  Status StartHostHeartbeats(Milliseconds interval,
+                             std::function<std::vector<NodeHeartbeat>()> payloads) override;
   Status ReportError(const std::string& executor_id, const std::string& message,
                      const std::vector<std::string>& last_log_lines) override;
   Result<ClusterState> QueryState(Deadline deadline) override;
@@ -1014,6 +1055,11 @@ void TcpBackend::StartHeartbeats(Milliseconds interval, std::function<HeartbeatP
   impl_->StartHeartbeats(interval, std::move(payload));
 }
 
+Status TcpBackend::StartHostHeartbeats(Milliseconds interval,
+                                       std::function<std::vector<NodeHeartbeat>()> payloads) {
+  return impl_->StartHostHeartbeats(interval, std::move(payloads));
+}
+
 Status TcpBackend::ReportError(const std::string& executor_id, const std::string& message,
                                const std::vector<std::string>& last_log_lines) {
   wire::Control control;
@@ -1043,6 +1089,7 @@ Status TcpBackend::Leave() {
 }
 
 Status TcpBackend::LeaveNode(const std::string& executor_id) {
+  DROVER_RETURN_IF_ERROR(impl_->SendFinalHeartbeat());
   wire::Control control;
   control.set_kind(wire::Control::LEAVE);
   control.set_executor_id(executor_id);
@@ -1142,6 +1189,11 @@ Result<FormedCluster> RendezvousClient::Register(const NodeInfo& node, Deadline 
 void RendezvousClient::StartHeartbeats(Milliseconds interval,
                                        std::function<HeartbeatPayload()> payload) {
   backend_->StartHeartbeats(interval, std::move(payload));
+}
+
+Status RendezvousClient::StartHostHeartbeats(Milliseconds interval,
+                                             std::function<std::vector<NodeHeartbeat>()> payloads) {
+  return backend_->StartHostHeartbeats(interval, std::move(payloads));
 }
 
 Status RendezvousClient::ReportError(const std::string& executor_id, const std::string& message,

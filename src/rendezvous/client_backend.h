@@ -24,6 +24,8 @@ class RendezvousClient::Backend {
                                                           Deadline deadline) = 0;
   virtual void StartHeartbeats(Milliseconds interval,
                                std::function<HeartbeatPayload()> payload) = 0;
+  virtual Status StartHostHeartbeats(Milliseconds interval,
+                                     std::function<std::vector<NodeHeartbeat>()> payloads) = 0;
   virtual Status ReportError(const std::string& executor_id, const std::string& message,
                              const std::vector<std::string>& last_log_lines) = 0;
   virtual Result<ClusterState> QueryState(Deadline deadline) = 0;

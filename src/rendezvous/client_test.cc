@@ -13,6 +13,7 @@
 #include <zlib.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -1225,6 +1226,52 @@ TEST(RendezvousEndToEndTest, HostConnectionsCarryEachHostsNodes) {
   EXPECT_EQ(state.nodes[3].error, "executor 3 (worker:2): connection closed");
   EXPECT_TRUE(state.nodes[0].alive);
   EXPECT_TRUE(state.nodes[1].alive);
+}
+
+// A host's heartbeats carry each of its nodes' payload, and LeaveNode sends
+// the last ones before the LEAVE.
+TEST(RendezvousEndToEndTest, AHostsHeartbeatsCarryEachNodesPayload) {
+  RendezvousServerOptions options;
+  options.cluster.num_nodes = 2;
+  auto server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  ASSERT_OK_AND_ASSIGN(auto host,
+                       RendezvousClient::Connect(Options(ServerAddress(*server)), Soon()));
+  EXPECT_THAT(host->StartHostHeartbeats(Milliseconds(10)),
+              StatusIs(Status::Code::kFailedPrecondition, HasSubstr("call RegisterHost first")));
+  ASSERT_OK(host->RegisterHost({Node(0), Node(1)}, Soon()).status());
+  std::atomic<uint64_t> records{10};
+  ASSERT_OK(host->StartHostHeartbeats(Milliseconds(10), [&] {
+    std::vector<NodeHeartbeat> nodes(2);
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      nodes[i].executor_id = std::to_string(i);
+      nodes[i].payload.program_pid = 500 + static_cast<int32_t>(i);
+    }
+    FeedProgress feed;
+    feed.records = records.load();
+    nodes[1].payload.feed = feed;
+    return nodes;
+  }));
+
+  ClusterState state;
+  for (Deadline deadline = Soon(); Clock::now() < deadline;) {
+    state = server->QueryState();
+    if (state.nodes.size() == 2 && state.nodes[1].feed) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(state.nodes[1].feed.has_value());
+  EXPECT_EQ(state.nodes[0].program_pid, 500);
+  EXPECT_EQ(state.nodes[1].program_pid, 501);
+  EXPECT_FALSE(state.nodes[0].feed.has_value());
+
+  records = 777;
+  ASSERT_OK(host->LeaveNode("1"));
+  ASSERT_OK(host->QueryState(Soon()).status());  // orders the LEAVE first
+  state = server->QueryState();
+  EXPECT_TRUE(state.nodes[1].left);
+  ASSERT_TRUE(state.nodes[1].feed.has_value());
+  EXPECT_EQ(state.nodes[1].feed->records, 777u);
+  EXPECT_TRUE(state.nodes[0].alive);
 }
 
 TEST(RendezvousEndToEndTest, AHostRegistersWithTheClusterTokenAndDistinctNodes) {

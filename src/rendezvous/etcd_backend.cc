@@ -270,6 +270,9 @@ class EtcdBackend final : public RendezvousClient::Backend {
   }
   Status LeaveNode(const std::string& executor_id) override { return HostsUnsupported(); }
   void StartHeartbeats(Milliseconds interval, std::function<HeartbeatPayload()> payload) override;
+  Status StartHostHeartbeats(Milliseconds, std::function<std::vector<NodeHeartbeat>()>) override {
+    return HostsUnsupported();
+  }
   Status ReportError(const std::string& executor_id, const std::string& message,
                      const std::vector<std::string>& last_log_lines) override;
   Result<ClusterState> QueryState(Deadline deadline) override;

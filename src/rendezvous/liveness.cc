@@ -8,26 +8,40 @@
 
 namespace drover::rendezvous_internal {
 
+namespace {
+
+// A Heartbeat's or a NodeHeartbeat's payload: the same fields.
+template <typename Message>
+void Record(NodeRecord& node, const Message& payload) {
+  node.program_pid = payload.program_pid();
+  if (!node.report && !payload.has_feed() && payload.metrics().empty()) return;
+  if (!node.report) node.report = std::make_unique<HeartbeatReport>();
+  if (payload.has_feed()) node.report->feed = FeedProgressFromWire(payload.feed());
+  node.report->metrics = MetricsFromWire(payload.metrics());
+}
+
+}  // namespace
+
 void Liveness::HandleHeartbeat(Peer& peer, const wire::Heartbeat& heartbeat) {
+  const Clock::time_point now = Clock::now();
   if (peer.host) {
-    // A host's agent is alive: so are its nodes. The payload is one node's,
-    // and a host's heartbeat names none: it is not kept.
-    const Clock::time_point now = Clock::now();
+    // A host's agent is alive: so are its nodes. Each node's payload comes
+    // in `nodes`; the top-level one names no node and is not read.
     for (const std::string& id : peer.host_executors) {
       NodeRecord* node = table_.Find(id);
       if (node != nullptr && node->connection == peer.id()) node->last_seen = now;
+    }
+    for (const wire::NodeHeartbeat& payload : heartbeat.nodes()) {
+      NodeRecord* node = table_.Find(payload.executor_id());
+      if (node != nullptr && node->connection == peer.id()) Record(*node, payload);
     }
     return;
   }
   if (peer.executor_id.empty()) return;
   NodeRecord* node = table_.Find(peer.executor_id);
   if (node == nullptr || node->connection != peer.id()) return;
-  node->last_seen = Clock::now();
-  node->program_pid = heartbeat.program_pid();
-  if (!node->report && !heartbeat.has_feed() && heartbeat.metrics().empty()) return;
-  if (!node->report) node->report = std::make_unique<HeartbeatReport>();
-  if (heartbeat.has_feed()) node->report->feed = FeedProgressFromWire(heartbeat.feed());
-  node->report->metrics = MetricsFromWire(heartbeat.metrics());
+  node->last_seen = now;
+  Record(*node, heartbeat);
 }
 
 void Liveness::CheckHeartbeats(Clock::time_point now) {

@@ -149,8 +149,9 @@ TEST_F(LivenessTest, NobodyDiesBeforeTheBarrier) {
   EXPECT_TRUE(table_.Find("0")->alive);
 }
 
-// One agent carries both nodes: its heartbeat is both nodes' life, without
-// one node's payload; silent, both die, and its connection closes once.
+// One agent carries both nodes: its heartbeat is both nodes' life, and its
+// top-level payload is no node's; silent, both die, and its connection
+// closes once.
 TEST_F(LivenessTest, AHostsHeartbeatKeepsEachOfItsNodesAlive) {
   Form();
   FakePeer& host = context_.AddPeer(3);
@@ -171,6 +172,32 @@ TEST_F(LivenessTest, AHostsHeartbeatKeepsEachOfItsNodesAlive) {
   EXPECT_TRUE(host.closed);
   EXPECT_THAT(host.host_executors, ::testing::IsEmpty());  // its close is no second death
   EXPECT_FALSE(zero_.closed);
+}
+
+// Each node's payload in a host's heartbeat lands on that node; one for a
+// node the host does not carry is ignored.
+TEST_F(LivenessTest, AHostsHeartbeatCarriesEachNodesPayload) {
+  Form();
+  FakePeer& host = context_.AddPeer(3);
+  host.host = true;
+  host.host_executors = {"0"};
+  table_.Find("0")->connection = host.id();
+  wire::Heartbeat heartbeat;
+  wire::NodeHeartbeat* zero = heartbeat.add_nodes();
+  zero->set_executor_id("0");
+  zero->set_program_pid(70);
+  zero->mutable_feed()->set_records(12);
+  wire::NodeHeartbeat* other = heartbeat.add_nodes();  // connection 2's node
+  other->set_executor_id("1");
+  other->set_program_pid(71);
+  liveness_.HandleHeartbeat(host, heartbeat);
+
+  NodeRecord* node = table_.Find("0");
+  EXPECT_EQ(node->program_pid, 70);
+  ASSERT_NE(node->report, nullptr);
+  EXPECT_EQ(node->report->feed->records, 12u);
+  EXPECT_EQ(table_.Find("1")->program_pid, 0);
+  EXPECT_EQ(table_.Find("1")->report, nullptr);
 }
 
 }  // namespace
