@@ -217,16 +217,8 @@ def write_context(args, ctx):
     if ctx.job_name != "ps":
         # The ps is stopped once the others are done, as in TensorFlowOnSpark:
         # wait until it has written its record, so a slow start cannot lose it.
-        wait_for_file(os.path.join(args, "0.json"), "the ps's record")
-
-
-def wait_for_file(path, what, timeout=60):
-    import time
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            raise TimeoutError("waited %d s for %s (%s)" % (timeout, what, path))
-        time.sleep(0.05)
+        ps_record = os.path.join(args, "0.json")
+        cluster_util.wait_for(lambda: os.path.exists(ps_record), "the ps's record " + ps_record)
 
 
 def test_node_context_is_tensorflowonspark_s(tmp_path, mark):
