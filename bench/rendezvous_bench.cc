@@ -4,7 +4,9 @@
 // registered, encodes the full, uncompressed cluster once and sends it to
 // every node, with no handshake).
 // Both servers run in a child process of their own, so the figure "server
-// memory per registered node" is the child's RSS growth divided by N.
+// memory per registered node" is the child's RSS growth divided by N, once
+// every node holds the cluster; "peak" is its peak RSS (VmHWM) over the same
+// start, per node: what the server needed on the way.
 //
 // The simulated nodes are non-blocking sockets driven by one epoll thread in
 // the parent: drover's nodes do the real handshake (HMAC), REGISTER, and read
@@ -77,11 +79,13 @@ int g_nodes_per_host = 1;
   std::exit(1);
 }
 
-long RssKilobytes(pid_t pid) {
+// A field of /proc/PID/status in kB: "VmRSS" (resident now), "VmHWM" (its peak).
+long StatusKilobytes(pid_t pid, const std::string& field) {
   std::ifstream status("/proc/" + std::to_string(pid) + "/status");
   std::string line;
+  const std::string prefix = field + ":";
   while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
+    if (line.rfind(prefix, 0) == 0) return std::strtol(line.c_str() + prefix.size(), nullptr, 10);
   }
   return 0;
 }
@@ -524,6 +528,7 @@ ServerProcess ForkDroverServer(int count, const drover::ClusterToken& token) {
 struct Measurement {
   double barrier_ms = 0;
   double rss_kb_per_node = 0;
+  double peak_kb_per_node = 0;  // the server's peak RSS over its RSS before, per node
   double kb_received_per_node = 0;
   // CPU time spent during the barrier: the server's, and the simulated
   // nodes' (which a real cluster spreads over its machines).
@@ -541,7 +546,7 @@ Measurement MeasureOnce(int count, Server kind, const drover::ClusterToken& toke
   ServerProcess server = kind == Server::kDrover
                              ? ForkDroverServer(count, token)
                              : ForkNaiveServer(connections, per_host, kind == Server::kOwn);
-  long rss_before = RssKilobytes(server.pid);
+  long rss_before = StatusKilobytes(server.pid, "VmRSS");
   const double server_cpu_before = CpuMilliseconds(server.pid);
   const double nodes_cpu_before = CpuMilliseconds(::getpid());
   wire::Token wire_token{};
@@ -550,13 +555,15 @@ Measurement MeasureOnce(int count, Server kind, const drover::ClusterToken& toke
   Clock::time_point last;
   uint64_t bytes = 0;
   long rss_after = 0;
+  long peak = 0;
   Measurement m;
   {
     SimNodes nodes(connections, per_host, server.port, kind != Server::kDrover,
                    kind == Server::kOwn ? per_host : 1, wire_token, node_list);
     last = nodes.Run(start + std::chrono::seconds(300));
     bytes = nodes.bytes_received();
-    rss_after = RssKilobytes(server.pid);
+    rss_after = StatusKilobytes(server.pid, "VmRSS");
+    peak = StatusKilobytes(server.pid, "VmHWM");
     m.server_cpu_ms = CpuMilliseconds(server.pid) - server_cpu_before;
     m.nodes_cpu_ms = CpuMilliseconds(::getpid()) - nodes_cpu_before;
   }
@@ -564,6 +571,7 @@ Measurement MeasureOnce(int count, Server kind, const drover::ClusterToken& toke
   ::waitpid(server.pid, nullptr, 0);
   m.barrier_ms = std::chrono::duration<double, std::milli>(last - start).count();
   m.rss_kb_per_node = static_cast<double>(rss_after - rss_before) / count;
+  m.peak_kb_per_node = static_cast<double>(peak - rss_before) / count;
   m.kb_received_per_node = static_cast<double>(bytes) / 1024.0 / count;
   return m;
 }
@@ -631,8 +639,9 @@ int main(int argc, char** argv) {
   std::printf("node list: %s; %d node(s) per connection; median of %d\n",
               wire::NodeList_Name(node_list).c_str() + std::strlen("NODE_LIST_"), g_nodes_per_host,
               g_repetitions);
-  std::printf("%-8s %7s %11s %8s %8s %14s %15s %14s %13s\n", "server", "N", "barrier ms", "x naive",
-              "x own", "KiB recv/node", "server KiB/node", "server CPU ms", "nodes CPU ms");
+  std::printf("%-8s %7s %11s %8s %8s %14s %15s %10s %14s %13s\n", "server", "N", "barrier ms",
+              "x naive", "x own", "KiB recv/node", "server KiB/node", "peak", "server CPU ms",
+              "nodes CPU ms");
   for (int count : counts) {
     std::optional<Measurement> naive;
     if (count <= kNaiveLimit) naive = Median(count, Server::kNaive, *token, node_list);
@@ -640,9 +649,10 @@ int main(int argc, char** argv) {
     Measurement drover = Median(count, Server::kDrover, *token, node_list);
     auto row = [&](const char* name, const Measurement& m) {
       std::string x_naive = naive ? std::to_string(m.barrier_ms / naive->barrier_ms) : "-";
-      std::printf("%-8s %7d %11.1f %8.5s %8.2f %14.2f %15.2f %14.0f %13.0f\n", name, count,
+      std::printf("%-8s %7d %11.1f %8.5s %8.2f %14.2f %15.2f %10.2f %14.0f %13.0f\n", name, count,
                   m.barrier_ms, x_naive.c_str(), m.barrier_ms / own.barrier_ms,
-                  m.kb_received_per_node, m.rss_kb_per_node, m.server_cpu_ms, m.nodes_cpu_ms);
+                  m.kb_received_per_node, m.rss_kb_per_node, m.peak_kb_per_node, m.server_cpu_ms,
+                  m.nodes_cpu_ms);
     };
     if (naive) row("naive", *naive);
     row("own", own);

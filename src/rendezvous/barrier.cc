@@ -1,5 +1,6 @@
 #include "rendezvous/barrier.h"
 
+#include <malloc.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -13,6 +14,19 @@
 #include "wire/frame.h"
 
 namespace drover::rendezvous_internal {
+namespace {
+
+// From this many nodes, the layout's memory (730 bytes a node) goes back to
+// the system once it is freed: glibc returns only the top of its heap by
+// itself, and the freed layout would stay in the server's resident memory
+// for the rest of the run.
+constexpr size_t kTrimFromNodes = 10'000;
+
+void ReleaseFreedMemory(size_t nodes) {
+  if (nodes >= kTrimFromNodes) ::malloc_trim(0);
+}
+
+}  // namespace
 
 void Barrier::HandleRegister(Peer& peer, const wire::Register& request) {
   std::string missing;
@@ -150,8 +164,8 @@ void Barrier::Reform(const std::string& cluster_id, int round, const std::string
   round_ = round;
   round_reason_ = reason;
   hold_ = hold;
-  formed_.reset();
   summary_ = EncodedCluster{};
+  own_placements_ = {};
   node_list_ = EncodedCluster{};
   for (const std::string& id : admit) {
     auto joiner = joiners_.find(id);
@@ -221,30 +235,17 @@ void Barrier::Disconnected(const NodeRecord& node, const std::string& address) {
 void Barrier::FormCluster() {
   Clock::time_point started = Clock::now();
   table_.AssignSlots(started);
-  FormedCluster formed;
-  formed.cluster_id = cluster_id_;
-  formed.round = round_;
-  formed.round_reason = round_reason_;
-  formed.heartbeat_interval = options_.heartbeat_interval;
-  formed.nodes.reserve(table_.size());
-  for (const NodeRecord& node : table_.nodes()) formed.nodes.push_back(node.info);
-  // The one layout of the cluster: every node and the driver read it.
-  Status placed = PlaceNodes(formed);
-  if (!placed.ok()) {
-    context_.Log("laying out the cluster failed: " + placed.ToString());
-    context_.Publish(placed.WithContext("laying out the cluster"));
-    return;
-  }
-  // Encode once, compress once; every node's frame borrows these bytes. The
-  // node list is encoded only if some node wants it.
-  formed_ = std::make_shared<const FormedCluster>(std::move(formed));
-  if (!Encode(ClusterSummaryToWire(*formed_), &summary_)) return;
   int with_list = 0;
-  for (const NodeRecord& node : table_.nodes()) {
-    const Peer* peer = node.connection == 0 ? nullptr : context_.FindPeer(node.connection);
-    if (peer != nullptr && WantsNodeList(*peer)) ++with_list;
+  {
+    Result<FormedCluster> laid_out = LayOut();
+    if (!laid_out.ok()) {
+      context_.Log("laying out the cluster failed: " + laid_out.status().ToString());
+      context_.Publish(laid_out.status().WithContext("laying out the cluster"));
+      return;
+    }
+    if (!KeepLayout(*laid_out, &with_list)) return;
   }
-  if (with_list > 0 && NodeListEncoding() == nullptr) return;
+  ReleaseFreedMemory(table_.size());
 
   table_.set_formed();
   unsent_from_ = 0;
@@ -258,7 +259,43 @@ void Barrier::FormCluster() {
       std::to_string(
           std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count()) +
       " us to encode, and to queue the first " + std::to_string(unsent_from_) + ")");
-  context_.Publish(formed_);
+  context_.Publish(Status::Ok());
+}
+
+bool Barrier::KeepLayout(const FormedCluster& formed, int* with_list) {
+  // Encode once, compress once; every node's frame borrows these bytes. The
+  // node list is encoded only if some node wants it.
+  if (!Encode(ClusterSummaryToWire(formed), &summary_)) return false;
+  own_placements_.clear();
+  own_placements_.reserve(formed.placements.size());
+  for (const Placement& placement : formed.placements) {
+    own_placements_.push_back(OwnPlacementOf(placement));
+  }
+  for (const NodeRecord& node : table_.nodes()) {
+    const Peer* peer = node.connection == 0 ? nullptr : context_.FindPeer(node.connection);
+    if (peer != nullptr && WantsNodeList(*peer)) ++*with_list;
+  }
+  return *with_list == 0 || NodeListEncoding(&formed) != nullptr;
+}
+
+Result<FormedCluster> Barrier::LayOut() const {
+  FormedCluster formed;
+  formed.cluster_id = cluster_id_;
+  formed.round = round_;
+  formed.round_reason = round_reason_;
+  formed.heartbeat_interval = options_.heartbeat_interval;
+  formed.nodes.reserve(table_.size());
+  for (const NodeRecord& node : table_.nodes()) formed.nodes.push_back(node.info);
+  // The one layout of the cluster: every node and the driver read it.
+  DROVER_RETURN_IF_ERROR(PlaceNodes(formed));
+  return formed;
+}
+
+Result<FormedCluster> Barrier::Formed() const {
+  if (!summary_.body || table_.phase() == Phase::kReserving) {
+    return Status::FailedPrecondition("the cluster has not formed");
+  }
+  return LayOut();
 }
 
 void Barrier::SendClusterBatch(uint64_t generation) {
@@ -281,9 +318,9 @@ void Barrier::SendCluster(const NodeRecord& node) {
     if (list != nullptr) peer->Send(ClusterFrame(*list, node.slot, options_.heartbeat_interval));
     return;
   }
-  if (node.slot >= formed_->placements.size()) return;
-  peer->Send(ClusterFrame(summary_, node.slot, options_.heartbeat_interval,
-                          formed_->nodes[node.slot], formed_->placements[node.slot]));
+  if (node.slot >= own_placements_.size()) return;
+  peer->Send(ClusterFrame(summary_, node.slot, options_.heartbeat_interval, node.info,
+                          own_placements_[node.slot]));
 }
 
 bool Barrier::Encode(const wire::SharedCluster& shared, EncodedCluster* out) {
@@ -302,13 +339,18 @@ bool Barrier::WantsNodeList(const Peer& peer) const {
     case wire::NODE_LIST_NEVER:
       return false;
     default:
-      return static_cast<int>(formed_->nodes.size()) <= options_.node_list_limit;
+      return static_cast<int>(table_.size()) <= options_.node_list_limit;
   }
 }
 
-const EncodedCluster* Barrier::NodeListEncoding() {
+const EncodedCluster* Barrier::NodeListEncoding(const FormedCluster* formed) {
   if (node_list_.body) return &node_list_;
-  if (!Encode(SharedClusterToWire(*formed_), &node_list_)) return nullptr;
+  if (formed == nullptr) {
+    Result<FormedCluster> again = Formed();
+    if (!again.ok()) return nullptr;  // formed once: laid out the same again
+    return NodeListEncoding(&*again);
+  }
+  if (!Encode(SharedClusterToWire(*formed), &node_list_)) return nullptr;
   if (node_list_.compressed_bytes + 64 > wire::kClientMaxFrameBytes) {
     context_.Log("the compressed node list is " + std::to_string(node_list_.compressed_bytes) +
                  " bytes, over a client's frame limit of " +

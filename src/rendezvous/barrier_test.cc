@@ -3,6 +3,7 @@
 // Peers and the server are fakes (server_fakes.h): no sockets.
 
 #include "rendezvous/barrier.h"
+#include "rendezvous/node_info_codec.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -88,7 +89,8 @@ TEST_F(BarrierTest, EveryRegistrationIsAcknowledgedAndTheLastSlotFormsTheCluster
   EXPECT_EQ(zero.sent.back().shared.get(), two.sent.back().shared.get());
 
   ASSERT_TRUE(context_.outcome().has_value());
-  ASSERT_OK_AND_ASSIGN(FormedCluster formed, *context_.outcome());
+  ASSERT_OK(*context_.outcome());
+  ASSERT_OK_AND_ASSIGN(FormedCluster formed, barrier_->Formed());
   EXPECT_EQ(formed.cluster_id, "c1");
   ASSERT_EQ(formed.nodes.size(), 3u);
   EXPECT_EQ(formed.nodes[0].executor_id, "0");
@@ -233,6 +235,41 @@ TEST_F(BarrierTest, ANewRoundStopsTheLastRoundsBatches) {
   context_.RunPosted();
   EXPECT_EQ(peers[1'050]->Count(wire::CLUSTER), 0u);
   EXPECT_EQ(table_->phase(), Phase::kReserving);
+}
+
+// Without the node list, a node's frame carries its own entry and
+// placement, which the server keeps in its compact form; the driver's
+// cluster is laid out again from the table, and is the same layout.
+TEST_F(BarrierTest, ANodesOwnPlacementIsTheDriversLayoutOfIt) {
+  Start(3, /*elastic=*/true);
+  EXPECT_THAT(barrier_->Formed(), StatusIs(Status::Code::kFailedPrecondition, HasSubstr("not formed")));
+  std::vector<FakePeer*> peers;
+  for (int i = 0; i < 3; ++i) {
+    FakePeer& peer = context_.AddPeer(i + 1);
+    wire::Register request = RegisterBody(std::to_string(i), 7000 + i);
+    request.set_node_list(wire::NODE_LIST_NEVER);
+    barrier_->HandleRegister(peer, request);
+    peers.push_back(&peer);
+  }
+  ASSERT_EQ(table_->phase(), Phase::kFormed);
+  ASSERT_OK_AND_ASSIGN(FormedCluster formed, barrier_->Formed());
+  ASSERT_EQ(formed.placements.size(), 3u);
+  for (uint32_t slot = 0; slot < 3; ++slot) {
+    std::optional<wire::Cluster> cluster = peers[slot]->Last<wire::Cluster>(wire::CLUSTER);
+    ASSERT_TRUE(cluster.has_value());
+    EXPECT_EQ(cluster->position(), slot);
+    EXPECT_EQ(cluster->node().executor_id(), formed.nodes[slot].executor_id);
+    EXPECT_EQ(cluster->placement().SerializeAsString(),
+              OwnPlacementToWire(OwnPlacementOf(formed.placements[slot])).SerializeAsString());
+  }
+  EXPECT_TRUE(formed.placements[0].chief);
+  EXPECT_TRUE(formed.placements[2].rank.has_value());
+
+  ClusterTemplate next;
+  next.num_nodes = 2;
+  table_->Reset(next);
+  barrier_->Reform("c1-1", 1, "a node left", {}, /*hold=*/false);
+  EXPECT_THAT(barrier_->Formed(), StatusIs(Status::Code::kFailedPrecondition, HasSubstr("not formed")));
 }
 
 TEST_F(BarrierTest, TheReservationTimeoutNamesTheRegisteredAndTheMissing) {

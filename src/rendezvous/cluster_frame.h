@@ -14,6 +14,7 @@
 
 #include "drover.pb.h"
 #include "drover/rendezvous.h"
+#include "rendezvous/node_info_codec.h"
 #include "rendezvous/peer.h"
 
 namespace drover::rendezvous_internal {
@@ -43,7 +44,7 @@ OutFrame ClusterFrame(const EncodedCluster& cluster, uint32_t position,
 // frame of a node whose shared part is the summary, without the node list.
 OutFrame ClusterFrame(const EncodedCluster& summary, uint32_t position,
                       Milliseconds heartbeat_interval, const NodeInfo& node,
-                      const Placement& placement);
+                      const OwnPlacementFields& placement);
 
 }  // namespace drover::rendezvous_internal
 

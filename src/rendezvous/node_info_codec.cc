@@ -239,18 +239,32 @@ wire::SharedCluster ClusterSummaryToWire(const FormedCluster& cluster) {
   return out;
 }
 
-wire::OwnPlacement OwnPlacementToWire(const Placement& placement) {
-  wire::OwnPlacement out;
-  out.set_chief(placement.chief);
+OwnPlacementFields OwnPlacementOf(const Placement& placement) {
+  OwnPlacementFields out;
+  out.chief = placement.chief;
   if (!placement.rank) return out;
   const RankInfo& rank = *placement.rank;
+  out.ranked = true;
+  out.rank = static_cast<uint32_t>(rank.rank);
+  out.local_rank = static_cast<uint32_t>(rank.local_rank);
+  out.local_world_size = static_cast<uint32_t>(rank.local_world_size);
+  out.group_rank = static_cast<uint32_t>(rank.group_rank);
+  out.role_rank = static_cast<uint32_t>(rank.role_rank);
+  out.role_world_size = static_cast<uint32_t>(rank.role_world_size);
+  return out;
+}
+
+wire::OwnPlacement OwnPlacementToWire(const OwnPlacementFields& placement) {
+  wire::OwnPlacement out;
+  out.set_chief(placement.chief);
+  if (!placement.ranked) return out;
   out.set_ranked(true);
-  out.set_rank(static_cast<uint32_t>(rank.rank));
-  out.set_local_rank(static_cast<uint32_t>(rank.local_rank));
-  out.set_local_world_size(static_cast<uint32_t>(rank.local_world_size));
-  out.set_group_rank(static_cast<uint32_t>(rank.group_rank));
-  out.set_role_rank(static_cast<uint32_t>(rank.role_rank));
-  out.set_role_world_size(static_cast<uint32_t>(rank.role_world_size));
+  out.set_rank(placement.rank);
+  out.set_local_rank(placement.local_rank);
+  out.set_local_world_size(placement.local_world_size);
+  out.set_group_rank(placement.group_rank);
+  out.set_role_rank(placement.role_rank);
+  out.set_role_world_size(placement.role_world_size);
   return out;
 }
 

@@ -40,7 +40,22 @@ Result<FormedCluster> SharedClusterFromWire(const wire::SharedCluster& shared);
 // node shares is the sizes and rank 0's entry; each node's own entry and
 // placement travel in its own frame.
 wire::SharedCluster ClusterSummaryToWire(const FormedCluster& cluster);
-wire::OwnPlacement OwnPlacementToWire(const Placement& placement);
+
+// A node's own placement as its CLUSTER frame carries it (wire::OwnPlacement):
+// what the server keeps of each node's Placement once the cluster formed, 28
+// bytes where a Placement with its strings and ports is about 300.
+struct OwnPlacementFields {
+  uint32_t rank = 0;
+  uint32_t local_rank = 0;
+  uint32_t local_world_size = 0;
+  uint32_t group_rank = 0;
+  uint32_t role_rank = 0;
+  uint32_t role_world_size = 0;
+  bool chief = false;
+  bool ranked = false;
+};
+OwnPlacementFields OwnPlacementOf(const Placement& placement);
+wire::OwnPlacement OwnPlacementToWire(const OwnPlacementFields& placement);
 // A node's cluster from the summary and its own part: nodes and placements
 // hold that node alone (self 0), has_node_list is false, spec is empty.
 // kInvalidArgument saying what does not fit.

@@ -150,7 +150,7 @@ class Server : public ConnectionHost, public ServerContext {
   std::vector<char>& read_buffer() override { return read_buffer_; }
   void Report(const NodeEvent& event) override;
   Peer* FindPeer(uint64_t id) override;
-  void Publish(Result<std::shared_ptr<const FormedCluster>> outcome) override;
+  void Publish(const Status& outcome) override;
   void Post(std::function<void()> task) override { asio::post(io_, std::move(task)); }
 
  private:
@@ -158,6 +158,7 @@ class Server : public ConnectionHost, public ServerContext {
   // no longer takes work.
   template <typename R>
   R RunOnLoop(std::function<R()> fn, R fallback);
+  bool LoopAccepting();
 
   void Accept();
   void StartReservationTimer();
@@ -192,10 +193,13 @@ class Server : public ConnectionHost, public ServerContext {
   Mutex post_mu_;
   bool loop_accepting_ GUARDED_BY(post_mu_) = false;
 
-  // The outcome WaitForCluster reports, set once by the loop.
+  // The outcome WaitForCluster reports, set once by the loop (again after
+  // a Reform); OK: the barrier lays the cluster out when asked.
   Mutex mu_;
   std::condition_variable_any cv_;
-  std::optional<Result<std::shared_ptr<const FormedCluster>>> outcome_ GUARDED_BY(mu_);
+  std::optional<Status> outcome_ GUARDED_BY(mu_);
+  // Set when the loop stops: the cluster it had formed, or why none did.
+  std::optional<Result<FormedCluster>> stopped_cluster_ GUARDED_BY(mu_);
 
   // ---- Loop thread only below. ----
   bool stopping_ = false;
@@ -272,21 +276,48 @@ void Server::StartReservationTimer() {
 }
 
 Result<FormedCluster> Server::WaitForCluster(Deadline deadline) {
-  {
+  for (;;) {
+    {
+      MutexLock lock(mu_);
+      if (!cv_.wait_until(mu_, deadline, [this] {
+            mu_.AssertHeld();
+            return outcome_.has_value() || stopped_cluster_.has_value();
+          })) {
+        break;
+      }
+      if (stopped_cluster_) return *stopped_cluster_;
+      if (!outcome_->ok()) return *outcome_;
+    }
+    // Laid out on the loop, from the table: the caller's own copy.
+    std::optional<Result<FormedCluster>> laid_out =
+        RunOnLoop<std::optional<Result<FormedCluster>>>(
+            [this]() -> std::optional<Result<FormedCluster>> {
+              MutexLock lock(mu_);
+              if (!outcome_.has_value()) return std::nullopt;  // a new round: wait for it
+              return barrier_.Formed();
+            },
+            std::nullopt);
+    if (laid_out) return *std::move(laid_out);
+    if (LoopAccepting()) continue;
+    // The loop is stopping: StopOnLoop leaves the cluster it had.
     MutexLock lock(mu_);
     if (cv_.wait_until(mu_, deadline, [this] {
           mu_.AssertHeld();
-          return outcome_.has_value();
+          return stopped_cluster_.has_value();
         })) {
-      if (!outcome_->ok()) return outcome_->status();
-      const std::shared_ptr<const FormedCluster>& formed = **outcome_;
-      return FormedCluster(*formed);  // the caller's own copy
+      return *stopped_cluster_;
     }
+    break;
   }
   ClusterState state = QueryState();
   return Status::DeadlineExceeded(
       "the cluster did not form before the caller's deadline: " + std::to_string(state.registered) +
       " of " + std::to_string(state.expected) + " nodes registered");
+}
+
+bool Server::LoopAccepting() {
+  MutexLock lock(post_mu_);
+  return loop_accepting_;
 }
 
 ClusterState Server::QueryState() {
@@ -374,6 +405,12 @@ void Server::StopOnLoop() {
   stopping_ = true;
   Publish(Status::Unavailable("the rendezvous server shut down before the cluster formed (" +
                               nodes_.DescribeRegistrations() + ")"));
+  {
+    // What WaitForCluster returns from now on: the loop lays out no more.
+    MutexLock lock(mu_);
+    stopped_cluster_.emplace(outcome_->ok() ? barrier_.Formed() : Result<FormedCluster>(*outcome_));
+  }
+  cv_.notify_all();
   // Stopped before any connection closes, so no close reads as a death.
   nodes_.Stop("the rendezvous server is shutting down");
   asio::error_code ec;
@@ -411,14 +448,13 @@ Peer* Server::FindPeer(uint64_t id) {
   return it == connections_.end() ? nullptr : it->second.get();
 }
 
-void Server::Publish(Result<std::shared_ptr<const FormedCluster>> outcome) {
-  const bool formed = outcome.ok();
+void Server::Publish(const Status& outcome) {
   {
     MutexLock lock(mu_);
-    if (!outcome_.has_value()) outcome_.emplace(std::move(outcome));
+    if (!outcome_.has_value()) outcome_.emplace(outcome);
   }
   cv_.notify_all();
-  if (formed) {
+  if (outcome.ok()) {
     reservation_timer_.cancel();
     ScheduleHeartbeatCheck();
   }

@@ -29,11 +29,11 @@ class ServerContext {
   virtual void Report(const NodeEvent& event) = 0;
   // The open connection `id`; nullptr once it closed or began draining.
   virtual Peer* FindPeer(uint64_t id) = 0;
-  // The barrier's outcome, for WaitForCluster: the formed cluster (the
-  // server then starts checking heartbeats), or why none formed. Only the
-  // first outcome counts. Shared with the barrier, which sends from it: at
-  // 100,000 nodes a second copy is 50 MB.
-  virtual void Publish(Result<std::shared_ptr<const FormedCluster>> outcome) = 0;
+  // The barrier's outcome, for WaitForCluster: OK once the cluster formed
+  // (the server then starts checking heartbeats, and lays the cluster out
+  // for WaitForCluster from Barrier::Formed), or why none formed. Only the
+  // first outcome counts.
+  virtual void Publish(const Status& outcome) = 0;
   // Runs `task` on the loop after what is already queued (the writes that
   // sends this turn set off): work done a part at a time.
   virtual void Post(std::function<void()> task) = 0;

@@ -128,14 +128,9 @@ class FakeContext : public ServerContext {
     auto it = peers_.find(id);
     return it == peers_.end() || !it->second->open() ? nullptr : it->second.get();
   }
-  void Publish(Result<std::shared_ptr<const FormedCluster>> outcome) override {
+  void Publish(const Status& outcome) override {
     ++publications;
-    if (outcome_.has_value()) return;
-    if (outcome.ok()) {
-      outcome_.emplace(**outcome);
-    } else {
-      outcome_.emplace(outcome.status());
-    }
+    if (!outcome_.has_value()) outcome_.emplace(outcome);
   }
 
   // Queued; RunPosted runs them, as the loop would after this turn.
@@ -159,7 +154,7 @@ class FakeContext : public ServerContext {
     }
     return false;
   }
-  const std::optional<Result<FormedCluster>>& outcome() const { return outcome_; }
+  const std::optional<Status>& outcome() const { return outcome_; }
 
   std::vector<std::string> log;
   std::vector<NodeEvent> events;
@@ -168,7 +163,7 @@ class FakeContext : public ServerContext {
 
  private:
   std::map<uint64_t, std::unique_ptr<FakePeer>> peers_;
-  std::optional<Result<FormedCluster>> outcome_;
+  std::optional<Status> outcome_;
 };
 
 }  // namespace drover::rendezvous_internal
