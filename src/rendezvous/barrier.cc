@@ -16,10 +16,10 @@
 namespace drover::rendezvous_internal {
 namespace {
 
-// From this many nodes, the layout's memory (730 bytes a node) goes back to
-// the system once it is freed: glibc returns only the top of its heap by
-// itself, and the freed layout would stay in the server's resident memory
-// for the rest of the run.
+// From this many nodes, the memory freed once the cluster went out (the
+// layout, 730 bytes a node) goes back to the system: glibc returns only the
+// top of its heap by itself, and the rest would stay in the server's
+// resident memory for the whole run.
 constexpr size_t kTrimFromNodes = 10'000;
 
 void ReleaseFreedMemory(size_t nodes) {
@@ -166,6 +166,7 @@ void Barrier::Reform(const std::string& cluster_id, int round, const std::string
   hold_ = hold;
   summary_ = EncodedCluster{};
   own_placements_ = {};
+  layout_until_sent_.reset();
   node_list_ = EncodedCluster{};
   for (const std::string& id : admit) {
     auto joiner = joiners_.find(id);
@@ -235,17 +236,17 @@ void Barrier::Disconnected(const NodeRecord& node, const std::string& address) {
 void Barrier::FormCluster() {
   Clock::time_point started = Clock::now();
   table_.AssignSlots(started);
-  int with_list = 0;
-  {
-    Result<FormedCluster> laid_out = LayOut();
-    if (!laid_out.ok()) {
-      context_.Log("laying out the cluster failed: " + laid_out.status().ToString());
-      context_.Publish(laid_out.status().WithContext("laying out the cluster"));
-      return;
-    }
-    if (!KeepLayout(*laid_out, &with_list)) return;
+  Result<FormedCluster> laid_out = LayOut();
+  if (!laid_out.ok()) {
+    context_.Log("laying out the cluster failed: " + laid_out.status().ToString());
+    context_.Publish(laid_out.status().WithContext("laying out the cluster"));
+    return;
   }
-  ReleaseFreedMemory(table_.size());
+  int with_list = 0;
+  if (!KeepLayout(*laid_out, &with_list)) return;
+  // Freed once every frame is built: freeing 100,000 nodes' layout first
+  // put its frees before the frames went out.
+  layout_until_sent_ = std::make_unique<const FormedCluster>(std::move(laid_out).value());
 
   table_.set_formed();
   unsent_from_ = 0;
@@ -295,6 +296,7 @@ Result<FormedCluster> Barrier::Formed() const {
   if (!summary_.body || table_.phase() == Phase::kReserving) {
     return Status::FailedPrecondition("the cluster has not formed");
   }
+  if (layout_until_sent_) return FormedCluster(*layout_until_sent_);
   return LayOut();
 }
 
@@ -306,7 +308,15 @@ void Barrier::SendClusterBatch(uint64_t generation) {
   // by Rejoin, on its new connection, and not again by a later batch.
   const size_t begin = std::exchange(unsent_from_, end);
   for (size_t i = begin; i < end; ++i) SendCluster(nodes[i]);
-  if (end < nodes.size()) context_.Post([this, generation] { SendClusterBatch(generation); });
+  if (end < nodes.size()) {
+    context_.Post([this, generation] { SendClusterBatch(generation); });
+  } else {
+    context_.Post([this, generation] {
+      if (generation != send_generation_) return;
+      layout_until_sent_.reset();
+      ReleaseFreedMemory(table_.size());
+    });
+  }
 }
 
 void Barrier::SendCluster(const NodeRecord& node) {
@@ -345,6 +355,7 @@ bool Barrier::WantsNodeList(const Peer& peer) const {
 
 const EncodedCluster* Barrier::NodeListEncoding(const FormedCluster* formed) {
   if (node_list_.body) return &node_list_;
+  if (formed == nullptr && layout_until_sent_) formed = layout_until_sent_.get();
   if (formed == nullptr) {
     Result<FormedCluster> again = Formed();
     if (!again.ok()) return nullptr;  // formed once: laid out the same again

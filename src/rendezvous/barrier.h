@@ -122,6 +122,8 @@ class Barrier {
   // placement for its frame.
   EncodedCluster summary_;
   std::vector<OwnPlacementFields> own_placements_;
+  // The whole layout, until the last batch of frames is built.
+  std::unique_ptr<const FormedCluster> layout_until_sent_;
   EncodedCluster node_list_;               // once a node wants it
   std::map<std::string, Joiner> joiners_;  // by executor id, elastic only
   bool hold_ = false;                      // this round forms when told
