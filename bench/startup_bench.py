@@ -1,7 +1,7 @@
 """Start-up time of a local cluster: from the launch command to every program started.
 
-usage: startup_bench.py [--drover build/bin/drover] [--baseline OTHER_DROVER] [--nodes 2,4,8]
-                        [--reps 3]
+usage: startup_bench.py [--drover build/bin/drover] [--baseline OTHER_DROVER] [--agent-a-node]
+                        [--nodes 2,4,8] [--reps 3]
 
 For N local nodes it launches the same trivial program, `sh -c 'date +%s.%N >> FILE'`
 (each copy appends the CLOCK_REALTIME time it started), with
@@ -14,7 +14,9 @@ The bench takes CLOCK_REALTIME (time.time_ns) just before starting the launcher;
 returned. Each figure is the median of --reps runs, the launchers interleaved
 within each repetition; the ratios compare drover with torchrun and mpirun
 measured in the same run. --baseline adds a second drover binary (say, one built
-from main) as "drover baseline", interleaved with the rest, for before/after figures.
+from main) as "drover baseline", interleaved with the rest, for before/after figures;
+--agent-a-node adds `drover run --agents node` (an agent process a node, where
+the default is one agent for every node) as "drover agent a node".
 
 Debian 12's torchrun (torch 1.13 on Python 3.11) fails at start-up in its
 --redirects/--tee parsing (enum.IntFlag no longer iterates its zero member);
@@ -58,10 +60,10 @@ def program(stamp_file):
     return ["sh", "-c", f'date +%s.%N >> "{stamp_file}"']
 
 
-def launchers(drover, workdir, baseline=None):
-    def drover_with(binary):
+def launchers(drover, workdir, baseline=None, agent_a_node=False):
+    def drover_with(binary, flags=()):
         def drover_run(n, prog):
-            return [binary, "run", "--nodes", str(n), "--log-dir",
+            return [binary, "run", "--nodes", str(n), *flags, "--log-dir",
                     os.path.join(workdir, "logs"), "--"] + prog
         return drover_run
 
@@ -73,6 +75,8 @@ def launchers(drover, workdir, baseline=None):
         return ["mpirun", "--oversubscribe", "-np", str(n)] + prog
 
     found = {"drover run": drover_with(drover)}
+    if agent_a_node:
+        found["drover agent a node"] = drover_with(drover, ["--agents", "node"])
     if baseline:
         found["drover baseline"] = drover_with(baseline)
     found["floor (fork+exec)"] = None
@@ -148,6 +152,8 @@ def main():
     parser.add_argument("--baseline", help="a second drover binary, measured interleaved")
     parser.add_argument("--nodes", default="2,4,8")
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--agent-a-node", action="store_true",
+                        help="also `drover run --agents node`, an agent process a node")
     args = parser.parse_args()
     drover = os.path.abspath(args.drover)
     sizes = [int(n) for n in args.nodes.split(",")]
@@ -156,7 +162,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="drover-startup-") as workdir:
         stamp_file = os.path.join(workdir, "started")
         baseline = os.path.abspath(args.baseline) if args.baseline else None
-        found = launchers(drover, workdir, baseline)
+        found = launchers(drover, workdir, baseline, args.agent_a_node)
         # (launcher, n) -> [(start, exit)]
         results = interleave(found, sizes, args.reps,
                              lambda command, n: measure(command, n, stamp_file, env),
@@ -167,14 +173,14 @@ def main():
 
     print(f"host: {os.uname().nodename}, {os.cpu_count()} CPUs; median of {args.reps}; "
           f"ms from launch (CLOCK_REALTIME)")
-    print(f"{'launcher':<18} {'N':>3} {'last start':>11} {'exit':>9} "
+    print(f"{'launcher':<20} {'N':>3} {'last start':>11} {'exit':>9} "
           f"{'start x torchrun':>17} {'start x mpirun':>15}")
     for n in sizes:
         torch_start = median(results, "torchrun", n, 0)
         mpi_start = median(results, "mpirun", n, 0)
         for name in found:
             start, exit_ = median(results, name, n, 0), median(results, name, n, 1)
-            print(f"{name:<18} {n:>3} {ms(start):>11} {ms(exit_):>9} "
+            print(f"{name:<20} {n:>3} {ms(start):>11} {ms(exit_):>9} "
                   f"{ratio(start, torch_start):>17} {ratio(start, mpi_start):>15}")
     failed = any(s is None for samples in results.values() for s in samples)
     return 1 if failed else 0

@@ -920,6 +920,8 @@ Status Agent::Impl::StartFeeding(const FormedCluster& cluster, const std::string
   feed.shares = share->shares;
   feed.task = task;
   DROVER_ASSIGN_OR_RETURN(feed.drover_binary, DroverBinary());
+  // A host's agent runs several nodes: each feeder's lines go with its node's.
+  if (options_.stderr_fd != STDERR_FILENO) feed.output_fd = options_.stderr_fd;
   feed.say = [this, task](const std::string& message) { Say(task + ": " + message); };
   if (through_etcd_) {
     RecordFeedThroughEtcd(cluster.round, share->share, &feed);

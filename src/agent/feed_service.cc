@@ -267,6 +267,7 @@ Status FeedService::Impl::SpawnFeeder() {
                 std::to_string(options_.shares),
                 "--task",
                 options_.task};
+  spawn.output_fd = options_.output_fd;
   DROVER_ASSIGN_OR_RETURN(os::Subprocess feeder, os::Subprocess::Spawn(spawn));
   feeder_.emplace(std::move(feeder));
   progress_at_start_ = Progress();

@@ -51,6 +51,9 @@ struct FeedServiceOptions {
   // directory is removed at shutdown.
   std::string socket_dir;
   std::string drover_binary;  // runs `<drover_binary> feeder ...`
+  // Where the feeder's stdout and stderr go; -1: the agent's own (a host's
+  // agent gives each node's feeder that node's output).
+  int output_fd = -1;
   // Prints one line of the service's own ("the feeder was killed ...").
   std::function<void(const std::string&)> say;
   // A feeder that dies of a crash signal (SIGSEGV, SIGBUS, SIGABRT, ...) more

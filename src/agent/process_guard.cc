@@ -92,6 +92,10 @@ void Guard::Report(const std::string& line) {
 
 void Guard::SignalTree(int signal) {
   program_.SignalGroup(signal);
+  // No child, no descendant: an orphan of the tree is reparented to this
+  // subreaper. Skipping the scan of /proc matters when many nodes end at
+  // once on one host.
+  if (!os::HasChildren()) return;
   const pid_t group = program_.pid();
   for (pid_t pid : os::Descendants(::getpid())) {
     if (::getpgid(pid) != group) ::kill(pid, signal);  // the group's members have it
@@ -107,6 +111,7 @@ void Guard::Stop(int signal) {
 bool Guard::Done() {
   if (!status_) status_ = program_.Poll();
   if (!status_) return false;
+  if (!os::HasChildren()) return true;  // nothing below the guard (SignalTree)
   os::ReapZombieChildren();
   // A child that died after the reaping is a zombie still to reap: leaving it
   // would hand it to the next subreaper unreaped.

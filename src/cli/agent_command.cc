@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -50,18 +51,32 @@ struct AgentFlags {
   std::string feed_plan;
   std::string feed_plan_json;
   int exit_with_parent = 0;
+  // A host's agent (drover run's local engine): ID:OUTPUT_FD:GPUS:TOKEN_FILE
+  // for each node it runs, and where each node's exit code goes.
+  std::vector<std::string> host_nodes;
+  int status_fd = -1;
   std::vector<std::string> command;
 };
 
-// The running agent, for the signal handler.
-std::atomic<Agent*> g_agent{nullptr};
+// The running agents (one, or a host's nodes), for the signal handler.
+constexpr size_t kMaxHostNodes = 256;
+std::atomic<Agent*> g_agents[kMaxHostNodes];
 
 void OnSignal(int signal) {
-  Agent* agent = g_agent.load();
-  // Before the program starts there is nothing to stop: the reserved ports
-  // and the connection go with the process.
-  if (agent == nullptr || !agent->Interrupt(signal)) ::_exit(128 + signal);
+  // Before a program starts there is nothing to stop: the reserved ports
+  // and the connections go with the process.
+  bool started = false;
+  for (std::atomic<Agent*>& slot : g_agents) {
+    Agent* agent = slot.load();
+    if (agent != nullptr && agent->Interrupt(signal)) started = true;
+  }
+  if (!started) ::_exit(128 + signal);
 }
+
+// Runs the agents with the signal handler installed; each one's exit code,
+// handed to `done` from its own thread as it ends.
+void RunAgents(const std::vector<Agent*>& agents, bool stop_at_end_of_stdin,
+               const std::function<void(size_t, int)>& done);
 
 // `--token-file -`: the credential is the first line on stdin (an ssh or
 // slurm engine's agent: no secret in a file or in argv), read within `timeout`.
@@ -167,6 +182,41 @@ std::string DefaultExecutorId() {
   return std::string(host) + "-" + std::to_string(::getpid());
 }
 
+// Everything the flags say about a node but its credential.
+Result<AgentOptions> NodeOptions(const AgentFlags& flags) {
+  AgentOptions options;
+  options.rendezvous_address = flags.rendezvous;
+  if (flags.rendezvous.rfind("etcd://", 0) == 0) {
+    DROVER_ASSIGN_OR_RETURN(options.etcd, EtcdOptionsOf(flags));
+  } else if (!flags.nodes.empty()) {
+    return Status::InvalidArgument(
+        "--nodes is for an etcd:// rendezvous; with drover run the driver says how many nodes");
+  }
+  options.executor_id = flags.executor_id;
+  options.host = flags.host;
+  options.num_ports = flags.ports;
+  if (!flags.gpus.empty()) {
+    DROVER_ASSIGN_OR_RETURN(options.gpus, ParseGpus(flags.gpus));
+  }
+  options.log_dir = flags.log_dir;
+  options.working_dir = flags.working_dir;
+  options.grace = Seconds(flags.grace);
+  options.node_list = flags.node_list;
+  options.reservation_timeout = Seconds(flags.reservation_timeout);
+  options.restart_count = flags.restart_count;
+  options.restart_reason = flags.restart_reason;
+  options.elastic = flags.elastic;
+  if (!flags.feed_plan.empty() && !flags.feed_plan_json.empty()) {
+    return Status::InvalidArgument(
+        "--feed-plan and --feed-plan-json are two ways to give the plan: give one");
+  }
+  options.feed_plan = flags.feed_plan;
+  options.feed_plan_json = flags.feed_plan_json;
+  options.exit_with_parent = flags.exit_with_parent;
+  options.command = flags.command;
+  return options;
+}
+
 int RunAgent(AgentFlags flags) {
   if (flags.executor_id.empty()) {
     if (flags.rendezvous.rfind("etcd://", 0) != 0) {
@@ -179,73 +229,25 @@ int RunAgent(AgentFlags flags) {
     std::cerr << "drover agent " << flags.executor_id << ": " << status.message() << "\n";
     return code;
   };
-  AgentOptions options;
-  options.rendezvous_address = flags.rendezvous;
   const bool through_etcd = flags.rendezvous.rfind("etcd://", 0) == 0;
   const bool token_on_stdin = flags.token_file == "-";
-  if (through_etcd) {
-    Result<EtcdRunOptions> etcd = EtcdOptionsOf(flags);
-    if (!etcd.ok()) return fail(etcd.status(), kExitBadInput);
-    options.etcd = std::move(etcd).value();
-  } else {
-    if (flags.token_file.empty()) {
-      return fail(Status::InvalidArgument("--token-file is required with a HOST:PORT rendezvous"),
-                  kExitBadInput);
-    }
-    if (!flags.nodes.empty()) {
-      return fail(Status::InvalidArgument("--nodes is for an etcd:// rendezvous; with drover run "
-                                          "the driver says how many nodes"),
-                  kExitBadInput);
-    }
+  if (!through_etcd && flags.token_file.empty()) {
+    return fail(Status::InvalidArgument("--token-file is required with a HOST:PORT rendezvous"),
+                kExitBadInput);
+  }
+  Result<AgentOptions> options = NodeOptions(flags);
+  if (!options.ok()) return fail(options.status(), kExitBadInput);
+  if (!through_etcd) {
     Result<Credential> credential = token_on_stdin ? ReadCredentialFromStdin(Seconds(60))
                                                    : Credential::ReadFile(flags.token_file);
     if (!credential.ok()) return fail(credential.status(), kExitBadInput);
-    options.credential = std::move(credential).value();
+    options->credential = std::move(credential).value();
   }
-  options.executor_id = flags.executor_id;
-  options.host = flags.host;
-  options.num_ports = flags.ports;
-  if (!flags.gpus.empty()) {
-    Result<std::vector<int>> gpus = ParseGpus(flags.gpus);
-    if (!gpus.ok()) return fail(gpus.status(), kExitBadInput);
-    options.gpus = std::move(gpus).value();
-  }
-  options.log_dir = flags.log_dir;
-  options.working_dir = flags.working_dir;
-  options.grace = Seconds(flags.grace);
-  options.node_list = flags.node_list;
-  options.reservation_timeout = Seconds(flags.reservation_timeout);
-  options.restart_count = flags.restart_count;
-  options.restart_reason = flags.restart_reason;
-  options.elastic = flags.elastic;
-  if (!flags.feed_plan.empty() && !flags.feed_plan_json.empty()) {
-    return fail(Status::InvalidArgument(
-                    "--feed-plan and --feed-plan-json are two ways to give the plan: give one"),
-                kExitBadInput);
-  }
-  options.feed_plan = flags.feed_plan;
-  options.feed_plan_json = flags.feed_plan_json;
-  options.exit_with_parent = flags.exit_with_parent;
-  options.command = flags.command;
 
-  // A driver or terminal that goes away must not kill the agent mid-write;
-  // the program gets the default disposition back.
-  ::signal(SIGPIPE, SIG_IGN);
-  int code;
+  int code = 0;
   {
-    Agent agent(std::move(options), ProcessEnvironment());
-    g_agent = &agent;
-    struct sigaction action {};
-    action.sa_handler = OnSignal;
-    sigemptyset(&action.sa_mask);
-    action.sa_flags = SA_RESTART;
-    for (int signal : {SIGTERM, SIGINT, SIGHUP}) ::sigaction(signal, &action, nullptr);
-    if (token_on_stdin) StopAtEndOfStdin();
-    code = agent.Run();
-    struct sigaction default_action {};
-    default_action.sa_handler = SIG_DFL;
-    for (int signal : {SIGTERM, SIGINT, SIGHUP}) ::sigaction(signal, &default_action, nullptr);
-    g_agent = nullptr;
+    Agent agent(std::move(options).value(), ProcessEnvironment());
+    RunAgents({&agent}, token_on_stdin, [&code](size_t, int ended) { code = ended; });
   }
   // The agent is a child subreaper: what the program's guard could not stop
   // (the guard was SIGKILLed) was reparented here. The feeder and the guard
@@ -254,12 +256,136 @@ int RunAgent(AgentFlags flags) {
   return code;
 }
 
+void RunAgents(const std::vector<Agent*>& agents, bool stop_at_end_of_stdin,
+               const std::function<void(size_t, int)>& done) {
+  // A driver or terminal that goes away must not kill the agent mid-write;
+  // the program gets the default disposition back.
+  ::signal(SIGPIPE, SIG_IGN);
+  for (size_t i = 0; i < agents.size(); ++i) g_agents[i] = agents[i];
+  struct sigaction action {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  for (int signal : {SIGTERM, SIGINT, SIGHUP}) ::sigaction(signal, &action, nullptr);
+  if (stop_at_end_of_stdin) StopAtEndOfStdin();
+  if (agents.size() == 1) {
+    done(0, agents[0]->Run());
+  } else {
+    // Each node's program's parent-death signal follows the thread that
+    // started it: each thread lives until its node has ended.
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < agents.size(); ++i) {
+      threads.emplace_back([&agents, &done, i] { done(i, agents[i]->Run()); });
+    }
+    for (std::thread& thread : threads) thread.join();
+  }
+  struct sigaction default_action {};
+  default_action.sa_handler = SIG_DFL;
+  for (int signal : {SIGTERM, SIGINT, SIGHUP}) ::sigaction(signal, &default_action, nullptr);
+  for (size_t i = 0; i < agents.size(); ++i) g_agents[i] = nullptr;
+}
+
+// One node of a host's agent, from ID:OUTPUT_FD:GPUS:TOKEN_FILE (the token
+// file last: a path may hold colons).
+struct HostNode {
+  std::string executor_id;
+  int output_fd = -1;
+  std::string gpus;
+  std::string token_file;
+};
+
+Result<HostNode> ParseHostNode(const std::string& text) {
+  HostNode node;
+  size_t first = text.find(':');
+  size_t second = first == std::string::npos ? first : text.find(':', first + 1);
+  size_t third = second == std::string::npos ? second : text.find(':', second + 1);
+  if (third == std::string::npos) {
+    return Status::InvalidArgument("--node takes ID:OUTPUT_FD:GPUS:TOKEN_FILE; got '" + text + "'");
+  }
+  node.executor_id = text.substr(0, first);
+  const std::string fd = text.substr(first + 1, second - first - 1);
+  node.gpus = text.substr(second + 1, third - second - 1);
+  node.token_file = text.substr(third + 1);
+  size_t used = 0;
+  try {
+    node.output_fd = std::stoi(fd, &used);
+  } catch (...) {
+    used = 0;
+  }
+  if (node.executor_id.empty() || node.token_file.empty() || used == 0 || used != fd.size() ||
+      node.output_fd < 1) {
+    return Status::InvalidArgument("--node takes ID:OUTPUT_FD:GPUS:TOKEN_FILE; got '" + text + "'");
+  }
+  return node;
+}
+
+// A host's agent: every node it was given, each in a thread of its own with
+// its own connection, output and exit code ("ID CODE" on --status-fd), from
+// one exec (torchrun's shape: one agent, a host's workers).
+int RunHostAgent(const AgentFlags& flags) {
+  auto fail = [](const Status& status) {
+    std::cerr << "drover agent: " << status.message() << "\n";
+    return kExitBadInput;
+  };
+  if (!flags.executor_id.empty() || !flags.token_file.empty() || !flags.gpus.empty()) {
+    return fail(Status::InvalidArgument(
+        "--node gives each node its id, token file and GPUs: not --executor-id, --token-file or "
+        "--gpus"));
+  }
+  if (flags.rendezvous.rfind("etcd://", 0) == 0 || flags.elastic) {
+    return fail(Status::InvalidArgument(
+        "--node is for a driver's HOST:PORT rendezvous in a run that is not elastic"));
+  }
+  if (flags.status_fd < 3) return fail(Status::InvalidArgument("--node needs --status-fd FD"));
+  if (flags.host_nodes.size() > kMaxHostNodes) {
+    return fail(
+        Status::InvalidArgument("at most " + std::to_string(kMaxHostNodes) + " nodes an agent"));
+  }
+  std::vector<std::unique_ptr<Agent>> agents;
+  std::vector<HostNode> nodes;
+  for (const std::string& text : flags.host_nodes) {
+    Result<HostNode> node = ParseHostNode(text);
+    if (!node.ok()) return fail(node.status());
+    AgentFlags one = flags;
+    one.host_nodes.clear();
+    one.executor_id = node->executor_id;
+    one.gpus = node->gpus;
+    Result<AgentOptions> options = NodeOptions(one);
+    if (!options.ok()) return fail(options.status().WithContext("executor " + node->executor_id));
+    Result<Credential> credential = Credential::ReadFile(node->token_file);
+    if (!credential.ok()) {
+      return fail(credential.status().WithContext("executor " + node->executor_id));
+    }
+    options->credential = std::move(credential).value();
+    options->stdout_fd = options->stderr_fd = node->output_fd;
+    agents.push_back(std::make_unique<Agent>(std::move(options).value(), ProcessEnvironment()));
+    nodes.push_back(*std::move(node));
+  }
+  std::vector<Agent*> running;
+  for (const auto& agent : agents) running.push_back(agent.get());
+  std::atomic<int> first_failure{0};
+  RunAgents(running, /*stop_at_end_of_stdin=*/false, [&](size_t i, int code) {
+    // One write of a short line: whole, whatever the other threads write.
+    const std::string line = nodes[i].executor_id + " " + std::to_string(code) + "\n";
+    ssize_t ignored = ::write(flags.status_fd, line.data(), line.size());
+    (void)ignored;
+    // The node's end of output for the driver; stdout stays for the others.
+    if (nodes[i].output_fd > 2) ::close(nodes[i].output_fd);
+    int none = 0;
+    if (code != 0) first_failure.compare_exchange_strong(none, code);
+  });
+  os::KillOwnDescendants(std::chrono::seconds(5));
+  return first_failure.load();
+}
+
 }  // namespace
 
 void AddAgentCommand(CLI::App& app, int* exit_code) {
   auto flags = std::make_shared<AgentFlags>();
   CLI::App* agent = app.add_subcommand(
-      "agent", "Run one node of a cluster: register, then start COMMAND (used by drover run)");
+      "agent",
+      "Run one node of a cluster, or a host's nodes (--node): register, then start COMMAND\n"
+      "(used by drover run)");
   agent
       ->add_option("--rendezvous", flags->rendezvous,
                    "The rendezvous server, HOST:PORT; or etcd://HOST:PORT[,HOST:PORT...]/RUN:\n"
@@ -345,8 +471,20 @@ void AddAgentCommand(CLI::App& app, int* exit_code) {
   agent->footer(
       "Exit codes: the program's (128+signal when killed by one), 0 when the driver stopped it,\n"
       "1 when the node could not start (registration failed or timed out), 2 bad input,\n"
-      "128+signal when the agent was interrupted.");
-  agent->callback([flags, exit_code] { *exit_code = RunAgent(*flags); });
+      "128+signal when the agent was interrupted. With --node, each node's code goes to\n"
+      "--status-fd and the agent exits with the first non-zero one (0 when none).");
+  agent
+      ->add_option("--node", flags->host_nodes,
+                   "A host's agent (drover run's local engine): a node it runs, as\n"
+                   "ID:OUTPUT_FD:GPUS:TOKEN_FILE (GPUS empty: inherited); repeated, one\n"
+                   "thread and connection a node, one exec for them all")
+      ->type_name("ID:FD:GPUS:FILE")
+      ->allow_extra_args(false);
+  agent->add_option("--status-fd", flags->status_fd,
+                    "With --node: where each node's exit code goes, as a line 'ID CODE'");
+  agent->callback([flags, exit_code] {
+    *exit_code = flags->host_nodes.empty() ? RunAgent(*flags) : RunHostAgent(*flags);
+  });
 }
 
 }  // namespace drover::cli

@@ -68,6 +68,7 @@ struct RunFlags {
   double shutdown_timeout = 0;
   double grace = 5;
   NodeList node_list = NodeList::kAuto;
+  std::string agents = "host";
   std::optional<int> gpus_per_node;
   bool dry_run = false;
   bool tensorboard = false;
@@ -393,6 +394,7 @@ int Run(RunFlags flags) {
   options.shutdown_timeout = ToMs(flags.shutdown_timeout);
   options.grace = ToMs(flags.grace);
   options.node_list = flags.node_list;
+  options.host_agent = flags.agents == "host";
   if (!flags.dry_run && !SetStatusOptions(flags, &options, err)) return kExitBadInput;
   if (flags.gpus_per_node) {
     std::vector<int> gpus =
@@ -569,6 +571,13 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   AddNodeListOption(*run, &flags->node_list);
+  run->add_option("--agents", flags->agents,
+                  "host: one agent for every node of the local engine (torchrun's shape: one\n"
+                  "exec where each node's agent took one; each node keeps its connection,\n"
+                  "output and exit code); node: an agent process a node. Elastic runs and the\n"
+                  "ssh and slurm engines start an agent a node either way")
+      ->check(CLI::IsMember({"host", "node"}))
+      ->capture_default_str();
   run->add_option("--grace", flags->grace, "Seconds between SIGTERM and SIGKILL when stopping")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();

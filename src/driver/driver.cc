@@ -223,6 +223,13 @@ struct Driver::Round {
         owners.push_back(node.get());
       }
     }
+    // An agent's end wakes the loop too: its output may end before it does.
+    for (auto& node : nodes) {
+      if (node->running() && node->process && node->process->exit_fd() >= 0) {
+        fds.push_back({node->process->exit_fd(), POLLIN, 0});
+        owners.push_back(nullptr);
+      }
+    }
     int ready = ::poll(fds.data(), fds.size(), static_cast<int>(timeout.count()));
     int signal = 0;
     if (ready > 0) {
@@ -532,20 +539,21 @@ Driver::Driver(DriverOptions options, Engine& engine, std::ostream& out, std::os
       others_grace_ms_(options_.others_grace.count()) {}
 
 std::vector<std::string> Driver::AgentArgv(int index, int round, uint16_t port) const {
-  std::vector<std::string> argv = {options_.agent_binary,
-                                   "agent",
-                                   "--rendezvous",
-                                   engine_.rendezvous_host() + ":" + std::to_string(port),
-                                   "--token-file",
-                                   NodeCredentialFile(index),
-                                   "--executor-id",
-                                   std::to_string(index),
-                                   "--host",
-                                   engine_.agent_host(index)};
+  std::vector<std::string> argv = SharedAgentArgv(round, port);
+  std::vector<std::string> own = {"--token-file",  NodeCredentialFile(index),
+                                  "--executor-id", std::to_string(index),
+                                  "--host",        engine_.agent_host(index)};
   if (!options_.gpus.empty()) {
-    argv.push_back("--gpus");
-    argv.push_back(options_.gpus[static_cast<size_t>(index)]);
+    own.push_back("--gpus");
+    own.push_back(options_.gpus[static_cast<size_t>(index)]);
   }
+  argv.insert(argv.begin() + 4, own.begin(), own.end());  // after --rendezvous ADDRESS
+  return argv;
+}
+
+std::vector<std::string> Driver::SharedAgentArgv(int round, uint16_t port) const {
+  std::vector<std::string> argv = {options_.agent_binary, "agent", "--rendezvous",
+                                   engine_.rendezvous_host() + ":" + std::to_string(port)};
   if (!feed_plan_file_.empty()) {
     argv.push_back("--feed-plan");
     argv.push_back(feed_plan_file_);
@@ -1134,6 +1142,48 @@ Driver::Outcome Driver::HandOver(Round& round, const std::string& reason) {
   return Outcome::kReform;
 }
 
+bool Driver::LaunchAgents(Round& round, uint16_t port) {
+  const int count = options_.cluster.num_nodes;
+  for (int i = 0; i < count; ++i) {
+    auto node = std::make_unique<Node>();
+    node->executor_id = std::to_string(i);
+    node->index = i;
+    node->tag = "executor " + node->executor_id;
+    round.nodes.push_back(std::move(node));
+  }
+  auto failed = [&](const Status& status) {
+    err_ << "drover run: " << status.message() << "\n";
+    round.Stop(round.All(), true);
+    return false;
+  };
+  if (options_.host_agent && count > 1 && !elastic() && engine_.StartsHostAgents()) {
+    HostLaunch host;
+    host.argv = SharedAgentArgv(round.number, port);
+    host.argv.insert(host.argv.begin() + 4, {"--host", engine_.agent_host(0)});
+    for (int i = 0; i < count; ++i) {
+      host.nodes.push_back(
+          HostLaunch::Node{std::to_string(i), NodeCredentialFile(i),
+                           options_.gpus.empty() ? "" : options_.gpus[static_cast<size_t>(i)]});
+    }
+    auto processes = engine_.LaunchHost(host);
+    if (!processes.ok()) return failed(processes.status());
+    for (int i = 0; i < count; ++i) {
+      round.nodes[static_cast<size_t>(i)]->process =
+          std::move((*processes)[static_cast<size_t>(i)]);
+      round.nodes[static_cast<size_t>(i)]->launched_at = Clock::now();
+    }
+    return true;
+  }
+  for (int i = 0; i < count; ++i) {
+    Node& node = *round.nodes[static_cast<size_t>(i)];
+    auto process = engine_.Launch(AgentLaunch{node.executor_id, AgentArgv(i, round.number, port)});
+    if (!process.ok()) return failed(process.status());
+    node.process = std::move(process).value();
+    node.launched_at = Clock::now();
+  }
+  return true;
+}
+
 Driver::Outcome Driver::RunRound(int number) {
   round_failure_.clear();
   Round round{*this, number};
@@ -1176,23 +1226,7 @@ Driver::Outcome Driver::RunRound(int number) {
       err_ << "drover run: " << started.message() << "\n";
       return Outcome::kNoRestart;
     }
-    uint16_t port = round.server->port();
-    for (int i = 0; i < options_.cluster.num_nodes; ++i) {
-      auto node = std::make_unique<Node>();
-      node->executor_id = std::to_string(i);
-      node->index = i;
-      node->tag = "executor " + node->executor_id;
-      auto process = engine_.Launch(AgentLaunch{node->executor_id, AgentArgv(i, number, port)});
-      if (!process.ok()) {
-        err_ << "drover run: " << process.status().message() << "\n";
-        round.nodes.push_back(std::move(node));
-        round.Stop(round.All(), true);
-        return Outcome::kNoRestart;
-      }
-      node->process = std::move(process).value();
-      node->launched_at = Clock::now();
-      round.nodes.push_back(std::move(node));
-    }
+    if (!LaunchAgents(round, round.server->port())) return Outcome::kNoRestart;
   }
   PublishStatus(round, "reserving", /*force=*/true);
 

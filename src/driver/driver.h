@@ -77,6 +77,10 @@ struct DriverOptions {
   Milliseconds shutdown_timeout{0};      // 0: the workers may run forever
   Milliseconds grace{5'000};             // SIGTERM -> SIGKILL
   NodeList node_list = NodeList::kAuto;  // each agent's --node-list
+  // One agent for every node, where the engine can (the local engine) and
+  // the run is not elastic: one exec for the agents where each node took one
+  // (torchrun's shape; `drover run --host-agent`).
+  bool host_agent = false;
   // Per executor index: the GPUs given to that node; empty: no --gpus flag.
   std::vector<std::string> gpus;  // "0,1" or "none"
   int signal_fd = -1;             // signalfd for SIGINT/SIGTERM; -1: none
@@ -187,6 +191,11 @@ class Driver {
   // left.
   Outcome HandOver(Round& round, const std::string& reason);
   std::vector<std::string> AgentArgv(int index, int round, uint16_t port) const;
+  // What every node's agent is given: AgentArgv without the node's own flags.
+  std::vector<std::string> SharedAgentArgv(int round, uint16_t port) const;
+  // Starts the round's agents, one a node or one for all (host_agent); false
+  // (said on err_) when the engine could not.
+  bool LaunchAgents(Round& round, uint16_t port);
   // Where Prepare wrote executor `index`'s node credential (mode 0600).
   std::string NodeCredentialFile(int index) const;
 

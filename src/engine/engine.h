@@ -29,6 +29,20 @@ struct AgentLaunch {
   std::vector<std::string> argv;  // argv[0]: the agent binary
 };
 
+// One agent for several nodes of one host (torchrun's shape): `argv` is an
+// agent's argv without a node's own flags (--executor-id, --token-file,
+// --gpus); the engine adds each node's `--node` and the `--status-fd`
+// (`drover agent --help`) before its "--".
+struct HostLaunch {
+  struct Node {
+    std::string executor_id;
+    std::string token_file;
+    std::string gpus;  // "" : inherited
+  };
+  std::vector<std::string> argv;
+  std::vector<Node> nodes;
+};
+
 // Describes an agent's exit; the agent exits with the program's code, 128 +
 // signal when a signal killed the program.
 std::string DescribeAgentExit(const os::ExitStatus& status);
@@ -44,6 +58,9 @@ class AgentProcess {
   // (or when there is none). The driver reads it until EOF, then CloseOutput().
   virtual int output_fd() const = 0;
   virtual void CloseOutput() = 0;
+  // Readable once the agent's process ended (a pidfd), so the driver wakes
+  // for it; -1: none (the driver polls).
+  virtual int exit_fd() const { return -1; }
   // Reaps the agent without blocking; its exit status once it has ended.
   virtual std::optional<os::ExitStatus> Poll() = 0;
   // Sends `signal` to the agent's process group (nothing after it was reaped
@@ -75,6 +92,15 @@ class Engine {
   // engine removes them itself at its normal end.
   virtual std::vector<std::string> TemporaryPaths() const { return {}; }
   virtual Result<std::unique_ptr<AgentProcess>> Launch(const AgentLaunch& launch) = 0;
+  // Whether LaunchHost works: else the driver Launches each node.
+  virtual bool StartsHostAgents() const { return false; }
+  // Starts one agent for all of `launch`'s nodes; the AgentProcess of each
+  // node, in order: its own output, its own exit (when its node ended, or
+  // when the shared agent did), and signals that reach the shared agent
+  // while the node runs.
+  virtual Result<std::vector<std::unique_ptr<AgentProcess>>> LaunchHost(const HostLaunch&) {
+    return Status::FailedPrecondition("the " + name() + " engine starts an agent per node");
+  }
 };
 
 }  // namespace drover

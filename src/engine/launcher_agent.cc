@@ -20,6 +20,7 @@ class LauncherAgentProcess : public AgentProcess {
   int pid() const override { return process_.pid(); }
   int output_fd() const override { return process_.stdout_fd(); }
   void CloseOutput() override { process_.CloseStdout(); }
+  int exit_fd() const override { return process_.exit_fd(); }
   std::optional<os::ExitStatus> Poll() override { return process_.Poll(); }
   void Signal(int signal) override {
     if (signal == SIGTERM && process_.stdin_fd() >= 0) {

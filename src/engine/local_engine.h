@@ -1,10 +1,10 @@
 // LocalEngine: runs every agent as a child process of the driver on this host.
 //
-// Each agent gets its own process group (so the driver can signal the agent
-// and everything it left behind in one call), stdin from /dev/null, its stdout
-// and stderr on one close-on-exec pipe to the driver, and PR_SET_PDEATHSIG =
-// SIGTERM, so an agent stops its program when the driver dies, even by
-// SIGKILL. The agents inherit the driver's environment.
+// Each agent (one a node, or one for every node: LaunchHost) gets its own process group (so the
+// driver can signal the agent and everything it left behind in one call), stdin from /dev/null, its
+// stdout and stderr on one close-on-exec pipe to the driver, and PR_SET_PDEATHSIG = SIGTERM, so an
+// agent stops its program when the driver dies, even by SIGKILL. The agents inherit the driver's
+// environment.
 //
 // Not thread-safe. PR_SET_PDEATHSIG fires when the *thread* that launched the
 // agent exits: launch from the thread that outlives the agents (main).
@@ -35,6 +35,12 @@ class LocalEngine : public Engine {
   std::string rendezvous_host() const override { return options_.host; }
   std::string agent_host(int) const override { return options_.host; }
   Result<std::unique_ptr<AgentProcess>> Launch(const AgentLaunch& launch) override;
+  // One `drover-agent agent --node ...` for every node: one exec where each
+  // node took one. Node 0's output is the agent's own stdout and stderr (its
+  // lines before the nodes start go there); each other node gets a pipe.
+  // Not while a test skips an executor: its agent must be missing alone.
+  bool StartsHostAgents() const override { return options_.skip_executors.empty(); }
+  Result<std::vector<std::unique_ptr<AgentProcess>>> LaunchHost(const HostLaunch& launch) override;
 
  private:
   LocalEngineOptions options_;

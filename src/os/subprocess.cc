@@ -163,6 +163,11 @@ Result<Subprocess> Subprocess::Spawn(const SubprocessOptions& options) {
       if (!MoveFd(out_pipe.write.get(), STDOUT_FILENO) || !MoveFd(err_target, STDERR_FILENO)) {
         ChildFail(efd, 3);
       }
+    } else if (options.output_fd >= 0) {
+      if (::dup2(options.output_fd, STDOUT_FILENO) < 0 ||
+          ::dup2(options.output_fd, STDERR_FILENO) < 0) {
+        ChildFail(efd, 3);
+      }
     }
     if (working_dir != nullptr && ::chdir(working_dir) != 0) ChildFail(efd, 4);
       // Close-on-exec for every inherited fd above stderr, whoever opened it.

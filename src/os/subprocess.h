@@ -78,6 +78,9 @@ struct SubprocessOptions {
   bool pipe_output = false;
   // With pipe_output: stderr goes into the stdout pipe (one fd, stdout_fd()).
   bool merge_stderr = false;
+  // Without pipe_output: stdout and stderr both go to this descriptor of the
+  // parent's instead of being inherited; -1: inherited.
+  int output_fd = -1;
   // PR_SET_PDEATHSIG: the signal the child gets when its parent dies; 0 for none.
   int parent_death_signal = SIGKILL;
   // stdin from a pipe whose write end the parent holds (stdin_fd()), instead

@@ -132,3 +132,28 @@ def test_agent_with_its_node_credential_on_stdin_joins_and_another_executors_can
     finally:
         os.killpg(server.pid, signal.SIGKILL)
         server.communicate(timeout=30)
+
+
+def test_a_hosts_agent_refuses_malformed_nodes_with_exit_2(tmp_path):
+    """`--node` is drover run's (the local engine's); bad specs are one line and exit 2."""
+    token = tmp_path / "token"
+    token.write_text("unused\n")
+
+    def agent(*flags):
+        done = subprocess.run([drover_bin(), "agent", "--rendezvous", "127.0.0.1:1", *flags,
+                               "--", "/bin/true"], env=clean_env(), stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=60)
+        return done.returncode, done.stderr
+
+    code, err = agent("--status-fd", "9", "--node", "0:1")
+    assert code == 2 and "--node takes ID:OUTPUT_FD:GPUS:TOKEN_FILE; got '0:1'" in err, err
+    code, err = agent("--status-fd", "9", "--node", "0:x::" + str(token))
+    assert code == 2 and "--node takes ID:OUTPUT_FD:GPUS:TOKEN_FILE" in err, err
+    code, err = agent("--node", "0:1::" + str(token))
+    assert code == 2 and "--node needs --status-fd FD" in err, err
+    code, err = agent("--status-fd", "9", "--executor-id", "0", "--node", "0:1::" + str(token))
+    assert code == 2 and "not --executor-id, --token-file or --gpus" in err, err
+    code, err = agent("--status-fd", "9", "--elastic", "--node", "0:1::" + str(token))
+    assert code == 2 and "not elastic" in err, err
+    code, err = agent("--status-fd", "9", "--node", "0:1::" + str(tmp_path / "missing"))
+    assert code == 2 and "executor 0" in err, err

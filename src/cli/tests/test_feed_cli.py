@@ -165,23 +165,36 @@ def test_dry_run_shows_each_share(tmp_path):
 
 
 def feeders_by_executor(mark):
-    """{executor id: [feeder pid, ...]} of the agents whose command carries `mark`."""
+    """{executor id: [feeder pid, ...]} of the agents whose command carries `mark`.
+
+    An agent a node names its executor (--executor-id); a host's agent runs
+    every node, and each feeder names its task (--task worker:N, executor N
+    in a run of workers only)."""
     found = {}
     agents = subprocess.run(["pgrep", "-f", f"agent .*{mark}"], capture_output=True,
                             text=True).stdout.split()
     for agent in agents:
-        try:
-            with open(f"/proc/{agent}/cmdline", "rb") as f:
-                argv = f.read().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        if "--executor-id" not in argv:
-            continue
-        executor = argv[argv.index("--executor-id") + 1]
+        argv = cmdline(agent)
         children = subprocess.run(["pgrep", "-P", agent, "-f", " feeder "],
                                   capture_output=True, text=True).stdout.split()
-        found.setdefault(executor, []).extend(int(pid) for pid in children)
+        for child in children:
+            feeder = cmdline(child)
+            if "--executor-id" in argv:
+                executor = argv[argv.index("--executor-id") + 1]
+            elif "--task" in feeder:
+                executor = feeder[feeder.index("--task") + 1].split(":")[-1]
+            else:
+                continue
+            found.setdefault(executor, []).append(int(child))
     return found
+
+
+def cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().decode(errors="replace").split("\0")
+    except OSError:
+        return []
 
 
 def file_size(path):

@@ -141,6 +141,20 @@ def cmdline(pid):
         return []
 
 
+def executor_of(pid, argv):
+    """The executor a guard (its environment) or a feeder (--task worker:N) serves."""
+    if b"--task" in argv:
+        return argv[argv.index(b"--task") + 1].split(b":")[-1].decode()
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            for entry in f.read().split(b"\0"):
+                if entry.startswith(b"DROVER_EXECUTOR_ID="):
+                    return entry.split(b"=", 1)[1].decode()
+    except OSError:
+        pass
+    return None
+
+
 class Run:
     """One `drover run` of a cell, with its output collected as it comes."""
 
@@ -199,18 +213,25 @@ class Run:
         return next((n for n in cluster.get("nodes", []) if n["executor_id"] == executor), None)
 
     def agent_pid(self, executor):
+        """Executor's agent: its own (--executor-id), or the host's agent that runs it (--node)."""
         for pid in children(self.proc.pid):
             argv = cmdline(pid)
-            if b"agent" in argv and executor.encode() in argv and \
-                    argv[argv.index(b"--executor-id") + 1] == executor.encode():
+            if b"agent" not in argv:
+                continue
+            if b"--executor-id" in argv and argv[argv.index(b"--executor-id") + 1] == \
+                    executor.encode():
+                return pid
+            nodes = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == b"--node"]
+            if any(node.split(b":")[0] == executor.encode() for node in nodes):
                 return pid
         return None
 
     def child_of_agent(self, executor, word):
+        """Executor's guard or feeder (a host's agent has every node's)."""
         agent = self.agent_pid(executor)
         for pid in children(agent) if agent else []:
             argv = cmdline(pid)
-            if len(argv) > 1 and argv[1] == word:
+            if len(argv) > 1 and argv[1] == word and executor_of(pid, argv) == executor:
                 return pid
         return None
 

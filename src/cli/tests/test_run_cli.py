@@ -241,3 +241,41 @@ def test_issue_15_output_without_a_newline_is_cut_and_the_driver_stays_small(tmp
     finally:
         log.unlink()
     assert_no_leftovers(mark)
+
+
+# Each program says which agent started it: its guard's parent.
+WHOSE_AGENT = ('agent=$(ps -o ppid= -p $PPID | tr -d " "); echo "agent=$agent"; ')
+
+
+def agent_pids(stdout):
+    return {line.split("] agent=")[0]: line.split("agent=")[1]
+            for line in stdout.splitlines() if "] agent=" in line}
+
+
+def test_one_agent_runs_every_node_each_with_its_own_output_and_exit(drover, tmp_path):
+    mark = marker()
+    # worker:1 fails once every node's program has started (its file is there).
+    program = (WHOSE_AGENT + f'touch {tmp_path}/started-$RANK; if [ "$RANK" = 1 ]; then '
+               f'for i in $(seq 600); do [ $(ls {tmp_path} | grep -c started-) = 3 ] && break; '
+               'sleep 0.1; done; echo failing; exit 3; fi; sleep 300')
+    result = run(drover, tmp_path, "--nodes", "3", "--grace", "2", "--",
+                 "sh", "-c", program, mark)
+    pids = agent_pids(result.stdout)
+    assert len(pids) == 3 and len(set(pids.values())) == 1, result.stdout
+    assert result.returncode == 1, result.stderr
+    assert "worker:1 (executor 1) failed: exit code 3" in result.stderr, result.stderr
+    assert "failing" in result.stderr.split("failed")[1], result.stderr
+    assert (tmp_path / "logs" / "worker-2.log").read_text().startswith("agent="), result.stderr
+    summary = {line.split()[0]: line for line in result.stderr.splitlines()
+               if line.startswith("worker:")}
+    assert "exit code 3" in summary["worker:1"], result.stderr
+    assert "exit code 0" in summary["worker:0"], result.stderr  # stopped by the driver
+    assert_no_leftovers(mark)
+
+
+def test_agents_node_starts_an_agent_process_a_node(drover, tmp_path):
+    result = run(drover, tmp_path, "--nodes", "3", "--agents", "node", "--",
+                 "sh", "-c", WHOSE_AGENT)
+    assert result.returncode == 0, result.stderr
+    pids = agent_pids(result.stdout)
+    assert len(pids) == 3 and len(set(pids.values())) == 3, result.stdout
