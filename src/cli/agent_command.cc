@@ -59,7 +59,7 @@ struct AgentFlags {
 };
 
 // The running agents (one, or a host's nodes), for the signal handler.
-constexpr size_t kMaxHostNodes = 256;
+constexpr size_t kMaxHostNodes = 256;  // drover run's HostLaunch::kMaxNodes
 std::atomic<Agent*> g_agents[kMaxHostNodes];
 
 void OnSignal(int signal) {

@@ -1156,7 +1156,8 @@ bool Driver::LaunchAgents(Round& round, uint16_t port) {
     round.Stop(round.All(), true);
     return false;
   };
-  if (options_.host_agent && count > 1 && !elastic() && engine_.StartsHostAgents()) {
+  if (options_.host_agent && count > 1 && static_cast<size_t>(count) <= HostLaunch::kMaxNodes &&
+      !elastic() && engine_.StartsHostAgents()) {
     HostLaunch host;
     host.argv = SharedAgentArgv(round.number, port);
     host.argv.insert(host.argv.begin() + 4, {"--host", engine_.agent_host(0)});

@@ -34,6 +34,8 @@ struct AgentLaunch {
 // --gpus); the engine adds each node's `--node` and the `--status-fd`
 // (`drover agent --help`) before its "--".
 struct HostLaunch {
+  // The most nodes one agent takes (`drover agent --node`).
+  static constexpr size_t kMaxNodes = 256;
   struct Node {
     std::string executor_id;
     std::string token_file;

@@ -258,7 +258,7 @@ def test_one_agent_runs_every_node_each_with_its_own_output_and_exit(drover, tmp
     program = (WHOSE_AGENT + f'touch {tmp_path}/started-$RANK; if [ "$RANK" = 1 ]; then '
                f'for i in $(seq 600); do [ $(ls {tmp_path} | grep -c started-) = 3 ] && break; '
                'sleep 0.1; done; echo failing; exit 3; fi; sleep 300')
-    result = run(drover, tmp_path, "--nodes", "3", "--grace", "2", "--",
+    result = run(drover, tmp_path, "--nodes", "3", "--agents", "host", "--grace", "2", "--",
                  "sh", "-c", program, mark)
     pids = agent_pids(result.stdout)
     assert len(pids) == 3 and len(set(pids.values())) == 1, result.stdout
