@@ -374,6 +374,9 @@ int RunHostAgent(const AgentFlags& flags) {
     int none = 0;
     if (code != 0) first_failure.compare_exchange_strong(none, code);
   });
+  // Each node's feeder is reaped by its own FeedService, as in a node's own
+  // agent: the sweep below reaps any child, so it must come after them all.
+  agents.clear();
   os::KillOwnDescendants(std::chrono::seconds(5));
   return first_failure.load();
 }

@@ -68,7 +68,7 @@ struct RunFlags {
   double shutdown_timeout = 0;
   double grace = 5;
   NodeList node_list = NodeList::kAuto;
-  std::string agents = "node";
+  std::string agents = "host";
   std::optional<int> gpus_per_node;
   bool dry_run = false;
   bool tensorboard = false;

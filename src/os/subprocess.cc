@@ -81,6 +81,7 @@ ExitStatus ExitStatus::FromWaitStatus(int status) {
 }
 
 std::string ExitStatus::ToString() const {
+  if (unknown()) return "ended (its status was reaped elsewhere)";
   if (signaled_) return "killed by " + SignalName(value_);
   return "exit code " + std::to_string(value_);
 }
@@ -291,6 +292,9 @@ void Subprocess::ReapGroup() {
         status_ = ExitStatus::FromWaitStatus(status);
         continue;
       }
+      // Not our child any more: reaped by someone else, so no wait can
+      // ever succeed (and a pidfd stays readable: Wait would spin).
+      if (got < 0 && errno == ECHILD) status_ = ExitStatus::Unknown();
     }
     got = ::waitpid(-pid_, &status, WNOHANG);
     if (got < 0 && errno == EINTR) continue;

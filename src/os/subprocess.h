@@ -43,10 +43,14 @@ class ExitStatus {
  public:
   static ExitStatus Exited(int code) { return ExitStatus(false, code); }
   static ExitStatus Signaled(int signal) { return ExitStatus(true, signal); }
+  // A child that someone else reaped (a waitpid(-1) elsewhere in the
+  // process, or SIGCHLD ignored): it ended, how is lost. Not a success.
+  static ExitStatus Unknown() { return ExitStatus(true, 0); }
   // From a waitpid() status word.
   static ExitStatus FromWaitStatus(int status);
 
   bool signaled() const { return signaled_; }
+  bool unknown() const { return signaled_ && value_ == 0; }
   int exit_code() const { return signaled_ ? -1 : value_; }  // -1 when signaled
   int signal() const { return signaled_ ? value_ : 0; }      // 0 when exited
   bool success() const { return !signaled_ && value_ == 0; }

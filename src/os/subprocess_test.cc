@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -76,6 +77,19 @@ TEST(SubprocessTest, KilledBySignal) {
   ExitStatus status = child.Wait();
   EXPECT_EQ(status, ExitStatus::Signaled(SIGKILL));
   EXPECT_EQ(status.ToString(), "killed by SIGKILL");
+}
+
+// In a process that runs several nodes, a reaping of any child (a host
+// agent's cleanup) may take this child's status; Wait must still end.
+TEST(SubprocessTest, LeaderReapedElsewhereEndsTheWait) {
+  ASSERT_OK_AND_ASSIGN(Subprocess child, Subprocess::Spawn(Shell("exit 4")));
+  int status = 0;
+  ASSERT_EQ(::waitpid(child.pid(), &status, 0), child.pid());
+  ExitStatus lost = child.Wait();
+  EXPECT_TRUE(lost.unknown());
+  EXPECT_FALSE(lost.success());
+  EXPECT_EQ(lost.ToString(), "ended (its status was reaped elsewhere)");
+  EXPECT_FALSE(ExitStatus::Signaled(SIGKILL).unknown());
 }
 
 TEST(SubprocessTest, MissingProgramIsNotFound) {

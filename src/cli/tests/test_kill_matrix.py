@@ -16,8 +16,12 @@ feeder, the program) or to the driver:
 Every cell must end with no process left that carries the cell's marker (in
 its environment or command line) and no file left in /tmp by drover.
 
-By default a short matrix runs (the whole feeding row, SIGKILL of the agent
-and the driver in the other phases); DROVER_KILL_MATRIX=full runs every cell.
+Cells run with the default `--agents host` (one agent for both nodes, so
+killing "the agent" stops both); the node-agent cells (`--agents node`) are
+the feeding row again. By default a short matrix runs (the whole feeding
+row, SIGKILL of the agent and the driver in the other phases, and SIGKILL of
+the driver and of the agent with an agent a node); DROVER_KILL_MATRIX=full
+runs every cell in both shapes.
 The test is RUN_SERIAL in ctest: it compares /tmp before and after.
 """
 import glob
@@ -48,6 +52,7 @@ SHORT = {(kind, sig, "feeding") for kind in KINDS for sig in SIGNALS} | {
     ("agent", signal.SIGKILL, "formed"), ("driver", signal.SIGKILL, "formed"),
     ("agent", signal.SIGKILL, "shutdown"), ("driver", signal.SIGKILL, "shutdown"),
     ("guard", signal.SIGKILL, "shutdown")}
+SHORT_NODE_AGENTS = {("driver", signal.SIGKILL, "feeding"), ("agent", signal.SIGKILL, "feeding")}
 
 
 def cells():
@@ -59,9 +64,11 @@ def cells():
             if phase == "formed" and kind not in ("driver", "agent"):
                 continue
             for sig in SIGNALS:
+                name = f"{kind}-{signal.Signals(sig).name}-{phase}"
                 if full or (kind, sig, phase) in SHORT:
-                    yield pytest.param(kind, sig, phase,
-                                       id=f"{kind}-{signal.Signals(sig).name}-{phase}")
+                    yield pytest.param(kind, sig, phase, "host", id=name)
+                if full or (kind, sig, phase) in SHORT_NODE_AGENTS:
+                    yield pytest.param(kind, sig, phase, "node", id=name + "-node-agents")
 
 
 # The node's program: a grandchild in its group, a descendant that escapes
@@ -158,7 +165,7 @@ def executor_of(pid, argv):
 class Run:
     """One `drover run` of a cell, with its output collected as it comes."""
 
-    def __init__(self, tmp_path, mark, skip_agent):
+    def __init__(self, tmp_path, mark, skip_agent, agents):
         with open(tmp_path / "data.csv", "w") as f:
             for i in range(20000):
                 f.write(f"{i},payload-{i}\n")
@@ -167,7 +174,7 @@ class Run:
             env["DROVER_TEST_SKIP_AGENT"] = "1"
         self.proc = subprocess.Popen(
             [drover_bin(), "run", "--log-dir", str(tmp_path / "logs"), "--nodes", "2",
-             "--grace", str(GRACE), "--input", str(tmp_path / "data.csv"),
+             "--grace", str(GRACE), "--agents", agents, "--input", str(tmp_path / "data.csv"),
              "--split-bytes", "8000", "--queue-bytes", "65536", "--progress", "off", "--",
              "sh", "-c", PROGRAM, FEED_READER],
             env=clean_env(**env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -260,11 +267,11 @@ def victim(run, kind):
     return node and node.get("program_pid")
 
 
-@pytest.mark.parametrize("kind,sig,phase", list(cells()))
-def test_nothing_is_left_behind(tmp_path, kind, sig, phase):
+@pytest.mark.parametrize("kind,sig,phase,agents", list(cells()))
+def test_nothing_is_left_behind(tmp_path, kind, sig, phase, agents):
     mark = "kill-matrix-" + uuid.uuid4().hex[:12]
     tmp_before = drover_tmp_entries()
-    run = Run(tmp_path, mark, skip_agent=phase == "formed")
+    run = Run(tmp_path, mark, skip_agent=phase == "formed", agents=agents)
     try:
         if phase == "formed":
             run.wait_for("executor 0 registered", lambda: (run.cluster() or {}).get(
