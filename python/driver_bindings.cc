@@ -458,6 +458,8 @@ void RegisterDriver(py::module_& m) {
              options.status_port = status_port;
              options.live_runs_dir = LiveRunsDir(ProcessEnvironment());
              if (external_feed) options.feed = ExternalPlan(*external_feed);
+             // As `drover run`: one agent for every node of the local engine.
+             options.host_agent = engine.is_none();
              return std::unique_ptr<ClusterDriver>(
                  new BuiltinClusterDriver(std::move(options), std::move(engine),
                                           std::move(local_executors), std::move(host)));

@@ -79,7 +79,8 @@ struct DriverOptions {
   NodeList node_list = NodeList::kAuto;  // each agent's --node-list
   // One agent for every node, where the engine can (the local engine) and
   // the run is not elastic: one exec for the agents where each node took one
-  // (torchrun's shape; `drover run --host-agent`).
+  // (torchrun's shape; `drover run --agents host`, and drover.Cluster's local
+  // engine).
   bool host_agent = false;
   // Per executor index: the GPUs given to that node; empty: no --gpus flag.
   std::vector<std::string> gpus;  // "0,1" or "none"
