@@ -22,6 +22,12 @@ of about --bytes each, random but deterministic) it runs, on the same file:
  (3) drover to Python: the same with `/usr/bin/python3 bench/feed_consumer.py`,
      drover.DataFeed(schema=...) for MNIST rows (dict of numpy arrays), plain
      next_batch (list of bytes) for the others;
+ (5) the pipeline limit: `feed_consumer --pipeline-limit FILE`, a feeder
+     thread pread(2)ing the file into a 4 MiB shared-memory ring and a
+     consumer thread doing (1)'s copy out of it, handing slots over by
+     spinning on two atomics: what a separate feeder and a copying consumer
+     on two cores can do with nothing of drover between them (median of 5
+     passes); (2) against it is drover's own overhead;
  (4) TensorFlowOnSpark's feeding (bench/tfos_feed_baseline.py): a manager
      process with JoinableQueues, a feeder putting records one by one, a
      consumer using TFoS's DataFeed.next_batch(100); given only the first
@@ -52,6 +58,7 @@ PYTHON = "/usr/bin/python3"
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 PATHS = ["(1) memcpy", "(2) drover -> C++", "(3) drover -> Python", "(4) TFoS queues"]
 READ_LIMIT = "(0) read() limit"
+PIPELINE_LIMIT = "(5) pipeline limit"
 TFOS_OWN = "(4o) TFoS own code"
 LABELS = {"mnist": "MNIST rows", "b100": "100 B", "b10k": "10 KB"}
 
@@ -78,6 +85,9 @@ def commands(args, kind, path, record_bytes, out, logdir):
     return {
         READ_LIMIT: [binary("feed_consumer"), "--read-limit", path, "--record-bytes",
                      str(record_bytes), "--passes", "5", "--out", out],
+        PIPELINE_LIMIT: [binary("feed_consumer"), "--pipeline-limit", path, "--record-bytes",
+                         str(record_bytes), "--batch", str(args.batch), "--passes", "5", "--out",
+                         out],
         PATHS[0]: [binary("feed_consumer"), "--memcpy", path, "--record-bytes", str(record_bytes),
                    "--batch", str(args.batch), "--passes", "5", "--out", out],
         PATHS[1]: drover_run + [binary("feed_consumer"), "--batch", str(args.batch), "--out", out],
@@ -224,7 +234,8 @@ def main():
     for kind in kinds:
         memcpy_rate = rate(kind, PATHS[0])
         read_rate = rate(kind, READ_LIMIT)
-        for name in [READ_LIMIT] + PATHS + ([TFOS_OWN] if args.tfos_src else []):
+        for name in [READ_LIMIT] + PATHS + [PIPELINE_LIMIT] + ([TFOS_OWN] if args.tfos_src
+                                                               else []):
             run = median(kind, name)
             if run is None:
                 print(f"{LABELS[kind]:<11} {name:<21} {'-':>11} {'-':>8} {'-':>13} {'-':>8} {'-':>7}"
@@ -238,13 +249,13 @@ def main():
     print()
     print("ratios of records/s, same run:")
     print(f"{'records':<11} {'(2)/(1)':>8} {'(3)/(1)':>8} {'(2)/(0)':>8} {'(3)/(0)':>8} "
-          f"{'(3)/(4)':>9} {'(2)/(4)':>9} {'(1)/(4)':>9}")
+          f"{'(3)/(4)':>9} {'(2)/(4)':>9} {'(1)/(4)':>9} {'(2)/(5)':>8} {'(5)/(1)':>8}")
     for kind in kinds:
         r1, r2, r3, r4 = (rate(kind, name) for name in PATHS)
-        r0 = rate(kind, READ_LIMIT)
+        r0, r5 = rate(kind, READ_LIMIT), rate(kind, PIPELINE_LIMIT)
         print(f"{LABELS[kind]:<11} {ratio(r2, r1):>8} {ratio(r3, r1):>8} {ratio(r2, r0):>8} "
               f"{ratio(r3, r0):>8} {ratio(r3, r4, 0):>9} {ratio(r2, r4, 0):>9} "
-              f"{ratio(r1, r4, 0):>9}")
+              f"{ratio(r1, r4, 0):>9} {ratio(r2, r5):>8} {ratio(r5, r1):>8}")
     print()
 
     def verdict(value, target):

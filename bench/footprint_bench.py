@@ -4,7 +4,8 @@ RSS) and CPU ticks of each of its own processes over an idle window.
 usage: footprint_bench.py [--drover build/bin/drover] [--nodes 8] [--window 20]
 
 For N local nodes it starts N copies of `sleep`, which do nothing, with
-  drover run --nodes N -- sleep T
+  drover run --nodes N -- sleep T           (one agent for every node; "drover")
+  drover run --nodes N --agents node -- ...  (an agent a node; "drover/n")
   mpirun --oversubscribe -np N sleep T
   /usr/bin/python3 -m torch.distributed.run --standalone --nproc_per_node=N --no_python sleep T
 one launcher at a time. Once all N `sleep`s run and a settling second has
@@ -110,7 +111,7 @@ def role(launcher, pid, root):
     name = os.path.basename(args[0]) if args else ""
     if name == PROGRAM:
         return "program (sleep)"
-    if launcher == "drover":
+    if launcher.startswith("drover"):
         sub = args[1] if len(args) > 1 else ""
         return {"run": "driver (drover run)", "agent": "agent", "guard": "guard",
                 "janitor": "janitor"}.get(sub, "other: " + " ".join(args[:2]))
@@ -122,9 +123,12 @@ def role(launcher, pid, root):
 
 
 def launchers(drover, workdir):
-    def drover_run(n, prog):
-        return [drover, "run", "--nodes", str(n), "--log-dir", os.path.join(workdir, "logs"),
-                "--progress", "off", "--"] + prog
+    def drover_run(n, prog, agents="host"):
+        return [drover, "run", "--nodes", str(n), "--agents", agents, "--log-dir",
+                os.path.join(workdir, "logs"), "--progress", "off", "--"] + prog
+
+    def drover_node_agents(n, prog):
+        return drover_run(n, prog, agents="node")
 
     def mpirun(n, prog):
         return ["mpirun", "--oversubscribe", "-np", str(n)] + prog
@@ -133,7 +137,7 @@ def launchers(drover, workdir):
         return ["/usr/bin/python3", "-c", TORCHRUN_SHIM, "--standalone",
                 f"--nproc_per_node={n}", "--no_python"] + prog
 
-    found = {"drover": drover_run}
+    found = {"drover": drover_run, "drover/n": drover_node_agents}
     if shutil.which("mpirun"):
         found["mpirun"] = mpirun
     else:
