@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -120,6 +121,9 @@ Result<std::optional<BatchView>> ShmDataFeed::NextWhileHolding(Clock::time_point
 void ShmDataFeed::Take(size_t wanted, RecordBatch* batch) {
   const BatchView& view = *current_;
   const uint32_t first = taken_;
+  // One allocation for the call's views, not a doubling per power of two.
+  batch->records.reserve(
+      std::min<size_t>(wanted, batch->records.size() + (view.info.record_count - taken_)));
   if (view.info.flags & feed::kFixedSizeRecords) {
     const size_t size = view.info.record_bytes;
     while (taken_ < view.info.record_count && batch->records.size() < wanted) {
