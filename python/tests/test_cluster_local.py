@@ -273,7 +273,10 @@ def main(args, ctx):
 
 cluster = drover.Cluster.run(drover.engines.Local(), main, None, num_executors=2,
                              tensorboard=True, reservation_timeout=60)
-print("started", cluster.tensorboard_url(), flush=True)
+# One write: under PYTHONUNBUFFERED print() writes each piece on its own,
+# and TensorBoard's line may land between them.
+sys.stdout.write("started %s\n" % cluster.tensorboard_url())
+sys.stdout.flush()
 time.sleep(300)
 '''
 
