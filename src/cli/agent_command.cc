@@ -18,6 +18,7 @@
 #include "cli/etcd_flags.h"
 #include "cli/resolve_command.h"
 #include "drover/agent.h"
+#include "engine/engine.h"  // HostLaunch: the --node list drover run sends
 #include "os/process_tree.h"
 
 namespace drover::cli {
@@ -59,7 +60,7 @@ struct AgentFlags {
 };
 
 // The running agents (one, or a host's nodes), for the signal handler.
-constexpr size_t kMaxHostNodes = 256;  // drover run's HostLaunch::kMaxNodes
+constexpr size_t kMaxHostNodes = HostLaunch::kMaxNodes;
 std::atomic<Agent*> g_agents[kMaxHostNodes];
 
 void OnSignal(int signal) {
