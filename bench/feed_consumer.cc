@@ -191,6 +191,19 @@ std::unique_ptr<char[]> ReadFile(const std::string& path, size_t* size) {
   return data;
 }
 
+// Runs `pass` `passes` times; the median pass's seconds.
+template <typename Pass>
+double MedianSeconds(int passes, Pass pass) {
+  std::vector<double> seconds;
+  for (int i = 0; i < passes; ++i) {
+    const Clock::time_point start = Clock::now();
+    pass();
+    seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  std::sort(seconds.begin(), seconds.end());
+  return seconds[seconds.size() / 2];
+}
+
 int RunMemcpy(const Args& args) {
   if (args.record_bytes == 0) Usage("feed_consumer", "--memcpy needs --record-bytes");
   size_t size = 0;
@@ -207,11 +220,9 @@ int RunMemcpy(const Args& args) {
   }
   const uint64_t records = size / args.record_bytes;
   BatchBuffer batch(args.batch * args.record_bytes);
-  std::vector<double> seconds;
-  for (int pass = 0; pass < args.passes; ++pass) {
+  const double seconds = MedianSeconds(args.passes, [&] {
     const char* next = file.get();
     const char* end = next + size;
-    Clock::time_point start = Clock::now();
     while (next < end) {
       batch.Clear();
       for (size_t i = 0; i < args.batch && next < end; ++i, next += args.record_bytes) {
@@ -219,10 +230,8 @@ int RunMemcpy(const Args& args) {
       }
       batch.Consume();
     }
-    seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  std::sort(seconds.begin(), seconds.end());
-  return Report(args, records, size, seconds[seconds.size() / 2]);
+  });
+  return Report(args, records, size, seconds);
 }
 
 // One pass of read(2) over the whole file into `buffer`; its size.
@@ -252,14 +261,9 @@ int RunReadLimit(const Args& args) {
   constexpr size_t kChunkBytes = 16 << 20;
   auto buffer = std::make_unique<char[]>(kChunkBytes);
   const size_t size = ReadPass(args.read_limit_file, buffer.get(), kChunkBytes);  // page-caches it
-  std::vector<double> seconds;
-  for (int pass = 0; pass < args.passes; ++pass) {
-    Clock::time_point start = Clock::now();
-    ReadPass(args.read_limit_file, buffer.get(), kChunkBytes);
-    seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  std::sort(seconds.begin(), seconds.end());
-  return Report(args, size / args.record_bytes, size, seconds[seconds.size() / 2]);
+  const double seconds = MedianSeconds(
+      args.passes, [&] { ReadPass(args.read_limit_file, buffer.get(), kChunkBytes); });
+  return Report(args, size / args.record_bytes, size, seconds);
 }
 
 // A ring of equal slots in shared memory: the feeder fills slot i % slots
@@ -284,11 +288,10 @@ class PipelineRing {
   ~PipelineRing() { ::munmap(data_, slots_ * slot_bytes_); }
 
   // One pass: the feeder on a thread of its own, the consumer here.
-  double Pass(const std::string& path, BatchBuffer& batch, size_t record_bytes, size_t per_batch) {
+  void Pass(const std::string& path, BatchBuffer& batch, size_t record_bytes, size_t per_batch) {
     filled_ = 0;
     emptied_ = 0;
     ended_ = false;
-    const Clock::time_point start = Clock::now();
     std::thread feeder([&] { Feed(path); });
     uint64_t next = 0;
     size_t in_batch = 0;
@@ -313,7 +316,6 @@ class PipelineRing {
     }
     batch.Consume();
     feeder.join();
-    return std::chrono::duration<double>(Clock::now() - start).count();
   }
 
  private:
@@ -358,12 +360,9 @@ int RunPipelineLimit(const Args& args) {
   scratch.reset();
   PipelineRing ring(kRingBytes, slot_bytes);
   BatchBuffer batch(args.batch * args.record_bytes);
-  std::vector<double> seconds;
-  for (int pass = 0; pass < args.passes; ++pass) {
-    seconds.push_back(ring.Pass(args.pipeline_file, batch, args.record_bytes, args.batch));
-  }
-  std::sort(seconds.begin(), seconds.end());
-  return Report(args, size / args.record_bytes, size, seconds[seconds.size() / 2]);
+  const double seconds = MedianSeconds(
+      args.passes, [&] { ring.Pass(args.pipeline_file, batch, args.record_bytes, args.batch); });
+  return Report(args, size / args.record_bytes, size, seconds);
 }
 
 // Every whole 8-byte word of `record`, XORed: a read of all of it.
