@@ -91,6 +91,45 @@ void PointAtMaster(const Placement& master, RankInfo& rank);
 Status PlaceTasks(std::vector<Placement>& tasks,
                   const std::vector<std::string>& training_jobs = TrainingJobs());
 
+// What PlaceRoles reads of a task; the strings are borrowed for the call.
+struct TaskKey {
+  std::string_view job;
+  int index = 0;
+  std::string_view host;
+  bool has_port = false;
+};
+
+// What PlaceTasks decides for one task, without a string: whether it is the
+// chief and, for a training task, its ranks. The sizes every ranked task
+// shares and rank 0 are PlacedRoles's. 28 bytes, where a Placement is about
+// 300: what a rendezvous server of 100,000 nodes keeps of each.
+struct TaskRole {
+  uint32_t rank = 0;
+  uint32_t local_rank = 0;
+  uint32_t local_world_size = 0;
+  uint32_t group_rank = 0;
+  uint32_t role_rank = 0;
+  uint32_t role_world_size = 0;
+  bool chief = false;
+  bool ranked = false;
+  friend bool operator==(const TaskRole&, const TaskRole&) = default;
+};
+
+struct PlacedRoles {
+  std::vector<TaskRole> roles;  // roles[i] is tasks[i]'s
+  int world_size = 0;
+  int group_world_size = 0;
+  std::optional<size_t> master;  // rank 0's task; none when no task is ranked
+};
+
+// PlaceTasks on borrowed keys, the one implementation of the role rule:
+// the same decisions and errors, without copying a string.
+Result<PlacedRoles> PlaceRoles(const std::vector<TaskKey>& tasks,
+                               const std::vector<std::string>& training_jobs = TrainingJobs());
+
+// A ranked role as a RankInfo; its master fields are PointAtMaster's to set.
+RankInfo RankInfoOf(const TaskRole& role, int world_size, int group_world_size);
+
 // The cluster spec of placed tasks: job -> "host:ports[0]" (or the host alone
 // for a task without ports).
 Result<ClusterSpec> ClusterSpecOf(const std::vector<Placement>& tasks);

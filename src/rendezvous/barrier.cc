@@ -1,6 +1,5 @@
 #include "rendezvous/barrier.h"
 
-#include <malloc.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -14,19 +13,6 @@
 #include "wire/frame.h"
 
 namespace drover::rendezvous_internal {
-namespace {
-
-// From this many nodes, the memory freed once the cluster went out (the
-// layout, 730 bytes a node) goes back to the system: glibc returns only the
-// top of its heap by itself, and the rest would stay in the server's
-// resident memory for the whole run.
-constexpr size_t kTrimFromNodes = 10'000;
-
-void ReleaseFreedMemory(size_t nodes) {
-  if (nodes >= kTrimFromNodes) ::malloc_trim(0);
-}
-
-}  // namespace
 
 void Barrier::HandleRegister(Peer& peer, const wire::Register& request) {
   std::string missing;
@@ -166,7 +152,6 @@ void Barrier::Reform(const std::string& cluster_id, int round, const std::string
   hold_ = hold;
   summary_ = EncodedCluster{};
   own_placements_ = {};
-  layout_until_sent_.reset();
   node_list_ = EncodedCluster{};
   for (const std::string& id : admit) {
     auto joiner = joiners_.find(id);
@@ -236,17 +221,14 @@ void Barrier::Disconnected(const NodeRecord& node, const std::string& address) {
 void Barrier::FormCluster() {
   Clock::time_point started = Clock::now();
   table_.AssignSlots(started);
-  Result<FormedCluster> laid_out = LayOut();
-  if (!laid_out.ok()) {
-    context_.Log("laying out the cluster failed: " + laid_out.status().ToString());
-    context_.Publish(laid_out.status().WithContext("laying out the cluster"));
+  Result<ClusterColumns> columns = PlaceColumns();
+  if (!columns.ok()) {
+    context_.Log("laying out the cluster failed: " + columns.status().ToString());
+    context_.Publish(columns.status().WithContext("laying out the cluster"));
     return;
   }
   int with_list = 0;
-  if (!KeepLayout(*laid_out, &with_list)) return;
-  // Freed once every frame is built: freeing 100,000 nodes' layout first
-  // put its frees before the frames went out.
-  layout_until_sent_ = std::make_unique<const FormedCluster>(std::move(laid_out).value());
+  if (!KeepLayout(*columns, &with_list)) return;
 
   table_.set_formed();
   unsent_from_ = 0;
@@ -263,20 +245,29 @@ void Barrier::FormCluster() {
   context_.Publish(Status::Ok());
 }
 
-bool Barrier::KeepLayout(const FormedCluster& formed, int* with_list) {
+Result<ClusterColumns> Barrier::PlaceColumns() const {
+  ClusterColumns columns;
+  columns.cluster_id = cluster_id_;
+  columns.round = round_;
+  columns.round_reason = round_reason_;
+  columns.nodes.reserve(table_.size());
+  for (const NodeRecord& node : table_.nodes()) columns.nodes.push_back(&node.info);
+  // The one layout of the cluster: the driver's (LayOut) is the same.
+  DROVER_ASSIGN_OR_RETURN(columns.placed, PlaceNodeRoles(columns.nodes));
+  return columns;
+}
+
+bool Barrier::KeepLayout(ClusterColumns& columns, int* with_list) {
   // Encode once, compress once; every node's frame borrows these bytes. The
   // node list is encoded only if some node wants it.
-  if (!Encode(ClusterSummaryToWire(formed), &summary_)) return false;
-  own_placements_.clear();
-  own_placements_.reserve(formed.placements.size());
-  for (const Placement& placement : formed.placements) {
-    own_placements_.push_back(OwnPlacementOf(placement));
-  }
+  if (!Encode(ClusterSummaryToWire(columns), &summary_)) return false;
   for (const NodeRecord& node : table_.nodes()) {
     const Peer* peer = node.connection == 0 ? nullptr : context_.FindPeer(node.connection);
     if (peer != nullptr && WantsNodeList(*peer)) ++*with_list;
   }
-  return *with_list == 0 || NodeListEncoding(&formed) != nullptr;
+  if (*with_list > 0 && NodeListEncoding(&columns) == nullptr) return false;
+  own_placements_ = std::move(columns.placed.roles);
+  return true;
 }
 
 Result<FormedCluster> Barrier::LayOut() const {
@@ -296,7 +287,6 @@ Result<FormedCluster> Barrier::Formed() const {
   if (!summary_.body || table_.phase() == Phase::kReserving) {
     return Status::FailedPrecondition("the cluster has not formed");
   }
-  if (layout_until_sent_) return FormedCluster(*layout_until_sent_);
   return LayOut();
 }
 
@@ -308,15 +298,7 @@ void Barrier::SendClusterBatch(uint64_t generation) {
   // by Rejoin, on its new connection, and not again by a later batch.
   const size_t begin = std::exchange(unsent_from_, end);
   for (size_t i = begin; i < end; ++i) SendCluster(nodes[i]);
-  if (end < nodes.size()) {
-    context_.Post([this, generation] { SendClusterBatch(generation); });
-  } else {
-    context_.Post([this, generation] {
-      if (generation != send_generation_) return;
-      layout_until_sent_.reset();
-      ReleaseFreedMemory(table_.size());
-    });
-  }
+  if (end < nodes.size()) context_.Post([this, generation] { SendClusterBatch(generation); });
 }
 
 void Barrier::SendCluster(const NodeRecord& node) {
@@ -353,15 +335,15 @@ bool Barrier::WantsNodeList(const Peer& peer) const {
   }
 }
 
-const EncodedCluster* Barrier::NodeListEncoding(const FormedCluster* formed) {
+const EncodedCluster* Barrier::NodeListEncoding(const ClusterColumns* columns) {
   if (node_list_.body) return &node_list_;
-  if (formed == nullptr && layout_until_sent_) formed = layout_until_sent_.get();
-  if (formed == nullptr) {
-    Result<FormedCluster> again = Formed();
-    if (!again.ok()) return nullptr;  // formed once: laid out the same again
+  if (columns == nullptr) {
+    // Formed once: placed the same again from the table.
+    Result<ClusterColumns> again = PlaceColumns();
+    if (!again.ok()) return nullptr;
     return NodeListEncoding(&*again);
   }
-  if (!Encode(SharedClusterToWire(*formed), &node_list_)) return nullptr;
+  if (!Encode(SharedClusterToWire(*columns), &node_list_)) return nullptr;
   if (node_list_.compressed_bytes + 64 > wire::kClientMaxFrameBytes) {
     context_.Log("the compressed node list is " + std::to_string(node_list_.compressed_bytes) +
                  " bytes, over a client's frame limit of " +

@@ -95,11 +95,15 @@ class Barrier {
   // Forms the cluster once every slot is registered, unless the round is held.
   void FormIfFull();
   void FormCluster();
-  // The layout of the table's nodes, in slot order.
+  // The layout of the table's nodes, in slot order, as the driver reads it.
   Result<FormedCluster> LayOut() const;
-  // Encodes `formed` and keeps each slot's own placement; counts the nodes
-  // that want the node list into *with_list. False (published) on failure.
-  bool KeepLayout(const FormedCluster& formed, int* with_list);
+  // The table's nodes in slot order and their roles: what the nodes' frames
+  // are built from, without a copy of any node.
+  Result<ClusterColumns> PlaceColumns() const;
+  // Encodes `columns` and keeps each slot's own placement (moved out of
+  // it); counts the nodes that want the node list into *with_list. False
+  // (published) on failure.
+  bool KeepLayout(ClusterColumns& columns, int* with_list);
   // Sends the cluster to the next kClusterSendBatch nodes in slot order, and
   // posts the batch after them; nothing once `generation` is not this
   // round's.
@@ -109,8 +113,8 @@ class Barrier {
   // Encodes `shared` into *out; false (logged, published) when zlib fails.
   bool Encode(const wire::SharedCluster& shared, EncodedCluster* out);
   // The node list's encoding, made the first time a node wants it (from
-  // `formed` when given, else from Formed()).
-  const EncodedCluster* NodeListEncoding(const FormedCluster* formed = nullptr);
+  // `columns` when given, else placed again from the table).
+  const EncodedCluster* NodeListEncoding(const ClusterColumns* columns = nullptr);
 
   const BarrierOptions options_;
   NodeTable& table_;
@@ -121,9 +125,7 @@ class Barrier {
   // Once formed: the cluster without the node list, and each slot's own
   // placement for its frame.
   EncodedCluster summary_;
-  std::vector<OwnPlacementFields> own_placements_;
-  // The whole layout, until the last batch of frames is built.
-  std::unique_ptr<const FormedCluster> layout_until_sent_;
+  std::vector<TaskRole> own_placements_;
   EncodedCluster node_list_;               // once a node wants it
   std::map<std::string, Joiner> joiners_;  // by executor id, elastic only
   bool hold_ = false;                      // this round forms when told

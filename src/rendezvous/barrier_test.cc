@@ -3,15 +3,17 @@
 // Peers and the server are fakes (server_fakes.h): no sockets.
 
 #include "rendezvous/barrier.h"
-#include "rendezvous/node_info_codec.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <zlib.h>
 
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "rendezvous/cluster_frame.h"
+#include "rendezvous/node_info_codec.h"
 #include "rendezvous/server_fakes.h"
 #include "testing/status_matchers.h"
 
@@ -35,6 +37,9 @@ class BarrierTest : public ::testing::Test {
   void Start(int num_nodes, bool elastic = false) {
     ClusterTemplate cluster;
     cluster.num_nodes = num_nodes;
+    Start(cluster, elastic);
+  }
+  void Start(const ClusterTemplate& cluster, bool elastic = false) {
     table_ = std::make_unique<NodeTable>(cluster);
     BarrierOptions options;
     options.elastic = elastic;
@@ -242,7 +247,8 @@ TEST_F(BarrierTest, ANewRoundStopsTheLastRoundsBatches) {
 // cluster is laid out again from the table, and is the same layout.
 TEST_F(BarrierTest, ANodesOwnPlacementIsTheDriversLayoutOfIt) {
   Start(3, /*elastic=*/true);
-  EXPECT_THAT(barrier_->Formed(), StatusIs(Status::Code::kFailedPrecondition, HasSubstr("not formed")));
+  EXPECT_THAT(barrier_->Formed(),
+              StatusIs(Status::Code::kFailedPrecondition, HasSubstr("not formed")));
   std::vector<FakePeer*> peers;
   for (int i = 0; i < 3; ++i) {
     FakePeer& peer = context_.AddPeer(i + 1);
@@ -269,7 +275,40 @@ TEST_F(BarrierTest, ANodesOwnPlacementIsTheDriversLayoutOfIt) {
   next.num_nodes = 2;
   table_->Reset(next);
   barrier_->Reform("c1-1", 1, "a node left", {}, /*hold=*/false);
-  EXPECT_THAT(barrier_->Formed(), StatusIs(Status::Code::kFailedPrecondition, HasSubstr("not formed")));
+  EXPECT_THAT(barrier_->Formed(),
+              StatusIs(Status::Code::kFailedPrecondition, HasSubstr("not formed")));
+}
+
+// The server lays out the nodes' frames in columns, from its table; the
+// driver's layout (Formed) is a FormedCluster. Both encode the same bytes.
+TEST_F(BarrierTest, TheFramesAreTheEncodingOfTheDriversLayout) {
+  ClusterTemplate cluster;
+  cluster.num_nodes = 6;
+  cluster.num_ps = 1;
+  cluster.master_node = "chief";
+  Start(cluster);
+  std::vector<FakePeer*> peers;
+  for (int i = 0; i < 6; ++i) {
+    FakePeer& peer = context_.AddPeer(i + 1);
+    wire::Register request = RegisterBody(std::to_string(i), 7000 + i);
+    request.mutable_node()->set_host(i % 2 == 0 ? "a" : "b");
+    request.mutable_node()->add_ports(8000 + i);
+    request.set_node_list(i < 3 ? wire::NODE_LIST_ALWAYS : wire::NODE_LIST_NEVER);
+    barrier_->HandleRegister(peer, request);
+    peers.push_back(&peer);
+  }
+  ASSERT_EQ(table_->phase(), Phase::kFormed);
+  ASSERT_OK_AND_ASSIGN(FormedCluster formed, barrier_->Formed());
+  EXPECT_EQ(formed.placements[1].Task(), "chief:0");
+  EXPECT_EQ(formed.placements[2].rank->group_rank, 1);  // host a; the chief is on b
+  EncodedCluster node_list, summary;
+  ASSERT_EQ(EncodeCluster(SharedClusterToWire(formed), &node_list), Z_OK);
+  ASSERT_EQ(EncodeCluster(ClusterSummaryToWire(formed), &summary), Z_OK);
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_EQ(peers[i]->Count(wire::CLUSTER), 1u) << i;
+    const EncodedCluster& expected = i < 3 ? node_list : summary;
+    EXPECT_EQ(peers[i]->sent.back().shared->bytes, expected.body->bytes) << i;
+  }
 }
 
 TEST_F(BarrierTest, TheReservationTimeoutNamesTheRegisteredAndTheMissing) {

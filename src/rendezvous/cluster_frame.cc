@@ -68,7 +68,7 @@ OutFrame ClusterFrame(const EncodedCluster& cluster, uint32_t position,
 
 OutFrame ClusterFrame(const EncodedCluster& summary, uint32_t position,
                       Milliseconds heartbeat_interval, const NodeInfo& node,
-                      const OwnPlacementFields& placement) {
+                      const TaskRole& placement) {
   wire::Cluster own = OwnFields(summary, position, heartbeat_interval);
   *own.mutable_node() = NodeToWire(node);
   *own.mutable_placement() = OwnPlacementToWire(placement);

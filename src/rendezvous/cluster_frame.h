@@ -44,7 +44,7 @@ OutFrame ClusterFrame(const EncodedCluster& cluster, uint32_t position,
 // frame of a node whose shared part is the summary, without the node list.
 OutFrame ClusterFrame(const EncodedCluster& summary, uint32_t position,
                       Milliseconds heartbeat_interval, const NodeInfo& node,
-                      const OwnPlacementFields& placement);
+                      const TaskRole& placement);
 
 }  // namespace drover::rendezvous_internal
 

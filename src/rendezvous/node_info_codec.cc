@@ -1,6 +1,8 @@
 #include "rendezvous/node_info_codec.h"
 
+#include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace drover::rendezvous_internal {
@@ -129,33 +131,77 @@ Status PlaceNodes(FormedCluster& cluster) {
   return Status::Ok();
 }
 
-wire::SharedCluster SharedClusterToWire(const FormedCluster& cluster) {
-  wire::SharedCluster out;
+Result<PlacedRoles> PlaceNodeRoles(const std::vector<const NodeInfo*>& nodes) {
+  std::vector<TaskKey> keys;
+  keys.reserve(nodes.size());
+  for (const NodeInfo* node : nodes) {
+    keys.push_back(TaskKey{node->job_name, node->task_index, node->host, !node->ports.empty()});
+  }
+  return PlaceRoles(keys);
+}
+
+ClusterColumns ColumnsOf(const FormedCluster& cluster) {
+  ClusterColumns out;
+  out.cluster_id = cluster.cluster_id;
+  out.round = cluster.round;
+  out.round_reason = cluster.round_reason;
+  out.nodes.reserve(cluster.nodes.size());
+  for (const NodeInfo& node : cluster.nodes) out.nodes.push_back(&node);
+  out.placed.roles.reserve(cluster.placements.size());
+  for (size_t i = 0; i < cluster.placements.size(); ++i) {
+    const Placement& placement = cluster.placements[i];
+    out.placed.roles.push_back(OwnPlacementOf(placement));
+    if (!placement.rank) continue;
+    out.placed.world_size = placement.rank->world_size;
+    out.placed.group_world_size = placement.rank->group_world_size;
+    if (placement.rank->rank == 0) out.placed.master = i;
+  }
+  return out;
+}
+
+namespace {
+
+void SetRound(const ClusterColumns& cluster, wire::SharedCluster& out) {
   out.set_cluster_id(cluster.cluster_id);
   out.set_round(static_cast<uint32_t>(cluster.round));
   out.set_round_reason(cluster.round_reason);
+}
+
+int32_t Step(uint32_t now, uint32_t before) {
+  return static_cast<int32_t>(now) - static_cast<int32_t>(before);
+}
+
+}  // namespace
+
+wire::SharedCluster SharedClusterToWire(const ClusterColumns& cluster) {
+  wire::SharedCluster out;
+  SetRound(cluster, out);
   wire::Placements* columns = out.mutable_placements();
-  RankInfo previous;  // the last ranked node's, for the delta-coded columns
+  TaskRole previous;  // the last ranked node's, for the delta-coded columns
   for (size_t i = 0; i < cluster.nodes.size(); ++i) {
-    *out.add_nodes() = NodeToWire(cluster.nodes[i]);
-    const Placement& placement = cluster.placements[i];
-    columns->add_chief(placement.chief);
-    columns->add_ranked(placement.rank.has_value());
-    const RankInfo rank = placement.rank.value_or(previous);
-    columns->add_rank_step(rank.rank - previous.rank);
-    columns->add_local_rank(static_cast<uint32_t>(placement.rank ? rank.local_rank : 0));
-    columns->add_local_world_size(
-        static_cast<uint32_t>(placement.rank ? rank.local_world_size : 0));
-    columns->add_group_rank_step(rank.group_rank - previous.group_rank);
-    columns->add_role_rank_step(rank.role_rank - previous.role_rank);
-    columns->add_role_world_size(static_cast<uint32_t>(placement.rank ? rank.role_world_size : 0));
-    if (!placement.rank) continue;
-    previous = rank;
-    out.set_world_size(static_cast<uint32_t>(rank.world_size));
-    out.set_group_world_size(static_cast<uint32_t>(rank.group_world_size));
-    if (rank.rank == 0) out.set_master(static_cast<uint32_t>(i));
+    *out.add_nodes() = NodeToWire(*cluster.nodes[i]);
+    const TaskRole& role = cluster.placed.roles[i];
+    const TaskRole& rank = role.ranked ? role : previous;
+    columns->add_chief(role.chief);
+    columns->add_ranked(role.ranked);
+    columns->add_rank_step(Step(rank.rank, previous.rank));
+    columns->add_local_rank(role.ranked ? role.local_rank : 0);
+    columns->add_local_world_size(role.ranked ? role.local_world_size : 0);
+    columns->add_group_rank_step(Step(rank.group_rank, previous.group_rank));
+    columns->add_role_rank_step(Step(rank.role_rank, previous.role_rank));
+    columns->add_role_world_size(role.ranked ? role.role_world_size : 0);
+    if (role.ranked) previous = role;
+  }
+  if (cluster.placed.master) {
+    out.set_world_size(static_cast<uint32_t>(cluster.placed.world_size));
+    out.set_group_world_size(static_cast<uint32_t>(cluster.placed.group_world_size));
+    out.set_master(static_cast<uint32_t>(*cluster.placed.master));
   }
   return out;
+}
+
+wire::SharedCluster SharedClusterToWire(const FormedCluster& cluster) {
+  return SharedClusterToWire(ColumnsOf(cluster));
 }
 
 Result<FormedCluster> SharedClusterFromWire(const wire::SharedCluster& shared) {
@@ -217,30 +263,33 @@ Result<FormedCluster> SharedClusterFromWire(const wire::SharedCluster& shared) {
   return out;
 }
 
-wire::SharedCluster ClusterSummaryToWire(const FormedCluster& cluster) {
+wire::SharedCluster ClusterSummaryToWire(const ClusterColumns& cluster) {
   wire::SharedCluster out;
-  out.set_cluster_id(cluster.cluster_id);
-  out.set_round(static_cast<uint32_t>(cluster.round));
-  out.set_round_reason(cluster.round_reason);
+  SetRound(cluster, out);
   out.set_node_count(static_cast<uint32_t>(cluster.nodes.size()));
-  for (const auto& [job, tasks] : cluster.job_sizes) {
+  std::map<std::string_view, uint32_t> job_sizes;  // in name order, as FormedCluster's
+  for (const NodeInfo* node : cluster.nodes) ++job_sizes[node->job_name];
+  for (const auto& [job, tasks] : job_sizes) {
     wire::JobSize* size = out.add_jobs();
-    size->set_job_name(job);
-    size->set_tasks(static_cast<uint32_t>(tasks));
+    size->set_job_name(std::string(job));
+    size->set_tasks(tasks);
   }
-  for (size_t i = 0; i < cluster.placements.size(); ++i) {
-    const std::optional<RankInfo>& rank = cluster.placements[i].rank;
-    if (!rank || rank->rank != 0) continue;
-    out.set_world_size(static_cast<uint32_t>(rank->world_size));
-    out.set_group_world_size(static_cast<uint32_t>(rank->group_world_size));
-    out.set_master(static_cast<uint32_t>(i));
-    *out.mutable_master_node() = NodeToWire(cluster.nodes[i]);
+  if (cluster.placed.master) {
+    const size_t master = *cluster.placed.master;
+    out.set_world_size(static_cast<uint32_t>(cluster.placed.world_size));
+    out.set_group_world_size(static_cast<uint32_t>(cluster.placed.group_world_size));
+    out.set_master(static_cast<uint32_t>(master));
+    *out.mutable_master_node() = NodeToWire(*cluster.nodes[master]);
   }
   return out;
 }
 
-OwnPlacementFields OwnPlacementOf(const Placement& placement) {
-  OwnPlacementFields out;
+wire::SharedCluster ClusterSummaryToWire(const FormedCluster& cluster) {
+  return ClusterSummaryToWire(ColumnsOf(cluster));
+}
+
+TaskRole OwnPlacementOf(const Placement& placement) {
+  TaskRole out;
   out.chief = placement.chief;
   if (!placement.rank) return out;
   const RankInfo& rank = *placement.rank;
@@ -254,7 +303,7 @@ OwnPlacementFields OwnPlacementOf(const Placement& placement) {
   return out;
 }
 
-wire::OwnPlacement OwnPlacementToWire(const OwnPlacementFields& placement) {
+wire::OwnPlacement OwnPlacementToWire(const TaskRole& placement) {
   wire::OwnPlacement out;
   out.set_chief(placement.chief);
   if (!placement.ranked) return out;

@@ -289,14 +289,13 @@ Result<FormedCluster> Server::WaitForCluster(Deadline deadline) {
       if (!outcome_->ok()) return *outcome_;
     }
     // Laid out on the loop, from the table: the caller's own copy.
-    std::optional<Result<FormedCluster>> laid_out =
-        RunOnLoop<std::optional<Result<FormedCluster>>>(
-            [this]() -> std::optional<Result<FormedCluster>> {
-              MutexLock lock(mu_);
-              if (!outcome_.has_value()) return std::nullopt;  // a new round: wait for it
-              return barrier_.Formed();
-            },
-            std::nullopt);
+    std::optional<Result<FormedCluster>> laid_out = RunOnLoop<std::optional<Result<FormedCluster>>>(
+        [this]() -> std::optional<Result<FormedCluster>> {
+          MutexLock lock(mu_);
+          if (!outcome_.has_value()) return std::nullopt;  // a new round: wait for it
+          return barrier_.Formed();
+        },
+        std::nullopt);
     if (laid_out) return *std::move(laid_out);
     if (LoopAccepting()) continue;
     // The loop is stopping: StopOnLoop leaves the cluster it had.

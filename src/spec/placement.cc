@@ -1,8 +1,7 @@
 #include "drover/placement.h"
 
 #include <algorithm>
-#include <climits>
-#include <map>
+#include <numeric>
 #include <unordered_map>
 
 #include "drover/host_port.h"
@@ -25,42 +24,52 @@ Result<Placement> Place(std::string_view job, int index, const std::string& addr
   return placement;
 }
 
-// `ranked` are the training tasks in rank order; fills in each one's ranks
-// and feed share. Linear in the tasks: a whole cluster is laid out at once.
-void Rank(const std::vector<Placement*>& ranked) {
+// `ranked` indexes the training tasks in rank order; fills in each one's
+// ranks. Linear in the tasks: a whole cluster is laid out at once.
+void Rank(const std::vector<TaskKey>& tasks, const std::vector<uint32_t>& ranked,
+          PlacedRoles& out) {
   struct Group {
-    int index = 0;  // hosts: in order of first rank
-    int size = 0;
+    uint32_t index = 0;  // hosts: in order of first rank
+    uint32_t size = 0;
+    uint32_t seen = 0;
   };
-  std::unordered_map<std::string, Group> hosts;
-  std::unordered_map<std::string, int> job_sizes;
-  for (const Placement* task : ranked) {
-    auto [host, added] = hosts.try_emplace(task->host);
-    if (added) host->second.index = static_cast<int>(hosts.size()) - 1;
+  struct Job {
+    uint32_t size = 0;
+    uint32_t seen = 0;
+  };
+  std::unordered_map<std::string_view, Group> hosts;
+  std::unordered_map<std::string_view, Job> jobs;
+  for (uint32_t i : ranked) {
+    auto [host, added] = hosts.try_emplace(tasks[i].host);
+    if (added) host->second.index = static_cast<uint32_t>(hosts.size()) - 1;
     ++host->second.size;
-    ++job_sizes[task->job];
+    ++jobs[tasks[i].job].size;
   }
-  std::unordered_map<std::string, int> seen_on_host;
-  std::unordered_map<std::string, int> seen_in_job;
-  const int world_size = static_cast<int>(ranked.size());
-  for (int r = 0; r < world_size; ++r) {
-    Placement& task = *ranked[static_cast<size_t>(r)];
-    const Placement& master = *ranked.front();
-    const Group& host = hosts.at(task.host);
-    RankInfo info;
-    info.rank = r;
-    info.world_size = world_size;
-    PointAtMaster(master, info);
-    info.local_rank = seen_on_host[task.host]++;
-    info.local_world_size = host.size;
-    info.group_rank = host.index;
-    info.group_world_size = static_cast<int>(hosts.size());
-    info.role_rank = seen_in_job[task.job]++;
-    info.role_world_size = job_sizes.at(task.job);
-    task.rank = info;
-    task.feed = FeedShare{r, world_size};
+  for (size_t r = 0; r < ranked.size(); ++r) {
+    const TaskKey& task = tasks[ranked[r]];
+    Group& host = hosts.at(task.host);
+    Job& job = jobs.at(task.job);
+    TaskRole& role = out.roles[ranked[r]];
+    role.ranked = true;
+    role.rank = static_cast<uint32_t>(r);
+    role.local_rank = host.seen++;
+    role.local_world_size = host.size;
+    role.group_rank = host.index;
+    role.role_rank = job.seen++;
+    role.role_world_size = job.size;
   }
+  out.world_size = static_cast<int>(ranked.size());
+  out.group_world_size = static_cast<int>(hosts.size());
+  out.master = ranked.front();
 }
+
+// Compares a task (by its index into `tasks`) with a job name, for
+// equal_range over the tasks sorted by job.
+struct JobOrder {
+  const std::vector<TaskKey>& tasks;
+  bool operator()(uint32_t task, std::string_view job) const { return tasks[task].job < job; }
+  bool operator()(std::string_view job, uint32_t task) const { return job < tasks[task].job; }
+};
 
 bool IsChief(bool has_chief_job, std::string_view job, int index) {
   if (job == "chief" || job == "master") return true;
@@ -93,34 +102,78 @@ bool IsChiefTask(const ClusterSpec& cluster, std::string_view job, int index) {
   return IsChief(cluster.has_job("chief") || cluster.has_job("master"), job, index);
 }
 
-Status PlaceTasks(std::vector<Placement>& tasks, const std::vector<std::string>& training_jobs) {
-  std::map<std::pair<std::string_view, int>, Placement*> by_task;
+Result<PlacedRoles> PlaceRoles(const std::vector<TaskKey>& tasks,
+                               const std::vector<std::string>& training_jobs) {
+  // The tasks' indices sorted by job name, then task index: a task placed
+  // twice sits beside its twin, and each job's tasks are a run in order.
+  std::vector<uint32_t> by_task(tasks.size());
+  std::iota(by_task.begin(), by_task.end(), 0u);
+  auto key = [&tasks](uint32_t i) { return std::pair(tasks[i].job, tasks[i].index); };
+  std::sort(by_task.begin(), by_task.end(),
+            [&key](uint32_t a, uint32_t b) { return key(a) < key(b); });
   bool has_chief_job = false;
-  for (Placement& task : tasks) {
-    if (!by_task.emplace(std::pair<std::string_view, int>(task.job, task.index), &task).second) {
-      return Status::InvalidArgument("task " + task.Task() + " is placed twice");
+  for (size_t i = 0; i < by_task.size(); ++i) {
+    const TaskKey& task = tasks[by_task[i]];
+    if (i > 0 && key(by_task[i - 1]) == key(by_task[i])) {
+      return Status::InvalidArgument("task " + TaskName(task.job, task.index) + " is placed twice");
     }
     has_chief_job = has_chief_job || task.job == "chief" || task.job == "master";
   }
-  // by_task is sorted by job name, then index: pick the training jobs out of
-  // it in their own order.
-  std::vector<Placement*> ranked;
+  std::vector<uint32_t> ranked;
   for (const std::string& job : training_jobs) {
-    for (auto it = by_task.lower_bound({job, INT_MIN});
-         it != by_task.end() && it->first.first == job; ++it) {
-      if (it->second->ports.empty()) {
-        return Status::InvalidArgument("task " + it->second->Task() +
+    auto run =
+        std::equal_range(by_task.begin(), by_task.end(), std::string_view(job), JobOrder{tasks});
+    for (auto it = run.first; it != run.second; ++it) {
+      const TaskKey& task = tasks[*it];
+      if (!task.has_port) {
+        return Status::InvalidArgument("task " + TaskName(task.job, task.index) +
                                        " has no port: a training task needs one");
       }
-      ranked.push_back(it->second);
+      ranked.push_back(*it);
     }
   }
-  for (Placement& task : tasks) {
-    task.chief = IsChief(has_chief_job, task.job, task.index);
+  by_task = {};
+  PlacedRoles out;
+  out.roles.resize(tasks.size());
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    out.roles[i].chief = IsChief(has_chief_job, tasks[i].job, tasks[i].index);
+  }
+  if (!ranked.empty()) Rank(tasks, ranked, out);
+  return out;
+}
+
+RankInfo RankInfoOf(const TaskRole& role, int world_size, int group_world_size) {
+  RankInfo info;
+  info.rank = static_cast<int>(role.rank);
+  info.world_size = world_size;
+  info.local_rank = static_cast<int>(role.local_rank);
+  info.local_world_size = static_cast<int>(role.local_world_size);
+  info.group_rank = static_cast<int>(role.group_rank);
+  info.group_world_size = group_world_size;
+  info.role_rank = static_cast<int>(role.role_rank);
+  info.role_world_size = static_cast<int>(role.role_world_size);
+  return info;
+}
+
+Status PlaceTasks(std::vector<Placement>& tasks, const std::vector<std::string>& training_jobs) {
+  std::vector<TaskKey> keys;
+  keys.reserve(tasks.size());
+  for (const Placement& task : tasks) {
+    keys.push_back(TaskKey{task.job, task.index, task.host, !task.ports.empty()});
+  }
+  DROVER_ASSIGN_OR_RETURN(PlacedRoles placed, PlaceRoles(keys, training_jobs));
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    Placement& task = tasks[i];
+    const TaskRole& role = placed.roles[i];
+    task.chief = role.chief;
     task.rank.reset();
     task.feed.reset();
+    if (!role.ranked) continue;
+    RankInfo info = RankInfoOf(role, placed.world_size, placed.group_world_size);
+    PointAtMaster(tasks[*placed.master], info);
+    task.rank = info;
+    task.feed = FeedShare{info.rank, info.world_size};
   }
-  if (!ranked.empty()) Rank(ranked);
   return Status::Ok();
 }
 

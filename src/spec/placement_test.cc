@@ -160,5 +160,60 @@ TEST(PlacementTest, PlaceTasksRefusesATaskTwiceAndARankWithoutAPort) {
   EXPECT_THAT(PlaceTasks(portless), StatusIs(Code::kInvalidArgument, HasSubstr("no port")));
 }
 
+// The column form the rendezvous server keeps: hosts numbered by their first
+// rank, local and role ranks counted in rank order, rank 0 named.
+TEST(PlacementTest, PlaceRolesRanksByJobThenIndexAndNumbersHostsByFirstRank) {
+  const std::vector<TaskKey> tasks = {
+      {"ps", 0, "p", true},     {"worker", 2, "b", true}, {"worker", 0, "b", true},
+      {"master", 0, "a", true}, {"worker", 1, "a", true},
+  };
+  ASSERT_OK_AND_ASSIGN(PlacedRoles placed, PlaceRoles(tasks));
+  EXPECT_EQ(placed.world_size, 4);
+  EXPECT_EQ(placed.group_world_size, 2);
+  ASSERT_EQ(placed.master, std::optional<size_t>(3));
+  EXPECT_EQ(placed.roles[0], (TaskRole{}));  // ps: neither chief nor ranked
+  const TaskRole master{.rank = 0,
+                        .local_rank = 0,
+                        .local_world_size = 2,
+                        .group_rank = 0,
+                        .role_rank = 0,
+                        .role_world_size = 1,
+                        .chief = true,
+                        .ranked = true};
+  EXPECT_EQ(placed.roles[3], master);
+  const TaskRole worker0{.rank = 1,
+                         .local_rank = 0,
+                         .local_world_size = 2,
+                         .group_rank = 1,
+                         .role_rank = 0,
+                         .role_world_size = 3,
+                         .chief = false,
+                         .ranked = true};
+  EXPECT_EQ(placed.roles[2], worker0);
+  EXPECT_EQ(placed.roles[4].rank, 2u);
+  EXPECT_EQ(placed.roles[4].local_rank, 1u);  // a's second rank
+  EXPECT_EQ(placed.roles[4].group_rank, 0u);
+  EXPECT_EQ(placed.roles[1].rank, 3u);
+  EXPECT_EQ(placed.roles[1].role_rank, 2u);
+
+  const RankInfo info = RankInfoOf(placed.roles[1], placed.world_size, placed.group_world_size);
+  EXPECT_EQ(info.rank, 3);
+  EXPECT_EQ(info.world_size, 4);
+  EXPECT_EQ(info.group_world_size, 2);
+  EXPECT_EQ(info.local_rank, 1);
+}
+
+TEST(PlacementTest, PlaceRolesWithoutATrainingTaskNamesNoMaster) {
+  const std::vector<TaskKey> tasks = {{"ps", 0, "p", false}, {"evaluator", 0, "e", false}};
+  ASSERT_OK_AND_ASSIGN(PlacedRoles placed, PlaceRoles(tasks));
+  EXPECT_FALSE(placed.master.has_value());
+  EXPECT_EQ(placed.world_size, 0);
+  EXPECT_EQ(placed.roles.size(), 2u);
+  // Ranking only "ps" (a resolver's caller may): its task needs a port.
+  EXPECT_THAT(PlaceRoles(tasks, {"ps"}), StatusIs(Code::kInvalidArgument, HasSubstr("ps:0")));
+  EXPECT_THAT(PlaceRoles({{"w", 3, "a", true}, {"w", 3, "b", true}}, {"w"}),
+              StatusIs(Code::kInvalidArgument, HasSubstr("w:3 is placed twice")));
+}
+
 }  // namespace
 }  // namespace drover
