@@ -2,7 +2,8 @@
 
 usage: feed_bench.py [--build build] [--kinds mnist,b100,b10k] [--bytes 2147483648]
                      [--tfos-records mnist=7000,b100=20000,b10k=12000] [--batch 100]
-                     [--queue-bytes N] [--reps 3] [--data-dir DIR] [--tfos-src DIR]
+                     [--queue-bytes N] [--feed-ingest measure|map|read] [--reps 3]
+                     [--data-dir DIR] [--tfos-src DIR]
 
 For each record kind (bench/make_feed_records.py: MNIST rows of 784 float32 +
 int32 label = 3140 bytes, 100-byte and 10 KB records; raw fixed-length files
@@ -75,6 +76,8 @@ def commands(args, kind, path, record_bytes, out, logdir):
     """The command of each of the four paths, writing its JSON line to `out`."""
     binary = lambda name: os.path.join(args.build, "bin", name)  # noqa: E731
     queue = ["--queue-bytes", str(args.queue_bytes)] if args.queue_bytes else []
+    if args.feed_ingest:
+        queue += ["--feed-ingest", args.feed_ingest]
     drover_run = [binary("drover"), "run", "--nodes", "1", "--input", path, "--format", "raw",
                   "--record-bytes", str(record_bytes), *queue, "--log-dir", logdir, "--"]
     py_kind = "mnist" if kind == "mnist" else "bytes"
@@ -159,6 +162,9 @@ def main():
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--queue-bytes", type=int, default=None,
                         help="drover run --queue-bytes (default: drover's own default)")
+    parser.add_argument("--feed-ingest", choices=("measure", "map", "read"),
+                        help="drover run --feed-ingest for (2) and (3) (default: drover's own, "
+                             "measure): pin the feeder to one way to compare them on a host")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--data-dir", help="keep the record files here (default: a temp dir)")
     parser.add_argument("--timeout", type=int, default=600, help="seconds per run")
@@ -225,8 +231,8 @@ def main():
     l3 = l3_bytes()
     print(f"host: {os.uname().nodename}, {os.cpu_count()} CPUs, L3 {l3 >> 20} MiB, load "
           f"{load_before:.1f} before / {os.getloadavg()[0]:.1f} after; batch {args.batch}, "
-          f"queue {f'{args.queue_bytes >> 20} MiB' if args.queue_bytes else 'drover default'}; "
-          f"median of {args.reps}")
+          f"queue {f'{args.queue_bytes >> 20} MiB' if args.queue_bytes else 'drover default'}, "
+          f"feed ingest {args.feed_ingest or 'drover default'}; median of {args.reps}")
     print(f"(1)-(3) read every record of a {args.bytes / 1e9:.2f} GB file, (4) only its first "
           f"records; each consumer timed from its first record to the end of the feed")
     print(f"{'records':<11} {'path':<21} {'records':>11} {'seconds':>8} {'records/s':>13} "

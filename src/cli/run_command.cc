@@ -625,6 +625,10 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
                       "every fed node each epoch (the default); dynamic: each partition goes to "
                       "the first node with room in its queue (uneven node speeds, asynchronous "
                       "training, inference)");
+  feeding->add_option("--feed-ingest", flags->feed.ingest,
+                      "raw fixed-size records: how the feeder brings them into the queue: "
+                      "measure (the default: a 32 MiB probe each way, then the faster), map (copy "
+                      "from a mapping of the file) or read (read(2) straight into the queue)");
   feeding
       ->add_option("--split-bytes", flags->feed.split_bytes,
                    "Files larger than this are split into partitions of about this size")

@@ -23,7 +23,7 @@ using Json = nlohmann::ordered_json;
 constexpr std::string_view kPlanFields[] = {
     "mode",        "format",     "record_bytes", "epochs",     "feed_timeout_ms",
     "queue_bytes", "output_dir", "external",     "partitions", "shares",
-    "starts",      "balance",    "queue"};
+    "starts",      "balance",    "queue",        "ingest"};
 constexpr std::string_view kPartitionFields[] = {"path", "begin", "end", "records"};
 
 std::string TypeName(const Json& value) {
@@ -317,6 +317,7 @@ std::string FeedPlan::ToJson() const {
     json["starts"] = std::move(list);
   }
   if (balance == Balance::kDynamic) json["balance"] = "dynamic";
+  if (ingest != Ingest::kMeasure) json["ingest"] = std::string(IngestName(ingest));
   if (queue) {
     Json list = Json::array();
     for (const FeedUnit& unit : *queue) {
@@ -392,6 +393,13 @@ Result<FeedPlan> FeedPlan::FromJson(std::string_view text) {
                         "must be an absolute path, got '" + Printable(plan.output_dir) + "'");
     }
   }
+  if (json.contains("ingest")) {
+    std::string name;
+    DROVER_RETURN_IF_ERROR(GetString(json["ingest"], "ingest", &name));
+    Result<Ingest> ingest = ParseIngest(name);
+    if (!ingest.ok()) return FieldError("ingest", ingest.status().message());
+    plan.ingest = *ingest;
+  }
   if (!json.contains("partitions")) {  // external
     if (json.contains("balance") || json.contains("queue")) {
       return FieldError(json.contains("queue") ? "queue" : "balance",
@@ -417,6 +425,25 @@ Result<FeedPlan> FeedPlan::FromJson(std::string_view text) {
 
 std::string FeedPositionToJson(const FeedPosition& position) {
   return PositionJson(position).dump();
+}
+
+Result<Ingest> ParseIngest(std::string_view name) {
+  for (Ingest ingest : {Ingest::kMeasure, Ingest::kMap, Ingest::kRead}) {
+    if (name == IngestName(ingest)) return ingest;
+  }
+  return Status::InvalidArgument("must be measure, map or read, got '" + Printable(name) + "'");
+}
+
+std::string_view IngestName(Ingest ingest) {
+  switch (ingest) {
+    case Ingest::kMeasure:
+      return "measure";
+    case Ingest::kMap:
+      return "map";
+    case Ingest::kRead:
+      return "read";
+  }
+  return "measure";
 }
 
 std::string CommitKey(int share) {

@@ -13,9 +13,11 @@
 //        "external": bool, "partitions": [{"path": str, "begin": N, "end": N,
 //        "records": N}, ...], "shares": [[partition, ...], ...],
 //        "starts": [null | {"feed": N, "record": N, "done": bool}, ...],
-//        "balance": "equal"|"dynamic", "queue": [[epoch, partition, record], ...]}
+//        "balance": "equal"|"dynamic", "queue": [[epoch, partition, record], ...],
+//        "ingest": "measure"|"map"|"read"}
 // ("external" is written only when true, "balance" only when dynamic,
-// "records", "shares", "starts" and "queue" only when set.)
+// "ingest" only when not measure, "records", "shares", "starts" and "queue"
+// only when set.)
 
 #ifndef DROVER_FEED_FEED_PLAN_H_
 #define DROVER_FEED_FEED_PLAN_H_
@@ -39,6 +41,15 @@ enum class FeedMode { kTrain, kInference };
 // or handed out on demand by the driver, one at a time to whichever node's
 // feeder has room (docs/feed.md, "Dynamic balance").
 enum class Balance { kEqual, kDynamic };
+
+// How the feeder brings fixed-size raw records into the queue (`drover run
+// --feed-ingest`): copied from a mapping of the file, or read(2) into it;
+// kMeasure feeds a probe each way and keeps the faster, since which wins
+// depends on the host (bench/RESULTS.md).
+enum class Ingest { kMeasure, kMap, kRead };
+// "measure", "map", "read"; kInvalidArgument naming the three otherwise.
+Result<Ingest> ParseIngest(std::string_view name);
+std::string_view IngestName(Ingest ingest);
 
 // FeedPosition (include/drover/data_feed.h): how far a program had consumed
 // its share when it committed.
@@ -95,6 +106,7 @@ struct FeedPlan {
   // order, each as its next feed. An unset queue is every partition of every
   // epoch, epoch by epoch (DynamicQueue).
   Balance balance = Balance::kEqual;
+  Ingest ingest = Ingest::kMeasure;  // fixed-size raw records only
   std::optional<std::vector<FeedUnit>> queue;
 
   friend bool operator==(const FeedPlan&, const FeedPlan&) = default;

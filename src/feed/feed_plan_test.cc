@@ -404,6 +404,23 @@ TEST(DynamicPlanTest, JsonRoundTripWithAndWithoutAQueue) {
   EXPECT_FALSE(nlohmann::json::parse(SamplePlan().ToJson()).contains("balance"));
 }
 
+TEST(FeedPlanTest, IngestIsWrittenOnlyWhenForced) {
+  FeedPlan plan = SamplePlan();
+  EXPECT_FALSE(nlohmann::json::parse(plan.ToJson()).contains("ingest"));
+  for (Ingest ingest : {Ingest::kMap, Ingest::kRead}) {
+    plan.ingest = ingest;
+    EXPECT_EQ(nlohmann::json::parse(plan.ToJson())["ingest"], std::string(IngestName(ingest)));
+    ASSERT_OK_AND_ASSIGN(FeedPlan parsed, FeedPlan::FromJson(plan.ToJson()));
+    EXPECT_EQ(parsed, plan);
+  }
+  EXPECT_THAT(FeedPlan::FromJson(
+                  R"({"mode": "train", "format": "raw", "external": true, "ingest": "fast"})"),
+              StatusIs(Code::kInvalidArgument, HasSubstr("'ingest' must be measure, map or read")));
+  EXPECT_THAT(
+      FeedPlan::FromJson(R"({"mode": "train", "format": "raw", "external": true, "ingest": 1})"),
+      StatusIs(Code::kInvalidArgument, HasSubstr("ingest")));
+}
+
 TEST(DynamicPlanTest, MalformedDynamicFieldsNameTheField) {
   auto with = [](const std::string& fields) {
     return FeedPlan::FromJson(R"({"mode": "train", "format": "csv", "epochs": 2, "partitions": [)"

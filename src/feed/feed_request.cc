@@ -28,10 +28,10 @@ Result<std::optional<FeedPlan>> PlanFeed(const FeedRequest& request) {
   if (request.inputs.empty()) {
     if (!request.output.empty() || request.mode != "train" || request.epochs != 1 ||
         !request.format.empty() || request.record_bytes != 0 || !request.remainder.empty() ||
-        !request.balance.empty()) {
+        !request.balance.empty() || !request.ingest.empty()) {
       return Status::InvalidArgument(
-          "--format, --record-bytes, --epochs, --mode, --output, --remainder and --balance go "
-          "with --input");
+          "--format, --record-bytes, --epochs, --mode, --output, --remainder, --balance and "
+          "--feed-ingest go with --input");
     }
     return std::optional<FeedPlan>();
   }
@@ -52,6 +52,19 @@ Result<std::optional<FeedPlan>> PlanFeed(const FeedRequest& request) {
     return Status::InvalidArgument("--record-bytes goes with --format raw");
   }
   plan.read.record_bytes = request.record_bytes;
+  if (!request.ingest.empty()) {
+    Result<Ingest> ingest = ParseIngest(request.ingest);
+    if (!ingest.ok()) {
+      return Status::InvalidArgument("--feed-ingest takes measure, map or read, not '" +
+                                     request.ingest + "'");
+    }
+    if (plan.read.format != RecordFormat::kRaw || plan.read.record_bytes == 0) {
+      return Status::InvalidArgument(
+          "--feed-ingest goes with --format raw --record-bytes N: only fixed-size records are "
+          "mapped or read");
+    }
+    plan.ingest = *ingest;
+  }
   plan.read.split_bytes = request.split_bytes;
   plan.epochs = request.epochs;
   plan.feed_timeout_ms = static_cast<int64_t>(request.feed_timeout_seconds * 1000);

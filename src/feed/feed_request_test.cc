@@ -97,6 +97,31 @@ TEST_F(PlanFeedTest, BadCombinationsNameTheFlags) {
               StatusIs(Code::kInvalidArgument, HasSubstr("one epoch")));
 }
 
+TEST_F(PlanFeedTest, FeedIngestGoesWithFixedSizeRawRecords) {
+  std::ofstream(dir_.File("data.bin")) << "abcdefgh";
+  FeedRequest raw = Request();
+  raw.inputs = {dir_.File("data.bin")};
+  raw.format = "raw";
+  raw.record_bytes = 4;
+  ASSERT_OK_AND_ASSIGN(std::optional<FeedPlan> plan, PlanFeed(raw));
+  EXPECT_EQ(plan->ingest, Ingest::kMeasure);
+  raw.ingest = "read";
+  ASSERT_OK_AND_ASSIGN(plan, PlanFeed(raw));
+  EXPECT_EQ(plan->ingest, Ingest::kRead);
+  raw.ingest = "mmap";
+  EXPECT_THAT(
+      PlanFeed(raw).status(),
+      StatusIs(Code::kInvalidArgument, HasSubstr("--feed-ingest takes measure, map or read")));
+  FeedRequest csv = Request();
+  csv.ingest = "map";
+  EXPECT_THAT(PlanFeed(csv).status(),
+              StatusIs(Code::kInvalidArgument, HasSubstr("--feed-ingest goes with --format raw")));
+  FeedRequest alone;
+  alone.ingest = "map";
+  EXPECT_THAT(PlanFeed(alone).status(),
+              StatusIs(Code::kInvalidArgument, HasSubstr("go with --input")));
+}
+
 TEST_F(PlanFeedTest, InferenceRefusesAnOutputDirectoryWithResults) {
   FeedRequest request = Request();
   request.mode = "inference";

@@ -157,22 +157,21 @@ class BatchWriter {
   uint64_t bytes_ = 0;
 };
 
-// Which way fixed-size records reach the queue (FeederOptions::Ingest). To
+// Which way fixed-size records reach the queue (FeedPlan::ingest). To
 // measure, the first probe bytes go through a mapping (32 MiB by default:
 // one mapped window), the next through read(2), and the faster feeds the
 // rest. Both probes read bytes not read before, so a cold page cache slows
 // both alike.
 class IngestChoice {
  public:
-  IngestChoice(FeederOptions::Ingest ingest, size_t probe_bytes)
-      : ingest_(ingest), probe_bytes_(probe_bytes) {}
+  IngestChoice(Ingest ingest, size_t probe_bytes) : ingest_(ingest), probe_bytes_(probe_bytes) {}
 
   bool read() const {
-    if (ingest_ == FeederOptions::Ingest::kMeasure) return mapped_bytes_ >= probe_bytes_;
-    return ingest_ == FeederOptions::Ingest::kRead;
+    if (ingest_ == Ingest::kMeasure) return mapped_bytes_ >= probe_bytes_;
+    return ingest_ == Ingest::kRead;
   }
   void Took(Clock::duration spent, size_t bytes) {
-    if (ingest_ != FeederOptions::Ingest::kMeasure) return;
+    if (ingest_ != Ingest::kMeasure) return;
     if (mapped_bytes_ < probe_bytes_) {
       mapped_bytes_ += bytes;
       mapped_time_ += spent;
@@ -183,23 +182,15 @@ class IngestChoice {
     if (read_bytes_ < probe_bytes_) return;
     const double map_rate = mapped_bytes_ / std::chrono::duration<double>(mapped_time_).count();
     const double read_rate = read_bytes_ / std::chrono::duration<double>(read_time_).count();
-    ingest_ = read_rate > map_rate ? FeederOptions::Ingest::kRead : FeederOptions::Ingest::kMap;
+    ingest_ = read_rate > map_rate ? Ingest::kRead : Ingest::kMap;
   }
   // "map" or "read" once chosen (or forced), else "".
   std::string Name() const {
-    switch (ingest_) {
-      case FeederOptions::Ingest::kMap:
-        return "map";
-      case FeederOptions::Ingest::kRead:
-        return "read";
-      case FeederOptions::Ingest::kMeasure:
-        return "";
-    }
-    return "";
+    return ingest_ == Ingest::kMeasure ? "" : std::string(IngestName(ingest_));
   }
 
  private:
-  FeederOptions::Ingest ingest_;
+  Ingest ingest_;
   const size_t probe_bytes_;
   size_t mapped_bytes_ = 0;
   size_t read_bytes_ = 0;
@@ -293,7 +284,7 @@ Result<FeederReport> FeedShare(const FeederOptions& options, JoinedFeed& joined)
                           plan.read.record_bytes <= UINT32_MAX;
   BatchWriter writer(channel, options.batch_bytes, timeout,
                      fixed_size ? static_cast<uint32_t>(plan.read.record_bytes) : 0);
-  IngestChoice ingest(options.ingest, options.ingest_probe_bytes);
+  IngestChoice ingest(options.plan.ingest, options.ingest_probe_bytes);
   // A failed Reserve: the program terminated the feed, took nothing for the
   // feed timeout (waiting inside a partition or before the next one), or the
   // channel stopped.

@@ -26,13 +26,9 @@ struct FeederOptions {
   std::string task;  // "worker:0", for messages
   // Payload bytes per batch (clamped to what the queue takes).
   size_t batch_bytes = 1 << 20;
-  // How fixed-size raw records reach the queue: copied from a mapping of the
-  // file, or read(2) into it. kMeasure feeds the first ingest_probe_bytes
-  // each way and keeps the faster: which wins depends on the host
-  // (bench/RESULTS.md).
-  enum class Ingest { kMeasure, kMap, kRead };
-  Ingest ingest = Ingest::kMeasure;
-  size_t ingest_probe_bytes = 32 << 20;  // fed each way by kMeasure
+  // Fixed-size raw records come in as plan.ingest says; Ingest::kMeasure
+  // feeds this many bytes each way first.
+  size_t ingest_probe_bytes = 32 << 20;
 };
 
 struct FeederReport {

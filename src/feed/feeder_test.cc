@@ -282,7 +282,6 @@ TEST_F(FeederTest, RawRecordsArriveTheSameMappedReadOrMeasured) {
   plan.epochs = 2;
   plan.feed_timeout_ms = 20'000;
   plan.partitions = partitions;
-  using Ingest = FeederOptions::Ingest;
   for (Ingest ingest : {Ingest::kMap, Ingest::kRead, Ingest::kMeasure}) {
     SCOPED_TRACE(static_cast<int>(ingest));
     agent_.reset();  // the last round's, before the channel it serves
@@ -290,7 +289,7 @@ TEST_F(FeederTest, RawRecordsArriveTheSameMappedReadOrMeasured) {
     ASSERT_NO_FATAL_FAILURE(Serve(plan, 64 << 10));
     RingReader reader(*channel_, /*input_ring=*/true);
     FeederOptions options = Options(plan);
-    options.ingest = ingest;
+    options.plan.ingest = ingest;
     options.ingest_probe_bytes = 20'000;  // measured over the first partitions
     Result<FeederReport> report = Status::Internal("not run");
     std::atomic<bool> done{false};

@@ -358,6 +358,20 @@ def test_tfrecord_and_raw_inputs(tmp_path):
         [f"{i:05d},raw" for i in range(300)]
 
 
+@pytest.mark.parametrize("ingest", ["map", "read"])
+def test_fixed_size_records_arrive_whole_however_the_feeder_takes_them_in(tmp_path, ingest):
+    with open(tmp_path / "data.bin", "wb") as f:
+        for i in range(5000):
+            f.write(f"{i:05d},raw".encode())  # 9 bytes each
+    result = run_feed(tmp_path, "--nodes", "2", "--input", str(tmp_path / "data.bin"),
+                      "--format", "raw", "--record-bytes", "9", "--feed-ingest", ingest, "--",
+                      FEED_READER, "--out", "raw")
+    assert result.returncode == 0, result.stderr
+    seen = read_seen(tmp_path / "raw")
+    records = sorted(r for node in seen.values() for _, r in node)
+    assert records == [f"{i:05d},raw" for i in range(5000)]
+
+
 def test_corrupt_tfrecord_fails_the_run_naming_the_file(tmp_path):
     data = b"hello"
     length = struct.pack("<Q", len(data))
@@ -394,6 +408,9 @@ def test_parameter_servers_are_not_fed(tmp_path):
     (["--input", "data.csv", "--balance", "dynamic", "--remainder", "drop"],
      "--remainder goes with --balance equal"),
     (["--balance", "dynamic"], "go with --input"),
+    (["--input", "data.csv", "--feed-ingest", "map"], "--feed-ingest goes with --format raw"),
+    (["--input", "data.csv", "--format", "raw", "--record-bytes", "2", "--feed-ingest", "mmap"],
+     "--feed-ingest takes measure, map or read"),
     (["--input", "data.csv", "--mode", "inference", "--output", "out", "--remainder", "drop"],
      "--remainder goes with --mode train"),
 ])
