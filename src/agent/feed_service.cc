@@ -23,6 +23,7 @@
 #include "drover/cluster_spec.h"
 #include "feed/shm_channel.h"
 #include "feed/socket_fd.h"
+#include "os/duration_text.h"
 #include "os/subprocess.h"
 #include "os/unique_fd.h"
 
@@ -39,6 +40,8 @@ constexpr auto kPollInterval = std::chrono::milliseconds(100);
 // after a pause that doubles each time, up to this.
 constexpr auto kFirstRestartDelay = std::chrono::milliseconds(100);
 constexpr auto kMaxRestartDelay = std::chrono::seconds(5);
+// SIGKILL ends any process at once but one stuck in uninterruptible sleep.
+constexpr auto kFeederKillWait = std::chrono::seconds(10);
 
 // Signals a process raises on itself when it faults: a feeder that dies of
 // one is likely to die the same way on the same input again. Any other
@@ -561,7 +564,13 @@ void FeedService::Impl::Loop() {
   }
   if (feeder_) {
     feeder_->SignalGroup(SIGKILL);
-    feeder_->Wait();
+    if (!feeder_->Wait(Clock::now() + kFeederKillWait)) {
+      const pid_t pid = feeder_->Release();
+      Say("the feeder (pid " + std::to_string(pid) + ") did not end within " +
+          os::SecondsText(kFeederKillWait) +
+          " of SIGKILL: it is stuck in the kernel (uninterruptible I/O, such as a hung network "
+          "filesystem) and ends when that I/O does; not waiting for it");
+    }
     feeder_.reset();
   }
   reader_fd_.Reset();

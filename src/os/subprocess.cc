@@ -263,6 +263,13 @@ void Subprocess::Reset() {
   stderr_fd_.Reset();
 }
 
+pid_t Subprocess::Release() {
+  const pid_t pid = pid_;
+  pid_ = -1;
+  Reset();
+  return pid;
+}
+
 void Subprocess::CloseStdin() {
   stdin_fd_.Reset();
 }

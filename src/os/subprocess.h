@@ -139,6 +139,13 @@ class Subprocess {
   // included), after reaping the ones we can.
   bool GroupAlive();
 
+  // Forgets the process without signalling or waiting for it: the last
+  // resort for a leader that outlives SIGKILL (stuck in uninterruptible
+  // sleep, e.g. on a hung network filesystem), which would otherwise hold
+  // the destructor's wait. Whoever reaps our children (a subreaper's sweep,
+  // init once we exit) reaps it when it ends. Returns its pid.
+  pid_t Release();
+
   // SIGTERM to the group; waits up to `grace` for the leader and the rest of
   // the group to go; then SIGKILL to the group. Returns the leader's status
   // (its earlier one when it had already exited).

@@ -92,6 +92,21 @@ TEST(SubprocessTest, LeaderReapedElsewhereEndsTheWait) {
   EXPECT_FALSE(ExitStatus::Signaled(SIGKILL).unknown());
 }
 
+// Release is for a leader that outlives SIGKILL: the Subprocess forgets it,
+// neither signalling nor waiting (here it is alive and well, and ours to end).
+TEST(SubprocessTest, ReleaseForgetsTheProcessWithoutWaiting) {
+  ASSERT_OK_AND_ASSIGN(Subprocess child, Subprocess::Spawn(Shell("exec sleep 60")));
+  const pid_t pid = child.pid();
+  EXPECT_EQ(child.Release(), pid);
+  EXPECT_EQ(child.pid(), -1);
+  EXPECT_FALSE(child.SignalGroup(SIGTERM));
+  EXPECT_EQ(::kill(pid, 0), 0) << "released, not killed";
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFSIGNALED(status));
+}
+
 TEST(SubprocessTest, MissingProgramIsNotFound) {
   SubprocessOptions options;
   options.argv = {"drover-no-such-program"};
