@@ -372,6 +372,50 @@ def test_fixed_size_records_arrive_whole_however_the_feeder_takes_them_in(tmp_pa
     assert records == [f"{i:05d},raw" for i in range(5000)]
 
 
+FUSE_HANG = os.path.join(os.path.dirname(__file__), "fuse_hang.py")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/fuse"),
+                    reason="mounting a FUSE file system needs root and /dev/fuse")
+def test_a_feeder_stuck_in_the_kernel_does_not_hold_the_run(tmp_path):
+    # The input's reads never come back (fuse_hang.py: a hung network file
+    # system), so the feeder outlives SIGKILL until the file system goes.
+    mountpoint = tmp_path / "mnt"
+    mountpoint.mkdir()
+    fuse = subprocess.Popen([sys.executable, FUSE_HANG, str(mountpoint), "4096"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert fuse.stdout.readline() == "ready\n"
+        flag = tmp_path / "go"
+        run = subprocess.Popen(
+            [drover_bin(), "run", "--log-dir", str(tmp_path / "logs"), "--nodes", "1",
+             "--input", str(mountpoint / "data"), "--format", "raw", "--record-bytes", "8",
+             "--feed-ingest", "read", "--", "sh", "-c",
+             f"while [ ! -e {flag} ]; do sleep 0.05; done"],
+            env=clean_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+        try:
+            # Progress first: the feeder's read is held before the program ends.
+            assert fuse.stdout.readline() == "read\n"
+            flag.touch()
+            out, err = run.communicate(timeout=120)
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.communicate()
+        assert run.returncode == 0, err
+        assert "did not end within 10 s of SIGKILL" in out + err, (out, err)
+        stuck = int((out + err).split("the feeder (pid ", 1)[1].split(")", 1)[0])
+        assert os.path.exists(f"/proc/{stuck}"), "released, still stuck in its read"
+    finally:
+        fuse.stdin.close()  # the file system goes; the held read fails
+        fuse.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while os.path.exists(f"/proc/{stuck}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{stuck}"), "the feeder outlived its file system"
+
+
 def test_corrupt_tfrecord_fails_the_run_naming_the_file(tmp_path):
     data = b"hello"
     length = struct.pack("<Q", len(data))
