@@ -6,9 +6,9 @@ Mounts MOUNTPOINT holding `data`, SIZE bytes, opened with direct I/O, and
 answers every request but READ, which it takes off /dev/fuse and never
 answers: the reader then waits in the kernel uninterruptibly, SIGKILL
 included, what a read from a hung network file system does. Prints
-"ready" once mounted and "read" at each READ it holds. On SIGTERM or the
-end of stdin it unmounts and exits, which closes /dev/fuse: the kernel then
-fails every held read, so the readers end.
+"ready" once mounted (else "mount: WHY") and "read" at each READ it holds.
+On SIGTERM or the end of stdin it unmounts and exits, which closes
+/dev/fuse: the kernel then fails every held read, so the readers end.
 """
 import ctypes
 import errno
@@ -82,7 +82,7 @@ def main():
     fd = os.open("/dev/fuse", os.O_RDWR)
     options = f"fd={fd},rootmode=40000,user_id=0,group_id=0".encode()
     if libc.mount(b"drover-fuse-hang", mountpoint.encode(), b"fuse", 0, options) != 0:
-        print(f"mount: {os.strerror(ctypes.get_errno())}", file=sys.stderr)
+        print(f"mount: {os.strerror(ctypes.get_errno())}", flush=True)
         return 1
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())

@@ -385,7 +385,10 @@ def test_a_feeder_stuck_in_the_kernel_does_not_hold_the_run(tmp_path):
     fuse = subprocess.Popen([sys.executable, FUSE_HANG, str(mountpoint), "4096"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        assert fuse.stdout.readline() == "ready\n"
+        mounted = fuse.stdout.readline()
+        if mounted.startswith("mount:"):
+            pytest.skip(f"cannot mount a FUSE file system here ({mounted.strip()})")
+        assert mounted == "ready\n"
         flag = tmp_path / "go"
         run = subprocess.Popen(
             [drover_bin(), "run", "--log-dir", str(tmp_path / "logs"), "--nodes", "1",
