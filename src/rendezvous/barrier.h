@@ -17,7 +17,6 @@
 #define DROVER_SRC_RENDEZVOUS_BARRIER_H_
 
 #include <map>
-#include <memory>
 #include <string>
 #include <utility>
 #include <vector>

@@ -233,15 +233,15 @@ Result<FormedCluster> SharedClusterFromWire(const wire::SharedCluster& shared) {
                                        std::to_string(rank) + " of " + std::to_string(world_size));
       }
       any_ranked = true;
-      RankInfo info;
-      info.rank = static_cast<int>(rank);
-      info.world_size = static_cast<int>(world_size);
-      info.local_rank = static_cast<int>(columns.local_rank(i));
-      info.local_world_size = static_cast<int>(columns.local_world_size(i));
-      info.group_rank = static_cast<int>(group_rank);
-      info.group_world_size = static_cast<int>(shared.group_world_size());
-      info.role_rank = static_cast<int>(role_rank);
-      info.role_world_size = static_cast<int>(columns.role_world_size(i));
+      const TaskRole role{.rank = static_cast<uint32_t>(rank),
+                          .local_rank = columns.local_rank(i),
+                          .local_world_size = columns.local_world_size(i),
+                          .group_rank = static_cast<uint32_t>(group_rank),
+                          .role_rank = static_cast<uint32_t>(role_rank),
+                          .role_world_size = columns.role_world_size(i),
+                          .ranked = true};
+      const RankInfo info = RankInfoOf(role, static_cast<int>(world_size),
+                                       static_cast<int>(shared.group_world_size()));
       placement.rank = info;
       placement.feed = FeedShare{info.rank, info.world_size};
     }
@@ -351,15 +351,15 @@ Result<FormedCluster> OwnClusterFromWire(const wire::SharedCluster& summary,
     if (!summary.has_master_node() || summary.master_node().ports().empty()) {
       return Status::InvalidArgument("task " + own.Task() + " is ranked but rank 0 is not named");
     }
-    RankInfo rank;
-    rank.rank = static_cast<int>(placement.rank());
-    rank.world_size = static_cast<int>(world_size);
-    rank.local_rank = static_cast<int>(placement.local_rank());
-    rank.local_world_size = static_cast<int>(placement.local_world_size());
-    rank.group_rank = static_cast<int>(placement.group_rank());
-    rank.group_world_size = static_cast<int>(summary.group_world_size());
-    rank.role_rank = static_cast<int>(placement.role_rank());
-    rank.role_world_size = static_cast<int>(placement.role_world_size());
+    const TaskRole role{.rank = placement.rank(),
+                        .local_rank = placement.local_rank(),
+                        .local_world_size = placement.local_world_size(),
+                        .group_rank = placement.group_rank(),
+                        .role_rank = placement.role_rank(),
+                        .role_world_size = placement.role_world_size(),
+                        .ranked = true};
+    RankInfo rank = RankInfoOf(role, static_cast<int>(world_size),
+                               static_cast<int>(summary.group_world_size()));
     PointAtMaster(NodePlacement(NodeFromWire(summary.master_node())), rank);
     own.rank = rank;
     own.feed = FeedShare{rank.rank, rank.world_size};
