@@ -30,6 +30,34 @@
 
 namespace drover {
 
+// One rendezvous connection for a host's nodes (docs/protocol.md, "Host
+// connections"; torchrun's shape: one agent per host): one handshake, one
+// heartbeat a tick for all of them, one connection on the server, one
+// thread reading it. Each node still runs in an Agent of its own, whose
+// AgentOptions::host_connection names this; the connection is made once
+// every node has reached registration, or ended before it, and registers
+// them together (RendezvousClient::RegisterHost). A STOP for one node
+// reaches that node's agent only; a lost connection is every node's.
+// The built-in rendezvous only, not elastic; it needs the cluster token.
+class HostConnection {
+ public:
+  // `executor_ids`: the host's nodes, in the order they register.
+  // kInvalidArgument for an etcd:// address, a credential that is not the
+  // cluster token, or no ids or one twice.
+  static Result<std::shared_ptr<HostConnection>> Create(RendezvousClientOptions options,
+                                                        std::vector<std::string> executor_ids);
+  ~HostConnection();
+  HostConnection(const HostConnection&) = delete;
+  HostConnection& operator=(const HostConnection&) = delete;
+
+  class Impl;
+  Impl& impl() { return *impl_; }  // for Agent
+
+ private:
+  explicit HostConnection(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
 struct AgentOptions {
   // "host:port" (the built-in server), or etcd://HOST:PORT[,...]/PREFIX: the
   // nodes form among themselves through etcd (docs/run.md, "Runs without a
@@ -43,6 +71,11 @@ struct AgentOptions {
   // key, fails Run() before it connects.
   Credential credential;
   std::string executor_id;
+  // Non-null: the node registers, heartbeats and hears STOP on its host's
+  // connection, made for executor_id among others (not elastic, not etcd).
+  // The connection holds the cluster token; `credential` still serves the
+  // agent's own calls (the feed's commits, as this node).
+  std::shared_ptr<HostConnection> host_connection;
   std::string host;  // the node's address in the cluster; "" : the Environment's HostName()
   int num_ports = 1;
   // CUDA_VISIBLE_DEVICES: nullopt leaves it as inherited; {} sets it to "".

@@ -427,12 +427,16 @@ class RendezvousClient {
   // What the server told this node: nothing yet (the deadline or wake_fd),
   // STOP, or REFORM (elastic runs: stop the program, Register again for
   // `round`). A REFORM is reported once; a STOP every time after it came.
+  // On a host connection a STOP for one of its nodes (the driver's
+  // StopNode) names it in `executor_id` and is reported once; a STOP with
+  // no executor id is every node's.
   struct Instruction {
     enum class Kind { kNone, kStop, kReform };
     Kind kind = Kind::kNone;
     int round = 0;
-    std::string reason;   // a REFORM's; with the etcd backend also a STOP's
-    bool failed = false;  // a STOP because the run failed (etcd backend)
+    std::string reason;       // a REFORM's; with the etcd backend also a STOP's
+    bool failed = false;      // a STOP because the run failed (etcd backend)
+    std::string executor_id;  // a host connection's STOP for one node; "" : all
   };
   Result<Instruction> WaitForInstruction(Deadline deadline, int wake_fd = -1);
 

@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "agent/feed_service.h"
+#include "agent/node_link.h"
 #include "agent/output_tail.h"
 #include "agent/port_reservation.h"
 #include "agent/process_guard.h"
@@ -289,13 +290,13 @@ class Agent::Impl {
     std::optional<NextRound> next;
   };
   // One round: reserve ports, register, run the program to its end.
-  RoundEnd RunRound(RendezvousClient& client, int round, const std::string& restart_reason);
+  RoundEnd RunRound(NodeLink& link, int round, const std::string& restart_reason);
   // Clears what the last round left: its feed, its metrics inbox, its flags.
   void StartRound();
   RoundEnd TakeReform();
   // After the program ended and the server was told: in an elastic run,
   // waits for the driver's REFORM (the next round) or STOP (`code`).
-  RoundEnd AwaitNextRound(RendezvousClient& client, int code);
+  RoundEnd AwaitNextRound(NodeLink& link, int code);
   bool ReformRequested() {
     MutexLock lock(mu_);
     return reform_.has_value();
@@ -324,15 +325,12 @@ class Agent::Impl {
   // Reads one chunk of the program's output pipe `stream` into its sink;
   // false at EOF.
   bool Forward(os::Subprocess& child, int stream, OutputTail& tail, OutputSink& sink);
-  void WatchForStop(RendezvousClient* client);
-  // REPORT_ERROR, then a QUERY_STATE round trip: the server handles frames
-  // in order, so once the state comes back the report has been handled.
-  // Without it, closing the connection right after the write can reset it
-  // and lose the report.
-  void Report(RendezvousClient& client, const std::string& message,
+  void WatchForStop(NodeLink* link);
+  // REPORT_ERROR, flushed (NodeLink::ReportError); says so when it fails.
+  void Report(NodeLink& link, const std::string& message,
               const std::vector<std::string>& last_lines);
   // LEAVE (the program finished; not a death), flushed the same way.
-  void LeaveCluster(RendezvousClient& client);
+  void LeaveCluster(NodeLink& link);
   // Starts feeding this node when the run has a feed plan and the node gets a
   // share of it; sets DROVER_FEED_SOCKET in *env.
   Status StartFeeding(const FormedCluster& cluster, const std::string& task,
@@ -405,6 +403,20 @@ class Agent::Impl {
 
 int Agent::Impl::Run() {
   const AgentOptions& o = options_;
+  // A host's node takes its place on the host's connection first: however
+  // Run ends, the link's end then tells the host's other nodes not to wait
+  // for this one to register.
+  std::unique_ptr<NodeLink> link;
+  if (o.host_connection) {
+    if (through_etcd_ || o.elastic) {
+      return Fail(Status::InvalidArgument(
+          "a host connection is for a driver's HOST:PORT rendezvous in a run that is not "
+          "elastic"));
+    }
+    Result<std::unique_ptr<NodeLink>> linked = LinkThroughHost(*o.host_connection, o.executor_id);
+    if (!linked.ok()) return Fail(linked.status());
+    link = std::move(linked).value();
+  }
   if (o.executor_id.empty()) return Fail(Status::InvalidArgument("no executor id given"));
   if (o.command.empty()) return Fail(Status::InvalidArgument("no command to run after `--`"));
   if (!event_fd_.valid() || !quit_watcher_fd_.valid())
@@ -443,17 +455,19 @@ int Agent::Impl::Run() {
   client_options.name = o.executor_id;
   client_options.node_list = o.node_list;
   commit_options_ = client_options;
-  Result<std::unique_ptr<RendezvousClient>> connected = RendezvousClient::Connect(
-      client_options, Clock::now() + o.reservation_timeout + kRegisterSlack);
-  if (!connected.ok()) return Fail(connected.status());
-  std::unique_ptr<RendezvousClient> client = std::move(connected).value();
+  if (!link) {
+    Result<std::unique_ptr<NodeLink>> connected = ConnectNode(
+        client_options, o.executor_id, Clock::now() + o.reservation_timeout + kRegisterSlack);
+    if (!connected.ok()) return Fail(connected.status());
+    link = std::move(connected).value();
+  }
 
   // Elastic runs: the same connection registers again for every round the
   // driver starts (REFORM), until a round ends the node.
   int round = o.restart_count;
   std::string reason = o.restart_reason;
   for (;;) {
-    RoundEnd end = RunRound(*client, round, reason);
+    RoundEnd end = RunRound(*link, round, reason);
     if (!end.next) return end.code;
     round = end.next->round;
     reason = end.next->reason;
@@ -461,10 +475,9 @@ int Agent::Impl::Run() {
   }
 }
 
-Agent::Impl::RoundEnd Agent::Impl::RunRound(RendezvousClient& client_ref, int round,
+Agent::Impl::RoundEnd Agent::Impl::RunRound(NodeLink& link, int round,
                                             const std::string& restart_reason) {
   const AgentOptions& o = options_;
-  RendezvousClient* client = &client_ref;
   StartRound();
   Result<PortReservation> reserved = PortReservation::Reserve(o.num_ports);
   if (!reserved.ok()) return Fail(reserved.status());
@@ -478,14 +491,14 @@ Agent::Impl::RoundEnd Agent::Impl::RunRound(RendezvousClient& client_ref, int ro
   node.pid = static_cast<int32_t>(::getpid());
   if (o.gpus) node.gpus.assign(o.gpus->begin(), o.gpus->end());
   if (Status prepared = PrepareFeeding(&node); !prepared.ok()) return Fail(prepared);
-  Result<FormedCluster> formed = client->Register(node, deadline);
+  Result<FormedCluster> formed = link.Register(node, deadline);
   if (!formed.ok()) return Fail(formed.status());
   const FormedCluster& cluster = *formed;
   const Placement& own = *cluster.own();  // a client's cluster always places it
   // Alive from the barrier on: preparing and starting the program (under
   // `drover guard`) can outlast the server's patience on a slow host. The
   // program's pid and the feed's counters join once the program runs.
-  client->StartHeartbeats(cluster.heartbeat_interval);
+  link.StartHeartbeats(cluster.heartbeat_interval);
   const std::string task = own.Task();
 
   NodeContext context;
@@ -539,7 +552,7 @@ Agent::Impl::RoundEnd Agent::Impl::RunRound(RendezvousClient& client_ref, int ro
   if (!env.ok()) return Fail(env.status().WithContext(task));
   if (Status feeding = StartFeeding(cluster, task, &*env); !feeding.ok()) {
     std::string message = task + " could not start feeding: " + feeding.message();
-    Report(*client, message, {});
+    Report(link, message, {});
     return Fail(Status::InvalidArgument(message));
   }
   // Reports are worth a warning, not the run.
@@ -585,13 +598,13 @@ Agent::Impl::RoundEnd Agent::Impl::RunRound(RendezvousClient& client_ref, int ro
   report->read.Reset();
   if (!program_pid.ok()) {
     std::string message = task + " could not start: " + program_pid.status().message();
-    Report(*client, message, {});
+    Report(link, message, {});
     return Fail(Status::NotFound(message));
   }
   os::Subprocess child = std::move(spawned).value();
-  // feed_ outlives the client (and so its heartbeat thread): ~Impl resets it.
+  // feed_ outlives the link (and so its heartbeats): ~Impl resets it.
   // This sends the first heartbeat with the pid and the feed at once.
-  client->StartHeartbeats(cluster.heartbeat_interval, [this, program_pid = *program_pid] {
+  link.StartHeartbeats(cluster.heartbeat_interval, [this, program_pid = *program_pid] {
     HeartbeatPayload payload;
     payload.program_pid = program_pid;
     MutexLock lock(round_mu_);
@@ -599,7 +612,7 @@ Agent::Impl::RoundEnd Agent::Impl::RunRound(RendezvousClient& client_ref, int ro
     if (metrics_) payload.metrics = metrics_->Latest();
     return payload;
   });
-  std::thread watcher([this, client] { WatchForStop(client); });
+  std::thread watcher([this, &link] { WatchForStop(&link); });
 
   OutputTail tail(kTailLines);
   os::ExitStatus status = os::ExitStatus::Exited(0);
@@ -618,13 +631,13 @@ Agent::Impl::RoundEnd Agent::Impl::RunRound(RendezvousClient& client_ref, int ro
         MutexLock lock(mu_);
         error = feed_error_;
       }
-      Report(*client, error, tail.Lines());
-      return AwaitNextRound(*client, 1);
+      Report(link, error, tail.Lines());
+      return AwaitNextRound(link, 1);
     }
     case Reason::kInterrupted:
       return 128 + interrupt_signal_.load();
     case Reason::kStopped: {
-      LeaveCluster(*client);
+      LeaveCluster(link);
       MutexLock lock(mu_);
       if (run_failure_.empty()) return 0;
       Say("the run failed: " + run_failure_);
@@ -644,19 +657,19 @@ Agent::Impl::RoundEnd Agent::Impl::RunRound(RendezvousClient& client_ref, int ro
   }
   if (status.success() && feed_) {
     if (Status finished = feed_->Finish(); !finished.ok()) {
-      Report(*client, finished.message(), tail.Lines());
-      return AwaitNextRound(*client, 1);
+      Report(link, finished.message(), tail.Lines());
+      return AwaitNextRound(link, 1);
     }
   }
   if (status.success()) {
-    LeaveCluster(*client);
+    LeaveCluster(link);
     // Elastic: the node stays a member until the run ends, so that a node
     // lost after this one finished can still re-form the group with it.
-    return AwaitNextRound(*client, 0);
+    return AwaitNextRound(link, 0);
   }
   std::string message = task + (status.signaled() ? " " : " exited with ") + status.ToString();
-  Report(*client, message, tail.Lines());
-  return AwaitNextRound(*client, status.ShellCode());
+  Report(link, message, tail.Lines());
+  return AwaitNextRound(link, status.ShellCode());
 }
 
 void Agent::Impl::StartRound() {
@@ -698,7 +711,7 @@ Agent::Impl::RoundEnd Agent::Impl::TakeReform() {
   return end;
 }
 
-Agent::Impl::RoundEnd Agent::Impl::AwaitNextRound(RendezvousClient& client, int code) {
+Agent::Impl::RoundEnd Agent::Impl::AwaitNextRound(NodeLink& link, int code) {
   if (!options_.elastic) return code;
   // The program ended with its agent alive: the driver starts the next
   // round (REFORM) or ends the run (STOP); a signal ends the wait. The stop
@@ -706,7 +719,7 @@ Agent::Impl::RoundEnd Agent::Impl::AwaitNextRound(RendezvousClient& client, int 
   if (ReformRequested()) return TakeReform();
   for (;;) {
     Result<RendezvousClient::Instruction> told =
-        client.WaitForInstruction(Clock::time_point::max(), event_fd_.get());
+        link.WaitForInstruction(Clock::time_point::max(), event_fd_.get());
     if (!told.ok()) {
       // The built-in driver closing its connection ends the run. Through
       // etcd the peers may still re-form or fail the run: this node cannot
@@ -984,26 +997,24 @@ Result<std::map<std::string, std::string>> Agent::Impl::BuildEnvironment(
   return env;
 }
 
-void Agent::Impl::Report(RendezvousClient& client, const std::string& message,
+void Agent::Impl::Report(NodeLink& link, const std::string& message,
                          const std::vector<std::string>& last_lines) {
-  Status reported = client.ReportError(options_.executor_id, message, last_lines);
-  if (reported.ok()) reported = client.QueryState(Clock::now() + kReportTimeout).status();
+  Status reported = link.ReportError(message, last_lines, Clock::now() + kReportTimeout);
   if (!reported.ok()) Say(message + "; could not report it: " + reported.message());
 }
 
-void Agent::Impl::LeaveCluster(RendezvousClient& client) {
-  Status left = client.Leave();
-  if (left.ok()) left = client.QueryState(Clock::now() + kReportTimeout).status();
+void Agent::Impl::LeaveCluster(NodeLink& link) {
+  Status left = link.Leave(Clock::now() + kReportTimeout);
   // Best effort: the program has finished either way; at worst the driver
   // sees this node's connection close.
   if (!left.ok()) Say("could not tell the rendezvous this node finished: " + left.message());
 }
 
-void Agent::Impl::WatchForStop(RendezvousClient* client) {
+void Agent::Impl::WatchForStop(NodeLink* link) {
   // No deadline: only a STOP, a REFORM, a lost connection or
   // quit_watcher_fd_ ends the wait.
   Result<RendezvousClient::Instruction> told =
-      client->WaitForInstruction(Clock::time_point::max(), quit_watcher_fd_.get());
+      link->WaitForInstruction(Clock::time_point::max(), quit_watcher_fd_.get());
   if (!told.ok()) {
     {
       MutexLock lock(mu_);

@@ -9,8 +9,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -516,6 +518,221 @@ TEST_F(AgentTest, AnotherExecutorsCredentialFailsBeforeConnecting) {
             "drover agent exec-0: the credential given is the node credential of executor exec-1, "
             "not executor exec-0's\n");
   EXPECT_EQ(server_->QueryState().registered, 0);
+}
+
+// ---------------------------------------------------------------------------
+// A host's nodes on one connection (HostConnection).
+
+// The server's side of its established connections: TCP sockets in this
+// network namespace whose local port is `port`.
+int ConnectionsTo(uint16_t port) {
+  char local_port[8];
+  std::snprintf(local_port, sizeof(local_port), ":%04X", port);
+  int count = 0;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::istringstream lines(ReadFile(table));
+    std::string line;
+    std::getline(lines, line);  // the header
+    while (std::getline(lines, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state;
+      fields >> slot >> local >> remote >> state;
+      if (state == "01" && local.size() > 5 && local.substr(local.size() - 5) == local_port)
+        ++count;
+    }
+  }
+  return count;
+}
+
+bool EventuallyExists(const std::string& path) {
+  for (int i = 0; i < 6000; ++i) {
+    if (fs::exists(path)) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return false;
+}
+
+class HostConnectionTest : public AgentTest {
+ protected:
+  std::shared_ptr<HostConnection> Connect(std::vector<std::string> ids) {
+    RendezvousClientOptions options;
+    options.address = "127.0.0.1:" + std::to_string(server_->port());
+    options.credential = Credential::Cluster(token_);
+    options.name = "test host";
+    Result<std::shared_ptr<HostConnection>> host =
+        HostConnection::Create(std::move(options), std::move(ids));
+    EXPECT_OK(host.status());
+    return host.ok() ? *host : nullptr;
+  }
+
+  AgentOptions NodeOptions(const std::shared_ptr<HostConnection>& host, const std::string& id,
+                           const std::string& script) {
+    AgentOptions options = Options(id, script);
+    options.host_connection = host;
+    options.working_dir = dir_.path();
+    return options;
+  }
+
+  // Says it started, then runs until the test releases it.
+  const std::string kUntilReleased =
+      "touch \"started-$DROVER_EXECUTOR_ID\"; "
+      "while [ ! -e \"release-$DROVER_EXECUTOR_ID\" ]; do sleep 0.05; done; echo rank $RANK";
+};
+
+TEST_F(HostConnectionTest, AHostsNodesRegisterAndLeaveOnOneConnection) {
+  StartServer(3);
+  std::shared_ptr<HostConnection> host = Connect({"h0", "h1", "h2"});
+  ASSERT_NE(host, nullptr);
+  std::vector<int> codes(3, -1);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i) {
+    AgentOptions options = NodeOptions(host, "h" + std::to_string(i), kUntilReleased);
+    threads.emplace_back([&codes, i, options] {
+      codes[static_cast<size_t>(i)] = Agent(options, ProcessEnvironment()).Run();
+    });
+  }
+  for (const char* id : {"h0", "h1", "h2"}) {
+    ASSERT_TRUE(EventuallyExists(dir_.File(std::string("started-") + id))) << id;
+  }
+  EXPECT_EQ(ConnectionsTo(server_->port()), 1);
+  ClusterState state = server_->QueryState();
+  EXPECT_EQ(state.registered, 3);
+  for (const NodeStatus& node : state.nodes) EXPECT_TRUE(node.alive) << node.node.executor_id;
+  for (const char* id : {"h0", "h1", "h2"}) {
+    std::ofstream(dir_.File(std::string("release-") + id)) << "";
+  }
+  for (std::thread& thread : threads) thread.join();
+  std::set<std::string> ranks;
+  for (int i = 0; i < 3; ++i) {
+    const std::string id = "h" + std::to_string(i);
+    EXPECT_EQ(codes[static_cast<size_t>(i)], 0) << ReadFile(dir_.File(id + ".err"));
+    ranks.insert(ReadFile(dir_.File(id + ".out")));
+  }
+  EXPECT_EQ(ranks, std::set<std::string>({"rank 0\n", "rank 1\n", "rank 2\n"}));
+  int left = 0;
+  for (const NodeEvent& event : Events()) {
+    EXPECT_NE(event.kind, NodeEvent::Kind::kDead) << event.message;
+    if (event.kind == NodeEvent::Kind::kLeft) ++left;
+  }
+  EXPECT_EQ(left, 3);  // each LEAVE handled before its agent returned
+}
+
+TEST_F(HostConnectionTest, AStopForOneNodeStopsThatNodeOnly) {
+  StartServer(2);
+  std::shared_ptr<HostConnection> host = Connect({"h0", "h1"});
+  ASSERT_NE(host, nullptr);
+  std::atomic<int> code_0{-1}, code_1{-1};
+  std::thread node_0([&, options = NodeOptions(host, "h0", kUntilReleased)] {
+    code_0 = Agent(options, ProcessEnvironment()).Run();
+  });
+  std::thread node_1([&, options = NodeOptions(host, "h1", kUntilReleased)] {
+    code_1 = Agent(options, ProcessEnvironment()).Run();
+  });
+  ASSERT_TRUE(EventuallyExists(dir_.File("started-h0")));
+  ASSERT_TRUE(EventuallyExists(dir_.File("started-h1")));
+  ASSERT_OK(server_->StopNode("h1"));
+  node_1.join();
+  EXPECT_EQ(code_1, 0) << ReadFile(dir_.File("h1.err"));  // stopped by the driver
+  EXPECT_EQ(code_0, -1) << ReadFile(dir_.File("h0.err"));
+  for (const NodeStatus& node : server_->QueryState().nodes) {
+    if (node.node.executor_id == "h0") EXPECT_TRUE(node.alive && !node.left);
+    if (node.node.executor_id == "h1") EXPECT_TRUE(node.left);
+  }
+  std::ofstream(dir_.File("release-h0")) << "";
+  node_0.join();
+  EXPECT_EQ(code_0, 0) << ReadFile(dir_.File("h0.err"));
+  EXPECT_THAT(ReadFile(dir_.File("h0.out")), StartsWith("rank "));
+}
+
+TEST_F(HostConnectionTest, EachNodeReportsItsOwnFailureAndAStopAllEndsTheRest) {
+  StartServer(2);
+  std::shared_ptr<HostConnection> host = Connect({"h0", "h1"});
+  ASSERT_NE(host, nullptr);
+  int code_0 = -1, code_1 = -1;
+  std::thread node_0([&, options = NodeOptions(host, "h0", "echo about to fail; exit 3")] {
+    code_0 = Agent(options, ProcessEnvironment()).Run();
+  });
+  std::thread node_1([&, options = NodeOptions(host, "h1", kUntilReleased)] {
+    code_1 = Agent(options, ProcessEnvironment()).Run();
+  });
+  node_0.join();
+  EXPECT_EQ(code_0, 3);
+  NodeEvent error = ReportedError("h0");
+  EXPECT_THAT(error.message, HasSubstr("exited with exit code 3"));
+  EXPECT_THAT(error.last_log_lines, ElementsAre("about to fail"));
+  ASSERT_TRUE(EventuallyExists(dir_.File("started-h1")));
+  server_->StopAll();
+  node_1.join();
+  EXPECT_EQ(code_1, 0) << ReadFile(dir_.File("h1.err"));
+}
+
+TEST_F(HostConnectionTest, ANodeThatEndsBeforeRegisteringDoesNotHoldUpTheOthers) {
+  StartServer(1);
+  std::shared_ptr<HostConnection> host = Connect({"h0", "h1"});
+  ASSERT_NE(host, nullptr);
+  AgentOptions bad = NodeOptions(host, "h1", "echo never");
+  bad.feed_plan = "plan.json";
+  bad.feed_plan_json = "{}";  // both: refused before registering
+  int code_0 = -1, code_1 = -1;
+  std::thread node_0([&, options = NodeOptions(host, "h0", "echo ran")] {
+    code_0 = Agent(options, ProcessEnvironment()).Run();
+  });
+  std::thread node_1([&] { code_1 = Agent(bad, ProcessEnvironment()).Run(); });
+  node_1.join();
+  node_0.join();
+  EXPECT_EQ(code_1, 1);
+  EXPECT_THAT(ReadFile(dir_.File("h1.err")), HasSubstr("not both"));
+  EXPECT_EQ(code_0, 0) << ReadFile(dir_.File("h0.err"));
+  EXPECT_EQ(ReadFile(dir_.File("h0.out")), "ran\n");
+}
+
+TEST_F(HostConnectionTest, ALostConnectionIsEveryNodesLoss) {
+  StartServer(2);
+  std::shared_ptr<HostConnection> host = Connect({"h0", "h1"});
+  ASSERT_NE(host, nullptr);
+  int code_0 = -1, code_1 = -1;
+  std::thread node_0([&, options = NodeOptions(host, "h0", kUntilReleased)] {
+    code_0 = Agent(options, ProcessEnvironment()).Run();
+  });
+  std::thread node_1([&, options = NodeOptions(host, "h1", kUntilReleased)] {
+    code_1 = Agent(options, ProcessEnvironment()).Run();
+  });
+  ASSERT_TRUE(EventuallyExists(dir_.File("started-h0")));
+  ASSERT_TRUE(EventuallyExists(dir_.File("started-h1")));
+  server_->Shutdown();
+  node_0.join();
+  node_1.join();
+  EXPECT_EQ(code_0, 1);
+  EXPECT_EQ(code_1, 1);
+  EXPECT_THAT(ReadFile(dir_.File("h0.err")),
+              StartsWith("drover agent h0: lost the rendezvous server"));
+  EXPECT_THAT(ReadFile(dir_.File("h1.err")),
+              StartsWith("drover agent h1: lost the rendezvous server"));
+}
+
+TEST_F(HostConnectionTest, IsRefusedWithoutTheClusterTokenOrWithRepeatedNodes) {
+  StartServer(1);
+  RendezvousClientOptions options;
+  options.address = "127.0.0.1:" + std::to_string(server_->port());
+  ASSERT_OK_AND_ASSIGN(options.credential, Credential::ForNode(token_, "h0"));
+  EXPECT_THAT(HostConnection::Create(options, {"h0"}).status(),
+              ::drover::testing::StatusIs(Status::Code::kInvalidArgument,
+                                          HasSubstr("needs the cluster token")));
+  options.credential = Credential::Cluster(token_);
+  EXPECT_THAT(
+      HostConnection::Create(options, {"h0", "h0"}).status(),
+      ::drover::testing::StatusIs(Status::Code::kInvalidArgument, HasSubstr("h0 is twice")));
+  options.address = "etcd://127.0.0.1:2379/run";
+  EXPECT_THAT(
+      HostConnection::Create(options, {"h0"}).status(),
+      ::drover::testing::StatusIs(Status::Code::kInvalidArgument, HasSubstr("through etcd")));
+  // An agent whose id the connection was not made for fails before connecting.
+  options.address = "127.0.0.1:" + std::to_string(server_->port());
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<HostConnection> host,
+                       HostConnection::Create(options, {"h0"}));
+  AgentOptions stranger = NodeOptions(host, "h9", "echo never");
+  EXPECT_EQ(Agent(stranger, ProcessEnvironment()).Run(), 1);
+  EXPECT_THAT(ReadFile(dir_.File("h9.err")), HasSubstr("not made for executor h9"));
 }
 
 }  // namespace

@@ -286,52 +286,50 @@ void RunAgents(const std::vector<Agent*>& agents, bool stop_at_end_of_stdin,
   for (size_t i = 0; i < agents.size(); ++i) g_agents[i] = nullptr;
 }
 
-// One node of a host's agent, from ID:OUTPUT_FD:GPUS:TOKEN_FILE (the token
-// file last: a path may hold colons).
+// One node of a host's agent, from ID:OUTPUT_FD:GPUS[:TOKEN_FILE] (the
+// token file last: a path may hold colons).
 struct HostNode {
   std::string executor_id;
   int output_fd = -1;
   std::string gpus;
-  std::string token_file;
+  std::string token_file;  // "" : the host's connection (--token-file)
 };
 
 Result<HostNode> ParseHostNode(const std::string& text) {
+  const Status bad =
+      Status::InvalidArgument("--node takes ID:OUTPUT_FD:GPUS[:TOKEN_FILE]; got '" + text + "'");
   HostNode node;
   size_t first = text.find(':');
   size_t second = first == std::string::npos ? first : text.find(':', first + 1);
-  size_t third = second == std::string::npos ? second : text.find(':', second + 1);
-  if (third == std::string::npos) {
-    return Status::InvalidArgument("--node takes ID:OUTPUT_FD:GPUS:TOKEN_FILE; got '" + text + "'");
-  }
+  if (second == std::string::npos) return bad;
+  size_t third = text.find(':', second + 1);
   node.executor_id = text.substr(0, first);
   const std::string fd = text.substr(first + 1, second - first - 1);
-  node.gpus = text.substr(second + 1, third - second - 1);
-  node.token_file = text.substr(third + 1);
+  node.gpus = text.substr(second + 1, third == std::string::npos ? third : third - second - 1);
+  if (third != std::string::npos) node.token_file = text.substr(third + 1);
   size_t used = 0;
   try {
     node.output_fd = std::stoi(fd, &used);
   } catch (...) {
     used = 0;
   }
-  if (node.executor_id.empty() || node.token_file.empty() || used == 0 || used != fd.size() ||
-      node.output_fd < 1) {
-    return Status::InvalidArgument("--node takes ID:OUTPUT_FD:GPUS:TOKEN_FILE; got '" + text + "'");
-  }
+  if (node.executor_id.empty() || used == 0 || used != fd.size() || node.output_fd < 1) return bad;
   return node;
 }
 
-// A host's agent: every node it was given, each in a thread of its own with
-// its own connection, output and exit code ("ID CODE" on --status-fd), from
-// one exec (torchrun's shape: one agent, a host's workers).
+// A host's agent: every node it was given, each in a thread of its own
+// with its own output and exit code ("ID CODE" on --status-fd), from one exec
+// (torchrun's shape: one agent, a host's workers). With --token-file (the
+// cluster token) the nodes share one rendezvous connection; else each node's
+// TOKEN_FILE is its credential and its own connection.
 int RunHostAgent(const AgentFlags& flags) {
   auto fail = [](const Status& status) {
     std::cerr << "drover agent: " << status.message() << "\n";
     return kExitBadInput;
   };
-  if (!flags.executor_id.empty() || !flags.token_file.empty() || !flags.gpus.empty()) {
+  if (!flags.executor_id.empty() || !flags.gpus.empty()) {
     return fail(Status::InvalidArgument(
-        "--node gives each node its id, token file and GPUs: not --executor-id, --token-file or "
-        "--gpus"));
+        "--node gives each node its id and GPUs: not --executor-id or --gpus"));
   }
   if (flags.rendezvous.rfind("etcd://", 0) == 0 || flags.elastic) {
     return fail(Status::InvalidArgument(
@@ -342,25 +340,58 @@ int RunHostAgent(const AgentFlags& flags) {
     return fail(
         Status::InvalidArgument("at most " + std::to_string(kMaxHostNodes) + " nodes an agent"));
   }
-  std::vector<std::unique_ptr<Agent>> agents;
   std::vector<HostNode> nodes;
   for (const std::string& text : flags.host_nodes) {
     Result<HostNode> node = ParseHostNode(text);
     if (!node.ok()) return fail(node.status());
+    const bool shared = !flags.token_file.empty();
+    if (shared != node->token_file.empty()) {
+      return fail(Status::InvalidArgument(
+          shared ? "with --token-file the nodes share the host's connection: --node " + text +
+                       " takes no TOKEN_FILE"
+                 : "--node " + text +
+                       " needs its TOKEN_FILE, or give the cluster token with "
+                       "--token-file"));
+    }
+    nodes.push_back(*std::move(node));
+  }
+  std::shared_ptr<HostConnection> connection;
+  Credential cluster_token;
+  if (!flags.token_file.empty()) {
+    Result<Credential> token = Credential::ReadFile(flags.token_file);
+    if (!token.ok()) return fail(token.status());
+    cluster_token = *token;
+    RendezvousClientOptions options;
+    options.address = flags.rendezvous;
+    options.credential = std::move(token).value();
+    options.name =
+        "host of executors " + nodes.front().executor_id + "-" + nodes.back().executor_id;
+    options.node_list = flags.node_list;
+    std::vector<std::string> ids;
+    for (const HostNode& node : nodes) ids.push_back(node.executor_id);
+    Result<std::shared_ptr<HostConnection>> made =
+        HostConnection::Create(std::move(options), std::move(ids));
+    if (!made.ok()) return fail(made.status());
+    connection = std::move(made).value();
+  }
+  std::vector<std::unique_ptr<Agent>> agents;
+  for (const HostNode& node : nodes) {
     AgentFlags one = flags;
     one.host_nodes.clear();
-    one.executor_id = node->executor_id;
-    one.gpus = node->gpus;
+    one.token_file.clear();
+    one.executor_id = node.executor_id;
+    one.gpus = node.gpus;
     Result<AgentOptions> options = NodeOptions(one);
-    if (!options.ok()) return fail(options.status().WithContext("executor " + node->executor_id));
-    Result<Credential> credential = Credential::ReadFile(node->token_file);
+    if (!options.ok()) return fail(options.status().WithContext("executor " + node.executor_id));
+    Result<Credential> credential =
+        connection ? Result<Credential>(cluster_token) : Credential::ReadFile(node.token_file);
     if (!credential.ok()) {
-      return fail(credential.status().WithContext("executor " + node->executor_id));
+      return fail(credential.status().WithContext("executor " + node.executor_id));
     }
     options->credential = std::move(credential).value();
-    options->stdout_fd = options->stderr_fd = node->output_fd;
+    options->host_connection = connection;
+    options->stdout_fd = options->stderr_fd = node.output_fd;
     agents.push_back(std::make_unique<Agent>(std::move(options).value(), ProcessEnvironment()));
-    nodes.push_back(*std::move(node));
   }
   std::vector<Agent*> running;
   for (const auto& agent : agents) running.push_back(agent.get());
@@ -378,6 +409,7 @@ int RunHostAgent(const AgentFlags& flags) {
   // Each node's feeder is reaped by its own FeedService, as in a node's own
   // agent: the sweep below reaps any child, so it must come after them all.
   agents.clear();
+  connection.reset();  // the nodes that did not leave are dead to the server now
   os::KillOwnDescendants(std::chrono::seconds(5));
   return first_failure.load();
 }
@@ -480,9 +512,11 @@ void AddAgentCommand(CLI::App& app, int* exit_code) {
   agent
       ->add_option("--node", flags->host_nodes,
                    "A host's agent (drover run's local engine): a node it runs, as\n"
-                   "ID:OUTPUT_FD:GPUS:TOKEN_FILE (GPUS empty: inherited); repeated, one\n"
-                   "thread and connection a node, one exec for them all")
-      ->type_name("ID:FD:GPUS:FILE")
+                   "ID:OUTPUT_FD:GPUS[:TOKEN_FILE] (GPUS empty: inherited); repeated, one\n"
+                   "thread a node, one exec for them all. With --token-file (the cluster\n"
+                   "token) the nodes share one rendezvous connection; else each node's\n"
+                   "TOKEN_FILE is its credential and its own connection")
+      ->type_name("ID:FD:GPUS[:FILE]")
       ->allow_extra_args(false);
   agent->add_option("--status-fd", flags->status_fd,
                     "With --node: where each node's exit code goes, as a line 'ID CODE'");

@@ -1158,12 +1158,21 @@ bool Driver::LaunchAgents(Round& round, uint16_t port) {
   };
   if (options_.host_agent && count > 1 && static_cast<size_t>(count) <= HostLaunch::kMaxNodes &&
       !elastic() && engine_.StartsHostAgents()) {
+    // One connection for the host's nodes: it takes the cluster token, which
+    // the local engine's agent, the driver's user on the driver's machine,
+    // could read from the driver anyway (docs/security.md).
+    const std::string token_file = private_dir_ + "/host.credential";
+    if (Status written = Credential::Cluster(*options_.token).WriteFile(token_file);
+        !written.ok()) {
+      return failed(written);
+    }
     HostLaunch host;
     host.argv = SharedAgentArgv(round.number, port);
-    host.argv.insert(host.argv.begin() + 4, {"--host", engine_.agent_host(0)});
+    host.argv.insert(host.argv.begin() + 4,
+                     {"--host", engine_.agent_host(0), "--token-file", token_file});
     for (int i = 0; i < count; ++i) {
       host.nodes.push_back(
-          HostLaunch::Node{std::to_string(i), NodeCredentialFile(i),
+          HostLaunch::Node{std::to_string(i), "",
                            options_.gpus.empty() ? "" : options_.gpus[static_cast<size_t>(i)]});
     }
     auto processes = engine_.LaunchHost(host);

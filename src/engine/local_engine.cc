@@ -228,7 +228,7 @@ Result<std::vector<std::unique_ptr<AgentProcess>>> LocalEngine::LaunchHost(
     }
     node_flags.push_back("--node");
     node_flags.push_back(node.executor_id + ":" + std::to_string(output_fd) + ":" + node.gpus +
-                         ":" + node.token_file);
+                         (node.token_file.empty() ? "" : ":" + node.token_file));
   }
   spawn.argv.assign(launch.argv.begin(), separator);
   spawn.argv.insert(spawn.argv.end(), node_flags.begin(), node_flags.end());

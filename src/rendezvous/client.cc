@@ -43,6 +43,7 @@
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <limits>
 #include <optional>
@@ -325,6 +326,9 @@ class TcpClientImpl {
   bool host_ = false;  // RegisterHost succeeded: a host connection
 
   std::atomic<bool> stop_received_{false};
+  // A host connection's STOPs for single nodes (the driver's StopNode), not
+  // yet taken by WaitForInstruction (caller's thread only).
+  std::deque<std::string> node_stops_;
   // A REFORM not yet taken by WaitForInstruction (caller's thread only).
   std::optional<RendezvousClient::Instruction> reform_;
 
@@ -484,6 +488,12 @@ Result<wire::Frame> TcpClientImpl::Await(Deadline deadline, std::string_view wha
       if (!wire::ParseBody(frame, &control, &error)) {
         return MarkBroken(
             Status::InvalidArgument("rendezvous server " + server() + ": " + error.message));
+      }
+      if (control.kind() == wire::Control::STOP_NODE && host_ && !control.executor_id().empty()) {
+        // One of the host's nodes, not the connection's every node.
+        node_stops_.push_back(control.executor_id());
+        if (return_on_stop) return frame;
+        continue;
       }
       if (control.kind() == wire::Control::STOP_NODE || control.kind() == wire::Control::STOP_ALL) {
         stop_received_ = true;
@@ -870,6 +880,12 @@ Result<RendezvousClient::Instruction> TcpClientImpl::WaitForInstruction(Deadline
   using Kind = RendezvousClient::Instruction::Kind;
   for (;;) {
     if (stop_received_) return RendezvousClient::Instruction{Kind::kStop, 0, ""};
+    if (!node_stops_.empty()) {
+      RendezvousClient::Instruction stop{Kind::kStop, 0, ""};
+      stop.executor_id = std::move(node_stops_.front());
+      node_stops_.pop_front();
+      return stop;
+    }
     if (reform_) return *std::exchange(reform_, std::nullopt);
     Result<wire::Frame> frame = Await(
         deadline, "an instruction from the server", [](const wire::Frame&) { return false; },

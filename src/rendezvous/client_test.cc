@@ -1274,6 +1274,30 @@ TEST(RendezvousEndToEndTest, AHostsHeartbeatsCarryEachNodesPayload) {
   EXPECT_TRUE(state.nodes[0].alive);
 }
 
+// The driver's STOP for one node of a host reaches the host as that node's,
+// once; a STOP for all is every node's, every time.
+TEST(RendezvousEndToEndTest, AStopForOneOfAHostsNodesNamesIt) {
+  RendezvousServerOptions options;
+  options.cluster.num_nodes = 2;
+  auto server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  ASSERT_OK_AND_ASSIGN(auto host,
+                       RendezvousClient::Connect(Options(ServerAddress(*server)), Soon()));
+  ASSERT_OK(host->RegisterHost({Node(0), Node(1)}, Soon()).status());
+  ASSERT_OK(server->StopNode("1"));
+  ASSERT_OK_AND_ASSIGN(RendezvousClient::Instruction told, host->WaitForInstruction(Soon()));
+  EXPECT_EQ(told.kind, RendezvousClient::Instruction::Kind::kStop);
+  EXPECT_EQ(told.executor_id, "1");
+  ASSERT_OK_AND_ASSIGN(told, host->WaitForInstruction(Clock::now() + Milliseconds(50)));
+  EXPECT_EQ(told.kind, RendezvousClient::Instruction::Kind::kNone);  // node 0 goes on
+  server->StopAll();
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_OK_AND_ASSIGN(told, host->WaitForInstruction(Soon()));
+    EXPECT_EQ(told.kind, RendezvousClient::Instruction::Kind::kStop);
+    EXPECT_EQ(told.executor_id, "");
+  }
+}
+
 TEST(RendezvousEndToEndTest, AHostRegistersWithTheClusterTokenAndDistinctNodes) {
   RendezvousServerOptions options;
   options.cluster.num_nodes = 2;

@@ -146,13 +146,19 @@ def test_a_hosts_agent_refuses_malformed_nodes_with_exit_2(tmp_path):
         return done.returncode, done.stderr
 
     code, err = agent("--status-fd", "9", "--node", "0:1")
-    assert code == 2 and "--node takes ID:OUTPUT_FD:GPUS:TOKEN_FILE; got '0:1'" in err, err
+    assert code == 2 and "--node takes ID:OUTPUT_FD:GPUS[:TOKEN_FILE]; got '0:1'" in err, err
     code, err = agent("--status-fd", "9", "--node", "0:x::" + str(token))
-    assert code == 2 and "--node takes ID:OUTPUT_FD:GPUS:TOKEN_FILE" in err, err
+    assert code == 2 and "--node takes ID:OUTPUT_FD:GPUS[:TOKEN_FILE]" in err, err
     code, err = agent("--node", "0:1::" + str(token))
     assert code == 2 and "--node needs --status-fd FD" in err, err
     code, err = agent("--status-fd", "9", "--executor-id", "0", "--node", "0:1::" + str(token))
-    assert code == 2 and "not --executor-id, --token-file or --gpus" in err, err
+    assert code == 2 and "not --executor-id or --gpus" in err, err
+    # One credential a node, or the cluster token for the host's connection.
+    code, err = agent("--status-fd", "9", "--node", "0:1:")
+    assert code == 2 and "--node 0:1: needs its TOKEN_FILE, or give the cluster token" in err, err
+    code, err = agent("--status-fd", "9", "--token-file", str(token), "--node",
+                      "0:1::" + str(token))
+    assert code == 2 and "the nodes share the host's connection" in err, err
     code, err = agent("--status-fd", "9", "--elastic", "--node", "0:1::" + str(token))
     assert code == 2 and "not elastic" in err, err
     code, err = agent("--status-fd", "9", "--node", "0:1::" + str(tmp_path / "missing"))
