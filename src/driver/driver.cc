@@ -13,9 +13,11 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <tuple>
 
 #include "common/mutex.h"
@@ -24,6 +26,7 @@
 #include "driver/status_text.h"
 #include "drover/placement.h"
 #include "os/duration_text.h"
+#include "os/process_tree.h"
 #include "os/unique_fd.h"
 
 namespace drover {
@@ -50,6 +53,9 @@ constexpr Milliseconds kOutsideStopWait{1'000};
 constexpr Milliseconds kStopBeforeTerm{1'000};
 // The most a node's output is read in one go (docs/run.md).
 constexpr size_t kMaxReadPerPump = 1 << 20;
+// How long, once the agents are gone, a local program still in
+// uninterruptible sleep after SIGKILL is given before the driver names it.
+constexpr Milliseconds kStuckProgramWait{2'000};
 
 // SIGTERM, SIGINT or SIGHUP, by the signal or by the shell's 128 + signal.
 bool EndedByStopSignal(const os::ExitStatus& exit) {
@@ -459,6 +465,47 @@ struct Driver::Round {
     for (Node* node : which) {
       // Whatever the agent left in its process group.
       if (node->process) node->process->Signal(SIGKILL);
+    }
+    NameStuckPrograms(which);
+  }
+
+  // A program in uninterruptible sleep (a read from a hung network file
+  // system) outlives its SIGKILL until that I/O ends, and nothing ends it
+  // sooner: the run does not wait for it, but says so, rather than exit as
+  // if it were gone. Local programs only, by the pid their heartbeats gave.
+  void NameStuckPrograms(const std::vector<Node*>& which) {
+    if (!driver.engine_.RunsProgramsHere() || !server) return;
+    std::map<std::string, int32_t> program_pids;
+    for (const NodeStatus& status : server->QueryState().nodes) {
+      program_pids[status.node.executor_id] = status.program_pid;
+    }
+    // A program's guard makes it a process group leader: its group, by its pid.
+    std::map<pid_t, Node*> groups;
+    for (Node* node : which) {
+      auto pid = program_pids.find(node->executor_id);
+      if (pid != program_pids.end() && pid->second > 0) groups[pid->second] = node;
+    }
+    auto stuck_in_kernel = [&groups] {
+      std::vector<std::pair<Node*, os::ProcessEntry>> stuck;
+      for (const os::ProcessEntry& process : os::ListProcesses()) {
+        auto group = groups.find(process.pgid);
+        if (group != groups.end() && process.state == 'D')
+          stuck.emplace_back(group->second, process);
+      }
+      return stuck;
+    };
+    const Clock::time_point until = Clock::now() + kStuckProgramWait;
+    auto stuck = stuck_in_kernel();
+    while (!stuck.empty() && Clock::now() < until) {
+      std::this_thread::sleep_for(Milliseconds(20));
+      stuck = stuck_in_kernel();
+    }
+    for (const auto& [node, process] : stuck) {
+      driver.err_ << "drover run: " << node->tag << "'s program"
+                  << (process.pid == process.pgid ? "" : "'s process") << " (pid " << process.pid
+                  << ") is still there after SIGKILL: it is stuck in the kernel (uninterruptible"
+                     " I/O, such as a read from a hung network file system) and ends when that"
+                     " I/O does; not waiting for it\n";
     }
   }
 

@@ -97,6 +97,9 @@ class Engine {
   virtual Result<std::unique_ptr<AgentProcess>> Launch(const AgentLaunch& launch) = 0;
   // Whether LaunchHost works: else the driver Launches each node.
   virtual bool StartsHostAgents() const { return false; }
+  // Whether the nodes' programs run on the driver's host, where the driver
+  // can see their processes.
+  virtual bool RunsProgramsHere() const { return false; }
   // Starts one agent for all of `launch`'s nodes; the AgentProcess of each
   // node, in order: its own output, its own exit (when its node ended, or
   // when the shared agent did), and signals that reach the shared agent

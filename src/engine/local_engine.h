@@ -40,6 +40,7 @@ class LocalEngine : public Engine {
   // lines before the nodes start go there); each other node gets a pipe.
   // Not while a test skips an executor: its agent must be missing alone.
   bool StartsHostAgents() const override { return options_.skip_executors.empty(); }
+  bool RunsProgramsHere() const override { return true; }
   Result<std::vector<std::unique_ptr<AgentProcess>>> LaunchHost(const HostLaunch& launch) override;
 
  private:

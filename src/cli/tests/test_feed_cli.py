@@ -5,6 +5,7 @@ in every build, sanitizers included; it writes "<epoch>\\t<record>" per record
 to <out>.<executor id>.
 """
 import collections
+import contextlib
 import os
 import random
 import signal
@@ -375,11 +376,11 @@ def test_fixed_size_records_arrive_whole_however_the_feeder_takes_them_in(tmp_pa
 FUSE_HANG = os.path.join(os.path.dirname(__file__), "fuse_hang.py")
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/fuse"),
-                    reason="mounting a FUSE file system needs root and /dev/fuse")
-def test_a_feeder_stuck_in_the_kernel_does_not_hold_the_run(tmp_path):
-    # The input's reads never come back (fuse_hang.py: a hung network file
-    # system), so the feeder outlives SIGKILL until the file system goes.
+@contextlib.contextmanager
+def hung_file_system(tmp_path):
+    """A mounted fuse_hang.py (a hung network file system's stand-in): yields
+    its process, whose stdout says "read" at each read it holds; unmounts at
+    the end, which fails the held reads. Skips where FUSE cannot be mounted."""
     mountpoint = tmp_path / "mnt"
     mountpoint.mkdir()
     fuse = subprocess.Popen([sys.executable, FUSE_HANG, str(mountpoint), "4096"],
@@ -389,10 +390,27 @@ def test_a_feeder_stuck_in_the_kernel_does_not_hold_the_run(tmp_path):
         if mounted.startswith("mount:"):
             pytest.skip(f"cannot mount a FUSE file system here ({mounted.strip()})")
         assert mounted == "ready\n"
+        yield fuse
+    finally:
+        fuse.stdin.close()  # the file system goes; the held reads fail
+        fuse.wait(timeout=30)
+
+
+def assert_ends(pid):
+    deadline = time.monotonic() + 30
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{pid}"), f"pid {pid} outlived its file system"
+
+
+def test_a_feeder_stuck_in_the_kernel_does_not_hold_the_run(tmp_path):
+    # The input's reads never come back, so the feeder outlives SIGKILL
+    # until the file system goes.
+    with hung_file_system(tmp_path) as fuse:
         flag = tmp_path / "go"
         run = subprocess.Popen(
             [drover_bin(), "run", "--log-dir", str(tmp_path / "logs"), "--nodes", "1",
-             "--input", str(mountpoint / "data"), "--format", "raw", "--record-bytes", "8",
+             "--input", str(tmp_path / "mnt" / "data"), "--format", "raw", "--record-bytes", "8",
              "--feed-ingest", "read", "--", "sh", "-c",
              f"while [ ! -e {flag} ]; do sleep 0.05; done"],
             env=clean_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -410,13 +428,38 @@ def test_a_feeder_stuck_in_the_kernel_does_not_hold_the_run(tmp_path):
         assert "did not end within 10 s of SIGKILL" in out + err, (out, err)
         stuck = int((out + err).split("the feeder (pid ", 1)[1].split(")", 1)[0])
         assert os.path.exists(f"/proc/{stuck}"), "released, still stuck in its read"
-    finally:
-        fuse.stdin.close()  # the file system goes; the held read fails
-        fuse.wait(timeout=30)
-    deadline = time.monotonic() + 30
-    while os.path.exists(f"/proc/{stuck}") and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not os.path.exists(f"/proc/{stuck}"), "the feeder outlived its file system"
+    assert_ends(stuck)
+
+
+def test_a_program_stuck_in_the_kernel_is_named_and_does_not_hold_the_run(tmp_path):
+    # worker:0's program reads from a hung file system; worker:1 then fails,
+    # and the run stops every node: worker:0's program outlives its SIGKILL.
+    mark = marker()
+    with hung_file_system(tmp_path) as fuse:
+        flag = tmp_path / "go"
+        program = (f'if [ "$RANK" = 0 ]; then exec cat {tmp_path}/mnt/data; fi; '
+                   f'while [ ! -e {flag} ]; do sleep 0.05; done; exit 3')
+        run = subprocess.Popen(
+            [drover_bin(), "run", "--log-dir", str(tmp_path / "logs"), "--nodes", "2", "--grace",
+             "1", "--", "sh", "-c", program, mark],
+            env=clean_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+        try:
+            assert fuse.stdout.readline() == "read\n"  # worker:0's read is held
+            flag.touch()
+            out, err = run.communicate(timeout=120)
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.communicate()
+        assert run.returncode == 1, err
+        assert "worker:1 (executor 1) failed: exit code 3" in err, err
+        assert "worker:0's program (pid " in err, err
+        stuck = int(err.split("worker:0's program (pid ", 1)[1].split(")", 1)[0])
+        assert "is still there after SIGKILL: it is stuck in the kernel" in err, err
+        assert os.path.exists(f"/proc/{stuck}"), "named, but not stuck"
+    assert_ends(stuck)
+    assert_no_leftovers(mark)
 
 
 def test_corrupt_tfrecord_fails_the_run_naming_the_file(tmp_path):
