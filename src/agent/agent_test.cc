@@ -573,6 +573,30 @@ class HostConnectionTest : public AgentTest {
     return options;
   }
 
+  // Runs h0 and h1 with kUntilReleased on `host`, each on threads_[i]
+  // (codes_[i] its exit code), and waits until both programs started.
+  void StartTwoUntilReleased(const std::shared_ptr<HostConnection>& host) {
+    for (size_t i = 0; i < 2; ++i) {
+      AgentOptions options = NodeOptions(host, "h" + std::to_string(i), kUntilReleased);
+      threads_.emplace_back(
+          [this, i, options] { codes_[i] = Agent(options, ProcessEnvironment()).Run(); });
+    }
+    for (const char* id : {"h0", "h1"}) {
+      ASSERT_TRUE(EventuallyExists(dir_.File(std::string("started-") + id))) << id;
+    }
+  }
+
+  void TearDown() override {
+    for (const char* id : {"h0", "h1"}) std::ofstream(dir_.File(std::string("release-") + id));
+    for (std::thread& thread : threads_) {
+      if (thread.joinable()) thread.join();
+    }
+    AgentTest::TearDown();
+  }
+
+  std::atomic<int> codes_[2] = {-1, -1};
+  std::vector<std::thread> threads_;
+
   // Says it started, then runs until the test releases it.
   const std::string kUntilReleased =
       "touch \"started-$DROVER_EXECUTOR_ID\"; "
@@ -621,26 +645,18 @@ TEST_F(HostConnectionTest, AStopForOneNodeStopsThatNodeOnly) {
   StartServer(2);
   std::shared_ptr<HostConnection> host = Connect({"h0", "h1"});
   ASSERT_NE(host, nullptr);
-  std::atomic<int> code_0{-1}, code_1{-1};
-  std::thread node_0([&, options = NodeOptions(host, "h0", kUntilReleased)] {
-    code_0 = Agent(options, ProcessEnvironment()).Run();
-  });
-  std::thread node_1([&, options = NodeOptions(host, "h1", kUntilReleased)] {
-    code_1 = Agent(options, ProcessEnvironment()).Run();
-  });
-  ASSERT_TRUE(EventuallyExists(dir_.File("started-h0")));
-  ASSERT_TRUE(EventuallyExists(dir_.File("started-h1")));
+  StartTwoUntilReleased(host);
   ASSERT_OK(server_->StopNode("h1"));
-  node_1.join();
-  EXPECT_EQ(code_1, 0) << ReadFile(dir_.File("h1.err"));  // stopped by the driver
-  EXPECT_EQ(code_0, -1) << ReadFile(dir_.File("h0.err"));
+  threads_[1].join();
+  EXPECT_EQ(codes_[1], 0) << ReadFile(dir_.File("h1.err"));  // stopped by the driver
+  EXPECT_EQ(codes_[0], -1) << ReadFile(dir_.File("h0.err"));
   for (const NodeStatus& node : server_->QueryState().nodes) {
     if (node.node.executor_id == "h0") EXPECT_TRUE(node.alive && !node.left);
     if (node.node.executor_id == "h1") EXPECT_TRUE(node.left);
   }
   std::ofstream(dir_.File("release-h0")) << "";
-  node_0.join();
-  EXPECT_EQ(code_0, 0) << ReadFile(dir_.File("h0.err"));
+  threads_[0].join();
+  EXPECT_EQ(codes_[0], 0) << ReadFile(dir_.File("h0.err"));
   EXPECT_THAT(ReadFile(dir_.File("h0.out")), StartsWith("rank "));
 }
 
@@ -690,20 +706,11 @@ TEST_F(HostConnectionTest, ALostConnectionIsEveryNodesLoss) {
   StartServer(2);
   std::shared_ptr<HostConnection> host = Connect({"h0", "h1"});
   ASSERT_NE(host, nullptr);
-  int code_0 = -1, code_1 = -1;
-  std::thread node_0([&, options = NodeOptions(host, "h0", kUntilReleased)] {
-    code_0 = Agent(options, ProcessEnvironment()).Run();
-  });
-  std::thread node_1([&, options = NodeOptions(host, "h1", kUntilReleased)] {
-    code_1 = Agent(options, ProcessEnvironment()).Run();
-  });
-  ASSERT_TRUE(EventuallyExists(dir_.File("started-h0")));
-  ASSERT_TRUE(EventuallyExists(dir_.File("started-h1")));
+  StartTwoUntilReleased(host);
   server_->Shutdown();
-  node_0.join();
-  node_1.join();
-  EXPECT_EQ(code_0, 1);
-  EXPECT_EQ(code_1, 1);
+  for (std::thread& thread : threads_) thread.join();
+  EXPECT_EQ(codes_[0], 1);
+  EXPECT_EQ(codes_[1], 1);
   EXPECT_THAT(ReadFile(dir_.File("h0.err")),
               StartsWith("drover agent h0: lost the rendezvous server"));
   EXPECT_THAT(ReadFile(dir_.File("h1.err")),

@@ -396,6 +396,21 @@ def hung_file_system(tmp_path):
         fuse.wait(timeout=30)
 
 
+def run_until_read_is_held(fuse, flag, argv, cwd):
+    """Runs `argv` (a drover run) until the file system holds a read, then
+    makes `flag` (the program's cue to go on) and waits for the run's end."""
+    run = subprocess.Popen(argv, env=clean_env(), stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
+    try:
+        assert fuse.stdout.readline() == "read\n"  # progress, not the clock
+        flag.touch()
+        return run.communicate(timeout=120) + (run.returncode,)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+
+
 def assert_ends(pid):
     deadline = time.monotonic() + 30
     while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
@@ -408,23 +423,12 @@ def test_a_feeder_stuck_in_the_kernel_does_not_hold_the_run(tmp_path):
     # until the file system goes.
     with hung_file_system(tmp_path) as fuse:
         flag = tmp_path / "go"
-        run = subprocess.Popen(
-            [drover_bin(), "run", "--log-dir", str(tmp_path / "logs"), "--nodes", "1",
-             "--input", str(tmp_path / "mnt" / "data"), "--format", "raw", "--record-bytes", "8",
-             "--feed-ingest", "read", "--", "sh", "-c",
-             f"while [ ! -e {flag} ]; do sleep 0.05; done"],
-            env=clean_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, cwd=tmp_path)
-        try:
-            # Progress first: the feeder's read is held before the program ends.
-            assert fuse.stdout.readline() == "read\n"
-            flag.touch()
-            out, err = run.communicate(timeout=120)
-        finally:
-            if run.poll() is None:
-                run.kill()
-                run.communicate()
-        assert run.returncode == 0, err
+        out, err, code = run_until_read_is_held(fuse, flag, [
+            drover_bin(), "run", "--log-dir", str(tmp_path / "logs"), "--nodes", "1",
+            "--input", str(tmp_path / "mnt" / "data"), "--format", "raw", "--record-bytes", "8",
+            "--feed-ingest", "read", "--", "sh", "-c",
+            f"while [ ! -e {flag} ]; do sleep 0.05; done"], tmp_path)
+        assert code == 0, err
         assert "did not end within 10 s of SIGKILL" in out + err, (out, err)
         stuck = int((out + err).split("the feeder (pid ", 1)[1].split(")", 1)[0])
         assert os.path.exists(f"/proc/{stuck}"), "released, still stuck in its read"
@@ -439,20 +443,10 @@ def test_a_program_stuck_in_the_kernel_is_named_and_does_not_hold_the_run(tmp_pa
         flag = tmp_path / "go"
         program = (f'if [ "$RANK" = 0 ]; then exec cat {tmp_path}/mnt/data; fi; '
                    f'while [ ! -e {flag} ]; do sleep 0.05; done; exit 3')
-        run = subprocess.Popen(
-            [drover_bin(), "run", "--log-dir", str(tmp_path / "logs"), "--nodes", "2", "--grace",
-             "1", "--", "sh", "-c", program, mark],
-            env=clean_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, cwd=tmp_path)
-        try:
-            assert fuse.stdout.readline() == "read\n"  # worker:0's read is held
-            flag.touch()
-            out, err = run.communicate(timeout=120)
-        finally:
-            if run.poll() is None:
-                run.kill()
-                run.communicate()
-        assert run.returncode == 1, err
+        _, err, code = run_until_read_is_held(fuse, flag, [
+            drover_bin(), "run", "--log-dir", str(tmp_path / "logs"), "--nodes", "2", "--grace",
+            "1", "--", "sh", "-c", program, mark], tmp_path)
+        assert code == 1, err
         assert "worker:1 (executor 1) failed: exit code 3" in err, err
         assert "worker:0's program (pid " in err, err
         stuck = int(err.split("worker:0's program (pid ", 1)[1].split(")", 1)[0])
