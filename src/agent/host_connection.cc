@@ -124,13 +124,15 @@ class HostConnection::Impl {
   void Stop(const std::string& executor_id);
   // Waits until the server has handled what this thread sent before.
   Status Flush(Deadline deadline);
+  // The client once the host registered; else why there is none.
+  Result<RendezvousClient*> Client();
   std::vector<NodeHeartbeat> Payloads();
   std::string PendingNodes() REQUIRES(mu_);
 
   const RendezvousClientOptions options_;
   const std::vector<std::string> executor_ids_;  // nodes_'s, in order
-  // Set by the reader before any node learns the registration succeeded
-  // (under mu_); not replaced after.
+  // Set by the reader (under mu_) before any node learns the registration
+  // succeeded; not replaced after, so the reader uses it without the lock.
   std::unique_ptr<RendezvousClient> client_;
   os::UniqueFd wake_fd_;                // wakes the reader: a flush, or quitting
   std::vector<os::UniqueFd> stop_fds_;  // a node's: written once it must stop
@@ -344,15 +346,23 @@ Status HostConnection::Impl::Flush(Deadline deadline) {
                                   " to confirm it had the message");
 }
 
+Result<RendezvousClient*> HostConnection::Impl::Client() {
+  MutexLock lock(mu_);
+  if (client_) return client_.get();
+  if (!lost_.ok()) return lost_;
+  return Status::FailedPrecondition("the host's nodes have not registered");
+}
+
 void HostConnection::Impl::StartHeartbeats(size_t i, Milliseconds interval,
                                            std::function<HeartbeatPayload()> payload) {
   {
     MutexLock lock(payload_mu_);
     payloads_[i] = std::move(payload);
   }
-  // After a successful Register only: client_ is set, and a host's.
+  Result<RendezvousClient*> client = Client();
+  if (!client.ok()) return;  // a node's calls come after its Register succeeded
   MutexLock lock(heartbeat_mu_);
-  (void)client_->StartHostHeartbeats(interval, [this] { return Payloads(); });
+  (void)(*client)->StartHostHeartbeats(interval, [this] { return Payloads(); });
 }
 
 std::vector<NodeHeartbeat> HostConnection::Impl::Payloads() {
@@ -385,12 +395,14 @@ Result<Instruction> HostConnection::Impl::WaitForInstruction(size_t i, Deadline 
 Status HostConnection::Impl::ReportError(size_t i, const std::string& message,
                                          const std::vector<std::string>& last_lines,
                                          Deadline deadline) {
-  DROVER_RETURN_IF_ERROR(client_->ReportError(executor_ids_[i], message, last_lines));
+  DROVER_ASSIGN_OR_RETURN(RendezvousClient * client, Client());
+  DROVER_RETURN_IF_ERROR(client->ReportError(executor_ids_[i], message, last_lines));
   return Flush(deadline);
 }
 
 Status HostConnection::Impl::Leave(size_t i, Deadline deadline) {
-  DROVER_RETURN_IF_ERROR(client_->LeaveNode(executor_ids_[i]));
+  DROVER_ASSIGN_OR_RETURN(RendezvousClient * client, Client());
+  DROVER_RETURN_IF_ERROR(client->LeaveNode(executor_ids_[i]));
   return Flush(deadline);
 }
 
