@@ -430,7 +430,8 @@ void AddAgentCommand(CLI::App& app, int* exit_code) {
   agent->add_option("--token-file", flags->token_file,
                     "This node's credential, or the cluster token, from which the agent derives\n"
                     "it (a file of mode 0600); '-': the first line of stdin, and the node stops\n"
-                    "when stdin ends (the ssh and slurm engines). Required with HOST:PORT");
+                    "when stdin ends (the ssh and slurm engines). Required with HOST:PORT.\n"
+                    "With --node: the cluster token, for the host's one connection");
   agent->add_option("--executor-id", flags->executor_id,
                     "This node's stable id (required with HOST:PORT; etcd: HOSTNAME-PID)");
   agent->add_option("--nodes", flags->nodes, "etcd: how many nodes, N or MIN:MAX")
