@@ -30,6 +30,7 @@
 #include "drover/node_context.h"
 #include "drover/placement.h"
 #include "feed/etcd_feed_ledger.h"
+#include "os/fd_io.h"
 #include "os/find_program.h"
 #include "os/subprocess.h"
 #include "os/unique_fd.h"
@@ -302,11 +303,7 @@ class Agent::Impl {
     return reform_.has_value();
   }
 
-  void Notify() {
-    uint64_t one = 1;
-    ssize_t ignored = ::write(event_fd_.get(), &one, sizeof(one));
-    (void)ignored;
-  }
+  void Notify() { os::SignalEventFd(event_fd_.get()); }
 
   int Fail(const Status& status) {
     Say(status.message());
@@ -617,9 +614,7 @@ Agent::Impl::RoundEnd Agent::Impl::RunRound(NodeLink& link, int round,
   OutputTail tail(kTailLines);
   os::ExitStatus status = os::ExitStatus::Exited(0);
   Reason reason = Supervise(child, tail, &status);
-  uint64_t one = 1;
-  ssize_t ignored = ::write(quit_watcher_fd_.get(), &one, sizeof(one));
-  (void)ignored;
+  os::SignalEventFd(quit_watcher_fd_.get());
   watcher.join();
   if (temporary_context) std::remove(context_path.c_str());
 
@@ -676,9 +671,7 @@ void Agent::Impl::StartRound() {
   started_ = false;
   stop_requested_ = false;
   feed_failed_ = false;
-  uint64_t count;
-  while (::read(quit_watcher_fd_.get(), &count, sizeof(count)) > 0) {
-  }
+  os::DrainEventFd(quit_watcher_fd_.get());
   {
     MutexLock lock(mu_);
     feed_error_.clear();
@@ -739,9 +732,7 @@ Agent::Impl::RoundEnd Agent::Impl::AwaitNextRound(NodeLink& link, int code) {
       end.next = NextRound{told->round, told->reason};
       return end;
     }
-    uint64_t count;
-    while (::read(event_fd_.get(), &count, sizeof(count)) > 0) {
-    }
+    os::DrainEventFd(event_fd_.get());
   }
 }
 

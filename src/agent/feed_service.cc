@@ -24,6 +24,7 @@
 #include "feed/shm_channel.h"
 #include "feed/socket_fd.h"
 #include "os/duration_text.h"
+#include "os/fd_io.h"
 #include "os/subprocess.h"
 #include "os/unique_fd.h"
 
@@ -110,11 +111,7 @@ class FeedService::Impl {
   FeedProgress ReadProgress() const;
 
  private:
-  void Wake() {
-    uint64_t one = 1;
-    ssize_t ignored = ::write(event_fd_.get(), &one, sizeof(one));
-    (void)ignored;
-  }
+  void Wake() { os::SignalEventFd(event_fd_.get()); }
   void Say(const std::string& message) {
     if (options_.say) options_.say(message);
   }

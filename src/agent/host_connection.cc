@@ -26,6 +26,7 @@
 
 #include "agent/node_link.h"
 #include "common/mutex.h"
+#include "os/fd_io.h"
 #include "os/unique_fd.h"
 
 namespace drover {
@@ -38,25 +39,6 @@ using Instruction = RendezvousClient::Instruction;
 constexpr Milliseconds kRegisterSlack{5'000};
 // One flush's QUERY_STATE round trip, at most.
 constexpr Milliseconds kFlushTimeout{5'000};
-
-int PollTimeoutMs(Deadline deadline) {
-  Clock::time_point now = Clock::now();
-  if (deadline <= now) return 0;
-  int64_t ms = std::chrono::ceil<Milliseconds>(deadline - now).count();
-  return static_cast<int>(std::min<int64_t>(ms, 60'000));
-}
-
-void Signal(int fd) {
-  uint64_t one = 1;
-  ssize_t ignored = ::write(fd, &one, sizeof(one));
-  (void)ignored;
-}
-
-void Drain(int fd) {
-  uint64_t count;
-  while (::read(fd, &count, sizeof(count)) > 0) {
-  }
-}
 
 }  // namespace
 
@@ -79,7 +61,7 @@ class HostConnection::Impl {
       quitting_ = true;
     }
     cv_.notify_all();
-    Signal(wake_fd_.get());
+    os::SignalEventFd(wake_fd_.get());
     if (reader_.joinable()) reader_.join();
     client_.reset();  // joins its heartbeat thread
   }
@@ -293,7 +275,7 @@ void HostConnection::Impl::Serve() {
       pollfd wake{wake_fd_.get(), POLLIN, 0};
       if (::poll(&wake, 1, -1) < 0 && errno != EINTR) return;
     }
-    Drain(wake_fd_.get());
+    os::DrainEventFd(wake_fd_.get());
     uint64_t asked;
     {
       MutexLock lock(mu_);
@@ -317,7 +299,7 @@ void HostConnection::Impl::Lose(const Status& status) {
     MutexLock lock(mu_);
     if (lost_.ok()) lost_ = status;
   }
-  for (const os::UniqueFd& fd : stop_fds_) Signal(fd.get());
+  for (const os::UniqueFd& fd : stop_fds_) os::SignalEventFd(fd.get());
   cv_.notify_all();
 }
 
@@ -326,7 +308,7 @@ void HostConnection::Impl::Stop(const std::string& executor_id) {
   for (size_t i = 0; i < nodes_.size(); ++i) {
     if (!executor_id.empty() && executor_ids_[i] != executor_id) continue;
     nodes_[i].stopped = true;
-    Signal(stop_fds_[i].get());
+    os::SignalEventFd(stop_fds_[i].get());
   }
   if (executor_id.empty()) all_stopped_ = true;
 }
@@ -335,7 +317,7 @@ Status HostConnection::Impl::Flush(Deadline deadline) {
   MutexLock lock(mu_);
   if (!lost_.ok()) return lost_;
   const uint64_t ticket = ++flushes_asked_;
-  Signal(wake_fd_.get());
+  os::SignalEventFd(wake_fd_.get());
   cv_.wait_until(mu_, deadline, [&] {
     mu_.AssertHeld();
     return flushes_done_ >= ticket || !lost_.ok() || quitting_;
@@ -384,11 +366,11 @@ Result<Instruction> HostConnection::Impl::WaitForInstruction(size_t i, Deadline 
       if (!lost_.ok()) return lost_;
     }
     pollfd fds[2] = {{stop_fds_[i].get(), POLLIN, 0}, {wake_fd, POLLIN, 0}};
-    int ready = ::poll(fds, wake_fd >= 0 ? 2 : 1, PollTimeoutMs(deadline));
+    int ready = ::poll(fds, wake_fd >= 0 ? 2 : 1, os::PollTimeoutMs(deadline));
     if (ready < 0 && errno == EINTR) continue;
     if (ready > 0 && fds[0].revents != 0) continue;  // the state above says why
     if (ready > 0) return Instruction{};             // wake_fd
-    if (ready == 0 && PollTimeoutMs(deadline) == 0) return Instruction{};
+    if (ready == 0 && os::PollTimeoutMs(deadline) == 0) return Instruction{};
   }
 }
 

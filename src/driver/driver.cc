@@ -26,6 +26,7 @@
 #include "driver/status_text.h"
 #include "drover/placement.h"
 #include "os/duration_text.h"
+#include "os/fd_io.h"
 #include "os/process_tree.h"
 #include "os/unique_fd.h"
 
@@ -157,14 +158,10 @@ struct EventQueue {
       MutexLock lock(mu);
       events.push_back(event);
     }
-    uint64_t one = 1;
-    ssize_t ignored = ::write(wake_fd.get(), &one, sizeof(one));
-    (void)ignored;
+    os::SignalEventFd(wake_fd.get());
   }
   std::vector<NodeEvent> Take() {
-    uint64_t count;
-    ssize_t ignored = ::read(wake_fd.get(), &count, sizeof(count));
-    (void)ignored;
+    os::DrainEventFd(wake_fd.get());
     MutexLock lock(mu);
     return std::exchange(events, {});
   }
@@ -251,9 +248,7 @@ struct Driver::Round {
             signal = static_cast<int>(info.ssi_signo);
           }
         } else if (fds[i].fd == driver.options_.stop_fd) {
-          uint64_t count;
-          ssize_t ignored = ::read(fds[i].fd, &count, sizeof(count));
-          (void)ignored;
+          os::DrainEventFd(fds[i].fd);
           driver.stop_requested_ = true;
           signal = SIGTERM;
         }

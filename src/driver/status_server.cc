@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "common/mutex.h"
+#include "os/fd_io.h"
 #include "os/unique_fd.h"
 #include "wire/auth.h"
 
@@ -438,11 +439,7 @@ void StatusServer::Impl::Stop() {
     MutexLock lock(mu_);
     stopping_ = true;
   }
-  if (stop_fd_.valid()) {
-    uint64_t one = 1;
-    ssize_t ignored = ::write(stop_fd_.get(), &one, sizeof(one));
-    (void)ignored;
-  }
+  if (stop_fd_.valid()) os::SignalEventFd(stop_fd_.get());
   wake_.notify_all();
   for (std::thread& worker : workers_) worker.join();
   workers_.clear();

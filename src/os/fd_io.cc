@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 
 namespace drover::os {
 
@@ -29,6 +31,25 @@ bool WriteAvailable(int fd, const std::string& data, size_t* done) {
     *done += static_cast<size_t>(wrote);
   }
   return true;
+}
+
+void SignalEventFd(int fd) {
+  uint64_t one = 1;
+  ssize_t ignored = ::write(fd, &one, sizeof(one));
+  (void)ignored;
+}
+
+void DrainEventFd(int fd) {
+  uint64_t count;
+  ssize_t ignored = ::read(fd, &count, sizeof(count));
+  (void)ignored;
+}
+
+int PollTimeoutMs(std::chrono::steady_clock::time_point deadline) {
+  const auto now = std::chrono::steady_clock::now();
+  if (deadline <= now) return 0;
+  int64_t ms = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
+  return static_cast<int>(std::min<int64_t>(ms, 60'000));
 }
 
 }  // namespace drover::os

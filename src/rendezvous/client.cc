@@ -54,6 +54,7 @@
 #include "common/mutex.h"
 #include "drover/host_port.h"
 #include "drover/rendezvous.h"
+#include "os/fd_io.h"
 #include "os/unique_fd.h"
 #include "rendezvous/client_backend.h"
 #include "rendezvous/node_info_codec.h"
@@ -78,15 +79,6 @@ constexpr Milliseconds kWaitReplyMargin{50};
 
 std::string ErrnoText(int error) {
   return std::strerror(error);
-}
-
-// Milliseconds until `deadline` for poll(), rounded up, 0 once it has passed.
-// Capped so a far deadline still fits in an int.
-int PollTimeoutMs(Deadline deadline) {
-  Clock::time_point now = Clock::now();
-  if (deadline <= now) return 0;
-  int64_t ms = std::chrono::ceil<Milliseconds>(deadline - now).count();
-  return static_cast<int>(std::min<int64_t>(ms, 60'000));
 }
 
 int64_t MillisecondsBetween(Clock::time_point from, Clock::time_point to) {
@@ -159,8 +151,8 @@ ConnectAttempt ConnectOnce(const addrinfo* addresses, Deadline deadline) {
         pollfd pfd{fd.get(), POLLOUT, 0};
         int ready;
         do {
-          ready = ::poll(&pfd, 1, PollTimeoutMs(deadline));
-        } while ((ready < 0 && errno == EINTR) || (ready == 0 && PollTimeoutMs(deadline) > 0));
+          ready = ::poll(&pfd, 1, os::PollTimeoutMs(deadline));
+        } while ((ready < 0 && errno == EINTR) || (ready == 0 && os::PollTimeoutMs(deadline) > 0));
         if (ready == 0) {
           error = ETIMEDOUT;
         } else if (ready < 0) {
@@ -358,8 +350,8 @@ Status TcpClientImpl::WriteAll(std::string_view bytes, Deadline deadline, std::s
     if (sent < 0 && error == EINTR) continue;
     if (sent < 0 && (error == EAGAIN || error == EWOULDBLOCK)) {
       pollfd pfd{fd_.get(), POLLOUT, 0};
-      int ready = ::poll(&pfd, 1, PollTimeoutMs(deadline));
-      if (ready == 0 && PollTimeoutMs(deadline) == 0) {
+      int ready = ::poll(&pfd, 1, os::PollTimeoutMs(deadline));
+      if (ready == 0 && os::PollTimeoutMs(deadline) == 0) {
         return Status::DeadlineExceeded("timed out sending " + std::string(what) +
                                         " to rendezvous server " + server() +
                                         " (it is not reading)");
@@ -429,7 +421,7 @@ Result<wire::Frame> TcpClientImpl::ReadFrame(Deadline deadline, std::string_view
         break;
     }
     pollfd pfd[2] = {{fd_.get(), POLLIN, 0}, {wake_fd, POLLIN, 0}};
-    int timeout = PollTimeoutMs(deadline);
+    int timeout = os::PollTimeoutMs(deadline);
     int ready = ::poll(pfd, wake_fd >= 0 ? 2 : 1, timeout);
     if (ready < 0 && errno == EINTR) continue;
     if (ready > 0 && pfd[1].revents != 0 && pfd[0].revents == 0) {
@@ -438,7 +430,7 @@ Result<wire::Frame> TcpClientImpl::ReadFrame(Deadline deadline, std::string_view
                                " from rendezvous server " + server());
     }
     if (ready == 0) {
-      if (PollTimeoutMs(deadline) > 0) continue;  // a capped wait on a far deadline
+      if (os::PollTimeoutMs(deadline) > 0) continue;  // a capped wait on a far deadline
       deadline_passed_ = true;
       return Status::DeadlineExceeded("timed out waiting for " + std::string(what) +
                                       " from rendezvous server " + server());
