@@ -236,6 +236,11 @@ struct RendezvousServerOptions {
   bool elastic = false;
   // Called on the loop thread: keep it short, do not call back into the server.
   std::function<void(const NodeEvent&)> on_event;
+  // Called on the loop thread once the barrier has an outcome (the cluster
+  // formed, the reservation timed out, the server stopped) and again for each
+  // round an elastic server forms, so that a caller waits for it instead of
+  // polling QueryState. Same rules as on_event.
+  std::function<void()> on_outcome;
   // Called on the loop thread with each line of the server's log (without
   // the "drover rendezvous: " prefix or a newline); unset: the line goes to
   // stderr with the prefix. Same rules as on_event.

@@ -35,7 +35,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// How often the supervision loop looks at agents an engine cannot wake it
+// for (AgentProcess::exit_fd() of -1).
 constexpr Milliseconds kPollInterval{100};
+// The longest the supervision loop sleeps when nothing wakes it and no check
+// waits for a deadline: the status page's idle refresh.
+constexpr Milliseconds kIdleWake{1'000};
+// The least time between two status publications while events keep coming.
+constexpr Milliseconds kPublishInterval{250};
 // How long a node may look dead (connection closed, heartbeats missed) while
 // its agent is still running before it counts as failed: a node that exits
 // cleanly closes its connection a moment before the driver reaps it.
@@ -57,6 +64,31 @@ constexpr size_t kMaxReadPerPump = 1 << 20;
 // How long, once the agents are gone, a local program still in
 // uninterruptible sleep after SIGKILL is given before the driver names it.
 constexpr Milliseconds kStuckProgramWait{2'000};
+
+// When the supervision loop must look again though nothing woke it (an
+// output, an agent's end, a server event, a signal): the earliest deadline
+// one of its checks waits for, at most kIdleWake away. An idle run wakes the
+// driver about once a second instead of every kPollInterval.
+class WakeAt {
+ public:
+  explicit WakeAt(Clock::time_point now) : now_(now), at_(now + kIdleWake) {}
+
+  // Whether `deadline` has passed; if not, the loop wakes for it.
+  bool Passed(Clock::time_point deadline) {
+    if (deadline <= now_) return true;
+    By(deadline);
+    return false;
+  }
+  void By(Clock::time_point deadline) { at_ = std::min(at_, deadline); }
+  Milliseconds Left() const {
+    auto left = std::chrono::ceil<Milliseconds>(at_ - Clock::now());
+    return std::max(left, Milliseconds(0));
+  }
+
+ private:
+  Clock::time_point now_;
+  Clock::time_point at_;
+};
 
 // SIGTERM, SIGINT or SIGHUP, by the signal or by the shell's 128 + signal.
 bool EndedByStopSignal(const os::ExitStatus& exit) {
@@ -146,9 +178,13 @@ struct EventQueue {
       GUARDED_BY(mu);  // the server's lines, printed by the driver's thread
   os::UniqueFd wake_fd;
   void PushLog(const std::string& line) {
-    MutexLock lock(mu);
-    logs.push_back(line);
+    {
+      MutexLock lock(mu);
+      logs.push_back(line);
+    }
+    Wake();
   }
+  void Wake() { os::SignalEventFd(wake_fd.get()); }
   std::vector<std::string> TakeLogs() {
     MutexLock lock(mu);
     return std::exchange(logs, {});
@@ -158,7 +194,7 @@ struct EventQueue {
       MutexLock lock(mu);
       events.push_back(event);
     }
-    os::SignalEventFd(wake_fd.get());
+    Wake();
   }
   std::vector<NodeEvent> Take() {
     os::DrainEventFd(wake_fd.get());
@@ -507,11 +543,12 @@ struct Driver::Round {
   // A node whose agent finished cleanly (no error reported before it left)
   // but whose launcher has not exited for launcher_exit_wait: the launcher
   // is stopped and the node counts as done; with an error it counts as failed.
-  void EndLingeringLaunchers(Clock::time_point now) {
+  void EndLingeringLaunchers(WakeAt& wake) {
     if (driver.elastic()) return;  // its agents stay up until the run ends
     const Milliseconds wait = driver.options_.launcher_exit_wait;
     for (auto& node : nodes) {
-      if (!node->left_at || !node->running() || !node->process || now - *node->left_at < wait) {
+      if (!node->left_at || !node->running() || !node->process ||
+          !wake.Passed(*node->left_at + wait)) {
         continue;
       }
       driver.err_ << "drover run: " << node->tag << "'s agent finished " << os::SecondsText(wait)
@@ -904,11 +941,10 @@ void PrintShares(const feed::FeedPlan& plan, std::ostream& out) {
 
 }  // namespace
 
-void Driver::PublishStatus(Round& round, const std::string& phase, bool force) {
-  constexpr Milliseconds kPublishInterval{250};
+bool Driver::PublishStatus(Round& round, const std::string& phase, bool force) {
   constexpr size_t kHistoryPoints = 600;
   const Clock::time_point now = Clock::now();
-  if (!force && now - last_publish_ < kPublishInterval) return;
+  if (!force && now - last_publish_ < kPublishInterval) return false;
   last_publish_ = now;
 
   RunSnapshot snapshot;
@@ -994,6 +1030,7 @@ void Driver::PublishStatus(Round& round, const std::string& phase, bool force) {
   ObserveTraining(snapshot);
   progress_.Show(ProgressText(snapshot), now);
   status_.Publish(std::move(snapshot));
+  return true;
 }
 
 struct Driver::Carry {
@@ -1021,6 +1058,7 @@ Status Driver::StartRendezvous(Round& round) {
   std::shared_ptr<EventQueue> queue = round.queue;
   server_options.on_event = [queue](const NodeEvent& event) { queue->Push(event); };
   server_options.log = [queue](const std::string& line) { queue->PushLog(line); };
+  server_options.on_outcome = [queue] { queue->Wake(); };
   auto server = RendezvousServer::Start(std::move(server_options));
   if (!server.ok()) return server.status().WithContext("cannot start the rendezvous");
   round.server = std::move(server).value();
@@ -1290,8 +1328,9 @@ Driver::Outcome Driver::RunRound(int number) {
   Node* failed = nullptr;
   std::string failure_reason;
   Clock::time_point failure_deadline{};
+  WakeAt wake(Clock::now());
   for (;;) {
-    int signal = round.Pump(kPollInterval, /*formation_first=*/true);
+    int signal = round.Pump(wake.Left(), /*formation_first=*/true);
     if (signal != 0) {
       interrupt_signal_ = signal;
       round.Emit();
@@ -1307,6 +1346,13 @@ Driver::Outcome Driver::RunRound(int number) {
       if (std::optional<Outcome> ended = FormElastic(round, held, enough_since)) return *ended;
     }
     Clock::time_point now = Clock::now();
+    wake = WakeAt(now);
+    if (elastic() && !round.formed && enough_since) wake.By(*enough_since + options_.join_wait);
+    for (auto& node : round.nodes) {
+      if (node->running() && node->process && node->process->exit_fd() < 0) {
+        wake.By(now + kPollInterval);
+      }
+    }
     if (!round.formed && round.server->QueryState().phase != "reserving") {
       auto cluster = round.server->WaitForCluster(now + Milliseconds(5'000));
       if (!cluster.ok()) {
@@ -1321,7 +1367,9 @@ Driver::Outcome Driver::RunRound(int number) {
       formed_at = now;
     }
     round.Emit();
-    PublishStatus(round, round.formed ? "running" : "reserving");
+    if (!PublishStatus(round, round.formed ? "running" : "reserving")) {
+      wake.By(last_publish_ + kPublishInterval);  // what woke the loop is shown then
+    }
 
     for (const NodeEvent& event : round.queue->Take()) {
       if (event.kind == NodeEvent::Kind::kJoining) {
@@ -1349,7 +1397,7 @@ Driver::Outcome Driver::RunRound(int number) {
         node->left_at = now;
       }
     }
-    round.EndLingeringLaunchers(now);
+    round.EndLingeringLaunchers(wake);
 
     if (failed == nullptr) {
       for (auto& node : round.nodes) {
@@ -1357,7 +1405,7 @@ Driver::Outcome Driver::RunRound(int number) {
         if (!round.formed && node->exit) {
           if (elastic()) continue;  // FormElastic forms without it
           if (!early_exit_since) early_exit_since = now;
-          if (now - *early_exit_since >= kEarlyExitWait) {
+          if (wake.Passed(*early_exit_since + kEarlyExitWait)) {
             failed = node.get();
             failure_reason =
                 "its agent exited before the cluster formed: " + node->DescribeExit(*node->exit);
@@ -1370,7 +1418,7 @@ Driver::Outcome Driver::RunRound(int number) {
           failure_deadline = now;
           break;
         } else if (round.formed && node->running() && node->dead_since &&
-                   now - *node->dead_since >= kDeadConfirm) {
+                   wake.Passed(*node->dead_since + kDeadConfirm)) {
           failed = node.get();
           failure_reason = node->dead_message;
           failure_deadline = now;
@@ -1381,9 +1429,9 @@ Driver::Outcome Driver::RunRound(int number) {
     if (failed != nullptr && failed->exit && EndedByStopSignal(*failed->exit) &&
         !failed->stopping) {
       if (!outside_stop_since) outside_stop_since = now;
-      if (now - *outside_stop_since < kOutsideStopWait) continue;  // Pump reads the signal
+      if (!wake.Passed(*outside_stop_since + kOutsideStopWait)) continue;  // Pump reads the signal
     }
-    if (failed != nullptr && (failed->exit || now >= failure_deadline)) {
+    if (failed != nullptr && (failed->exit || wake.Passed(failure_deadline))) {
       // Elastic: a lost node is the cause the others' failures follow from.
       for (auto& node : round.nodes) {
         if (!elastic() || !round.formed) break;
@@ -1448,7 +1496,8 @@ Driver::Outcome Driver::RunRound(int number) {
         if (node->running()) still_up.push_back(node);
       }
       if (!training_done_at) training_done_at = now;
-      if (!still_up.empty() && now - *training_done_at < Milliseconds(others_grace_ms_.load())) {
+      if (!still_up.empty() &&
+          !wake.Passed(*training_done_at + Milliseconds(others_grace_ms_.load()))) {
         continue;
       }
       if (!still_up.empty()) {
@@ -1461,7 +1510,8 @@ Driver::Outcome Driver::RunRound(int number) {
       err_ << "drover run: done; logs in " << options_.log_dir << "\n" << std::flush;
       return Outcome::kSuccess;
     }
-    if (options_.shutdown_timeout.count() > 0 && now - formed_at >= options_.shutdown_timeout) {
+    if (options_.shutdown_timeout.count() > 0 &&
+        wake.Passed(formed_at + options_.shutdown_timeout)) {
       err_ << "drover run: the workers were not done " << os::SecondsText(options_.shutdown_timeout)
            << " after the cluster formed (--shutdown-timeout); stopping every node\n";
       round.Stop(round.All(), true);

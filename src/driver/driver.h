@@ -173,8 +173,8 @@ class Driver {
   void StopStatusServer();
   // Builds the snapshot of `round` in `phase` and hands it to the status
   // server and the progress line; at most every kPublishInterval unless
-  // `force`.
-  void PublishStatus(Round& round, const std::string& phase, bool force = false);
+  // `force`. False when it did not publish: the last was too recent.
+  bool PublishStatus(Round& round, const std::string& phase, bool force = false);
   // The final snapshot, the summary and <log_dir>/run.json.
   void Finish(int code);
   Outcome RunRound(int round);

@@ -61,8 +61,9 @@ class AgentProcess {
   // (or when there is none). The driver reads it until EOF, then CloseOutput().
   virtual int output_fd() const = 0;
   virtual void CloseOutput() = 0;
-  // Readable once the agent's process ended (a pidfd), so the driver wakes
-  // for it; -1: none (the driver polls).
+  // Readable once Poll() may have news (the agent's process ended: a pidfd;
+  // a host agent's node ended), so the driver sleeps until then; -1: none
+  // (the driver polls every 100 ms).
   virtual int exit_fd() const { return -1; }
   // Reaps the agent without blocking; its exit status once it has ended.
   virtual std::optional<os::ExitStatus> Poll() = 0;

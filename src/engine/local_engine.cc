@@ -63,6 +63,9 @@ class HostAgent {
       : process_(std::move(process)), status_(std::move(status)), nodes_(nodes) {}
 
   os::Subprocess& process() { return process_; }
+  // Readable when a node's exit code comes or the agent ended: the status
+  // pipe while it is open (the agent is its only writer), then the pidfd.
+  int exit_fd() const { return status_.valid() ? status_.get() : process_.exit_fd(); }
   // The node's exit code once it ended, else the agent's own status once the
   // agent ended (a node it could not report). The last node's code waits
   // for the agent's own end, as a node's own agent's exit would: after its
@@ -140,7 +143,7 @@ class HostNodeProcess : public AgentProcess {
       host_->process().CloseStdout();
     }
   }
-  int exit_fd() const override { return host_->process().exit_fd(); }
+  int exit_fd() const override { return host_->exit_fd(); }
   std::optional<os::ExitStatus> Poll() override { return host_->ExitOf(id_); }
   void Signal(int signal) override { host_->Signal(id_, signal); }
 

@@ -453,6 +453,7 @@ void Server::Publish(const Status& outcome) {
     if (!outcome_.has_value()) outcome_.emplace(outcome);
   }
   cv_.notify_all();
+  if (options_.on_outcome) options_.on_outcome();
   if (outcome.ok()) {
     reservation_timer_.cancel();
     ScheduleHeartbeatCheck();

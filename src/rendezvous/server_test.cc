@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <zlib.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -448,6 +449,29 @@ TEST_F(ServerTest, ReservationTimeoutListsRegisteredAndMissing) {
   RawPeer late = Authenticated();
   ASSERT_OK(late.Send(wire::REGISTER, RegisterBody("2", 7002)));
   ExpectErrorAndClose(late, wire::STOPPED, "reservation timed out");
+}
+
+// The driver sleeps until the barrier has an outcome instead of polling the
+// phase: on_outcome comes once the last node registered (the phase is then
+// no longer "reserving") and once a reservation times out.
+TEST_F(ServerTest, OnOutcomeComesWhenTheClusterFormsAndWhenTheReservationTimesOut) {
+  for (const bool complete : {true, false}) {
+    SCOPED_TRACE(complete ? "formed" : "timed out");
+    auto outcomes = std::make_shared<std::atomic<int>>(0);
+    RendezvousServerOptions options = Options(2);
+    options.reservation_timeout = std::chrono::milliseconds(complete ? 60'000 : 200);
+    options.on_outcome = [outcomes] { outcomes->fetch_add(1); };
+    StartServer(std::move(options));
+    std::vector<RawPeer> peers;
+    peers.push_back(Join("0", 7100));
+    EXPECT_EQ(outcomes->load(), 0) << "one of two registered: no outcome yet";
+    if (complete) peers.push_back(Join("1", 7101));
+    EXPECT_EQ(server_->WaitForCluster(Soon()).ok(), complete);
+    // A call through the loop: the handler that published the outcome is done.
+    EXPECT_EQ(server_->QueryState().phase, complete ? "formed" : "stopped");
+    EXPECT_EQ(outcomes->load(), 1);
+    server_.reset();
+  }
 }
 
 TEST_F(ServerTest, RegisterWithoutPortsIsMalformed) {
