@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -380,6 +381,47 @@ TEST_F(FeedServiceClaimTest, AnEqualFeedHasNothingToClaim) {
 TEST_F(FeedServiceClaimTest, WithoutADriverClaimsAreRefused) {
   ASSERT_NO_FATAL_FAILURE(ServeDynamic(nullptr));
   EXPECT_THAT(Claim(0), StatusIs(Status::Code::kFailedPrecondition, HasSubstr("no driver")));
+}
+
+// The node whose feeder starts first must not take every small partition
+// of a dynamic feed before the other nodes' feeders start: a real feeder
+// (`drover feeder`) claims its next partition only once the program is done
+// with the ones before the last it claimed, so at most two partitions of the
+// node are queued, and a batch that reaches the end of them is handed out
+// instead of waiting for a third.
+TEST_F(FeedServiceTest, ADynamicFeederQueuesAtMostTwoPartitionsAheadOfItsProgram) {
+  constexpr int kPartitions = 6;
+  testing::WriteFile(dir_.File("data.csv"), "0\n1\n2\n3\n4\n5\n");
+  FeedServiceOptions options = BaseOptions();
+  options.plan.read.format = feed::RecordFormat::kCsv;
+  for (uint64_t i = 0; i < kPartitions; ++i) {
+    options.plan.partitions.push_back(feed::Partition{dir_.File("data.csv"), 2 * i, 2 * i + 2, 1});
+  }
+  options.plan.balance = feed::Balance::kDynamic;
+  options.plan_path = dir_.File("plan.json");
+  ASSERT_OK(options.plan.WriteFile(options.plan_path));  // the driver's part
+  options.drover_binary = DROVER_BIN_PATH;               // runs `drover feeder`
+  std::atomic<int> claims{0};
+  options.claim_feed = [&claims](uint32_t) -> Result<std::optional<uint64_t>> {
+    const int entry = claims.fetch_add(1);
+    if (entry >= kPartitions) return std::optional<uint64_t>();
+    return std::optional<uint64_t>(entry);
+  };
+  ASSERT_OK_AND_ASSIGN(service_, FeedService::Start(std::move(options)));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DataFeed> reader, ConnectReader());
+
+  std::vector<std::vector<std::string>> batches;
+  for (;;) {
+    ASSERT_OK_AND_ASSIGN(RecordBatch batch, reader->NextBatch(100));
+    if (batch.records.empty()) break;
+    batches.emplace_back(batch.records.begin(), batch.records.end());
+    EXPECT_LE(claims.load(), 2 * static_cast<int>(batches.size()))
+        << "the feeder claimed a partition while the program still held two";
+  }
+  using Batch = std::vector<std::string>;
+  EXPECT_THAT(batches, ElementsAreArray({Batch{"0", "1"}, Batch{"2", "3"}, Batch{"4", "5"}}));
+  EXPECT_EQ(claims.load(), kPartitions + 1) << "one claim a partition, and one that found none";
+  EXPECT_THAT(AwaitFailures(milliseconds(0)), ::testing::IsEmpty());
 }
 
 }  // namespace

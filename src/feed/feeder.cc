@@ -77,6 +77,10 @@ class BatchWriter {
 
   // Waits until the queue has room for a batch (and keeps it reserved).
   Status WaitForRoom() { return Reserve(batch_bytes_); }
+  // Where the next batch goes in the queue.
+  uint64_t position() const { return ring_.write_position(); }
+  // Waits until the program is done with every batch before `position`.
+  Status WaitForProgram(uint64_t position) { return ring_.WaitForRelease(position, timeout_); }
   Status Begin(const BatchInfo& info) {
     const uint32_t record_bytes = info_.record_bytes;
     info_ = info;
@@ -302,15 +306,23 @@ Result<FeederReport> FeedShare(const FeederOptions& options, JoinedFeed& joined)
     return status.WithContext(what);
   };
 
+  // Dynamic: where the last claimed partition begins in the queue.
+  std::optional<uint64_t> last_claimed_at;
   for (size_t seq = start.feed;; ++seq) {
-    // A dynamic feed claims its next partition only once the queue has room
-    // for it, so a slow node leaves the rest to the others.
+    // A dynamic feed claims its next partition only once its program is done
+    // with the partitions before the last one it claimed and the queue has
+    // room: at most two partitions of a node are queued, so a slow node
+    // leaves the rest to the others, and the node whose feeder starts first
+    // does not take every small partition before the others start.
     if (source.dynamic()) {
+      Status done = last_claimed_at ? writer.WaitForProgram(*last_claimed_at) : Status::Ok();
+      if (!done.ok()) return stopped(done, "its next partition");
       Status room = writer.WaitForRoom();
       if (!room.ok()) return stopped(room, "its next partition");
     }
     DROVER_ASSIGN_OR_RETURN(const std::optional<FeedUnit> claimed, source.At(seq));
     if (!claimed) break;
+    last_claimed_at = writer.position();
     const FeedUnit& unit = *claimed;
     const Partition& partition = plan.partitions[static_cast<size_t>(unit.partition)];
     const bool resuming = seq == start.feed && start.offset.has_value();

@@ -447,6 +447,31 @@ void RingWriter::Close() {
   Publish(ring_->data_seq, ring_->readers_waiting);
 }
 
+Status RingWriter::WaitForRelease(uint64_t position, std::chrono::milliseconds timeout) {
+  uint64_t seen = Atomic(ring_->read_pos).load(std::memory_order_acquire);
+  for (;;) {
+    uint64_t read_pos = seen;
+    Status positions;
+    auto released = [&] {
+      read_pos = Atomic(ring_->read_pos).load(std::memory_order_acquire);
+      positions = CheckPositions(read_pos);
+      return !positions.ok() || read_pos >= position || read_pos != seen;
+    };
+    const bool ready = WaitFor(*channel_, ring_->space_seq, ring_->writers_waiting,
+                               Clock::now() + timeout, released);
+    DROVER_RETURN_IF_ERROR(positions);
+    if (!ready) {
+      if (channel_->state() != RunState::kRunning) {
+        return Status::Unavailable(std::string("the feed is ") +
+                                   std::string(RunStateName(channel_->state())));
+      }
+      return Status::DeadlineExceeded("the reader released nothing");
+    }
+    if (read_pos >= position) return Status::Ok();
+    seen = read_pos;  // progress: the timeout starts again
+  }
+}
+
 uint64_t RingWriter::unread_bytes() const {
   const uint64_t write_pos = Atomic(ring_->write_pos).load(std::memory_order_acquire);
   const uint64_t read_pos = Atomic(ring_->read_pos).load(std::memory_order_acquire);

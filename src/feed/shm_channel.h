@@ -166,6 +166,17 @@ class RingWriter {
   // Bytes published and not yet released by the reader (at most the ring's
   // size, whatever the header says).
   uint64_t unread_bytes() const;
+  // Where the next batch goes: once the reader released up to here it is
+  // done with everything published before.
+  uint64_t write_position() const { return write_pos_; }
+  // Waits until the reader released everything before `position` (a
+  // write_position() of this writer). The reader is told a writer waits
+  // (RingReader::writer_waiting), so it hands out what it holds instead of
+  // waiting for more. kDeadlineExceeded when the reader released nothing for
+  // `timeout` (the wait starts again whenever it releases some);
+  // kUnavailable once the channel is no longer running; kInternal when the
+  // header's positions are corrupt.
+  Status WaitForRelease(uint64_t position, std::chrono::milliseconds timeout);
 
   // The last commit point; nullopt when nothing was ever published.
   // kInternal when the ring's header is inconsistent.
