@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <set>
@@ -328,6 +329,72 @@ py::list BytesList(const std::vector<std::string_view>& records) {
   return out;
 }
 
+// next_batch's bytes objects, one per record. A bytes object is immutable,
+// but one that nothing references any more but this class can be written
+// over and handed out again without anyone seeing it change: CPython resizes
+// a str or bytes in place on the same condition (a reference count of one).
+// In the loop `batch = feed.next_batch(n)` the batch before last has been
+// dropped by the time of a call, so its records' objects (of the same size)
+// are taken again: a copy per record instead of an allocation, a copy and a
+// free. Only records of kMinBytes to kMaxBytes bytes: shorter ones may be
+// CPython's shared one-byte objects, and longer ones would hold memory for
+// little gain.
+class BytesRecycler {
+ public:
+  // REQUIRES: the GIL.
+  py::list Make(const std::vector<std::string_view>& records) {
+    py::list out(records.size());
+    std::vector<py::object> kept;
+    kept.reserve(records.size());
+    size_t next = 0;  // in older_
+    for (size_t i = 0; i < records.size(); ++i) {
+      const std::string_view record = records[i];
+      const bool recyclable = record.size() >= kMinBytes && record.size() <= kMaxBytes;
+      PyObject* bytes = recyclable ? Reusable(record.size(), &next) : nullptr;
+      if (bytes != nullptr) {
+        std::memcpy(PyBytes_AS_STRING(bytes), record.data(), record.size());
+        ForgetHash(bytes);
+        Py_INCREF(bytes);
+      } else {
+        bytes = PyBytes_FromStringAndSize(record.data(), record.size());
+        if (bytes == nullptr) throw py::error_already_set();
+      }
+      if (recyclable) kept.push_back(py::reinterpret_borrow<py::object>(bytes));
+      PyList_SET_ITEM(out.ptr(), i, bytes);  // steals the reference
+    }
+    older_ = std::move(last_);
+    last_ = std::move(kept);
+    return out;
+  }
+
+ private:
+  static constexpr size_t kMinBytes = 2;
+  static constexpr size_t kMaxBytes = 4096;
+
+  // The next object of older_ from *next on that only older_ references,
+  // of `size` bytes; nullptr when none is left.
+  PyObject* Reusable(size_t size, size_t* next) {
+    while (*next < older_.size()) {
+      PyObject* candidate = older_[(*next)++].ptr();
+      if (Py_REFCNT(candidate) == 1 &&
+          PyBytes_GET_SIZE(candidate) == static_cast<Py_ssize_t>(size)) {
+        return candidate;
+      }
+    }
+    return nullptr;
+  }
+  // The cached hash was of the old value (-1: not computed).
+  static void ForgetHash(PyObject* bytes) {
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    reinterpret_cast<PyBytesObject*>(bytes)->ob_shash = -1;
+#pragma GCC diagnostic pop
+  }
+
+  std::vector<py::object> older_;  // handed out two calls ago
+  std::vector<py::object> last_;   // handed out by the last call
+};
+
 // The schema and input_mapping as given, checked before any feed is involved.
 struct ColumnRequest {
   std::optional<std::vector<feed::Field>> schema;
@@ -417,7 +484,7 @@ class PyDataFeed {
     // The records are views into the queue: decode them before unlocking.
     if (pickle_) return Unpickle((*batch)->records);
     if (layout_) return DecodeBatch(format_, *layout_, (*batch)->records);
-    return BytesList((*batch)->records);
+    return recycler_.Make((*batch)->records);
   }
 
   void BatchResults(const py::object& results) {
@@ -524,6 +591,7 @@ class PyDataFeed {
   bool train_mode_ = true;
   std::optional<py::module_> pickle_;  // set: the records are pickled objects
   std::optional<py::dict> mapping_;    // input_mapping over pickled rows
+  BytesRecycler recycler_;             // next_batch's bytes (the GIL guards it)
 
   // The batch's objects, or with input_mapping {name: array of column}.
   py::object Unpickle(const std::vector<std::string_view>& records) {

@@ -55,6 +55,37 @@ def test_raw_records_come_as_numpy_arrays_with_a_schema(tmp_path):
     np.testing.assert_array_equal(np.load(tmp_path / "labels.npy"), labels)
 
 
+def test_bytes_records_stay_what_they_were_whatever_the_program_keeps(tmp_path):
+    """next_batch writes a record into a bytes object of the batch before last
+    only when nothing else references it: the records a program keeps (one of
+    each batch in a list, one as a dict key) keep their value and hash, and
+    every record, handed out again or new, is what the file holds."""
+    records = [f"{i:08d}".encode() * 4 for i in range(5000)]  # 32 bytes, all distinct
+    (tmp_path / "r.raw").write_bytes(b"".join(records))
+    result = run(tmp_path, """
+        import drover, hashlib
+        feed = drover.DataFeed()
+        kept, by_key, digest, hashes_ok = [], {}, hashlib.sha256(), True
+        while not feed.should_stop():
+            batch = feed.next_batch(50)
+            if not batch:
+                break
+            for record in batch:
+                digest.update(record)
+                hashes_ok = hashes_ok and hash(record) == hash(bytes(bytearray(record)))
+            kept.append((batch[0], bytes(bytearray(batch[0]))))
+            by_key[batch[-1]] = bytes(bytearray(batch[-1]))
+        unchanged = all(record == copy for record, copy in kept)
+        keys_ok = all(key == copy and by_key[copy] == copy for key, copy in by_key.items())
+        print("read", feed.records_read, digest.hexdigest(), hashes_ok, unchanged, keys_ok,
+              len(kept) > 2)
+        """, "--nodes", "1", "--input", "r.raw", "--format", "raw", "--record-bytes", "32")
+    assert result.returncode == 0, result.stderr
+    import hashlib
+    everything = hashlib.sha256(b"".join(records)).hexdigest()
+    assert f"[worker:0] read 5000 {everything} True True True True" in result.stdout, result.stdout
+
+
 def test_context_feed_with_input_mapping_over_csv_columns(tmp_path):
     with open(tmp_path / "data.csv", "w") as f:
         for i in range(500):
