@@ -664,6 +664,17 @@ std::string Driver::NodeCredentialFile(int index) const {
   return private_dir_ + "/node-" + std::to_string(index) + ".credential";
 }
 
+Status Driver::WriteCredentialFile(int index) {
+  if (!credential_files_.insert(index).second) return Status::Ok();  // an earlier round's
+  if (index < 0) return Credential::Cluster(*options_.token).WriteFile(HostCredentialFile());
+  // Each agent gets its own node's credential, which lets it join as that
+  // node only; the cluster token stays with the driver (docs/security.md).
+  // Engines hand the file's line on (ssh, slurm: stdin; Dask: the task).
+  DROVER_ASSIGN_OR_RETURN(Credential credential,
+                          Credential::ForNode(*options_.token, std::to_string(index)));
+  return credential.WriteFile(NodeCredentialFile(index));
+}
+
 std::string Driver::ClusterId() const {
   return options_.cluster_id.empty() ? fs::path(options_.log_dir).filename().string()
                                      : options_.cluster_id;
@@ -689,14 +700,6 @@ Status Driver::Prepare() {
   if (janitor_) janitor_->Watch(private_dir_);
   if (!options_.token) {
     DROVER_ASSIGN_OR_RETURN(options_.token, ClusterToken::Generate());
-  }
-  // Each agent gets its own node's credential, which lets it join as that
-  // node only; the cluster token stays with the driver (docs/security.md).
-  // Engines hand the file's line on (ssh, slurm: stdin; Dask: the task).
-  for (int i = 0; i < options_.cluster.num_nodes; ++i) {
-    DROVER_ASSIGN_OR_RETURN(Credential credential,
-                            Credential::ForNode(*options_.token, std::to_string(i)));
-    DROVER_RETURN_IF_ERROR(credential.WriteFile(NodeCredentialFile(i)));
   }
   if (options_.feed && !options_.feed->external) {
     feed_plan_file_ = private_dir_ + "/feed-plan.json";
@@ -1241,15 +1244,13 @@ bool Driver::LaunchAgents(Round& round, uint16_t port) {
     // One connection for the host's nodes: it takes the cluster token, which
     // the local engine's agent, the driver's user on the driver's machine,
     // could read from the driver anyway (docs/security.md).
-    const std::string token_file = private_dir_ + "/host.credential";
-    if (Status written = Credential::Cluster(*options_.token).WriteFile(token_file);
-        !written.ok()) {
+    if (Status written = WriteCredentialFile(kHostCredential); !written.ok()) {
       return failed(written);
     }
     HostLaunch host;
     host.argv = SharedAgentArgv(round.number, port);
     host.argv.insert(host.argv.begin() + 4,
-                     {"--host", engine_.agent_host(0), "--token-file", token_file});
+                     {"--host", engine_.agent_host(0), "--token-file", HostCredentialFile()});
     for (int i = 0; i < count; ++i) {
       host.nodes.push_back(
           HostLaunch::Node{std::to_string(i), "",
@@ -1266,6 +1267,7 @@ bool Driver::LaunchAgents(Round& round, uint16_t port) {
   }
   for (int i = 0; i < count; ++i) {
     Node& node = *round.nodes[static_cast<size_t>(i)];
+    if (Status written = WriteCredentialFile(i); !written.ok()) return failed(written);
     auto process = engine_.Launch(AgentLaunch{node.executor_id, AgentArgv(i, round.number, port)});
     if (!process.ok()) return failed(process.status());
     node.process = std::move(process).value();

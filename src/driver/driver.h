@@ -32,6 +32,7 @@
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -199,6 +200,11 @@ class Driver {
   bool LaunchAgents(Round& round, uint16_t port);
   // Where Prepare wrote executor `index`'s node credential (mode 0600).
   std::string NodeCredentialFile(int index) const;
+  std::string HostCredentialFile() const { return private_dir_ + "/host.credential"; }
+  static constexpr int kHostCredential = -1;
+  // Writes node `index`'s credential file (kHostCredential: the cluster
+  // token, for the local host agent) once a run, when an agent needs it.
+  Status WriteCredentialFile(int index);
 
   DriverOptions options_;
   Engine& engine_;
@@ -246,7 +252,8 @@ class Driver {
   // began (agents' --restart-reason, the status).
   std::string round_failure_;
   std::string restart_reason_;
-  std::string private_dir_;  // removed at the end
+  std::string private_dir_;         // removed at the end
+  std::set<int> credential_files_;  // written in private_dir_ (WriteCredentialFile)
   // Removes private_dir_, the live-run record and the engine's temporary
   // paths if this process dies before it does (os/janitor.h).
   std::unique_ptr<os::Janitor> janitor_;
