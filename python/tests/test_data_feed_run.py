@@ -3,6 +3,7 @@
 Each test writes its records, runs drover with a small Python program that
 reads them with the module's DataFeed, and checks what the program saw.
 """
+import hashlib
 import json
 import os
 import struct
@@ -81,7 +82,6 @@ def test_bytes_records_stay_what_they_were_whatever_the_program_keeps(tmp_path):
               len(kept) > 2)
         """, "--nodes", "1", "--input", "r.raw", "--format", "raw", "--record-bytes", "32")
     assert result.returncode == 0, result.stderr
-    import hashlib
     everything = hashlib.sha256(b"".join(records)).hexdigest()
     assert f"[worker:0] read 5000 {everything} True True True True" in result.stdout, result.stdout
 

@@ -198,7 +198,7 @@ class Driver {
   // Starts the round's agents, one a node or one for all (host_agent); false
   // (said on err_) when the engine could not.
   bool LaunchAgents(Round& round, uint16_t port);
-  // Where Prepare wrote executor `index`'s node credential (mode 0600).
+  // Where WriteCredentialFile writes executor `index`'s node credential (mode 0600).
   std::string NodeCredentialFile(int index) const;
   std::string HostCredentialFile() const { return private_dir_ + "/host.credential"; }
   static constexpr int kHostCredential = -1;
