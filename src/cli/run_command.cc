@@ -623,8 +623,8 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   feeding->add_option("--balance", flags->feed.balance,
                       "equal: shares laid out before the run, the same number of records for "
                       "every fed node each epoch (the default); dynamic: each partition goes to "
-                      "the first node with room in its queue (uneven node speeds, asynchronous "
-                      "training, inference)");
+                      "the first node with room for it (a node holds the partition its program "
+                      "reads and the next; uneven node speeds, asynchronous training, inference)");
   feeding->add_option("--feed-ingest", flags->feed.ingest,
                       "raw fixed-size records: how the feeder brings them into the queue: "
                       "measure (the default: a 32 MiB probe each way, then the faster), map (copy "
