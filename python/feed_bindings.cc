@@ -334,36 +334,29 @@ py::list BytesList(const std::vector<std::string_view>& records) {
 // over and handed out again without anyone seeing it change: CPython resizes
 // a str or bytes in place on the same condition (a reference count of one).
 // In the loop `batch = feed.next_batch(n)` the batch before last has been
-// dropped by the time of a call, so its records' objects (of the same size)
-// are taken again: a copy per record instead of an allocation, a copy and a
-// free. Only records of kMinBytes to kMaxBytes bytes: shorter ones may be
-// CPython's shared one-byte objects, and longer ones would hold memory for
-// little gain.
+// dropped by the time of a call, so its list, when only this class still
+// holds it, is handed out again with the new records written into its bytes
+// objects: a copy per record instead of a list, and per record an
+// allocation, a copy and a free. A record whose old object is still held
+// elsewhere (kept by the program) gets a new one. Only records of kMinBytes
+// to kMaxBytes bytes are written over: shorter ones may be CPython's shared
+// one-byte objects, and longer ones would hold memory for little gain.
 class BytesRecycler {
  public:
   // REQUIRES: the GIL.
   py::list Make(const std::vector<std::string_view>& records) {
-    py::list out(records.size());
-    std::vector<py::object> kept;
-    kept.reserve(records.size());
-    size_t next = 0;  // in older_
+    const bool reuse = TakeOlder(records.size());
+    py::list out =
+        reuse ? py::reinterpret_steal<py::list>(older_.release()) : py::list(records.size());
     for (size_t i = 0; i < records.size(); ++i) {
-      const std::string_view record = records[i];
-      const bool recyclable = record.size() >= kMinBytes && record.size() <= kMaxBytes;
-      PyObject* bytes = recyclable ? Reusable(record.size(), &next) : nullptr;
-      if (bytes != nullptr) {
-        std::memcpy(PyBytes_AS_STRING(bytes), record.data(), record.size());
-        ForgetHash(bytes);
-        Py_INCREF(bytes);
+      if (reuse) {
+        Overwrite(out.ptr(), i, records[i]);
       } else {
-        bytes = PyBytes_FromStringAndSize(record.data(), record.size());
-        if (bytes == nullptr) throw py::error_already_set();
+        PyList_SET_ITEM(out.ptr(), i, NewBytes(records[i]));  // steals the reference
       }
-      if (recyclable) kept.push_back(py::reinterpret_borrow<py::object>(bytes));
-      PyList_SET_ITEM(out.ptr(), i, bytes);  // steals the reference
     }
     older_ = std::move(last_);
-    last_ = std::move(kept);
+    last_ = out;
     return out;
   }
 
@@ -371,17 +364,30 @@ class BytesRecycler {
   static constexpr size_t kMinBytes = 2;
   static constexpr size_t kMaxBytes = 4096;
 
-  // The next object of older_ from *next on that only older_ references,
-  // of `size` bytes; nullptr when none is left.
-  PyObject* Reusable(size_t size, size_t* next) {
-    while (*next < older_.size()) {
-      PyObject* candidate = older_[(*next)++].ptr();
-      if (Py_REFCNT(candidate) == 1 &&
-          PyBytes_GET_SIZE(candidate) == static_cast<Py_ssize_t>(size)) {
-        return candidate;
-      }
+  static PyObject* NewBytes(std::string_view record) {
+    PyObject* bytes = PyBytes_FromStringAndSize(record.data(), record.size());
+    if (bytes == nullptr) throw py::error_already_set();
+    return bytes;
+  }
+  // Whether the list handed out two calls ago can be handed out again: only
+  // this class holds it, and it has `size` items.
+  bool TakeOlder(size_t size) const {
+    return older_ && Py_REFCNT(older_.ptr()) == 1 &&
+           PyList_GET_SIZE(older_.ptr()) == static_cast<Py_ssize_t>(size);
+  }
+  // Puts `record` at list[i]: into the bytes object there when nothing else
+  // holds it and it has the record's size, else into a new one.
+  static void Overwrite(PyObject* list, size_t i, std::string_view record) {
+    PyObject* old = PyList_GET_ITEM(list, i);
+    if (record.size() >= kMinBytes && record.size() <= kMaxBytes && Py_REFCNT(old) == 1 &&
+        PyBytes_CheckExact(old) &&
+        PyBytes_GET_SIZE(old) == static_cast<Py_ssize_t>(record.size())) {
+      std::memcpy(PyBytes_AS_STRING(old), record.data(), record.size());
+      ForgetHash(old);
+      return;
     }
-    return nullptr;
+    PyList_SET_ITEM(list, i, NewBytes(record));
+    Py_DECREF(old);
   }
   // The cached hash was of the old value (-1: not computed).
   static void ForgetHash(PyObject* bytes) {
@@ -391,8 +397,8 @@ class BytesRecycler {
 #pragma GCC diagnostic pop
   }
 
-  std::vector<py::object> older_;  // handed out two calls ago
-  std::vector<py::object> last_;   // handed out by the last call
+  py::object older_;  // the list handed out two calls ago (none before)
+  py::object last_;   // the list handed out by the last call
 };
 
 // The schema and input_mapping as given, checked before any feed is involved.
@@ -629,6 +635,19 @@ class PyDataFeed {
   int epoch_ = 0;
 };
 
+// The DataFeed behind `self`. pybind11 finds a method's C++ class by
+// hashing its mangled name on every call; next_batch and should_stop, called
+// once a batch each, look it up once.
+PyDataFeed& Self(py::handle self) {
+  static const py::detail::type_info* const kType = py::detail::get_type_info(typeid(PyDataFeed));
+  py::detail::type_caster_generic caster(kType);
+  if (!caster.load(self, /*convert=*/false) || caster.value == nullptr) {
+    throw py::type_error("expected a drover.DataFeed, got " +
+                         std::string(Py_TYPE(self.ptr())->tp_name));
+  }
+  return *static_cast<PyDataFeed*>(caster.value);
+}
+
 }  // namespace
 
 void RegisterFeed(py::module_& m) {
@@ -648,16 +667,20 @@ void RegisterFeed(py::module_& m) {
       .def(py::init<bool, const py::object&, const py::object&, const py::object&>(),
            py::arg("train_mode") = true, py::arg("input_mapping") = py::none(),
            py::arg("schema") = py::none(), py::arg("timeout") = py::none())
-      .def("next_batch", &PyDataFeed::NextBatch, py::arg("batch_size"),
-           "Up to batch_size records of one epoch; empty once the feed is over.\n"
-           "TimeoutError when nothing arrived within the timeout; RuntimeError when\n"
-           "feeding failed; ValueError when a record does not match the schema, or in\n"
-           "inference mode when the previous batch has no results yet.")
+      .def(
+          "next_batch",
+          [](py::handle self, py::ssize_t batch_size) { return Self(self).NextBatch(batch_size); },
+          py::arg("batch_size"),
+          "Up to batch_size records of one epoch; empty once the feed is over.\n"
+          "TimeoutError when nothing arrived within the timeout; RuntimeError when\n"
+          "feeding failed; ValueError when a record does not match the schema, or in\n"
+          "inference mode when the previous batch has no results yet.")
       .def("batch_results", &PyDataFeed::BatchResults, py::arg("results"),
            "Inference: one result per record of the last batch, in order. Each is bytes,\n"
            "str, or anything else written as str(item); none may contain a newline.")
-      .def("should_stop", &PyDataFeed::ShouldStop,
-           "True once every epoch is read, or the feed was terminated or stopped.")
+      .def(
+          "should_stop", [](py::handle self) { return Self(self).ShouldStop(); },
+          "True once every epoch is read, or the feed was terminated or stopped.")
       .def("commit", &PyDataFeed::Commit,
            "Training: records in the driver that every record next_batch returned so far\n"
            "is consumed; call it when the model is checkpointed. After a failure the next\n"

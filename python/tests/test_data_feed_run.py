@@ -57,33 +57,51 @@ def test_raw_records_come_as_numpy_arrays_with_a_schema(tmp_path):
 
 
 def test_bytes_records_stay_what_they_were_whatever_the_program_keeps(tmp_path):
-    """next_batch writes a record into a bytes object of the batch before last
-    only when nothing else references it: the records a program keeps (one of
-    each batch in a list, one as a dict key) keep their value and hash, and
-    every record, handed out again or new, is what the file holds."""
+    """next_batch hands out the list of the batch before last again, written
+    over, only when nothing else references it, and writes a record into one
+    of its bytes objects only when nothing else references that: the records
+    a program keeps (one of each batch in a list, one as a dict key) and the
+    lists it keeps whole keep their values and hashes; lists it changed
+    (items replaced, reordered, added, removed) and dropped do not disturb
+    later batches; every record, handed out again or new, is what the file
+    holds."""
     records = [f"{i:08d}".encode() * 4 for i in range(5000)]  # 32 bytes, all distinct
     (tmp_path / "r.raw").write_bytes(b"".join(records))
     result = run(tmp_path, """
         import drover, hashlib
         feed = drover.DataFeed()
-        kept, by_key, digest, hashes_ok = [], {}, hashlib.sha256(), True
+        kept, by_key, lists, digest, hashes_ok = [], {}, [], hashlib.sha256(), True
+        calls = 0
         while not feed.should_stop():
             batch = feed.next_batch(50)
             if not batch:
                 break
+            calls += 1
             for record in batch:
                 digest.update(record)
                 hashes_ok = hashes_ok and hash(record) == hash(bytes(bytearray(record)))
             kept.append((batch[0], bytes(bytearray(batch[0]))))
             by_key[batch[-1]] = bytes(bytearray(batch[-1]))
+            if calls % 7 == 0:
+                lists.append((batch, [bytes(bytearray(r)) for r in batch]))
+            elif calls % 5 == 0:
+                batch[1] = "not bytes"
+                batch[2] = b"short"
+                batch.reverse()
+            elif calls % 11 == 0:
+                batch.append(b"one more")
+            elif calls % 13 == 0:
+                del batch[:]
         unchanged = all(record == copy for record, copy in kept)
         keys_ok = all(key == copy and by_key[copy] == copy for key, copy in by_key.items())
+        lists_ok = all(whole == copies for whole, copies in lists)
         print("read", feed.records_read, digest.hexdigest(), hashes_ok, unchanged, keys_ok,
-              len(kept) > 2)
+              lists_ok, len(kept) > 2, len(lists) > 2)
         """, "--nodes", "1", "--input", "r.raw", "--format", "raw", "--record-bytes", "32")
     assert result.returncode == 0, result.stderr
     everything = hashlib.sha256(b"".join(records)).hexdigest()
-    assert f"[worker:0] read 5000 {everything} True True True True" in result.stdout, result.stdout
+    assert f"[worker:0] read 5000 {everything} True True True True True True" in result.stdout, \
+        result.stdout
 
 
 def test_context_feed_with_input_mapping_over_csv_columns(tmp_path):

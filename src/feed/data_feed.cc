@@ -180,16 +180,22 @@ Result<RecordBatch> ShmDataFeed::NextBatch(size_t max_records) {
   if (channel_.state() == RunState::kStopped) return Stopped();
   if (terminated_ || channel_.state() != RunState::kRunning || max_records == 0) return batch;
 
-  const auto deadline = Clock::now() + timeout_;
+  // Read the clock only for a call that has to wait: most calls take what
+  // an earlier call left in current_.
+  std::optional<Clock::time_point> deadline_at;
+  auto deadline = [&] {
+    if (!deadline_at) deadline_at = Clock::now() + timeout_;
+    return *deadline_at;
+  };
   bool have_epoch = false;
   bool partition_ended = false;  // external: take only what is queued from here
   while (batch.records.size() < max_records && !ended_) {
     if (!current_) {
       bool held_back = false;
-      Result<std::optional<BatchView>> next = batch.records.empty() ? input_.Next(deadline)
+      Result<std::optional<BatchView>> next = batch.records.empty() ? input_.Next(deadline())
                                               : partition_ended
                                                   ? input_.TryNext()
-                                                  : NextWhileHolding(deadline, &held_back);
+                                                  : NextWhileHolding(deadline(), &held_back);
       if (held_back) break;
       if (partition_ended && next.ok() && !next->has_value() &&
           channel_.state() == RunState::kRunning && !input_.closed_and_drained()) {
