@@ -277,30 +277,22 @@ Status ShmPartitionWriter::Feed(uint32_t partition, uint32_t epoch,
 }
 
 Status ShmPartitionWriter::WaitConsumed() {
-  Deadline deadline = Clock::now() + options_.feed_timeout;
-  uint64_t unread = input_.unread_bytes();
-  auto pause = milliseconds(1);
-  for (;;) {
-    if (terminated()) {
-      terminated_ = true;
-      return Status::Ok();
-    }
-    if (channel_.state() == RunState::kStopped) return Stopped();
-    const uint64_t now_unread = input_.unread_bytes();
-    if (now_unread == 0) return Status::Ok();
-    if (now_unread < unread) {  // the program took some
-      deadline = Clock::now() + options_.feed_timeout;
-      pause = milliseconds(1);
-    }
-    unread = now_unread;
-    if (Clock::now() >= deadline) {
-      return Status::DeadlineExceeded("feed timeout: " + task_ + " took no records for " +
-                                      os::SecondsText(options_.feed_timeout) + " (" +
-                                      std::to_string(unread) + " bytes still queued)");
-    }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, milliseconds(20));
+  // Woken by each release; the timeout restarts whenever the program took
+  // something.
+  Status released = terminated()
+                        ? Status::Ok()
+                        : input_.WaitForRelease(input_.write_position(), options_.feed_timeout);
+  if (terminated()) {
+    terminated_ = true;
+    return Status::Ok();
   }
+  if (channel_.state() == RunState::kStopped) return Stopped();
+  if (released.code() == Status::Code::kDeadlineExceeded) {
+    return Status::DeadlineExceeded("feed timeout: " + task_ + " took no records for " +
+                                    os::SecondsText(options_.feed_timeout) + " (" +
+                                    std::to_string(input_.unread_bytes()) + " bytes still queued)");
+  }
+  return released;
 }
 
 Status ShmPartitionWriter::EndFeed() {
