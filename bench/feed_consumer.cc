@@ -2,8 +2,9 @@
 //
 //   feed_consumer [--batch K] [--out FILE]
 //     Run by `drover run --input ...`: reads every record with
-//     drover::DataFeed::NextBatch(K) and copies each record into a reused
-//     batch buffer, as a consumer assembling a contiguous batch does.
+//     drover::DataFeed::NextBatch(K, &batch) (one RecordBatch, reused) and
+//     copies each record into a reused batch buffer, as a consumer
+//     assembling a contiguous batch does.
 //
 //   feed_consumer --in-place [--batch K] [--out FILE]
 //     As the first form, but uses each record where it is, in the queue:
@@ -389,25 +390,25 @@ int RunFeed(const Args& args) {
   uint64_t bytes = 0;
   uint64_t sum = 0;
   Clock::time_point first;
+  drover::RecordBatch next;  // reused: NextBatch allocates nothing
   for (;;) {
-    drover::Result<drover::RecordBatch> next = feed.NextBatch(args.batch);
-    if (!next.ok()) {
+    if (drover::Status status = feed.NextBatch(args.batch, &next); !status.ok()) {
       std::fprintf(stderr, "feed_consumer: after %llu records: %s\n",
-                   static_cast<unsigned long long>(records), next.status().ToString().c_str());
+                   static_cast<unsigned long long>(records), status.ToString().c_str());
       return 1;
     }
-    if (next->records.empty()) break;
+    if (next.records.empty()) break;
     if (records == 0) first = Clock::now();
-    records += next->records.size();
+    records += next.records.size();
     if (args.in_place) {
-      for (std::string_view record : next->records) {
+      for (std::string_view record : next.records) {
         sum ^= XorWords(record);
         bytes += record.size();
       }
       continue;
     }
     batch.Clear();
-    for (std::string_view record : next->records) batch.Append(record);
+    for (std::string_view record : next.records) batch.Append(record);
     batch.Consume();
     bytes += batch.size();
   }

@@ -476,21 +476,20 @@ class PyDataFeed {
       throw py::value_error("next_batch needs a batch size of at least 1, got " +
                             std::to_string(max_records));
     }
-    std::optional<Result<RecordBatch>> batch;
     // The GIL goes first (another thread may hold mutex_ and want it), and
     // comes back with mutex_ still held: the records are views into the
     // queue until the next call.
     std::optional<py::gil_scoped_release> release(std::in_place);
     MutexLock lock(mutex_);
-    batch.emplace(feed_->NextBatch(static_cast<size_t>(max_records)));
+    Status status = feed_->NextBatch(static_cast<size_t>(max_records), &batch_);
     release.reset();
     records_read_ = feed_->records_read();
-    if (!batch->ok()) ThrowStatus(batch->status());
-    epoch_ = (*batch)->epoch;
+    if (!status.ok()) ThrowStatus(status);
+    epoch_ = batch_.epoch;
     // The records are views into the queue: decode them before unlocking.
-    if (pickle_) return Unpickle((*batch)->records);
-    if (layout_) return DecodeBatch(format_, *layout_, (*batch)->records);
-    return recycler_.Make((*batch)->records);
+    if (pickle_) return Unpickle(batch_.records);
+    if (layout_) return DecodeBatch(format_, *layout_, batch_.records);
+    return recycler_.Make(batch_.records);
   }
 
   void BatchResults(const py::object& results) {
@@ -595,9 +594,10 @@ class PyDataFeed {
   std::string format_name_;
   std::optional<BatchLayout> layout_;  // unset: next_batch returns bytes
   bool train_mode_ = true;
-  std::optional<py::module_> pickle_;  // set: the records are pickled objects
-  std::optional<py::dict> mapping_;    // input_mapping over pickled rows
-  BytesRecycler recycler_;             // next_batch's bytes (the GIL guards it)
+  std::optional<py::module_> pickle_;     // set: the records are pickled objects
+  std::optional<py::dict> mapping_;       // input_mapping over pickled rows
+  BytesRecycler recycler_;                // next_batch's bytes (the GIL guards it)
+  RecordBatch batch_ GUARDED_BY(mutex_);  // next_batch's views, its storage reused
 
   // The batch's objects, or with input_mapping {name: array of column}.
   py::object Unpickle(const std::vector<std::string_view>& records) {

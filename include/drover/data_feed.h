@@ -94,7 +94,11 @@ class DataFeed {
   // arrived within the timeout; kUnavailable (with the agent's reason) when
   // feeding failed; kInvalidArgument in inference mode when the previous
   // batch has not been answered.
-  virtual Result<RecordBatch> NextBatch(size_t max_records) = 0;
+  Result<RecordBatch> NextBatch(size_t max_records);
+  // The same into *batch, replacing what it held (nothing on an error): a
+  // loop that passes the same RecordBatch reuses its storage, so small
+  // batches cost no allocation.
+  virtual Status NextBatch(size_t max_records, RecordBatch* batch) = 0;
 
   // Inference: one result per record of the last NextBatch, in order.
   // kInvalidArgument naming the partition when the count is wrong; a result

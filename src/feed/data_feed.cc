@@ -45,7 +45,8 @@ class ShmDataFeed final : public DataFeed {
   // Starts after what an earlier reader of this node's feed was handed.
   Status Resume() { return input_.Resume(); }
 
-  Result<RecordBatch> NextBatch(size_t max_records) override;
+  using DataFeed::NextBatch;
+  Status NextBatch(size_t max_records, RecordBatch* out) override;
   Status BatchResults(const std::vector<std::string_view>& results) override;
   bool ShouldStop() const override;
   void Terminate() override;
@@ -73,6 +74,8 @@ class ShmDataFeed final : public DataFeed {
   void Take(size_t wanted, RecordBatch* batch);
   Status WriteResults(const Piece& piece, const std::vector<std::string_view>& results,
                       size_t first);
+  // NextBatch's work; *batch starts empty.
+  Status FillBatch(size_t max_records, RecordBatch* out);
 
   // Closing the connection is what tells the agent this reader is gone:
   // declared before the channel, so it closes after the last use of it.
@@ -160,8 +163,16 @@ void ShmDataFeed::Take(size_t wanted, RecordBatch* batch) {
   }
 }
 
-Result<RecordBatch> ShmDataFeed::NextBatch(size_t max_records) {
-  RecordBatch batch;
+Status ShmDataFeed::NextBatch(size_t max_records, RecordBatch* out) {
+  out->records.clear();
+  out->epoch = 0;
+  Status filled = FillBatch(max_records, out);
+  if (!filled.ok()) out->records.clear();
+  return filled;
+}
+
+Status ShmDataFeed::FillBatch(size_t max_records, RecordBatch* out) {
+  RecordBatch& batch = *out;
   size_t records_unanswered = 0;
   for (const Piece& piece : unanswered_) records_unanswered += piece.info.record_count;
   if (records_unanswered > 0) {
@@ -178,7 +189,8 @@ Result<RecordBatch> ShmDataFeed::NextBatch(size_t max_records) {
   // The views handed out last time are given up now.
   input_.Release(release_to_);
   if (channel_.state() == RunState::kStopped) return Stopped();
-  if (terminated_ || channel_.state() != RunState::kRunning || max_records == 0) return batch;
+  if (terminated_ || channel_.state() != RunState::kRunning || max_records == 0)
+    return Status::Ok();
 
   // Read the clock only for a call that has to wait: most calls take what
   // an earlier call left in current_.
@@ -229,7 +241,7 @@ Result<RecordBatch> ShmDataFeed::NextBatch(size_t max_records) {
       have_epoch = true;
     }
     const bool ends_partition = (current_->info.flags & feed::kEndOfPartition) != 0;
-    Take(max_records, &batch);
+    Take(max_records, out);
     // A batch that gave this call nothing (an empty end-of-partition batch)
     // is given back before waiting for more: a writer waiting for the queue
     // to drain (PartitionWriter::WaitConsumed) must not wait for this call.
@@ -248,7 +260,7 @@ Result<RecordBatch> ShmDataFeed::NextBatch(size_t max_records) {
     }
   }
   records_read_ += batch.records.size();
-  return batch;
+  return Status::Ok();
 }
 
 Status ShmDataFeed::WriteResults(const Piece& piece, const std::vector<std::string_view>& results,
@@ -369,6 +381,12 @@ Result<std::optional<FeedPosition>> ShmDataFeed::Commit() {
 }
 
 }  // namespace
+
+Result<RecordBatch> DataFeed::NextBatch(size_t max_records) {
+  RecordBatch batch;
+  DROVER_RETURN_IF_ERROR(NextBatch(max_records, &batch));
+  return batch;
+}
 
 Result<std::unique_ptr<DataFeed>> DataFeed::Connect(const Environment& env,
                                                     DataFeedOptions options) {

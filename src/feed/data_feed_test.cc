@@ -286,6 +286,31 @@ TEST_F(DataFeedTest, NextBatchTimesOut) {
   EXPECT_THAT(Strings(batch), ElementsAre("late"));
 }
 
+TEST_F(DataFeedTest, ABatchPassedAgainIsReplacedAndKeepsItsStorage) {
+  Publish(Info(0, 0, 0), {"r0", "r1", "r2", "r3", "r4", "r5"});
+  Publish(Info(0, 1, 0, kEndOfPartition), {"t0"});
+  DataFeedOptions options = Options();
+  options.timeout = milliseconds(50);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DataFeed> feed, DataFeed::Connect(no_env_, options));
+  RecordBatch batch;
+  batch.records = {"stale"};
+  batch.epoch = 7;
+  ASSERT_OK(feed->NextBatch(4, &batch));
+  EXPECT_THAT(Strings(batch), ElementsAre("r0", "r1", "r2", "r3"));
+  EXPECT_EQ(batch.epoch, 0);
+  const std::string_view* storage = batch.records.data();
+  ASSERT_OK(feed->NextBatch(4, &batch));  // the rest of epoch 0
+  EXPECT_THAT(Strings(batch), ElementsAre("r4", "r5"));
+  EXPECT_EQ(batch.records.data(), storage);
+  ASSERT_OK(feed->NextBatch(4, &batch));
+  EXPECT_THAT(Strings(batch), ElementsAre("t0"));
+  EXPECT_EQ(batch.epoch, 1);
+  // Nothing more arrives: an error leaves the batch empty.
+  EXPECT_THAT(feed->NextBatch(4, &batch), StatusIs(Code::kDeadlineExceeded, ::testing::_));
+  EXPECT_THAT(batch.records, IsEmpty());
+  EXPECT_EQ(feed->records_read(), 7u);
+}
+
 TEST_F(DataFeedTest, ConnectNeedsASocket) {
   MapEnvironment env;
   EXPECT_THAT(DataFeed::Connect(env, DataFeedOptions{}),
