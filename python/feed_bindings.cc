@@ -635,20 +635,37 @@ class PyDataFeed {
   int epoch_ = 0;
 };
 
-// The DataFeed behind `self`. pybind11 finds a method's C++ class by
-// hashing its mangled name on every call; next_batch and should_stop, called
-// once a batch each, look it up once.
-PyDataFeed& Self(py::handle self) {
-  static const py::detail::type_info* const kType = py::detail::get_type_info(typeid(PyDataFeed));
-  py::detail::type_caster_generic caster(kType);
-  if (!caster.load(self, /*convert=*/false) || caster.value == nullptr) {
-    throw py::type_error("expected a drover.DataFeed, got " +
-                         std::string(Py_TYPE(self.ptr())->tp_name));
-  }
-  return *static_cast<PyDataFeed*>(caster.value);
-}
+// `self` of the methods called once a batch (next_batch, should_stop).
+// pybind11 finds a method's C++ class by hashing its mangled name on every
+// call; this argument's caster looks it up once.
+struct FeedSelf {
+  PyDataFeed* feed = nullptr;
+};
 
 }  // namespace
+}  // namespace drover::python
+
+namespace pybind11::detail {
+
+template <>
+struct type_caster<drover::python::FeedSelf> {
+  PYBIND11_TYPE_CASTER(drover::python::FeedSelf, const_name("DataFeed"));
+
+  bool load(handle source, bool /*convert*/) {
+    static const type_info* const kType = get_type_info(typeid(drover::python::PyDataFeed));
+    type_caster_generic caster(kType);
+    if (!caster.load(source, /*convert=*/false) || caster.value == nullptr) return false;
+    value.feed = static_cast<drover::python::PyDataFeed*>(caster.value);
+    return true;
+  }
+  static handle cast(const drover::python::FeedSelf&, return_value_policy, handle) {
+    return handle();  // never returned to Python
+  }
+};
+
+}  // namespace pybind11::detail
+
+namespace drover::python {
 
 void RegisterFeed(py::module_& m) {
   py::class_<PyDataFeed>(
@@ -669,7 +686,7 @@ void RegisterFeed(py::module_& m) {
            py::arg("schema") = py::none(), py::arg("timeout") = py::none())
       .def(
           "next_batch",
-          [](py::handle self, py::ssize_t batch_size) { return Self(self).NextBatch(batch_size); },
+          [](FeedSelf self, py::ssize_t batch_size) { return self.feed->NextBatch(batch_size); },
           py::arg("batch_size"),
           "Up to batch_size records of one epoch; empty once the feed is over.\n"
           "TimeoutError when nothing arrived within the timeout; RuntimeError when\n"
@@ -679,7 +696,7 @@ void RegisterFeed(py::module_& m) {
            "Inference: one result per record of the last batch, in order. Each is bytes,\n"
            "str, or anything else written as str(item); none may contain a newline.")
       .def(
-          "should_stop", [](py::handle self) { return Self(self).ShouldStop(); },
+          "should_stop", [](FeedSelf self) { return self.feed->ShouldStop(); },
           "True once every epoch is read, or the feed was terminated or stopped.")
       .def("commit", &PyDataFeed::Commit,
            "Training: records in the driver that every record next_batch returned so far\n"
