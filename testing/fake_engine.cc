@@ -121,6 +121,7 @@ class FakeAgent : public AgentProcess {
     shared_->Update(record_, [&](FakeNodeRecord& r) {
       r.job_name = own.job;
       r.task_index = own.index;
+      r.heartbeat_interval = formed->heartbeat_interval;
     });
     (*client)->StartHeartbeats(formed->heartbeat_interval);
     for (const std::string& line : script_.lines) Print(line + "\n");

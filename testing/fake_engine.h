@@ -19,6 +19,7 @@
 #ifndef DROVER_TESTING_FAKE_ENGINE_H_
 #define DROVER_TESTING_FAKE_ENGINE_H_
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -52,7 +53,8 @@ struct FakeNodeRecord {
   std::vector<std::string> argv;
   std::string job_name;  // "" until formed
   int task_index = -1;
-  bool stopped = false;  // got the driver's STOP
+  std::chrono::milliseconds heartbeat_interval{0};  // what the cluster told it; 0 until formed
+  bool stopped = false;                             // got the driver's STOP
   std::optional<int> signal;
   std::string error;  // a rendezvous call that failed
 };

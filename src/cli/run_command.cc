@@ -65,6 +65,7 @@ struct RunFlags {
   bool tee = false;
   int max_restarts = 0;
   double reservation_timeout = 300;
+  std::optional<double> heartbeat;  // seconds; unset: the driver's default
   double shutdown_timeout = 0;
   double grace = 5;
   NodeList node_list = NodeList::kAuto;
@@ -201,6 +202,11 @@ int RunEtcd(const RunFlags& flags, const ClusterTemplate& cluster, int min_nodes
   if (flags.node_list != NodeList::kAuto) {
     err << "drover run: --node-list is for the built-in rendezvous; through etcd every node "
            "reads the whole cluster\n";
+    return kExitBadInput;
+  }
+  if (flags.heartbeat) {
+    err << "drover run: --heartbeat is for the built-in rendezvous; through etcd a node is "
+           "alive while its lease is (--lease-ttl)\n";
     return kExitBadInput;
   }
   EtcdDriverOptions options;
@@ -391,6 +397,7 @@ int Run(RunFlags flags) {
   options.tee = flags.tee;
   options.max_restarts = flags.max_restarts;
   options.reservation_timeout = ToMs(flags.reservation_timeout);
+  if (flags.heartbeat) options.heartbeat_interval = ToMs(*flags.heartbeat);
   options.shutdown_timeout = ToMs(flags.shutdown_timeout);
   options.grace = ToMs(flags.grace);
   options.node_list = flags.node_list;
@@ -566,6 +573,12 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
                   "Seconds to wait for every node to register")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  run->add_option("--heartbeat", flags->heartbeat,
+                  "Seconds between the agents' heartbeats (default 1): their sign of life and\n"
+                  "the status page's progress; 5 missed ones declare a node lost (an agent\n"
+                  "that exits is seen at once). Longer: less traffic and CPU on a large or idle\n"
+                  "run, a hung host found later")
+      ->check(CLI::Range(0.01, 3600.0));
   run->add_option("--shutdown-timeout", flags->shutdown_timeout,
                   "Seconds the chief and workers may run before the run is stopped (0: no limit)")
       ->check(CLI::NonNegativeNumber)

@@ -75,6 +75,8 @@ struct DriverOptions {
   int min_nodes = 0;
   Milliseconds join_wait{30'000};
   Milliseconds reservation_timeout{300'000};
+  // Between the agents' heartbeats; 5 missed ones declare a node lost.
+  Milliseconds heartbeat_interval{1'000};
   Milliseconds shutdown_timeout{0};      // 0: the workers may run forever
   Milliseconds grace{5'000};             // SIGTERM -> SIGKILL
   NodeList node_list = NodeList::kAuto;  // each agent's --node-list

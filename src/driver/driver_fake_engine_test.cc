@@ -167,6 +167,19 @@ TEST(DriverFakeEngineTest, NodeWhoseConnectionDropsIsDeclaredLostAndSignalled) {
   EXPECT_TRUE(lost->signal.has_value()) << "the lost node's agent was never signalled";
 }
 
+TEST(DriverFakeEngineTest, TheNodesHeartbeatAtTheRunsInterval) {
+  DriverOptions options = Options(2, 0, "heartbeat");
+  options.heartbeat_interval = Milliseconds(250);
+  FakeEngine engine([](int, int) { return FakeNodeScript{}; });
+  std::ostringstream out, err;
+  EXPECT_EQ(Driver(options, engine, out, err).Run(), 0) << err.str();
+  const std::vector<FakeNodeRecord> nodes = engine.nodes();
+  ASSERT_EQ(nodes.size(), 2u);
+  for (const FakeNodeRecord& node : nodes) {
+    EXPECT_EQ(node.heartbeat_interval, Milliseconds(250)) << node.executor_id;
+  }
+}
+
 TEST(DriverFakeEngineTest, StopRequestStopsEveryNodeAndSaysSo) {
   DriverOptions options = Options(2, 0, "stop");
   const int stop_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

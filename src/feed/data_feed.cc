@@ -74,7 +74,7 @@ class ShmDataFeed final : public DataFeed {
   void Take(size_t wanted, RecordBatch* batch);
   Status WriteResults(const Piece& piece, const std::vector<std::string_view>& results,
                       size_t first);
-  // NextBatch's work; *batch starts empty.
+  // NextBatch's work; *out starts empty.
   Status FillBatch(size_t max_records, RecordBatch* out);
 
   // Closing the connection is what tells the agent this reader is gone:
@@ -189,8 +189,9 @@ Status ShmDataFeed::FillBatch(size_t max_records, RecordBatch* out) {
   // The views handed out last time are given up now.
   input_.Release(release_to_);
   if (channel_.state() == RunState::kStopped) return Stopped();
-  if (terminated_ || channel_.state() != RunState::kRunning || max_records == 0)
+  if (terminated_ || channel_.state() != RunState::kRunning || max_records == 0) {
     return Status::Ok();
+  }
 
   // Read the clock only for a call that has to wait: most calls take what
   // an earlier call left in current_.

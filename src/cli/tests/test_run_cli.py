@@ -174,6 +174,21 @@ def test_bad_input_is_one_line_and_exit_2(drover, tmp_path):
     assert result.stderr.startswith("drover run:")
 
 
+def test_heartbeat_sets_the_interval_and_is_for_the_built_in_rendezvous(drover, tmp_path):
+    # Many heartbeats while the programs run, none of them late enough to
+    # lose a node.
+    result = run(drover, tmp_path, "--nodes", "2", "--heartbeat", "0.05", "--", "sh", "-c",
+                 "sleep 0.6; echo done")
+    assert result.returncode == 0, result.stderr
+    assert "[worker:1] done" in result.stdout, result.stdout
+    result = run(drover, tmp_path, "--nodes", "1", "--heartbeat", "0", "--", "true")
+    assert result.returncode == 2 and "--heartbeat" in result.stderr, result.stderr
+    result = run(drover, tmp_path, "--nodes", "1", "--heartbeat", "2", "--rendezvous",
+                 "etcd://127.0.0.1:9/run", "--", "true")
+    assert result.returncode == 2, result.stderr
+    assert "--heartbeat is for the built-in rendezvous" in result.stderr, result.stderr
+
+
 def test_tensorboard_missing_is_a_clear_error(drover, tmp_path):
     env = {"PATH": "/nonexistent"}
     result = run(drover, tmp_path, "--nodes", "1", "--tensorboard", "--", "/bin/true", env=env)
