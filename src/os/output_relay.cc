@@ -1,0 +1,287 @@
+#include "os/output_relay.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+
+#include "os/fd_io.h"
+#include "os/sigpipe_block.h"
+
+namespace drover::os {
+namespace {
+
+constexpr char kMarker = '\x1e';
+// A slow reader holds up the sources once this much waits for it.
+constexpr size_t kBackedUp = 1 << 20;
+// "\x1e" + kind + a 20-digit channel + " " + a 20-digit length + "\n".
+constexpr size_t kMaxHeader = 44;
+
+Result<UniqueFd> MakeEventFd() {
+  UniqueFd fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!fd.valid()) return Status::IoError(std::string("eventfd: ") + std::strerror(errno));
+  return fd;
+}
+
+void SetNonBlocking(int fd) {
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+bool ParseNumber(std::string_view text, size_t* value) {
+  if (text.empty()) return false;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), *value);
+  return error == std::errc() && end == text.data() + text.size();
+}
+
+// Bytes waiting for one descriptor that may not take them all at once.
+struct Sink {
+  UniqueFd fd;
+  std::string pending;
+  size_t done = 0;
+  bool end_when_flushed = false;
+
+  size_t waiting() const { return pending.size() - done; }
+  void Append(std::string_view bytes) {
+    if (fd.valid()) pending.append(bytes);
+  }
+  // Writes what the descriptor takes now; drops everything once its reader
+  // is gone; closes it once told to end and flushed.
+  void Flush() {
+    if (!fd.valid()) return;
+    if (!WriteAvailable(fd.get(), pending, &done)) {
+      fd.Reset();
+      pending.clear();
+      done = 0;
+      return;
+    }
+    if (done == pending.size()) {
+      pending.clear();
+      done = 0;
+      if (end_when_flushed) fd.Reset();
+    }
+  }
+};
+
+}  // namespace
+
+std::string EncodeRelayFrame(char kind, size_t channel, std::string_view payload) {
+  std::string frame;
+  frame.reserve(kMaxHeader + payload.size());
+  frame += kMarker;
+  frame += kind;
+  frame += std::to_string(channel);
+  frame += ' ';
+  frame += std::to_string(payload.size());
+  frame += '\n';
+  frame.append(payload);
+  return frame;
+}
+
+void RelayDecoder::Feed(std::string_view bytes,
+                        const std::function<void(const RelayFrame&)>& on_frame) {
+  buffer_.append(bytes);
+  size_t at = 0;
+  auto raw = [&](size_t end) {
+    on_frame(RelayFrame{'r', 0, std::string_view(buffer_).substr(at, end - at)});
+    at = end;
+  };
+  while (at < buffer_.size()) {
+    if (buffer_[at] != kMarker) {
+      size_t next = buffer_.find(kMarker, at);
+      raw(next == std::string::npos ? buffer_.size() : next);
+      continue;
+    }
+    const size_t newline = buffer_.find('\n', at);
+    if (newline == std::string::npos) {
+      if (buffer_.size() - at < kMaxHeader) break;  // the header's rest is on its way
+      raw(at + 1);
+      continue;
+    }
+    const std::string_view header = std::string_view(buffer_).substr(at + 1, newline - at - 1);
+    const size_t space = header.find(' ');
+    size_t channel = 0;
+    size_t length = 0;
+    const bool good = header.size() <= kMaxHeader && space != std::string_view::npos &&
+                      !header.empty() && std::strchr("oes", header[0]) != nullptr &&
+                      ParseNumber(header.substr(1, space - 1), &channel) &&
+                      ParseNumber(header.substr(space + 1), &length) && length <= kMaxPayload;
+    if (!good) {
+      raw(at + 1);  // a stray marker byte: the rest is looked at again
+      continue;
+    }
+    if (buffer_.size() - (newline + 1) < length) break;  // the payload's rest is on its way
+    on_frame(RelayFrame{header[0], channel, std::string_view(buffer_).substr(newline + 1, length)});
+    at = newline + 1 + length;
+  }
+  buffer_.erase(0, at);
+}
+
+void RelayDecoder::Finish(const std::function<void(const RelayFrame&)>& on_frame) {
+  if (!buffer_.empty()) on_frame(RelayFrame{'r', 0, buffer_});
+  buffer_.clear();
+}
+
+Result<std::unique_ptr<OutputRelay>> OutputRelay::Start(size_t channels, UniqueFd out) {
+  std::unique_ptr<OutputRelay> relay(new OutputRelay());
+  DROVER_ASSIGN_OR_RETURN(relay->wake_, MakeEventFd());
+  for (size_t i = 0; i <= channels; ++i) {
+    DROVER_ASSIGN_OR_RETURN(Pipe pipe, MakePipe(O_CLOEXEC));
+    SetNonBlocking(pipe.read.get());
+    relay->readers_.push_back(std::move(pipe.read));
+    if (i < channels) {
+      relay->writers_.push_back(std::move(pipe.write));
+    } else {
+      relay->status_writer_ = std::move(pipe.write);
+    }
+  }
+  SetNonBlocking(out.get());
+  relay->out_ = std::move(out);
+  relay->thread_ = std::thread([raw = relay.get()] { raw->Loop(); });
+  return relay;
+}
+
+OutputRelay::~OutputRelay() {
+  Finish(std::chrono::milliseconds(0));
+}
+
+void OutputRelay::Finish(std::chrono::milliseconds timeout) {
+  if (!thread_.joinable()) return;
+  writers_.clear();
+  status_writer_.Reset();
+  finish_by_ = (std::chrono::steady_clock::now() + timeout).time_since_epoch().count();
+  SignalEventFd(wake_.get());
+  thread_.join();
+}
+
+void OutputRelay::Loop() {
+  SigpipeBlock no_sigpipe;  // a driver gone: EPIPE, and the output is dropped
+  Sink out{std::move(out_)};
+  const size_t status = readers_.size() - 1;
+  auto finish_by = std::chrono::steady_clock::time_point::max();
+  for (;;) {
+    std::vector<pollfd> fds{{wake_.get(), POLLIN, 0}};
+    std::vector<size_t> polled;
+    bool open = false;
+    for (size_t i = 0; i < readers_.size(); ++i) {
+      if (!readers_[i].valid()) continue;
+      open = true;
+      if (out.waiting() >= kBackedUp) continue;
+      fds.push_back({readers_[i].get(), POLLIN, 0});
+      polled.push_back(i);
+    }
+    if (out.waiting() > 0) fds.push_back({out.fd.get(), POLLOUT, 0});
+    if (!open && out.waiting() == 0) return;
+    const bool finishing = finish_by != std::chrono::steady_clock::time_point::max();
+    if (finishing && std::chrono::steady_clock::now() >= finish_by) return;
+    if (::poll(fds.data(), fds.size(), finishing ? PollTimeoutMs(finish_by) : -1) < 0 &&
+        errno != EINTR) {
+      return;
+    }
+    if (fds[0].revents != 0) {
+      DrainEventFd(wake_.get());
+      const auto since_epoch = std::chrono::steady_clock::duration(finish_by_.load());
+      finish_by = std::chrono::steady_clock::time_point(since_epoch);
+    }
+    for (size_t k = 0; k < polled.size(); ++k) {
+      if (fds[k + 1].revents == 0) continue;
+      const size_t i = polled[k];
+      std::string data;
+      const bool more = ReadAvailable(readers_[i].get(), &data);
+      for (size_t at = 0; at < data.size(); at += RelayDecoder::kMaxPayload) {
+        std::string_view piece = std::string_view(data).substr(at, RelayDecoder::kMaxPayload);
+        out.Append(EncodeRelayFrame(i == status ? 's' : 'o', i == status ? 0 : i, piece));
+      }
+      if (!more) {
+        readers_[i].Reset();
+        if (i != status) out.Append(EncodeRelayFrame('e', i, ""));
+      }
+    }
+    out.Flush();
+  }
+}
+
+Result<std::unique_ptr<RelayDemux>> RelayDemux::Start(int frames, int raw, size_t channels) {
+  std::unique_ptr<RelayDemux> demux(new RelayDemux());
+  DROVER_ASSIGN_OR_RETURN(demux->wake_, MakeEventFd());
+  for (size_t i = 0; i <= channels; ++i) {
+    DROVER_ASSIGN_OR_RETURN(Pipe pipe, MakePipe(O_CLOEXEC));
+    SetNonBlocking(pipe.read.get());
+    SetNonBlocking(pipe.write.get());
+    if (i < channels) {
+      demux->readers_.push_back(std::move(pipe.read));
+    } else {
+      demux->status_reader_ = std::move(pipe.read);
+    }
+    demux->sinks_.push_back(std::move(pipe.write));
+  }
+  demux->thread_ = std::thread([d = demux.get(), frames, raw] { d->Loop(frames, raw); });
+  return demux;
+}
+
+RelayDemux::~RelayDemux() {
+  if (!thread_.joinable()) return;
+  SignalEventFd(wake_.get());
+  thread_.join();
+}
+
+void RelayDemux::Loop(int frames, int raw) {
+  SigpipeBlock no_sigpipe;  // a reader gone: EPIPE, and its bytes are dropped
+  std::vector<Sink> sinks;
+  for (UniqueFd& fd : sinks_) sinks.push_back(Sink{std::move(fd)});
+  const size_t status = sinks.size() - 1;
+  RelayDecoder decoder;
+  auto deliver = [&](const RelayFrame& frame) {
+    if (frame.kind == 's') {
+      sinks[status].Append(frame.payload);
+    } else if (frame.kind == 'r' || frame.channel >= status) {
+      sinks[0].Append(frame.payload);
+    } else if (frame.kind == 'o') {
+      sinks[frame.channel].Append(frame.payload);
+    } else {
+      sinks[frame.channel].end_when_flushed = true;
+    }
+  };
+  int sources[2] = {frames, raw};
+  for (;;) {
+    size_t backed_up = 0;
+    for (const Sink& sink : sinks) backed_up = std::max(backed_up, sink.waiting());
+    std::vector<pollfd> fds{{wake_.get(), POLLIN, 0}};
+    for (int source : sources) {
+      if (source >= 0 && backed_up < kBackedUp) fds.push_back({source, POLLIN, 0});
+    }
+    const size_t first_sink = fds.size();
+    bool left = false;
+    for (const Sink& sink : sinks) {
+      if (!sink.fd.valid()) continue;
+      left = true;
+      if (sink.waiting() > 0) fds.push_back({sink.fd.get(), POLLOUT, 0});
+    }
+    if (!left) return;
+    if (::poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR) return;
+    if (fds[0].revents != 0) return;  // stopped
+    for (size_t k = 1; k < first_sink; ++k) {
+      if (fds[k].revents == 0) continue;
+      int& source = fds[k].fd == frames ? sources[0] : sources[1];
+      std::string data;
+      const bool more = ReadAvailable(source, &data);
+      if (&source == &sources[0]) {
+        decoder.Feed(data, deliver);
+      } else {
+        sinks[0].Append(data);
+      }
+      if (!more) source = -1;
+    }
+    if (sources[0] < 0 && sources[1] < 0) {
+      // The launcher ended: a frame it cut short is shown as it came.
+      decoder.Finish(deliver);
+      for (Sink& sink : sinks) sink.end_when_flushed = true;
+    }
+    for (Sink& sink : sinks) sink.Flush();
+  }
+}
+
+}  // namespace drover::os
