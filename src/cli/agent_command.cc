@@ -1,5 +1,6 @@
 #include "cli/agent_command.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <unistd.h>
@@ -7,6 +8,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -19,6 +21,7 @@
 #include "cli/resolve_command.h"
 #include "drover/agent.h"
 #include "engine/engine.h"  // HostLaunch: the --node list drover run sends
+#include "os/output_relay.h"
 #include "os/process_tree.h"
 
 namespace drover::cli {
@@ -287,10 +290,12 @@ void RunAgents(const std::vector<Agent*>& agents, bool stop_at_end_of_stdin,
 }
 
 // One node of a host's agent, from ID:OUTPUT_FD:GPUS[:TOKEN_FILE] (the
-// token file last: a path may hold colons).
+// token file last: a path may hold colons). OUTPUT_FD "-": relayed on
+// stdout; TOKEN_FILE "-": the next line of stdin.
 struct HostNode {
   std::string executor_id;
-  int output_fd = -1;
+  int output_fd = -1;  // kRelayed: a pipe of the agent's output relay
+  static constexpr int kRelayed = -1;
   std::string gpus;
   std::string token_file;  // "" : the host's connection (--token-file)
 };
@@ -307,54 +312,125 @@ Result<HostNode> ParseHostNode(const std::string& text) {
   const std::string fd = text.substr(first + 1, second - first - 1);
   node.gpus = text.substr(second + 1, third == std::string::npos ? third : third - second - 1);
   if (third != std::string::npos) node.token_file = text.substr(third + 1);
+  if (node.executor_id.empty()) return bad;
+  if (fd == "-") return node;
   size_t used = 0;
   try {
     node.output_fd = std::stoi(fd, &used);
   } catch (...) {
     used = 0;
   }
-  if (node.executor_id.empty() || used == 0 || used != fd.size() || node.output_fd < 1) return bad;
+  if (used == 0 || used != fd.size() || node.output_fd < 1) return bad;
   return node;
 }
 
+// A host's agent's nodes, checked: --node's fields agree with each other and
+// with --token-file and --status-fd.
+Result<std::vector<HostNode>> ParseHostNodes(const AgentFlags& flags) {
+  if (!flags.executor_id.empty() || !flags.gpus.empty()) {
+    return Status::InvalidArgument(
+        "--node gives each node its id and GPUs: not --executor-id or --gpus");
+  }
+  if (flags.rendezvous.rfind("etcd://", 0) == 0 || flags.elastic) {
+    return Status::InvalidArgument(
+        "--node is for a driver's HOST:PORT rendezvous in a run that is not elastic");
+  }
+  if (flags.host_nodes.size() > kMaxHostNodes) {
+    return Status::InvalidArgument("at most " + std::to_string(kMaxHostNodes) + " nodes an agent");
+  }
+  std::vector<HostNode> nodes;
+  const bool shared = !flags.token_file.empty();
+  for (const std::string& text : flags.host_nodes) {
+    DROVER_ASSIGN_OR_RETURN(HostNode node, ParseHostNode(text));
+    if (shared != node.token_file.empty()) {
+      return Status::InvalidArgument(
+          shared ? "with --token-file the nodes share the host's connection: --node " + text +
+                       " takes no TOKEN_FILE"
+                 : "--node " + text +
+                       " needs its TOKEN_FILE, or give the cluster token with --token-file");
+    }
+    if (!nodes.empty() &&
+        (node.output_fd == HostNode::kRelayed) != (nodes.front().output_fd == HostNode::kRelayed)) {
+      return Status::InvalidArgument("--node " + text +
+                                     ": every node's OUTPUT_FD is '-' (relayed), or none is");
+    }
+    nodes.push_back(std::move(node));
+  }
+  const bool relayed = nodes.front().output_fd == HostNode::kRelayed;
+  if (relayed && flags.status_fd >= 0) {
+    return Status::InvalidArgument(
+        "relayed nodes (OUTPUT_FD '-') send their exit codes on stdout: no --status-fd");
+  }
+  if (!relayed && flags.status_fd < 3) {
+    return Status::InvalidArgument("--node needs --status-fd FD");
+  }
+  return nodes;
+}
+
+// Relayed nodes (OUTPUT_FD '-', the ssh engine's host agent): each node's
+// output, the agent's own lines and the exit codes go as frames on what was
+// stdout (os/output_relay.h); the agent's own lines go with node 0's.
+Result<std::unique_ptr<os::OutputRelay>> RelayOutput(std::vector<HostNode>& nodes, int* status_fd) {
+  os::UniqueFd out(::fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3));
+  if (!out.valid()) return Status::IoError(std::string("dup stdout: ") + std::strerror(errno));
+  DROVER_ASSIGN_OR_RETURN(std::unique_ptr<os::OutputRelay> relay,
+                          os::OutputRelay::Start(nodes.size(), std::move(out)));
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    nodes[i].output_fd = relay->TakeChannelWriter(i).Release();
+  }
+  *status_fd = relay->TakeStatusWriter().Release();
+  std::cout.flush();
+  ::dup2(nodes[0].output_fd, STDOUT_FILENO);
+  ::dup2(nodes[0].output_fd, STDERR_FILENO);
+  return relay;
+}
+
+// Ends the relay when the host's agent returns, every node ended (or none
+// started): the relay sends what is left, then the stream ends.
+struct RelayGuard {
+  std::unique_ptr<os::OutputRelay> relay;
+  int status_fd = -1;
+  std::vector<HostNode>* nodes = nullptr;  // their channels, unless a node closed its own
+  ~RelayGuard() {
+    if (!relay) return;
+    ::close(status_fd);
+    for (HostNode& node : *nodes) {
+      if (node.output_fd > 2) ::close(node.output_fd);
+    }
+    std::cout.flush();
+    std::cerr.flush();
+    const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+    ::dup2(null, STDOUT_FILENO);
+    ::dup2(null, STDERR_FILENO);
+    ::close(null);
+    relay->Finish(std::chrono::seconds(10));
+  }
+};
+
 // A host's agent: every node it was given, each in a thread of its own
-// with its own output and exit code ("ID CODE" on --status-fd), from one exec
-// (torchrun's shape: one agent, a host's workers). With --token-file (the
-// cluster token) the nodes share one rendezvous connection; else each node's
-// TOKEN_FILE is its credential and its own connection.
+// with its own output and exit code ("ID CODE" on --status-fd, or relayed),
+// from one exec (torchrun's shape: one agent, a host's workers). With
+// --token-file (the cluster token) the nodes share one rendezvous
+// connection; else each node's TOKEN_FILE is its credential and its own
+// connection ("-": one line each on stdin, in order, which then stops every
+// node when it ends, as `--token-file -` does).
 int RunHostAgent(const AgentFlags& flags) {
   auto fail = [](const Status& status) {
     std::cerr << "drover agent: " << status.message() << "\n";
     return kExitBadInput;
   };
-  if (!flags.executor_id.empty() || !flags.gpus.empty()) {
-    return fail(Status::InvalidArgument(
-        "--node gives each node its id and GPUs: not --executor-id or --gpus"));
+  Result<std::vector<HostNode>> parsed = ParseHostNodes(flags);
+  if (!parsed.ok()) return fail(parsed.status());
+  std::vector<HostNode> nodes = std::move(parsed).value();
+  RelayGuard relay{nullptr, flags.status_fd, &nodes};
+  if (nodes.front().output_fd == HostNode::kRelayed) {
+    Result<std::unique_ptr<os::OutputRelay>> started = RelayOutput(nodes, &relay.status_fd);
+    if (!started.ok()) return fail(started.status());
+    relay.relay = std::move(started).value();
   }
-  if (flags.rendezvous.rfind("etcd://", 0) == 0 || flags.elastic) {
-    return fail(Status::InvalidArgument(
-        "--node is for a driver's HOST:PORT rendezvous in a run that is not elastic"));
-  }
-  if (flags.status_fd < 3) return fail(Status::InvalidArgument("--node needs --status-fd FD"));
-  if (flags.host_nodes.size() > kMaxHostNodes) {
-    return fail(
-        Status::InvalidArgument("at most " + std::to_string(kMaxHostNodes) + " nodes an agent"));
-  }
-  std::vector<HostNode> nodes;
-  for (const std::string& text : flags.host_nodes) {
-    Result<HostNode> node = ParseHostNode(text);
-    if (!node.ok()) return fail(node.status());
-    const bool shared = !flags.token_file.empty();
-    if (shared != node->token_file.empty()) {
-      return fail(Status::InvalidArgument(
-          shared ? "with --token-file the nodes share the host's connection: --node " + text +
-                       " takes no TOKEN_FILE"
-                 : "--node " + text +
-                       " needs its TOKEN_FILE, or give the cluster token with "
-                       "--token-file"));
-    }
-    nodes.push_back(*std::move(node));
-  }
+  const int status_fd = relay.status_fd;
+  bool stdin_credentials = false;
+  for (const HostNode& node : nodes) stdin_credentials |= node.token_file == "-";
   std::shared_ptr<HostConnection> connection;
   Credential cluster_token;
   if (!flags.token_file.empty()) {
@@ -383,8 +459,10 @@ int RunHostAgent(const AgentFlags& flags) {
     one.gpus = node.gpus;
     Result<AgentOptions> options = NodeOptions(one);
     if (!options.ok()) return fail(options.status().WithContext("executor " + node.executor_id));
-    Result<Credential> credential =
-        connection ? Result<Credential>(cluster_token) : Credential::ReadFile(node.token_file);
+    Result<Credential> credential = connection ? Result<Credential>(cluster_token)
+                                    : node.token_file == "-"
+                                        ? ReadCredentialFromStdin(Seconds(60))
+                                        : Credential::ReadFile(node.token_file);
     if (!credential.ok()) {
       return fail(credential.status().WithContext("executor " + node.executor_id));
     }
@@ -396,13 +474,14 @@ int RunHostAgent(const AgentFlags& flags) {
   std::vector<Agent*> running;
   for (const auto& agent : agents) running.push_back(agent.get());
   std::atomic<int> first_failure{0};
-  RunAgents(running, /*stop_at_end_of_stdin=*/false, [&](size_t i, int code) {
+  RunAgents(running, stdin_credentials, [&](size_t i, int code) {
     // One write of a short line: whole, whatever the other threads write.
     const std::string line = nodes[i].executor_id + " " + std::to_string(code) + "\n";
-    ssize_t ignored = ::write(flags.status_fd, line.data(), line.size());
+    ssize_t ignored = ::write(status_fd, line.data(), line.size());
     (void)ignored;
     // The node's end of output for the driver; stdout stays for the others.
     if (nodes[i].output_fd > 2) ::close(nodes[i].output_fd);
+    nodes[i].output_fd = -1;  // read by the relay's end, after the threads
     int none = 0;
     if (code != 0) first_failure.compare_exchange_strong(none, code);
   });
@@ -512,15 +591,18 @@ void AddAgentCommand(CLI::App& app, int* exit_code) {
       "--status-fd and the agent exits with the first non-zero one (0 when none).");
   agent
       ->add_option("--node", flags->host_nodes,
-                   "A host's agent (drover run's local engine): a node it runs, as\n"
-                   "ID:OUTPUT_FD:GPUS[:TOKEN_FILE] (GPUS empty: inherited); repeated, one\n"
+                   "A host's agent (drover run's local and ssh engines): a node it runs,\n"
+                   "as ID:OUTPUT_FD:GPUS[:TOKEN_FILE] (GPUS empty: inherited); repeated, one\n"
                    "thread a node, one exec for them all. With --token-file (the cluster\n"
                    "token) the nodes share one rendezvous connection; else each node's\n"
-                   "TOKEN_FILE is its credential and its own connection")
+                   "TOKEN_FILE is its credential and its own connection. OUTPUT_FD '-':\n"
+                   "every node's output and exit code go framed on stdout (through ssh);\n"
+                   "TOKEN_FILE '-': the next line of stdin, whose end then stops the nodes")
       ->type_name("ID:FD:GPUS[:FILE]")
       ->allow_extra_args(false);
   agent->add_option("--status-fd", flags->status_fd,
-                    "With --node: where each node's exit code goes, as a line 'ID CODE'");
+                    "With --node (OUTPUT_FD not '-'): where each node's exit code goes, as\n"
+                    "a line 'ID CODE'");
   agent->callback([flags, exit_code] {
     *exit_code = flags->host_nodes.empty() ? RunAgent(*flags) : RunHostAgent(*flags);
   });

@@ -585,10 +585,10 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   AddNodeListOption(*run, &flags->node_list);
   run->add_option("--agents", flags->agents,
-                  "host: one agent for every node of the local engine (torchrun's shape: one\n"
-                  "exec where each node's agent took one; each node keeps its connection,\n"
-                  "output and exit code); node: an agent process a node. Elastic runs and the\n"
-                  "ssh and slurm engines start an agent a node either way")
+                  "host: one agent for a host's nodes (torchrun's shape): every node of the\n"
+                  "local engine, each ssh host's nodes through one ssh; each node keeps its\n"
+                  "output and exit code. node: an agent process a node. Elastic runs and the\n"
+                  "slurm engine start an agent a node either way")
       ->check(CLI::IsMember({"host", "node"}))
       ->capture_default_str();
   run->add_option("--grace", flags->grace, "Seconds between SIGTERM and SIGKILL when stopping")

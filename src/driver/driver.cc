@@ -1226,6 +1226,33 @@ Driver::Outcome Driver::HandOver(Round& round, const std::string& reason) {
   return Outcome::kReform;
 }
 
+Status Driver::LaunchHostAgent(Round& round, uint16_t port, const std::vector<int>& group) {
+  // An agent on this machine, the driver's user's, could read the cluster
+  // token from the driver anyway: its nodes share one connection with it.
+  // Elsewhere each node gets its own credential and connection, and the
+  // cluster token stays here (docs/security.md).
+  const bool shared = engine_.RunsProgramsHere();
+  if (shared) DROVER_RETURN_IF_ERROR(WriteCredentialFile(kHostCredential));
+  HostLaunch host;
+  host.argv = SharedAgentArgv(round.number, port);
+  host.argv.insert(host.argv.begin() + 4, {"--host", engine_.agent_host(group.front())});
+  if (shared) host.argv.insert(host.argv.begin() + 6, {"--token-file", HostCredentialFile()});
+  for (int i : group) {
+    if (!shared) DROVER_RETURN_IF_ERROR(WriteCredentialFile(i));
+    host.nodes.push_back(
+        HostLaunch::Node{std::to_string(i), shared ? "" : NodeCredentialFile(i),
+                         options_.gpus.empty() ? "" : options_.gpus[static_cast<size_t>(i)]});
+  }
+  DROVER_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<AgentProcess>> processes,
+                          engine_.LaunchHost(host));
+  for (size_t k = 0; k < group.size(); ++k) {
+    Node& node = *round.nodes[static_cast<size_t>(group[k])];
+    node.process = std::move(processes[k]);
+    node.launched_at = Clock::now();
+  }
+  return Status::Ok();
+}
+
 bool Driver::LaunchAgents(Round& round, uint16_t port) {
   const int count = options_.cluster.num_nodes;
   for (int i = 0; i < count; ++i) {
@@ -1240,33 +1267,18 @@ bool Driver::LaunchAgents(Round& round, uint16_t port) {
     round.Stop(round.All(), true);
     return false;
   };
-  if (options_.host_agent && count > 1 && static_cast<size_t>(count) <= HostLaunch::kMaxNodes &&
-      !elastic() && engine_.StartsHostAgents()) {
-    // One connection for the host's nodes: it takes the cluster token, which
-    // the local engine's agent, the driver's user on the driver's machine,
-    // could read from the driver anyway (docs/security.md).
-    if (Status written = WriteCredentialFile(kHostCredential); !written.ok()) {
-      return failed(written);
+  std::vector<bool> launched(static_cast<size_t>(count), false);
+  if (options_.host_agent && !elastic() && engine_.StartsHostAgents()) {
+    for (const std::vector<int>& group : engine_.NodesByHost(count)) {
+      if (group.size() < 2 || group.size() > HostLaunch::kMaxNodes) continue;
+      if (Status started = LaunchHostAgent(round, port, group); !started.ok()) {
+        return failed(started);
+      }
+      for (int i : group) launched[static_cast<size_t>(i)] = true;
     }
-    HostLaunch host;
-    host.argv = SharedAgentArgv(round.number, port);
-    host.argv.insert(host.argv.begin() + 4,
-                     {"--host", engine_.agent_host(0), "--token-file", HostCredentialFile()});
-    for (int i = 0; i < count; ++i) {
-      host.nodes.push_back(
-          HostLaunch::Node{std::to_string(i), "",
-                           options_.gpus.empty() ? "" : options_.gpus[static_cast<size_t>(i)]});
-    }
-    auto processes = engine_.LaunchHost(host);
-    if (!processes.ok()) return failed(processes.status());
-    for (int i = 0; i < count; ++i) {
-      round.nodes[static_cast<size_t>(i)]->process =
-          std::move((*processes)[static_cast<size_t>(i)]);
-      round.nodes[static_cast<size_t>(i)]->launched_at = Clock::now();
-    }
-    return true;
   }
   for (int i = 0; i < count; ++i) {
+    if (launched[static_cast<size_t>(i)]) continue;
     Node& node = *round.nodes[static_cast<size_t>(i)];
     if (Status written = WriteCredentialFile(i); !written.ok()) return failed(written);
     auto process = engine_.Launch(AgentLaunch{node.executor_id, AgentArgv(i, round.number, port)});

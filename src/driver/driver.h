@@ -197,7 +197,9 @@ class Driver {
   std::vector<std::string> AgentArgv(int index, int round, uint16_t port) const;
   // What every node's agent is given: AgentArgv without the node's own flags.
   std::vector<std::string> SharedAgentArgv(int round, uint16_t port) const;
-  // Starts the round's agents, one a node or one for all (host_agent); false
+  // Starts one agent for `group`'s nodes, which share a host (LaunchHost).
+  Status LaunchHostAgent(Round& round, uint16_t port, const std::vector<int>& group);
+  // Starts the round's agents, one a node or one a host (host_agent); false
   // (said on err_) when the engine could not.
   bool LaunchAgents(Round& round, uint16_t port);
   // Where WriteCredentialFile writes executor `index`'s node credential (mode 0600).

@@ -101,7 +101,14 @@ class Engine {
   // Whether the nodes' programs run on the driver's host, where the driver
   // can see their processes.
   virtual bool RunsProgramsHere() const { return false; }
-  // Starts one agent for all of `launch`'s nodes; the AgentProcess of each
+  // The first `count` nodes (by index) grouped by the host they run on, for
+  // LaunchHost: by default all on one host.
+  virtual std::vector<std::vector<int>> NodesByHost(int count) const {
+    std::vector<int> all;
+    for (int i = 0; i < count; ++i) all.push_back(i);
+    return {all};
+  }
+  // Starts one agent for all of `launch`'s nodes (one host's); the AgentProcess of each
   // node, in order: its own output, its own exit (when its node ended, or
   // when the shared agent did), and signals that reach the shared agent
   // while the node runs.

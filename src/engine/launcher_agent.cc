@@ -1,11 +1,15 @@
 #include "engine/launcher_agent.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
 #include <sstream>
+
+#include "engine/host_agent.h"
+#include "os/sigpipe_block.h"
 
 namespace drover {
 namespace {
@@ -79,6 +83,45 @@ Result<std::unique_ptr<AgentProcess>> StartThroughLauncher(
   }
   return std::unique_ptr<AgentProcess>(
       std::make_unique<LauncherAgentProcess>(executor_id, std::move(process), std::move(describe)));
+}
+
+Result<std::vector<std::unique_ptr<AgentProcess>>> StartHostThroughLauncher(
+    const std::vector<std::string>& ids, const std::vector<std::string>& launcher_argv,
+    const std::vector<std::string>& credentials,
+    std::function<std::string(const os::ExitStatus&)> describe) {
+  const std::string what = "the agent of executors " + ids.front() + "-" + ids.back();
+  os::SubprocessOptions spawn;
+  spawn.argv = launcher_argv;
+  spawn.pipe_output = true;  // stdout: the frames; stderr: apart, the launcher's own
+  spawn.pipe_stdin = true;
+  spawn.parent_death_signal = SIGKILL;  // its end is the remote agent's SIGTERM
+  Result<os::Subprocess> started = os::Subprocess::Spawn(spawn);
+  if (!started.ok()) {
+    return Status::IoError("cannot start " + what + ": " + started.status().message());
+  }
+  os::Subprocess process = std::move(started).value();
+  std::string lines;
+  for (const std::string& credential : credentials) lines += credential + "\n";
+  {
+    // A few hundred bytes a node: the pipe takes them before the launcher
+    // reads, up to its 64 KiB; a launcher that exits first is an EPIPE.
+    os::SigpipeBlock no_sigpipe;
+    size_t done = 0;
+    while (done < lines.size()) {
+      const ssize_t wrote = ::write(process.stdin_fd(), lines.data() + done, lines.size() - done);
+      if (wrote < 0 && errno == EINTR) continue;
+      if (wrote <= 0) return Status::IoError("cannot send their credentials to " + what);
+      done += static_cast<size_t>(wrote);
+    }
+  }
+  DROVER_ASSIGN_OR_RETURN(
+      std::unique_ptr<os::RelayDemux> demux,
+      os::RelayDemux::Start(process.stdout_fd(), process.stderr_fd(), ids.size()));
+  std::vector<os::UniqueFd> outputs;
+  for (size_t i = 0; i < ids.size(); ++i) outputs.push_back(demux->TakeChannelReader(i));
+  os::UniqueFd status = demux->TakeStatusReader();
+  return HostNodeProcesses(std::move(process), std::move(status), std::move(outputs), ids,
+                           std::move(demux), std::move(describe));
 }
 
 }  // namespace drover

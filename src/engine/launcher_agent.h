@@ -35,6 +35,16 @@ Result<std::unique_ptr<AgentProcess>> StartThroughLauncher(
     const std::string& executor_id, const std::vector<std::string>& launcher_argv,
     const std::string& token, std::function<std::string(const os::ExitStatus&)> describe);
 
+// Starts `launcher_argv` (ssh ... drover agent --node ID:-:GPUS:- ...) for a
+// host's nodes `ids`: their credentials one line each on its stdin, in
+// order; its stdout a stream of relayed frames (os/output_relay.h) split
+// into each node's output and exit; its own stderr (ssh's messages) with the
+// first node's output. The AgentProcess of each node, as LaunchHost's.
+Result<std::vector<std::unique_ptr<AgentProcess>>> StartHostThroughLauncher(
+    const std::vector<std::string>& ids, const std::vector<std::string>& launcher_argv,
+    const std::vector<std::string>& credentials,
+    std::function<std::string(const os::ExitStatus&)> describe);
+
 }  // namespace drover
 
 #endif  // DROVER_ENGINE_LAUNCHER_AGENT_H_

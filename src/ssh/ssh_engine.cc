@@ -239,35 +239,90 @@ std::vector<std::string> SshEngine::SlotGpus() const {
   return gpus;
 }
 
-Result<std::unique_ptr<AgentProcess>> SshEngine::Launch(const AgentLaunch& launch) {
-  const std::string id = "executor " + launch.executor_id;
+Result<size_t> SshEngine::HostOfExecutor(const std::string& executor_id) const {
   int index = -1;
   try {
-    index = std::stoi(launch.executor_id);
+    index = std::stoi(executor_id);
   } catch (...) {
   }
   if (index < 0 || static_cast<size_t>(index) >= slots_.size()) {
-    return Status::InvalidArgument("cannot start " + id + ": the hosts have " +
+    return Status::InvalidArgument("cannot start executor " + executor_id + ": the hosts have " +
                                    std::to_string(slots_.size()) + " slots");
   }
-  const SshHost& host = options_.hosts[slots_[static_cast<size_t>(index)]];
+  return slots_[static_cast<size_t>(index)];
+}
+
+std::function<std::string(const os::ExitStatus&)> SshEngine::DescribeSshExit(
+    size_t host_index) const {
+  const std::string name = options_.hosts[host_index].address;
+  return [name](const os::ExitStatus& status) {
+    // ssh's own failures and a remote command killed by a signal both
+    // end the client with 255.
+    if (!status.signaled() && status.exit_code() == 255) {
+      return "its ssh session to " + name +
+             " ended with exit code 255 (the connection failed or dropped, or the agent "
+             "was killed)";
+    }
+    if (status.signaled()) return "its ssh client to " + name + " was " + status.ToString();
+    return DescribeAgentExit(status);
+  };
+}
+
+Result<std::unique_ptr<AgentProcess>> SshEngine::Launch(const AgentLaunch& launch) {
+  DROVER_ASSIGN_OR_RETURN(size_t host_index, HostOfExecutor(launch.executor_id));
+  const SshHost& host = options_.hosts[host_index];
   std::vector<std::string> argv = launch.argv;
   DROVER_ASSIGN_OR_RETURN(std::string token, TokenToStdin(&argv));
-  const std::string name = host.address;
   return StartThroughLauncher(
       launch.executor_id,
       SshArgv(host, options_.ssh, RemoteCommand(host, argv, options_.env, options_.working_dir)),
-      token, [name](const os::ExitStatus& status) {
-        // ssh's own failures and a remote command killed by a signal both
-        // end the client with 255.
-        if (!status.signaled() && status.exit_code() == 255) {
-          return "its ssh session to " + name +
-                 " ended with exit code 255 (the connection failed or dropped, or the agent "
-                 "was killed)";
-        }
-        if (status.signaled()) return "its ssh client to " + name + " was " + status.ToString();
-        return DescribeAgentExit(status);
-      });
+      token, DescribeSshExit(host_index));
+}
+
+std::vector<std::vector<int>> SshEngine::NodesByHost(int count) const {
+  std::vector<std::vector<int>> groups;
+  std::vector<int> group_of_host(options_.hosts.size(), -1);
+  for (int i = 0; i < count && static_cast<size_t>(i) < slots_.size(); ++i) {
+    int& group = group_of_host[slots_[static_cast<size_t>(i)]];
+    if (group < 0) {
+      group = static_cast<int>(groups.size());
+      groups.emplace_back();
+    }
+    groups[static_cast<size_t>(group)].push_back(i);
+  }
+  return groups;
+}
+
+Result<std::vector<std::unique_ptr<AgentProcess>>> SshEngine::LaunchHost(const HostLaunch& launch) {
+  auto separator = std::find(launch.argv.begin(), launch.argv.end(), std::string("--"));
+  if (launch.nodes.empty() || separator == launch.argv.end()) {
+    return Status::InvalidArgument("a host's agent needs nodes and an agent argv with --");
+  }
+  DROVER_ASSIGN_OR_RETURN(size_t host_index, HostOfExecutor(launch.nodes.front().executor_id));
+  std::vector<std::string> argv(launch.argv.begin(), separator);
+  std::vector<std::string> ids;
+  std::vector<std::string> credentials;
+  for (const HostLaunch::Node& node : launch.nodes) {
+    DROVER_ASSIGN_OR_RETURN(size_t node_host, HostOfExecutor(node.executor_id));
+    if (node_host != host_index) {
+      return Status::InvalidArgument("executors " + launch.nodes.front().executor_id + " and " +
+                                     node.executor_id + " are not on one host");
+    }
+    // The node's credential goes on stdin as `--token-file -` sends it.
+    std::vector<std::string> token_flag = {"--token-file", node.token_file};
+    DROVER_ASSIGN_OR_RETURN(std::string credential, TokenToStdin(&token_flag));
+    credentials.push_back(std::move(credential));
+    ids.push_back(node.executor_id);
+    // OUTPUT_FD and TOKEN_FILE "-": relayed on stdout, read from stdin.
+    argv.push_back("--node");
+    argv.push_back(node.executor_id + ":-:" + node.gpus + ":-");
+  }
+  argv.insert(argv.end(), separator, launch.argv.end());
+  const SshHost& host = options_.hosts[host_index];
+  return StartHostThroughLauncher(
+      ids,
+      SshArgv(host, options_.ssh, RemoteCommand(host, argv, options_.env, options_.working_dir)),
+      credentials, DescribeSshExit(host_index));
 }
 
 Status SshEngine::Preflight(const std::string& program, const std::string& agent_binary,

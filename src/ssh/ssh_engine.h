@@ -1,5 +1,6 @@
-// SshEngine: starts each agent on its host through the system's ssh client
-// (docs/ssh.md). Node i goes to slot i, hosts in their given order.
+// SshEngine: starts the agents on their hosts through the system's ssh client
+// (docs/ssh.md): an agent a node (Launch), or one for a host's nodes
+// (LaunchHost). Node i goes to slot i, hosts in their given order.
 //
 // The agent gets its node credential as the first line of its stdin (never in
 // argv or a file) and keeps that stdin open for as long as the driver's ssh
@@ -19,6 +20,7 @@
 #ifndef DROVER_SSH_SSH_ENGINE_H_
 #define DROVER_SSH_SSH_ENGINE_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <ostream>
@@ -74,6 +76,13 @@ class SshEngine : public Engine {
   std::string rendezvous_host() const override { return driver_address_; }
   std::string agent_host(int executor_index) const override;
   Result<std::unique_ptr<AgentProcess>> Launch(const AgentLaunch& launch) override;
+  // One agent a host, through one ssh: the nodes' credentials go on its
+  // stdin, their output and exit codes come back relayed on its stdout.
+  bool StartsHostAgents() const override { return true; }
+  std::vector<std::vector<int>> NodesByHost(int count) const override;
+  // `launch`'s nodes must share a host; each Node's token_file is its
+  // credential (the cluster token never leaves the driver's machine).
+  Result<std::vector<std::unique_ptr<AgentProcess>>> LaunchHost(const HostLaunch& launch) override;
   // The ControlMaster directory it made (its masters name it).
   std::vector<std::string> TemporaryPaths() const override;
 
@@ -94,6 +103,9 @@ class SshEngine : public Engine {
 
  private:
   explicit SshEngine(SshEngineOptions options);
+  // The slot's host, or kInvalidArgument naming `executor_id`.
+  Result<size_t> HostOfExecutor(const std::string& executor_id) const;
+  std::function<std::string(const os::ExitStatus&)> DescribeSshExit(size_t host_index) const;
 
   SshEngineOptions options_;
   std::vector<std::string> addresses_;  // per host

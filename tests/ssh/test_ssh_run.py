@@ -51,7 +51,7 @@ def start_drover(ssh_hosts, hosts, *args, command):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def agents(mark):
+def agents_of(mark):
     """pid -> command line of the live `drover agent` processes of this test."""
     return {pid: cmdline for pid, cmdline in marked_processes(mark)
             if cmdline.startswith(DROVER + " agent ")}
@@ -98,6 +98,60 @@ def test_nodes_go_to_slots_of_a_host_list_and_a_hostfile(ssh_hosts, mark, tmp_pa
     assert "[worker:0] on h2 as 0" in done.stdout and "[worker:1] on h3 as 1" in done.stdout
 
 
+def ssh_clients(mark):
+    """The live ssh client processes of this test (not the ControlMaster ones)."""
+    return [c for p, c in marked_processes(mark) if c.startswith("ssh -F")]
+
+
+# Each node says who it is and sends a megabyte of one byte, waits for the
+# test's go, says its last line; node 1 then waits for the others to end and
+# exits with 1, the others with 0. $0: a directory the hosts share.
+LOUD = ["sh", "-c", 'id=$DROVER_EXECUTOR_ID; echo "first from $id on $(hostname)"; '
+        'head -c 1048576 /dev/zero | tr "\\0" "$id"; echo; touch "$0/started.$id"; '
+        'while [ ! -e "$0/go" ]; do sleep 0.05; done; echo "last from $id"; '
+        '[ "$id" != 1 ] && touch "$0/done.$id" && exit 0; '
+        'until [ "$(ls "$0" | grep -c done)" = 4 ]; do sleep 0.05; done; exit 1']
+
+
+@pytest.mark.parametrize("agents", ["host", "node"])
+def test_one_agent_and_one_ssh_a_host_keep_each_nodes_output_and_exit_code(
+        ssh_hosts, mark, tmp_path, agents):
+    """--agents host (the default): the three nodes of h1 share one agent and
+    one ssh, as do the two of h2; each node's output and exit code still
+    come back apart. --agents node: an agent and an ssh a node."""
+    log_dir = tmp_path / "logs"
+    sync = tmp_path / "sync"
+    sync.mkdir()
+    process = start_drover(ssh_hosts, "h1:3,h2:2", "--agents", agents, "--log-dir",
+                           str(log_dir), command=LOUD + [str(sync)])
+    try:
+        wait_for(lambda: len(list(sync.glob("started.*"))) == 5, "every node's megabyte")
+        running = agents_of(mark)
+        clients = ssh_clients(mark)
+        (sync / "go").touch()
+        out, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    expected = 2 if agents == "host" else 5
+    assert len(running) == expected, running
+    assert len(clients) == expected, clients
+    # No credential in any agent's argv: each node's comes on stdin.
+    for cmdline in running.values():
+        assert "--token-file -" in cmdline or ":-:" in cmdline, cmdline
+    assert process.returncode == 1, err
+    for executor, host in ((0, "h1"), (1, "h1"), (2, "h1"), (3, "h2"), (4, "h2")):
+        assert "[worker:%d] first from %d on %s" % (executor, executor, host) in out, err
+        assert "[worker:%d] last from %d" % (executor, executor) in out, err
+        # The node's megabyte is its own, whole, in its log.
+        log = (log_dir / ("worker-%d.log" % executor)).read_text()
+        assert str(executor) * 1048576 in log, (executor, len(log))
+        assert re.search(r"^worker:%d +%d +10\.200\.0\.1[12] .* exit code %d " % (
+            executor, executor, 1 if executor == 1 else 0), err, re.MULTILINE), err
+    assert "drover run: worker:1 (executor 1 on 10.200.0.11) failed: exit code 1" in err, err
+
+
 def test_more_nodes_than_slots_is_bad_input(ssh_hosts, mark):
     done = drover(ssh_hosts, "h1,h2", "--nodes", "3", command=["true"])
     assert done.returncode == 2
@@ -112,16 +166,21 @@ def test_resource_spec_with_an_unknown_key_names_its_line(ssh_hosts, mark, tmp_p
     assert "gpu" in done.stderr and "line 4" in done.stderr, done.stderr
 
 
-def test_killed_agent_is_reported_and_every_host_is_cleaned_up(ssh_hosts, mark):
-    process = start_drover(ssh_hosts, "h1,h2,h3",
-                           command=["sh", "-c", "echo ready; exec sleep 300"])
+@pytest.mark.parametrize("hosts,victim,programs,failed", [
+    # An agent a node (hosts of one slot): the node's own agent.
+    ("h1,h2,h3", "--executor-id 1 ", 3, r"worker:1 \(executor 1 on 10\.200\.0\.12\)"),
+    # One agent for h1's two nodes: both fail with it, the first one named.
+    ("h1:2,h2:2", "--node 0:-::-", 4, r"worker:[01] \(executor [01] on 10\.200\.0\.11\)"),
+])
+def test_killed_agent_is_reported_and_every_host_is_cleaned_up(ssh_hosts, mark, hosts, victim,
+                                                               programs, failed):
+    process = start_drover(ssh_hosts, hosts, command=["sh", "-c", "echo ready; exec sleep 300"])
     try:
         wait_for(lambda: len([p for p, c in marked_processes(mark) if c.startswith("sleep 300")])
-                 == 3, "a program on each of the three hosts")
-        victim = [pid for pid, cmdline in agents(mark).items()
-                  if "--executor-id 1 " in cmdline]
-        assert len(victim) == 1, agents(mark)
-        os.kill(victim[0], signal.SIGKILL)
+                 == programs, "every node's program")
+        pid = [p for p, cmdline in agents_of(mark).items() if victim in cmdline]
+        assert len(pid) == 1, agents_of(mark)
+        os.kill(pid[0], signal.SIGKILL)
         out, err = process.communicate(timeout=120)
     finally:
         if process.poll() is None:
@@ -129,7 +188,7 @@ def test_killed_agent_is_reported_and_every_host_is_cleaned_up(ssh_hosts, mark):
             process.communicate()
     assert process.returncode == 1, err
     # The driver names the node and its host.
-    assert "drover run: worker:1 (executor 1 on 10.200.0.12) failed: " in err, err
+    assert re.search("drover run: %s failed: " % failed, err), err
     # The other hosts' programs were stopped; the fixture checks nothing is left.
 
 
@@ -144,9 +203,9 @@ def test_elastic_run_goes_on_without_a_host_whose_agent_died(ssh_hosts, mark):
     try:
         wait_for(lambda: len([p for p, c in marked_processes(mark) if c.startswith("sleep 300")])
                  == 3, "a program on each of the three hosts")
-        victim = [pid for pid, cmdline in agents(mark).items()
+        victim = [pid for pid, cmdline in agents_of(mark).items()
                   if "--executor-id 1 " in cmdline]
-        assert len(victim) == 1, agents(mark)
+        assert len(victim) == 1, agents_of(mark)
         os.kill(victim[0], signal.SIGKILL)
         out, err = process.communicate(timeout=120)
     finally:
@@ -159,12 +218,13 @@ def test_elastic_run_goes_on_without_a_host_whose_agent_died(ssh_hosts, mark):
     assert "[worker:0] round=1 world=2" in lines and "[worker:1] round=1 world=2" in lines, out
 
 
+@pytest.mark.parametrize("hosts", ["h1,h2,h3", "h1:2,h2"])  # an agent a node; h1's shared
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
-def test_interrupted_driver_leaves_nothing_on_the_hosts(ssh_hosts, mark, how):
-    process = start_drover(ssh_hosts, "h1,h2,h3", command=["sleep", "300"])
+def test_interrupted_driver_leaves_nothing_on_the_hosts(ssh_hosts, mark, how, hosts):
+    process = start_drover(ssh_hosts, hosts, command=["sleep", "300"])
     try:
         wait_for(lambda: len([p for p, c in marked_processes(mark) if c.startswith("sleep 300")])
-                 == 3, "a program on each of the three hosts")
+                 == 3, "the three nodes' programs")
         process.send_signal(how)
         process.communicate(timeout=60)
     finally:
@@ -196,8 +256,8 @@ def test_descendants_that_escape_their_group_do_not_outlive_a_killed_agent_or_dr
         wait_for(lambda: len([p for p, c in marked_processes(mark) if c.startswith("sleep 300")])
                  == 6, "two descendants on each of the three hosts")
         if victim == "agent":
-            pid = [p for p, c in agents(mark).items() if "--executor-id 1 " in c]
-            assert len(pid) == 1, agents(mark)
+            pid = [p for p, c in agents_of(mark).items() if "--executor-id 1 " in c]
+            assert len(pid) == 1, agents_of(mark)
             os.kill(pid[0], signal.SIGKILL)
         else:
             os.kill(process.pid, signal.SIGKILL)

@@ -3,6 +3,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -163,3 +164,25 @@ def test_a_hosts_agent_refuses_malformed_nodes_with_exit_2(tmp_path):
     assert code == 2 and "not elastic" in err, err
     code, err = agent("--status-fd", "9", "--node", "0:1::" + str(tmp_path / "missing"))
     assert code == 2 and "executor 0" in err, err
+    # Relayed nodes (OUTPUT_FD '-', the ssh engine's) send everything on stdout.
+    code, err = agent("--status-fd", "9", "--node", "0:-::-", "--node", "1:-::-")
+    assert code == 2 and "send their exit codes on stdout: no --status-fd" in err, err
+    code, err = agent("--status-fd", "9", "--node", "0:-::-", "--node", "1:1::-")
+    assert code == 2 and "--node 1:1::-: every node's OUTPUT_FD is '-'" in err, err
+
+
+def test_a_relayed_hosts_agent_says_why_it_stopped_in_a_frame(tmp_path):
+    """With OUTPUT_FD '-' even the agent's own error goes framed on stdout,
+    as node 0's output, and the stream ends: the driver shows it."""
+    done = subprocess.run([drover_bin(), "agent", "--rendezvous", "127.0.0.1:1", "--node",
+                           "0:-::-", "--node", "1:-::-", "--", "/bin/true"], env=clean_env(),
+                          input=b"", capture_output=True, timeout=60)
+    assert done.returncode == 2, done
+    assert done.stderr == b"", done.stderr
+    message = b"stdin ended before the credential (--token-file -)"
+    frame = re.search(rb"^\x1eo0 ([0-9]+)\n", done.stdout)
+    assert frame, done.stdout
+    payload = done.stdout[frame.end():frame.end() + int(frame.group(1))]
+    assert message in payload, done.stdout
+    # Every channel's end follows.
+    assert b"\x1ee0 0\n" in done.stdout and b"\x1ee1 0\n" in done.stdout, done.stdout
