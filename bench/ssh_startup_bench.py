@@ -8,6 +8,8 @@ For N = 3 x per-host nodes it runs the trivial program of startup_bench.py
 (`sh -c 'date +%s.%N >> FILE'`; the hosts share this machine's filesystem) with
   drover run --engine ssh -H h1:K,h2:K,h3:K -- PROG            (pre-flight, then agents)
   drover run --engine ssh ... --no-preflight -- PROG
+  drover run --engine ssh ... --no-preflight --agents node -- PROG  (an agent and an
+      ssh a node, where the default is one agent and one ssh a host)
 and the baseline: a plain parallel ssh fan-out, one `ssh HOST PROG` per node
 started at once (what AutoDist's SSHCluster and pdsh do), through the same
 ssh_config. Each figure is the median of --reps runs, interleaved; the ratio
@@ -22,6 +24,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import host_figures  # noqa: E402
 from startup_bench import clean_env, measure  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -46,6 +49,7 @@ def launchers(drover, workdir, per_host):
 
     return {"drover ssh": drover_run([]),
             "drover ssh, no pre-flight": drover_run(["--no-preflight"]),
+            "drover ssh, agent a node": drover_run(["--no-preflight", "--agents", "node"]),
             "ssh fan-out": fan_out}
 
 
@@ -59,6 +63,8 @@ def main():
     subprocess.run(["bash", os.path.join(REPO, "scripts", "ssh-hosts", "up.sh")], check=True,
                    env=dict(os.environ, HOSTS="3", SSH_CI_MASK_RC="1"), stdout=subprocess.DEVNULL)
     env = clean_env()
+    print(host_figures.host_line())
+    print(host_figures.figures_line(), flush=True)
     sizes = [int(k) for k in args.per_host.split(",")]
     results = {}
     with tempfile.TemporaryDirectory(prefix="drover-ssh-startup-") as workdir:
@@ -84,7 +90,8 @@ def main():
     print(f"{'launcher':<26} {'N':>3} {'last start':>11} {'exit':>9} {'start x fan-out':>16}")
     for k in sizes:
         base = median("ssh fan-out", k, 0)
-        for name in ("drover ssh", "drover ssh, no pre-flight", "ssh fan-out"):
+        for name in ("drover ssh", "drover ssh, no pre-flight", "drover ssh, agent a node",
+                     "ssh fan-out"):
             start, exit_ = median(name, k, 0), median(name, k, 1)
             show = (lambda v: f"{v * 1000:,.0f}" if v is not None else "-")
             ratio = f"{start / base:.2f}" if start is not None and base else "-"
