@@ -586,9 +586,9 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   AddNodeListOption(*run, &flags->node_list);
   run->add_option("--agents", flags->agents,
                   "host: one agent for a host's nodes (torchrun's shape): every node of the\n"
-                  "local engine, each ssh host's nodes through one ssh; each node keeps its\n"
-                  "output and exit code. node: an agent process a node. Elastic runs and the\n"
-                  "slurm engine start an agent a node either way")
+                  "local engine, each ssh host's through one ssh, each Slurm node's in one\n"
+                  "step; each node keeps its output and exit code. node: an agent process a\n"
+                  "node. Elastic runs and slurm with --gpus-per-task start one a node anyway")
       ->check(CLI::IsMember({"host", "node"}))
       ->capture_default_str();
   run->add_option("--grace", flags->grace, "Seconds between SIGTERM and SIGKILL when stopping")

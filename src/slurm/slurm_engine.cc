@@ -1,5 +1,6 @@
 #include "slurm/slurm_engine.h"
 
+#include <algorithm>
 #include <charconv>
 #include <sstream>
 
@@ -139,6 +140,38 @@ std::string SlurmEngine::agent_location(int executor_index) const {
   return "node " + node + (address == node ? "" : " (" + address + ")");
 }
 
+std::vector<std::string> SlurmEngine::StepArgv(const std::string& node, const std::string& name,
+                                               int tasks_worth) const {
+  const Allocation& allocation = options_.allocation;
+  std::vector<std::string> argv = {options_.srun,        "--nodes=1", "--ntasks=1",
+                                   "--nodelist=" + node, "--exact",   "--kill-on-bad-exit=1",
+                                   "--job-name=" + name, "--input=0"};
+  if (allocation.cpus_per_task) {
+    argv.push_back("--cpus-per-task=" + std::to_string(*allocation.cpus_per_task * tasks_worth));
+  }
+  if (allocation.gpus_per_task) {
+    argv.push_back("--gpus-per-task=" + std::to_string(*allocation.gpus_per_task));
+  }
+  argv.insert(argv.end(), options_.srun_options.begin(), options_.srun_options.end());
+  return argv;
+}
+
+std::function<std::string(const os::ExitStatus&)> SlurmEngine::DescribeStepExit(
+    const std::string& node) {
+  const std::string where = "its task on " + node;
+  // srun exits with its task's code, 128 + signal for a killed task (the
+  // agent, or the program whose signal the agent passed on).
+  return [where](const os::ExitStatus& status) {
+    const int code = status.exit_code();
+    if (status.signaled()) return "its srun was " + status.ToString();
+    if (code > 128 && code < 128 + 65) {
+      return where + " was killed by " + os::SignalName(code - 128) + " (srun exit code " +
+             std::to_string(code) + ")";
+    }
+    return where + " ended with exit code " + std::to_string(code);
+  };
+}
+
 Result<std::unique_ptr<AgentProcess>> SlurmEngine::Launch(const AgentLaunch& launch) {
   int index = -1;
   std::from_chars(launch.executor_id.data(), launch.executor_id.data() + launch.executor_id.size(),
@@ -151,33 +184,58 @@ Result<std::unique_ptr<AgentProcess>> SlurmEngine::Launch(const AgentLaunch& lau
   }
   std::vector<std::string> agent = launch.argv;
   DROVER_ASSIGN_OR_RETURN(std::string token, TokenToStdin(&agent));
-  const Allocation& allocation = options_.allocation;
-  std::vector<std::string> argv = {options_.srun, "--nodes=1", "--ntasks=1", "--nodelist=" + node,
-                                   "--exact", "--kill-on-bad-exit=1",
-                                   "--job-name=drover-" + launch.executor_id,
-                                   // Not "--unbuffered": the agent writes whole lines.
-                                   "--input=0"};
-  if (allocation.cpus_per_task) {
-    argv.push_back("--cpus-per-task=" + std::to_string(*allocation.cpus_per_task));
-  }
-  if (allocation.gpus_per_task) {
-    argv.push_back("--gpus-per-task=" + std::to_string(*allocation.gpus_per_task));
-  }
-  argv.insert(argv.end(), options_.srun_options.begin(), options_.srun_options.end());
+  // Not "--unbuffered": the agent writes whole lines.
+  std::vector<std::string> argv = StepArgv(node, "drover-" + launch.executor_id, 1);
   argv.insert(argv.end(), agent.begin(), agent.end());
-  const std::string where = "its task on " + node;
-  // srun exits with its task's code, 128 + signal for a killed task (the
-  // agent, or the program whose signal the agent passed on).
-  auto describe = [where](const os::ExitStatus& status) {
-    const int code = status.exit_code();
-    if (status.signaled()) return "its srun was " + status.ToString();
-    if (code > 128 && code < 128 + 65) {
-      return where + " was killed by " + os::SignalName(code - 128) + " (srun exit code " +
-             std::to_string(code) + ")";
-    }
-    return where + " ended with exit code " + std::to_string(code);
+  return StartThroughLauncher(launch.executor_id, argv, token, DescribeStepExit(node));
+}
+
+std::vector<std::vector<int>> SlurmEngine::NodesByHost(int count) const {
+  std::vector<std::vector<int>> groups;
+  std::map<std::string, size_t> group_of_node;
+  for (int i = 0; i < count && static_cast<size_t>(i) < slots_.size(); ++i) {
+    auto [at, added] = group_of_node.emplace(slots_[static_cast<size_t>(i)], groups.size());
+    if (added) groups.emplace_back();
+    groups[at->second].push_back(i);
+  }
+  return groups;
+}
+
+Result<std::vector<std::unique_ptr<AgentProcess>>> SlurmEngine::LaunchHost(
+    const HostLaunch& launch) {
+  auto separator = std::find(launch.argv.begin(), launch.argv.end(), std::string("--"));
+  if (launch.nodes.empty() || separator == launch.argv.end()) {
+    return Status::InvalidArgument("a host's agent needs nodes and an agent argv with --");
+  }
+  auto node_of_id = [this](const std::string& id) {
+    int index = -1;
+    std::from_chars(id.data(), id.data() + id.size(), index);
+    return node_of(index);
   };
-  return StartThroughLauncher(launch.executor_id, argv, token, describe);
+  const std::string node = node_of_id(launch.nodes.front().executor_id);
+  std::vector<std::string> agent(launch.argv.begin(), separator);
+  std::vector<std::string> ids;
+  std::vector<std::string> credentials;
+  for (const HostLaunch::Node& one : launch.nodes) {
+    if (node.empty() || node_of_id(one.executor_id) != node) {
+      return Status::InvalidArgument("executors " + launch.nodes.front().executor_id + " and " +
+                                     one.executor_id + " are not tasks of one node");
+    }
+    std::vector<std::string> token_flag = {"--token-file", one.token_file};
+    DROVER_ASSIGN_OR_RETURN(std::string credential, TokenToStdin(&token_flag));
+    credentials.push_back(std::move(credential));
+    ids.push_back(one.executor_id);
+    agent.push_back("--node");
+    agent.push_back(one.executor_id + ":-:" + one.gpus + ":-");
+  }
+  agent.insert(agent.end(), separator, launch.argv.end());
+  // One task with the CPUs of the node's tasks; frames, not lines, so srun
+  // forwards them as they come.
+  std::vector<std::string> argv =
+      StepArgv(node, "drover-" + ids.front() + "-" + ids.back(), static_cast<int>(ids.size()));
+  argv.push_back("--unbuffered");
+  argv.insert(argv.end(), agent.begin(), agent.end());
+  return StartHostThroughLauncher(ids, argv, credentials, DescribeStepExit(node));
 }
 
 }  // namespace drover::slurm

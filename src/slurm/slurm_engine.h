@@ -1,5 +1,6 @@
 // SlurmEngine: drover inside a Slurm allocation (salloc, or an sbatch script;
-// docs/slurm.md). Each agent is one task of its own job step,
+// docs/slurm.md). Each agent (a node's, or one for a Slurm node's tasks:
+// LaunchHost) is one task of its own job step,
 //   srun --nodes=1 --ntasks=1 --nodelist=NODE --exact --kill-on-bad-exit=1 ...
 // placed on the allocation's nodes in the order of SLURM_JOB_NODELIST, as
 // many per node as SLURM_TASKS_PER_NODE gives (--ntasks-per-node). The node's
@@ -13,6 +14,7 @@
 #ifndef DROVER_SLURM_SLURM_ENGINE_H_
 #define DROVER_SLURM_SLURM_ENGINE_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -56,6 +58,11 @@ class SlurmEngine : public Engine {
   // "node n2 (127.0.0.1)".
   std::string agent_location(int executor_index) const override;
   Result<std::unique_ptr<AgentProcess>> Launch(const AgentLaunch& launch) override;
+  // One step a node for its tasks' nodes (one task with their CPUs): not with
+  // --gpus-per-task, whose GPUs Slurm binds a task each.
+  bool StartsHostAgents() const override { return !options_.allocation.gpus_per_task; }
+  std::vector<std::vector<int>> NodesByHost(int count) const override;
+  Result<std::vector<std::unique_ptr<AgentProcess>>> LaunchHost(const HostLaunch& launch) override;
 
   int total_tasks() const { return static_cast<int>(slots_.size()); }
   // The Slurm node name of a task ("n2").
@@ -63,6 +70,12 @@ class SlurmEngine : public Engine {
 
  private:
   explicit SlurmEngine(SlurmEngineOptions options) : options_(std::move(options)) {}
+  // srun and its flags for one step on `node` named `name`, with the CPUs of
+  // `tasks_worth` tasks.
+  std::vector<std::string> StepArgv(const std::string& node, const std::string& name,
+                                    int tasks_worth) const;
+  static std::function<std::string(const os::ExitStatus&)> DescribeStepExit(
+      const std::string& node);
 
   SlurmEngineOptions options_;
   std::map<std::string, std::string> addresses_;  // node name -> NodeAddr

@@ -91,6 +91,65 @@ def test_tasks_follow_the_allocation(slurm, mark):
     assert placed["0"] == placed["1"] and placed["2"] == placed["3"] != placed["0"], placed
 
 
+def agents(mark):
+    return [cmdline for pid, cmdline in marked_processes(mark)
+            if cmdline.startswith(DROVER + " agent ")]
+
+
+def test_one_step_a_node_runs_its_tasks_and_keeps_each_exit_code(slurm, mark, tmp_path):
+    """Two nodes of two tasks: one step and one agent a node (srun --ntasks=1
+    with both tasks' CPUs), each task's output and exit code apart. $0: a
+    directory every node sees; task 3 waits for the others, then fails."""
+    sync = tmp_path / "sync"
+    sync.mkdir()
+    program = ('id=$DROVER_EXECUTOR_ID; echo "$id on $SLURMD_NODENAME"; touch "$0/started.$id"; '
+               'while [ ! -e "$0/go" ]; do sleep 0.05; done; echo "last from $id"; '
+               '[ "$id" != 3 ] && touch "$0/done.$id" && exit 0; '
+               'until [ "$(ls "$0" | grep -c done)" = 3 ]; do sleep 0.05; done; exit 3')
+    process = salloc(slurm, ["--nodes=2", "--ntasks-per-node=2"], command=["sh", "-c", program,
+                                                                          str(sync)], popen=True)
+    try:
+        wait_for(lambda: len(list(sync.glob("started.*"))) == 4, "every task's program")
+        running = agents(mark)
+        (sync / "go").touch()
+        out, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+    assert len(running) == 2, running
+    assert all("--node " in cmdline and ":-:" in cmdline for cmdline in running), running
+    assert process.returncode == 1, err
+    placed = dict(re.findall(r"^\[worker:\d\] (\d) on (n\d)$", out, re.MULTILINE))
+    assert placed["0"] == placed["1"] and placed["2"] == placed["3"] != placed["0"], out
+    for executor in range(4):
+        assert "[worker:%d] last from %d" % (executor, executor) in out, out
+        assert re.search(r"^worker:%d +%d .* exit code %d " % (
+            executor, executor, 3 if executor == 3 else 0), err, re.MULTILINE), err
+    assert re.search(r"drover run: worker:3 \(executor 3 on node n\d \(127\.0\.0\.1\)\) "
+                     r"failed: exit code 3", err), err
+
+
+def test_a_killed_agent_of_a_nodes_tasks_fails_them_and_ends_every_step(slurm, mark):
+    process = salloc(slurm, ["--nodes=2", "--ntasks-per-node=2"], command=["sleep", "300"],
+                     popen=True)
+    try:
+        wait_for(lambda: len(programs(mark, "sleep 300")) == 4, "a program for each task")
+        victim = [pid for pid, cmdline in marked_processes(mark)
+                  if cmdline.startswith(DROVER + " agent ") and "--node 0:-::-" in cmdline]
+        assert len(victim) == 1, marked_processes(mark)
+        os.kill(victim[0], signal.SIGKILL)
+        out, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+    assert process.returncode == 1, err
+    assert re.search(r"drover run: worker:[01] \(executor [01] on node n\d \(127\.0\.0\.1\)\) "
+                     r"failed: its task on n\d was killed by SIGKILL", err), err
+    # The mark fixture checks that nothing is left and no step is queued.
+
+
 def test_outside_an_allocation_is_a_clear_error(slurm, mark):
     done = subprocess.run([DROVER, "run", "--engine", "slurm", "--", "true"], env=slurm.env(),
                           capture_output=True, text=True, timeout=60)
@@ -144,11 +203,12 @@ def test_elastic_run_goes_on_without_a_task_whose_agent_died(slurm, mark):
     assert "[worker:0] round=1 world=2" in lines and "[worker:1] round=1 world=2" in lines, out
 
 
-def test_interrupted_driver_ends_every_step(slurm, mark):
-    process = salloc(slurm, ["--nodes=3", "--ntasks-per-node=1"], command=["sleep", "300"],
-                     popen=True)
+@pytest.mark.parametrize("per_node", [1, 2])  # an agent a task; one for a node's two
+def test_interrupted_driver_ends_every_step(slurm, mark, per_node):
+    process = salloc(slurm, ["--nodes=2", "--ntasks-per-node=%d" % per_node],
+                     command=["sleep", "300"], popen=True)
     try:
-        wait_for(lambda: len(programs(mark, "sleep 300")) == 3, "a program on each node")
+        wait_for(lambda: len(programs(mark, "sleep 300")) == 2 * per_node, "every task's program")
         driver = [pid for pid, cmdline in marked_processes(mark)
                   if cmdline.startswith(DROVER + " run ")]
         assert len(driver) == 1
