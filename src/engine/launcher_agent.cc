@@ -85,6 +85,26 @@ Result<std::unique_ptr<AgentProcess>> StartThroughLauncher(
       std::make_unique<LauncherAgentProcess>(executor_id, std::move(process), std::move(describe)));
 }
 
+Result<RelayedHostAgent> RelayedHostAgentArgv(const HostLaunch& launch) {
+  auto separator = std::find(launch.argv.begin(), launch.argv.end(), std::string("--"));
+  if (launch.nodes.empty() || separator == launch.argv.end()) {
+    return Status::InvalidArgument("a host's agent needs nodes and an agent argv with --");
+  }
+  RelayedHostAgent agent;
+  agent.agent_argv.assign(launch.argv.begin(), separator);
+  for (const HostLaunch::Node& node : launch.nodes) {
+    // The node's credential goes on stdin as `--token-file -` sends it.
+    std::vector<std::string> token_flag = {"--token-file", node.token_file};
+    DROVER_ASSIGN_OR_RETURN(std::string credential, TokenToStdin(&token_flag));
+    agent.credentials.push_back(std::move(credential));
+    agent.ids.push_back(node.executor_id);
+    agent.agent_argv.push_back("--node");
+    agent.agent_argv.push_back(node.executor_id + ":-:" + node.gpus + ":-");
+  }
+  agent.agent_argv.insert(agent.agent_argv.end(), separator, launch.argv.end());
+  return agent;
+}
+
 Result<std::vector<std::unique_ptr<AgentProcess>>> StartHostThroughLauncher(
     const std::vector<std::string>& ids, const std::vector<std::string>& launcher_argv,
     const std::vector<std::string>& credentials,

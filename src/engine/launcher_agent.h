@@ -35,6 +35,17 @@ Result<std::unique_ptr<AgentProcess>> StartThroughLauncher(
     const std::string& executor_id, const std::vector<std::string>& launcher_argv,
     const std::string& token, std::function<std::string(const os::ExitStatus&)> describe);
 
+// A host's agent to start through a launcher: `launch.argv` with a
+// `--node ID:-:GPUS:-` for each node (its output relayed on stdout, its
+// credential a line of stdin), and each node's id and credential line (read
+// from its token_file). kInvalidArgument for an argv without "--".
+struct RelayedHostAgent {
+  std::vector<std::string> agent_argv;
+  std::vector<std::string> ids;
+  std::vector<std::string> credentials;
+};
+Result<RelayedHostAgent> RelayedHostAgentArgv(const HostLaunch& launch);
+
 // Starts `launcher_argv` (ssh ... drover agent --node ID:-:GPUS:- ...) for a
 // host's nodes `ids`: their credentials one line each on its stdin, in
 // order; its stdout a stream of relayed frames (os/output_relay.h) split

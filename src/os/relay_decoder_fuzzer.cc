@@ -60,8 +60,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string again;
   RelayDecoder reencode;
   auto keep = [&](const RelayFrame& frame) {
-    if (frame.kind != 'r') again += drover::os::EncodeRelayFrame(frame.kind, frame.channel,
-                                                                 frame.payload);
+    if (frame.kind != 'r')
+      again += drover::os::EncodeRelayFrame(frame.kind, frame.channel, frame.payload);
   };
   reencode.Feed(input, keep);
   reencode.Finish(keep);

@@ -1,6 +1,5 @@
 #include "slurm/slurm_engine.h"
 
-#include <algorithm>
 #include <charconv>
 #include <sstream>
 
@@ -203,39 +202,27 @@ std::vector<std::vector<int>> SlurmEngine::NodesByHost(int count) const {
 
 Result<std::vector<std::unique_ptr<AgentProcess>>> SlurmEngine::LaunchHost(
     const HostLaunch& launch) {
-  auto separator = std::find(launch.argv.begin(), launch.argv.end(), std::string("--"));
-  if (launch.nodes.empty() || separator == launch.argv.end()) {
-    return Status::InvalidArgument("a host's agent needs nodes and an agent argv with --");
-  }
+  DROVER_ASSIGN_OR_RETURN(RelayedHostAgent agent, RelayedHostAgentArgv(launch));
   auto node_of_id = [this](const std::string& id) {
     int index = -1;
     std::from_chars(id.data(), id.data() + id.size(), index);
     return node_of(index);
   };
-  const std::string node = node_of_id(launch.nodes.front().executor_id);
-  std::vector<std::string> agent(launch.argv.begin(), separator);
-  std::vector<std::string> ids;
-  std::vector<std::string> credentials;
-  for (const HostLaunch::Node& one : launch.nodes) {
-    if (node.empty() || node_of_id(one.executor_id) != node) {
-      return Status::InvalidArgument("executors " + launch.nodes.front().executor_id + " and " +
-                                     one.executor_id + " are not tasks of one node");
+  const std::string node = node_of_id(agent.ids.front());
+  for (const std::string& id : agent.ids) {
+    if (node.empty() || node_of_id(id) != node) {
+      return Status::InvalidArgument("executors " + agent.ids.front() + " and " + id +
+                                     " are not tasks of one node");
     }
-    std::vector<std::string> token_flag = {"--token-file", one.token_file};
-    DROVER_ASSIGN_OR_RETURN(std::string credential, TokenToStdin(&token_flag));
-    credentials.push_back(std::move(credential));
-    ids.push_back(one.executor_id);
-    agent.push_back("--node");
-    agent.push_back(one.executor_id + ":-:" + one.gpus + ":-");
   }
-  agent.insert(agent.end(), separator, launch.argv.end());
   // One task with the CPUs of the node's tasks; frames, not lines, so srun
   // forwards them as they come.
   std::vector<std::string> argv =
-      StepArgv(node, "drover-" + ids.front() + "-" + ids.back(), static_cast<int>(ids.size()));
+      StepArgv(node, "drover-" + agent.ids.front() + "-" + agent.ids.back(),
+               static_cast<int>(agent.ids.size()));
   argv.push_back("--unbuffered");
-  argv.insert(argv.end(), agent.begin(), agent.end());
-  return StartHostThroughLauncher(ids, argv, credentials, DescribeStepExit(node));
+  argv.insert(argv.end(), agent.agent_argv.begin(), agent.agent_argv.end());
+  return StartHostThroughLauncher(agent.ids, argv, agent.credentials, DescribeStepExit(node));
 }
 
 }  // namespace drover::slurm

@@ -294,35 +294,21 @@ std::vector<std::vector<int>> SshEngine::NodesByHost(int count) const {
 }
 
 Result<std::vector<std::unique_ptr<AgentProcess>>> SshEngine::LaunchHost(const HostLaunch& launch) {
-  auto separator = std::find(launch.argv.begin(), launch.argv.end(), std::string("--"));
-  if (launch.nodes.empty() || separator == launch.argv.end()) {
-    return Status::InvalidArgument("a host's agent needs nodes and an agent argv with --");
-  }
-  DROVER_ASSIGN_OR_RETURN(size_t host_index, HostOfExecutor(launch.nodes.front().executor_id));
-  std::vector<std::string> argv(launch.argv.begin(), separator);
-  std::vector<std::string> ids;
-  std::vector<std::string> credentials;
-  for (const HostLaunch::Node& node : launch.nodes) {
-    DROVER_ASSIGN_OR_RETURN(size_t node_host, HostOfExecutor(node.executor_id));
+  DROVER_ASSIGN_OR_RETURN(RelayedHostAgent agent, RelayedHostAgentArgv(launch));
+  DROVER_ASSIGN_OR_RETURN(size_t host_index, HostOfExecutor(agent.ids.front()));
+  for (const std::string& id : agent.ids) {
+    DROVER_ASSIGN_OR_RETURN(size_t node_host, HostOfExecutor(id));
     if (node_host != host_index) {
-      return Status::InvalidArgument("executors " + launch.nodes.front().executor_id + " and " +
-                                     node.executor_id + " are not on one host");
+      return Status::InvalidArgument("executors " + agent.ids.front() + " and " + id +
+                                     " are not on one host");
     }
-    // The node's credential goes on stdin as `--token-file -` sends it.
-    std::vector<std::string> token_flag = {"--token-file", node.token_file};
-    DROVER_ASSIGN_OR_RETURN(std::string credential, TokenToStdin(&token_flag));
-    credentials.push_back(std::move(credential));
-    ids.push_back(node.executor_id);
-    // OUTPUT_FD and TOKEN_FILE "-": relayed on stdout, read from stdin.
-    argv.push_back("--node");
-    argv.push_back(node.executor_id + ":-:" + node.gpus + ":-");
   }
-  argv.insert(argv.end(), separator, launch.argv.end());
   const SshHost& host = options_.hosts[host_index];
   return StartHostThroughLauncher(
-      ids,
-      SshArgv(host, options_.ssh, RemoteCommand(host, argv, options_.env, options_.working_dir)),
-      credentials, DescribeSshExit(host_index));
+      agent.ids,
+      SshArgv(host, options_.ssh,
+              RemoteCommand(host, agent.agent_argv, options_.env, options_.working_dir)),
+      agent.credentials, DescribeSshExit(host_index));
 }
 
 Status SshEngine::Preflight(const std::string& program, const std::string& agent_binary,

@@ -56,10 +56,10 @@ def programs(mark, prefix):
     return [pid for pid, cmdline in marked_processes(mark) if cmdline.startswith(prefix)]
 
 
-def agent_of(mark, executor):
+def agent_of(mark, needle):
+    """The one agent whose command line holds `needle` ("--executor-id 1 ")."""
     found = [pid for pid, cmdline in marked_processes(mark)
-             if cmdline.startswith(DROVER + " agent ") and
-             "--executor-id %d " % executor in cmdline]
+             if cmdline.startswith(DROVER + " agent ") and needle in cmdline]
     assert len(found) == 1, marked_processes(mark)
     return found[0]
 
@@ -130,26 +130,6 @@ def test_one_step_a_node_runs_its_tasks_and_keeps_each_exit_code(slurm, mark, tm
                      r"failed: exit code 3", err), err
 
 
-def test_a_killed_agent_of_a_nodes_tasks_fails_them_and_ends_every_step(slurm, mark):
-    process = salloc(slurm, ["--nodes=2", "--ntasks-per-node=2"], command=["sleep", "300"],
-                     popen=True)
-    try:
-        wait_for(lambda: len(programs(mark, "sleep 300")) == 4, "a program for each task")
-        victim = [pid for pid, cmdline in marked_processes(mark)
-                  if cmdline.startswith(DROVER + " agent ") and "--node 0:-::-" in cmdline]
-        assert len(victim) == 1, marked_processes(mark)
-        os.kill(victim[0], signal.SIGKILL)
-        out, err = process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.communicate()
-    assert process.returncode == 1, err
-    assert re.search(r"drover run: worker:[01] \(executor [01] on node n\d \(127\.0\.0\.1\)\) "
-                     r"failed: its task on n\d was killed by SIGKILL", err), err
-    # The mark fixture checks that nothing is left and no step is queued.
-
-
 def test_outside_an_allocation_is_a_clear_error(slurm, mark):
     done = subprocess.run([DROVER, "run", "--engine", "slurm", "--", "true"], env=slurm.env(),
                           capture_output=True, text=True, timeout=60)
@@ -163,22 +143,30 @@ def test_more_nodes_than_tasks_is_bad_input(slurm, mark):
     assert "2 nodes asked, but the allocation has 1 tasks" in done.stderr
 
 
-def test_killed_task_is_reported_with_node_and_task(slurm, mark):
+@pytest.mark.parametrize("allocation,victim,failed", [
+    # A task a node: executor 1's own agent.
+    (["--nodes=3", "--ntasks-per-node=1"], "--executor-id 1 ", r"worker:1 \(executor 1"),
+    # Two tasks a node under one agent: both fail with it, the first one named.
+    (["--nodes=2", "--ntasks-per-node=2"], "--node 0:-::-", r"worker:[01] \(executor [01]"),
+])
+def test_killed_task_is_reported_with_node_and_task(slurm, mark, allocation, victim, failed):
     # Each program leaves a descendant in its group and one in a session of
     # its own; the mark fixture checks that none outlives the run.
     command = ["sh", "-c", "sleep 300 & setsid sleep 300 & echo ready; wait"]
-    process = salloc(slurm, ["--nodes=3", "--ntasks-per-node=1"], command=command, popen=True)
+    process = salloc(slurm, allocation, command=command, popen=True)
     try:
-        wait_for(lambda: len(programs(mark, "sleep 300")) == 6, "two descendants on each node")
-        os.kill(agent_of(mark, 1), signal.SIGKILL)
+        tasks = 3 if allocation[1].endswith("=1") else 4
+        wait_for(lambda: len(programs(mark, "sleep 300")) == 2 * tasks,
+                 "two descendants of each task")
+        os.kill(agent_of(mark, victim), signal.SIGKILL)
         out, err = process.communicate(timeout=120)
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.communicate()
     assert process.returncode == 1, err
-    assert re.search(r"drover run: worker:1 \(executor 1 on node n\d \(127\.0\.0\.1\)\) failed: "
-                     r"its task on n\d was killed by SIGKILL", err), err
+    assert re.search(r"drover run: %s on node n\d \(127\.0\.0\.1\)\) failed: "
+                     r"its task on n\d was killed by SIGKILL" % failed, err), err
 
 
 def test_elastic_run_goes_on_without_a_task_whose_agent_died(slurm, mark):
@@ -191,7 +179,7 @@ def test_elastic_run_goes_on_without_a_task_whose_agent_died(slurm, mark):
                      command=["sh", "-c", program], popen=True)
     try:
         wait_for(lambda: len(programs(mark, "sleep 300")) == 3, "a program on each node")
-        os.kill(agent_of(mark, 1), signal.SIGKILL)
+        os.kill(agent_of(mark, "--executor-id 1 "), signal.SIGKILL)
         out, err = process.communicate(timeout=120)
     finally:
         if process.poll() is None:
@@ -241,7 +229,7 @@ def test_node_whose_slurmd_dies_is_reported_and_the_job_ends(slurm, mark):
     node = None
     try:
         wait_for(lambda: len(programs(mark, "sleep 300")) == 3, "a program on each node")
-        agent = agent_of(mark, 1)
+        agent = agent_of(mark, "--executor-id 1 ")
         node = environ_of(agent)[b"SLURMD_NODENAME"].decode()
         with open("/proc/%d/stat" % agent) as f:
             stepd = int(f.read().rsplit(")", 1)[1].split()[1])
