@@ -2,12 +2,15 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "os/fd_io.h"
 #include "os/sigpipe_block.h"
@@ -204,9 +207,199 @@ void OutputRelay::Loop() {
   }
 }
 
+namespace {
+
+// One demux's state, touched only by the hub's thread (or under its lock).
+struct DemuxState {
+  int sources[2];           // the frames, then the launcher's own output; -1 once ended
+  std::vector<Sink> sinks;  // channels, then the status pipe
+  RelayDecoder decoder;
+  // The events each fd is registered for in the hub's epoll (0: not registered).
+  uint32_t source_events[2] = {0, 0};
+  std::vector<uint32_t> sink_events;
+
+  size_t status() const { return sinks.size() - 1; }
+  bool backed_up() const {
+    for (const Sink& sink : sinks) {
+      if (sink.waiting() >= kBackedUp) return true;
+    }
+    return false;
+  }
+  void Deliver(const RelayFrame& frame) {
+    if (frame.kind == 's') {
+      sinks[status()].Append(frame.payload);
+    } else if (frame.kind == 'r' || frame.channel >= status()) {
+      sinks[0].Append(frame.payload);
+    } else if (frame.kind == 'o') {
+      sinks[frame.channel].Append(frame.payload);
+    } else {
+      sinks[frame.channel].end_when_flushed = true;
+    }
+  }
+  void Read(int which) {
+    std::string data;
+    const bool more = ReadAvailable(sources[which], &data);
+    auto deliver = [this](const RelayFrame& frame) { Deliver(frame); };
+    if (which == 0) {
+      decoder.Feed(data, deliver);
+    } else {
+      sinks[0].Append(data);
+    }
+    if (!more) sources[which] = -1;
+    if (sources[0] < 0 && sources[1] < 0) {
+      // The launcher ended: a frame it cut short is shown as it came.
+      decoder.Finish(deliver);
+      for (Sink& sink : sinks) sink.end_when_flushed = true;
+    }
+  }
+  bool finished() const {
+    for (const Sink& sink : sinks) {
+      if (sink.fd.valid()) return false;
+    }
+    return true;
+  }
+};
+
+// Every RelayDemux of the process is served by one thread polling one
+// epoll set, so a driver of 500 hosts runs one demultiplexing thread, not
+// 500. Level-triggered; a source whose sinks are backed up leaves the set
+// until they drain (an ended source would otherwise report its hang-up on
+// every wait).
+class DemuxHub {
+ public:
+  static DemuxHub& Get() {
+    static DemuxHub* hub = new DemuxHub();  // never destroyed: its thread runs to the end
+    return *hub;
+  }
+
+  Result<uint64_t> Add(std::unique_ptr<DemuxState> state) {
+    if (!epoll_.valid()) return Status::IoError("epoll_create1 failed; cannot relay output");
+    std::lock_guard<std::mutex> lock(mutex_);
+    const uint64_t id = next_id_++;
+    DemuxState& added = *state;
+    added.sink_events.assign(added.sinks.size(), 0);
+    states_.emplace(id, std::move(state));
+    Update(id, added);
+    return id;
+  }
+
+  // Once it returns, the hub touches none of the demux's fds again.
+  void Remove(uint64_t id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = states_.find(id);
+    if (found == states_.end()) return;
+    Unregister(id, *found->second);
+    states_.erase(found);
+  }
+
+ private:
+  static constexpr uint64_t kIndexBits = 16;
+
+  DemuxHub() : epoll_(::epoll_create1(EPOLL_CLOEXEC)) {
+    if (epoll_.valid()) std::thread([this] { Loop(); }).detach();
+  }
+
+  // epoll's data: the demux and which of its fds (0, 1: sources; 2..: sinks).
+  static uint64_t Key(uint64_t id, size_t index) { return id << kIndexBits | index; }
+
+  void Watch(uint64_t id, size_t index, int fd, uint32_t wanted, uint32_t* registered) {
+    if (wanted == *registered) return;
+    epoll_event event{};
+    event.events = wanted;
+    event.data.u64 = Key(id, index);
+    const int op = *registered == 0 ? EPOLL_CTL_ADD : wanted == 0 ? EPOLL_CTL_DEL : EPOLL_CTL_MOD;
+    ::epoll_ctl(epoll_.get(), op, fd, &event);
+    *registered = wanted;
+  }
+
+  // Registers each fd for what it waits for now: a source for input unless
+  // its sinks are backed up, a sink for output while it holds bytes.
+  void Update(uint64_t id, DemuxState& state) {
+    const bool backed_up = state.backed_up();
+    for (size_t i = 0; i < 2; ++i) {
+      if (state.sources[i] < 0) {
+        state.source_events[i] = 0;  // ended: its close took it out of the set
+        continue;
+      }
+      Watch(id, i, state.sources[i], backed_up ? 0u : uint32_t{EPOLLIN}, &state.source_events[i]);
+    }
+    for (size_t i = 0; i < state.sinks.size(); ++i) {
+      Sink& sink = state.sinks[i];
+      if (!sink.fd.valid()) continue;
+      Watch(id, 2 + i, sink.fd.get(), sink.waiting() > 0 ? uint32_t{EPOLLOUT} : 0u,
+            &state.sink_events[i]);
+    }
+  }
+
+  void Unregister(uint64_t id, DemuxState& state) {
+    for (size_t i = 0; i < 2; ++i) {
+      if (state.sources[i] >= 0) Watch(id, i, state.sources[i], 0, &state.source_events[i]);
+    }
+    for (size_t i = 0; i < state.sinks.size(); ++i) {
+      if (state.sinks[i].fd.valid()) {
+        Watch(id, 2 + i, state.sinks[i].fd.get(), 0, &state.sink_events[i]);
+      }
+    }
+  }
+
+  void Handle(uint64_t id, DemuxState& state, size_t index) {
+    if (index < 2) {
+      const int source = state.sources[index];
+      if (source < 0) return;
+      state.Read(static_cast<int>(index));
+      if (state.sources[index] < 0) {
+        Watch(id, index, source, 0, &state.source_events[index]);
+      }
+    }
+    for (size_t i = 0; i < state.sinks.size(); ++i) {
+      Sink& sink = state.sinks[i];
+      if (!sink.fd.valid()) continue;
+      const int fd = sink.fd.get();
+      sink.Flush();
+      // Out of the set before its close (the fd number may come back).
+      if (!sink.fd.valid()) Watch(id, 2 + i, fd, 0, &state.sink_events[i]);
+    }
+  }
+
+  void Loop() {
+    SigpipeBlock no_sigpipe;  // a reader gone: EPIPE, and its bytes are dropped
+    epoll_event events[64];
+    for (;;) {
+      const int ready = ::epoll_wait(epoll_.get(), events, 64, -1);
+      if (ready < 0) continue;  // EINTR
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (int k = 0; k < ready; ++k) {
+        const uint64_t id = events[k].data.u64 >> kIndexBits;
+        const size_t index = events[k].data.u64 & ((uint64_t{1} << kIndexBits) - 1);
+        auto found = states_.find(id);
+        if (found == states_.end()) continue;  // removed since the wait
+        Handle(id, *found->second, index);
+      }
+      for (auto it = states_.begin(); it != states_.end();) {
+        if (it->second->finished()) {
+          Unregister(it->first, *it->second);
+          it = states_.erase(it);
+        } else {
+          Update(it->first, *it->second);
+          ++it;
+        }
+      }
+    }
+  }
+
+  UniqueFd epoll_;
+  std::mutex mutex_;
+  std::map<uint64_t, std::unique_ptr<DemuxState>> states_;
+  uint64_t next_id_ = 1;
+};
+
+}  // namespace
+
 Result<std::unique_ptr<RelayDemux>> RelayDemux::Start(int frames, int raw, size_t channels) {
   std::unique_ptr<RelayDemux> demux(new RelayDemux());
-  DROVER_ASSIGN_OR_RETURN(demux->wake_, MakeEventFd());
+  auto state = std::make_unique<DemuxState>();
+  state->sources[0] = frames;
+  state->sources[1] = raw;
   for (size_t i = 0; i <= channels; ++i) {
     DROVER_ASSIGN_OR_RETURN(Pipe pipe, MakePipe(O_CLOEXEC));
     SetNonBlocking(pipe.read.get());
@@ -216,72 +409,14 @@ Result<std::unique_ptr<RelayDemux>> RelayDemux::Start(int frames, int raw, size_
     } else {
       demux->status_reader_ = std::move(pipe.read);
     }
-    demux->sinks_.push_back(std::move(pipe.write));
+    state->sinks.push_back(Sink{std::move(pipe.write)});
   }
-  demux->thread_ = std::thread([d = demux.get(), frames, raw] { d->Loop(frames, raw); });
+  DROVER_ASSIGN_OR_RETURN(demux->id_, DemuxHub::Get().Add(std::move(state)));
   return demux;
 }
 
 RelayDemux::~RelayDemux() {
-  if (!thread_.joinable()) return;
-  SignalEventFd(wake_.get());
-  thread_.join();
-}
-
-void RelayDemux::Loop(int frames, int raw) {
-  SigpipeBlock no_sigpipe;  // a reader gone: EPIPE, and its bytes are dropped
-  std::vector<Sink> sinks;
-  for (UniqueFd& fd : sinks_) sinks.push_back(Sink{std::move(fd)});
-  const size_t status = sinks.size() - 1;
-  RelayDecoder decoder;
-  auto deliver = [&](const RelayFrame& frame) {
-    if (frame.kind == 's') {
-      sinks[status].Append(frame.payload);
-    } else if (frame.kind == 'r' || frame.channel >= status) {
-      sinks[0].Append(frame.payload);
-    } else if (frame.kind == 'o') {
-      sinks[frame.channel].Append(frame.payload);
-    } else {
-      sinks[frame.channel].end_when_flushed = true;
-    }
-  };
-  int sources[2] = {frames, raw};
-  for (;;) {
-    size_t backed_up = 0;
-    for (const Sink& sink : sinks) backed_up = std::max(backed_up, sink.waiting());
-    std::vector<pollfd> fds{{wake_.get(), POLLIN, 0}};
-    for (int source : sources) {
-      if (source >= 0 && backed_up < kBackedUp) fds.push_back({source, POLLIN, 0});
-    }
-    const size_t first_sink = fds.size();
-    bool left = false;
-    for (const Sink& sink : sinks) {
-      if (!sink.fd.valid()) continue;
-      left = true;
-      if (sink.waiting() > 0) fds.push_back({sink.fd.get(), POLLOUT, 0});
-    }
-    if (!left) return;
-    if (::poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR) return;
-    if (fds[0].revents != 0) return;  // stopped
-    for (size_t k = 1; k < first_sink; ++k) {
-      if (fds[k].revents == 0) continue;
-      int& source = fds[k].fd == frames ? sources[0] : sources[1];
-      std::string data;
-      const bool more = ReadAvailable(source, &data);
-      if (&source == &sources[0]) {
-        decoder.Feed(data, deliver);
-      } else {
-        sinks[0].Append(data);
-      }
-      if (!more) source = -1;
-    }
-    if (sources[0] < 0 && sources[1] < 0) {
-      // The launcher ended: a frame it cut short is shown as it came.
-      decoder.Finish(deliver);
-      for (Sink& sink : sinks) sink.end_when_flushed = true;
-    }
-    for (Sink& sink : sinks) sink.Flush();
-  }
+  if (id_ != 0) DemuxHub::Get().Remove(id_);
 }
 
 }  // namespace drover::os

@@ -12,8 +12,9 @@
 // Frame: "\x1e" KIND CHANNEL " " LENGTH "\n" then LENGTH bytes; KIND 'o': a
 // channel's output, 'e': its end (LENGTH 0), 's': status lines.
 //
-// Each runs one thread of its own that never blocks on a slow reader: it
-// stops reading its sources while a megabyte waits for that reader.
+// Neither blocks on a slow reader: each stops reading its sources while a
+// megabyte waits for that reader. An OutputRelay runs a thread of its own;
+// every RelayDemux of a process shares one.
 
 #ifndef DROVER_OS_OUTPUT_RELAY_H_
 #define DROVER_OS_OUTPUT_RELAY_H_
@@ -21,6 +22,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -87,14 +89,15 @@ class OutputRelay {
   std::thread thread_;
 };
 
-// The driver's side.
+// The driver's side: one thread serves every demux of the process.
 class RelayDemux {
  public:
   // Splits `frames` (read, not owned: it must outlive the demux) into
   // `channels` pipes and a status pipe; `raw` (may be -1: the launcher's own
-  // stderr) goes to channel 0 as it comes. The read ends are non-blocking.
+  // stderr) goes to channel 0 as it comes. Every fd must be non-blocking;
+  // the read ends it makes are.
   static Result<std::unique_ptr<RelayDemux>> Start(int frames, int raw, size_t channels);
-  // Stops the thread at once; what it held is dropped.
+  // Stops relaying at once; what it held is dropped.
   ~RelayDemux();
 
   UniqueFd TakeChannelReader(size_t i) { return std::move(readers_[i]); }
@@ -102,13 +105,10 @@ class RelayDemux {
 
  private:
   RelayDemux() = default;
-  void Loop(int frames, int raw);
 
-  UniqueFd wake_;
+  uint64_t id_ = 0;  // its place in the process's one demultiplexing thread
   std::vector<UniqueFd> readers_;
   UniqueFd status_reader_;
-  std::vector<UniqueFd> sinks_;  // channels, then the status pipe
-  std::thread thread_;
 };
 
 }  // namespace drover::os

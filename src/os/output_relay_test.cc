@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -210,6 +211,55 @@ TEST(RelayDemuxTest, TheLaunchersOwnOutputGoesToChannelZeroAndStoppingIsImmediat
     WriteAvailable(busy->write.get(), frame, &done);
   }
   stuck->reset();
+}
+
+size_t ThreadsOfThisProcess() {
+  size_t count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+    (void)entry;
+    ++count;
+  }
+  return count;
+}
+
+TEST(RelayDemuxTest, OneThreadServesEveryDemuxOfTheProcess) {
+  // The hub's thread exists once any demux has.
+  Result<Pipe> first = MakePipe(O_CLOEXEC | O_NONBLOCK);
+  ASSERT_TRUE(first.ok());
+  Result<std::unique_ptr<RelayDemux>> warm = RelayDemux::Start(first->read.get(), -1, 1);
+  ASSERT_TRUE(warm.ok());
+  const size_t before = ThreadsOfThisProcess();
+  constexpr size_t kHosts = 40;
+  std::vector<Pipe> streams;
+  std::vector<std::unique_ptr<RelayDemux>> demuxes;
+  std::vector<int> readers;
+  std::vector<UniqueFd> owned;
+  for (size_t h = 0; h < kHosts; ++h) {
+    Result<Pipe> stream = MakePipe(O_CLOEXEC | O_NONBLOCK);
+    ASSERT_TRUE(stream.ok());
+    Result<std::unique_ptr<RelayDemux>> demux = RelayDemux::Start(stream->read.get(), -1, 2);
+    ASSERT_TRUE(demux.ok());
+    for (size_t c = 0; c < 2; ++c) {
+      owned.push_back((*demux)->TakeChannelReader(c));
+      readers.push_back(owned.back().get());
+    }
+    owned.push_back((*demux)->TakeStatusReader());
+    readers.push_back(owned.back().get());
+    WriteAll(stream->write.get(),
+             EncodeRelayFrame('o', 0, "host " + std::to_string(h) + " node 0\n") +
+                 EncodeRelayFrame('o', 1, "host " + std::to_string(h) + " node 1\n") +
+                 EncodeRelayFrame('s', 0, std::to_string(h) + " 0\n"));
+    stream->write.Reset();  // the launcher ended
+    streams.push_back(std::move(stream).value());
+    demuxes.push_back(std::move(demux).value());
+  }
+  EXPECT_EQ(ThreadsOfThisProcess(), before);
+  std::vector<std::string> got = ReadAllToEnd(readers);
+  for (size_t h = 0; h < kHosts; ++h) {
+    EXPECT_EQ(got[3 * h], "host " + std::to_string(h) + " node 0\n");
+    EXPECT_EQ(got[3 * h + 1], "host " + std::to_string(h) + " node 1\n");
+    EXPECT_EQ(got[3 * h + 2], std::to_string(h) + " 0\n");
+  }
 }
 
 }  // namespace
