@@ -591,7 +591,7 @@ void AddAgentCommand(CLI::App& app, int* exit_code) {
       "--status-fd and the agent exits with the first non-zero one (0 when none).");
   agent
       ->add_option("--node", flags->host_nodes,
-                   "A host's agent (drover run's local and ssh engines): a node it runs,\n"
+                   "A host's agent (drover run's local, ssh and slurm engines): a node it\n"
                    "as ID:OUTPUT_FD:GPUS[:TOKEN_FILE] (GPUS empty: inherited); repeated, one\n"
                    "thread a node, one exec for them all. With --token-file (the cluster\n"
                    "token) the nodes share one rendezvous connection; else each node's\n"

@@ -36,7 +36,10 @@ class HostAgent {
   // subreaper's orphans) and removes their files.
   std::optional<os::ExitStatus> ExitOf(const std::string& id) {
     ReadStatus();
-    if (!exit_) {
+    // A relayed agent's last lines may still be on their way through the
+    // demux when its launcher has exited: its end counts once they are in
+    // (the demux closes the status pipe after the launcher's last byte).
+    if (!exit_ && (!demux_ || !status_.valid())) {
       exit_ = process_.Poll();
       if (exit_) ReadStatus();  // the lines written before it exited
     }

@@ -1,10 +1,10 @@
 #include "engine/launcher_agent.h"
 
-#include <errno.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <fstream>
 #include <sstream>
 
@@ -123,8 +123,8 @@ Result<std::vector<std::unique_ptr<AgentProcess>>> StartHostThroughLauncher(
   std::string lines;
   for (const std::string& credential : credentials) lines += credential + "\n";
   {
-    // A few hundred bytes a node: the pipe takes them before the launcher
-    // reads, up to its 64 KiB; a launcher that exits first is an EPIPE.
+    // Under a hundred bytes a node: the pipe takes a host's 256 before the
+    // launcher reads them; a launcher that exits first is an EPIPE.
     os::SigpipeBlock no_sigpipe;
     size_t done = 0;
     while (done < lines.size()) {

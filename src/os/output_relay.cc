@@ -217,6 +217,8 @@ struct DemuxState {
   // The events each fd is registered for in the hub's epoll (0: not registered).
   uint32_t source_events[2] = {0, 0};
   std::vector<uint32_t> sink_events;
+  // Channel 0's end came while the launcher's own output may still come.
+  bool channel0_ended = false;
 
   size_t status() const { return sinks.size() - 1; }
   bool backed_up() const {
@@ -232,8 +234,10 @@ struct DemuxState {
       sinks[0].Append(frame.payload);
     } else if (frame.kind == 'o') {
       sinks[frame.channel].Append(frame.payload);
-    } else {
+    } else if (frame.channel != 0 || sources[1] < 0) {
       sinks[frame.channel].end_when_flushed = true;
+    } else {
+      channel0_ended = true;  // ends with the launcher's own output
     }
   }
   void Read(int which) {
@@ -246,6 +250,7 @@ struct DemuxState {
       sinks[0].Append(data);
     }
     if (!more) sources[which] = -1;
+    if (which == 1 && sources[1] < 0 && channel0_ended) sinks[0].end_when_flushed = true;
     if (sources[0] < 0 && sources[1] < 0) {
       // The launcher ended: a frame it cut short is shown as it came.
       decoder.Finish(deliver);

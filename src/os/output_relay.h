@@ -6,8 +6,9 @@
 // into the stream as frames. RelayDemux runs in the driver: it splits the
 // stream back into a pipe per channel and a status pipe, so the rest of the
 // driver reads them as it reads a local host agent's pipes. Bytes that are
-// not frames (ssh's own messages, an agent's last words after the relay
-// ended) go to channel 0, as a local agent's own output goes with node 0's.
+// not frames (ssh's own messages, a stream cut inside a frame) go to channel
+// 0, as a local agent's own output goes with node 0's; so channel 0 ends
+// when both its frames and the launcher's own output have.
 //
 // Frame: "\x1e" KIND CHANNEL " " LENGTH "\n" then LENGTH bytes; KIND 'o': a
 // channel's output, 'e': its end (LENGTH 0), 's': status lines.
