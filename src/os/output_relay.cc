@@ -34,6 +34,11 @@ void SetNonBlocking(int fd) {
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
+// Not strchr("oes", kind): that finds the terminating NUL for a '\0'.
+bool IsFrameKind(char kind) {
+  return kind == 'o' || kind == 'e' || kind == 's';
+}
+
 bool ParseNumber(std::string_view text, size_t* value) {
   if (text.empty()) return false;
   auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), *value);
@@ -109,7 +114,7 @@ void RelayDecoder::Feed(std::string_view bytes,
     size_t channel = 0;
     size_t length = 0;
     const bool good = header.size() <= kMaxHeader && space != std::string_view::npos &&
-                      !header.empty() && std::strchr("oes", header[0]) != nullptr &&
+                      !header.empty() && IsFrameKind(header[0]) &&
                       ParseNumber(header.substr(1, space - 1), &channel) &&
                       ParseNumber(header.substr(space + 1), &length) && length <= kMaxPayload;
     if (!good) {

@@ -38,11 +38,18 @@ void Collect(Decoded* into, const RelayFrame& frame) {
   }
 }
 
+// A header whose kind is a NUL byte: not a frame.
+const std::string kNulKind(
+    "\x1e\0"
+    "1 0\n",
+    6);
+
 std::string SampleStream() {
   return "ssh: warning\n" + EncodeRelayFrame('o', 0, "zero\n") +
          EncodeRelayFrame('o', 2, std::string(5000, 'x')) + EncodeRelayFrame('s', 0, "1 0\n") +
          "\x1e" + "not a header\n" + EncodeRelayFrame('o', 1, "one, with \x1e inside\n") +
-         EncodeRelayFrame('e', 1, "") + EncodeRelayFrame('o', 0, "") + "\x1eo9 99999999999\n";
+         EncodeRelayFrame('e', 1, "") + EncodeRelayFrame('o', 0, "") + "\x1eo9 99999999999\n" +
+         kNulKind;
 }
 
 TEST(RelayDecoderTest, FramesComeOutWholeWhateverThePiecesTheyArriveIn) {
@@ -62,7 +69,8 @@ TEST(RelayDecoderTest, FramesComeOutWholeWhateverThePiecesTheyArriveIn) {
     EXPECT_EQ(decoded.status, "1 0\n") << piece;
     // What is not a frame is kept, not lost: the stray marker and its
     // line, and a header that asks for more than a frame may hold.
-    EXPECT_EQ(decoded.raw, "ssh: warning\n\x1enot a header\n\x1eo9 99999999999\n") << piece;
+    EXPECT_EQ(decoded.raw, "ssh: warning\n\x1enot a header\n\x1eo9 99999999999\n" + kNulKind)
+        << piece;
     EXPECT_EQ(decoder.pending(), 0u);
   }
 }
