@@ -74,6 +74,15 @@ struct Sink {
   }
 };
 
+// Puts a sink's file status flags back as they came, if it is still open.
+struct RestoreFlagsAtEnd {
+  Sink& sink;
+  int flags;
+  ~RestoreFlagsAtEnd() {
+    if (sink.fd.valid()) ::fcntl(sink.fd.get(), F_SETFL, flags);
+  }
+};
+
 }  // namespace
 
 std::string EncodeRelayFrame(char kind, size_t channel, std::string_view payload) {
@@ -146,6 +155,7 @@ Result<std::unique_ptr<OutputRelay>> OutputRelay::Start(size_t channels, UniqueF
       relay->status_writer_ = std::move(pipe.write);
     }
   }
+  relay->out_flags_ = ::fcntl(out.get(), F_GETFL);
   SetNonBlocking(out.get());
   relay->out_ = std::move(out);
   relay->thread_ = std::thread([raw = relay.get()] { raw->Loop(); });
@@ -168,6 +178,9 @@ void OutputRelay::Finish(std::chrono::milliseconds timeout) {
 void OutputRelay::Loop() {
   SigpipeBlock no_sigpipe;  // a driver gone: EPIPE, and the output is dropped
   Sink out{std::move(out_)};
+  // The stream's file description may be shared (a terminal, when run by
+  // hand): it goes back to blocking as it came, before its close.
+  RestoreFlagsAtEnd restore{out, out_flags_};
   const size_t status = readers_.size() - 1;
   auto finish_by = std::chrono::steady_clock::time_point::max();
   for (;;) {

@@ -81,6 +81,7 @@ class OutputRelay {
   void Loop();
 
   UniqueFd out_;
+  int out_flags_ = 0;  // out_'s file status flags as they came
   UniqueFd wake_;
   std::vector<UniqueFd> readers_;  // channels, then the status pipe
   std::vector<UniqueFd> writers_;

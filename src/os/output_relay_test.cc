@@ -169,11 +169,16 @@ TEST(OutputRelayTest, EachChannelArrivesApartWithItsEndAndTheStatusLines) {
 TEST(OutputRelayTest, FinishGivesUpOnAChannelSomeoneStillHolds) {
   Result<Pipe> stream = MakePipe(O_CLOEXEC);
   ASSERT_TRUE(stream.ok());
+  // Another holder of the stream's file description (a terminal, by hand).
+  UniqueFd shared(::dup(stream->write.get()));
   Result<std::unique_ptr<OutputRelay>> relay = OutputRelay::Start(1, std::move(stream->write));
   ASSERT_TRUE(relay.ok());
   UniqueFd held = (*relay)->TakeChannelWriter(0);  // a leftover process's copy
   WriteAll(held.get(), "before\n");
   (*relay)->Finish(std::chrono::milliseconds(50));
+  // It came blocking and goes back so.
+  EXPECT_EQ(::fcntl(shared.get(), F_GETFL) & O_NONBLOCK, 0);
+  shared.Reset();
   // The relay's end closed the stream; what came before it arrived.
   ::fcntl(stream->read.get(), F_SETFL, O_NONBLOCK);
   const std::string data = ReadAllToEnd({stream->read.get()})[0];
