@@ -140,6 +140,7 @@ def test_one_agent_and_one_ssh_a_host_keep_each_nodes_output_and_exit_code(
     # No credential in any agent's argv: each node's comes on stdin.
     for cmdline in running.values():
         assert "--token-file -" in cmdline or ":-:" in cmdline, cmdline
+        assert "drover-node-v1" not in cmdline, cmdline
     assert process.returncode == 1, err
     for executor, host in ((0, "h1"), (1, "h1"), (2, "h1"), (3, "h2"), (4, "h2")):
         assert "[worker:%d] first from %d on %s" % (executor, executor, host) in out, err
