@@ -57,20 +57,17 @@ struct Sink {
     if (fd.valid()) pending.append(bytes);
   }
   // Writes what the descriptor takes now; drops everything once its reader
-  // is gone; closes it once told to end and flushed.
-  void Flush() {
+  // is gone; closes it once told to end and flushed, calling `before_close`
+  // with it first (to take it out of a poll set while the number is ours).
+  void Flush(const std::function<void(int)>& before_close = nullptr) {
     if (!fd.valid()) return;
-    if (!WriteAvailable(fd.get(), pending, &done)) {
-      fd.Reset();
-      pending.clear();
-      done = 0;
-      return;
-    }
-    if (done == pending.size()) {
-      pending.clear();
-      done = 0;
-      if (end_when_flushed) fd.Reset();
-    }
+    const bool reader_gone = !WriteAvailable(fd.get(), pending, &done);
+    if (!reader_gone && done < pending.size()) return;
+    pending.clear();
+    done = 0;
+    if (!reader_gone && !end_when_flushed) return;
+    if (before_close) before_close(fd.get());
+    fd.Reset();
   }
 };
 
@@ -375,12 +372,8 @@ class DemuxHub {
       }
     }
     for (size_t i = 0; i < state.sinks.size(); ++i) {
-      Sink& sink = state.sinks[i];
-      if (!sink.fd.valid()) continue;
-      const int fd = sink.fd.get();
-      sink.Flush();
       // Out of the set before its close (the fd number may come back).
-      if (!sink.fd.valid()) Watch(id, 2 + i, fd, 0, &state.sink_events[i]);
+      state.sinks[i].Flush([&](int fd) { Watch(id, 2 + i, fd, 0, &state.sink_events[i]); });
     }
   }
 
@@ -424,9 +417,7 @@ Result<std::unique_ptr<RelayDemux>> RelayDemux::Start(int frames, int raw, size_
   state->sources[0] = frames;
   state->sources[1] = raw;
   for (size_t i = 0; i <= channels; ++i) {
-    DROVER_ASSIGN_OR_RETURN(Pipe pipe, MakePipe(O_CLOEXEC));
-    SetNonBlocking(pipe.read.get());
-    SetNonBlocking(pipe.write.get());
+    DROVER_ASSIGN_OR_RETURN(Pipe pipe, MakePipe(O_CLOEXEC | O_NONBLOCK));
     if (i < channels) {
       demux->readers_.push_back(std::move(pipe.read));
     } else {
