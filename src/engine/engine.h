@@ -12,6 +12,7 @@
 #ifndef DROVER_ENGINE_ENGINE_H_
 #define DROVER_ENGINE_ENGINE_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -45,6 +46,11 @@ struct HostLaunch {
   std::vector<std::string> argv;
   std::vector<Node> nodes;
 };
+
+// Nodes [0, count) grouped by the host `host_of(i)` names, the groups in
+// the order of their first node: what Engine::NodesByHost returns.
+std::vector<std::vector<int>> GroupByHost(int count,
+                                          const std::function<std::string(int)>& host_of);
 
 // Describes an agent's exit; the agent exits with the program's code, 128 +
 // signal when a signal killed the program.

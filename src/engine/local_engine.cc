@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <map>
 
 #include "engine/host_agent.h"
 #include "os/find_program.h"
@@ -80,6 +81,18 @@ Result<std::unique_ptr<AgentProcess>> SpawnProcessGroup(const std::string& id,
     return Status::IoError("cannot start " + id + ": " + process.status().message());
   return std::unique_ptr<AgentProcess>(
       std::make_unique<ChildProcess>(id, std::move(process).value()));
+}
+
+std::vector<std::vector<int>> GroupByHost(int count,
+                                          const std::function<std::string(int)>& host_of) {
+  std::vector<std::vector<int>> groups;
+  std::map<std::string, size_t> group_of_host;
+  for (int i = 0; i < count; ++i) {
+    auto [at, added] = group_of_host.emplace(host_of(i), groups.size());
+    if (added) groups.emplace_back();
+    groups[at->second].push_back(i);
+  }
+  return groups;
 }
 
 std::string DescribeAgentExit(const os::ExitStatus& status) {

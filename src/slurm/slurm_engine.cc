@@ -1,5 +1,6 @@
 #include "slurm/slurm_engine.h"
 
+#include <algorithm>
 #include <charconv>
 #include <sstream>
 
@@ -171,11 +172,14 @@ std::function<std::string(const os::ExitStatus&)> SlurmEngine::DescribeStepExit(
   };
 }
 
-Result<std::unique_ptr<AgentProcess>> SlurmEngine::Launch(const AgentLaunch& launch) {
+const std::string& SlurmEngine::NodeOfExecutor(const std::string& executor_id) const {
   int index = -1;
-  std::from_chars(launch.executor_id.data(), launch.executor_id.data() + launch.executor_id.size(),
-                  index);
-  const std::string node = node_of(index);
+  std::from_chars(executor_id.data(), executor_id.data() + executor_id.size(), index);
+  return node_of(index);
+}
+
+Result<std::unique_ptr<AgentProcess>> SlurmEngine::Launch(const AgentLaunch& launch) {
+  const std::string& node = NodeOfExecutor(launch.executor_id);
   if (node.empty()) {
     return Status::InvalidArgument("cannot start executor " + launch.executor_id +
                                    ": the allocation has " + std::to_string(slots_.size()) +
@@ -190,27 +194,15 @@ Result<std::unique_ptr<AgentProcess>> SlurmEngine::Launch(const AgentLaunch& lau
 }
 
 std::vector<std::vector<int>> SlurmEngine::NodesByHost(int count) const {
-  std::vector<std::vector<int>> groups;
-  std::map<std::string, size_t> group_of_node;
-  for (int i = 0; i < count && static_cast<size_t>(i) < slots_.size(); ++i) {
-    auto [at, added] = group_of_node.emplace(slots_[static_cast<size_t>(i)], groups.size());
-    if (added) groups.emplace_back();
-    groups[at->second].push_back(i);
-  }
-  return groups;
+  return GroupByHost(std::min(count, total_tasks()), [this](int i) { return node_of(i); });
 }
 
 Result<std::vector<std::unique_ptr<AgentProcess>>> SlurmEngine::LaunchHost(
     const HostLaunch& launch) {
   DROVER_ASSIGN_OR_RETURN(RelayedHostAgent agent, RelayedHostAgentArgv(launch));
-  auto node_of_id = [this](const std::string& id) {
-    int index = -1;
-    std::from_chars(id.data(), id.data() + id.size(), index);
-    return node_of(index);
-  };
-  const std::string node = node_of_id(agent.ids.front());
+  const std::string& node = NodeOfExecutor(agent.ids.front());
   for (const std::string& id : agent.ids) {
-    if (node.empty() || node_of_id(id) != node) {
+    if (node.empty() || NodeOfExecutor(id) != node) {
       return Status::InvalidArgument("executors " + agent.ids.front() + " and " + id +
                                      " are not tasks of one node");
     }

@@ -67,6 +67,8 @@ class SlurmEngine : public Engine {
   int total_tasks() const { return static_cast<int>(slots_.size()); }
   // The Slurm node name of a task ("n2").
   const std::string& node_of(int executor_index) const;
+  // The same, for an executor id ("2"); "" for one the allocation lacks.
+  const std::string& NodeOfExecutor(const std::string& executor_id) const;
 
  private:
   explicit SlurmEngine(SlurmEngineOptions options) : options_(std::move(options)) {}

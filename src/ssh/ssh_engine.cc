@@ -280,17 +280,8 @@ Result<std::unique_ptr<AgentProcess>> SshEngine::Launch(const AgentLaunch& launc
 }
 
 std::vector<std::vector<int>> SshEngine::NodesByHost(int count) const {
-  std::vector<std::vector<int>> groups;
-  std::vector<int> group_of_host(options_.hosts.size(), -1);
-  for (int i = 0; i < count && static_cast<size_t>(i) < slots_.size(); ++i) {
-    int& group = group_of_host[slots_[static_cast<size_t>(i)]];
-    if (group < 0) {
-      group = static_cast<int>(groups.size());
-      groups.emplace_back();
-    }
-    groups[static_cast<size_t>(group)].push_back(i);
-  }
-  return groups;
+  return GroupByHost(std::min(count, total_slots()),
+                     [this](int i) { return std::to_string(slots_[static_cast<size_t>(i)]); });
 }
 
 Result<std::vector<std::unique_ptr<AgentProcess>>> SshEngine::LaunchHost(const HostLaunch& launch) {
