@@ -132,6 +132,9 @@ struct FormedCluster {
   // The receiving node's index in `nodes`; -1 on the driver.
   int self = -1;
   Milliseconds heartbeat_interval{1000};
+  // How long an agent whose payload stays the same may go between
+  // heartbeats (ServerOptions::quiet_heartbeat_interval); 0: never quiet.
+  Milliseconds quiet_heartbeat_interval{0};
   // Every node's, whole or not. A node that did not get the node list
   // (NodeList, docs/protocol.md "The node list") holds only its own entry in
   // `nodes` and `placements` (self 0) and an empty `spec`; the sizes are here.
@@ -152,6 +155,14 @@ struct HeartbeatPayload {
   int32_t program_pid = 0;  // 0: not known
   std::optional<FeedProgress> feed;
   std::vector<MetricValue> metrics;  // the program's reports, each name's last
+  // Whether every change to this payload makes change_fd readable (or, with
+  // change_fd -1, the payload never changes). Only then may the heartbeats go
+  // quiet while it stays the same: the next one comes within the cluster's
+  // quiet interval, or as soon as change_fd is readable, instead of every
+  // interval (docs/protocol.md, "Quiet heartbeats"). A fed node's counters
+  // change in its program's process, unannounced.
+  bool changes_announced = false;
+  int change_fd = -1;  // not read by the heartbeat: only waited for
 };
 
 // One node's payload in a host's heartbeat (RendezvousClient::StartHostHeartbeats).
@@ -224,6 +235,13 @@ struct RendezvousServerOptions {
   size_t max_kv_waits_per_connection = 64;
   Milliseconds heartbeat_interval{1'000};
   int missed_heartbeats_until_dead = 5;
+  // An agent whose payload has not changed may heartbeat this seldom
+  // (Heartbeat.quiet) and is then declared dead after this much more silence;
+  // 0: every interval. Connections also get TCP keepalive (idle and probe
+  // interval heartbeat_interval, missed_heartbeats_until_dead probes), so a
+  // host that stops answering is found as soon as with every-interval
+  // heartbeats (docs/protocol.md, "Quiet heartbeats").
+  Milliseconds quiet_heartbeat_interval{5'000};
   // Nodes that register with NodeList::kAuto get the whole node list when
   // the cluster has at most this many nodes, else only their own entry.
   int node_list_limit = 1024;
@@ -402,6 +420,9 @@ class RendezvousClient {
   // the client is destroyed. `payload`, when given, is called on that thread
   // before each heartbeat and must be thread-safe. Called again, it takes the
   // new interval (and payload, when given) and sends one heartbeat at once.
+  // Once the payload (none counts as one that never changes) has stayed the
+  // same for an interval and announces its changes, the heartbeats go quiet
+  // if the cluster allows it (FormedCluster::quiet_heartbeat_interval).
   void StartHeartbeats(Milliseconds interval, std::function<HeartbeatPayload()> payload = {});
   // A host's heartbeats, after RegisterHost: as StartHeartbeats, with one
   // payload per node, by executor id. Each heartbeat counts for every node

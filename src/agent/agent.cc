@@ -606,7 +606,12 @@ Agent::Impl::RoundEnd Agent::Impl::RunRound(NodeLink& link, int round,
     payload.program_pid = program_pid;
     MutexLock lock(round_mu_);
     if (feed_) payload.feed = feed_->Progress();
-    if (metrics_) payload.metrics = metrics_->Latest();
+    if (metrics_) {
+      payload.metrics = metrics_->Latest();
+      payload.change_fd = metrics_->change_fd();
+    }
+    // A feed's counters move in the program's process, unannounced.
+    payload.changes_announced = !feed_;
     return payload;
   });
   std::thread watcher([this, &link] { WatchForStop(&link); });

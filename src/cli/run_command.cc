@@ -65,7 +65,8 @@ struct RunFlags {
   bool tee = false;
   int max_restarts = 0;
   double reservation_timeout = 300;
-  std::optional<double> heartbeat;  // seconds; unset: the driver's default
+  std::optional<double> heartbeat;        // seconds; unset: the driver's default
+  std::optional<double> quiet_heartbeat;  // seconds; unset: the driver's default
   double shutdown_timeout = 0;
   double grace = 5;
   NodeList node_list = NodeList::kAuto;
@@ -204,9 +205,10 @@ int RunEtcd(const RunFlags& flags, const ClusterTemplate& cluster, int min_nodes
            "reads the whole cluster\n";
     return kExitBadInput;
   }
-  if (flags.heartbeat) {
-    err << "drover run: --heartbeat is for the built-in rendezvous; through etcd a node is "
-           "alive while its lease is (--lease-ttl)\n";
+  if (flags.heartbeat || flags.quiet_heartbeat) {
+    err << "drover run: " << (flags.heartbeat ? "--heartbeat" : "--quiet-heartbeat")
+        << " is for the built-in rendezvous; through etcd a node is alive while its lease is "
+           "(--lease-ttl)\n";
     return kExitBadInput;
   }
   EtcdDriverOptions options;
@@ -398,6 +400,7 @@ int Run(RunFlags flags) {
   options.max_restarts = flags.max_restarts;
   options.reservation_timeout = ToMs(flags.reservation_timeout);
   if (flags.heartbeat) options.heartbeat_interval = ToMs(*flags.heartbeat);
+  if (flags.quiet_heartbeat) options.quiet_heartbeat_interval = ToMs(*flags.quiet_heartbeat);
   options.shutdown_timeout = ToMs(flags.shutdown_timeout);
   options.grace = ToMs(flags.grace);
   options.node_list = flags.node_list;
@@ -579,6 +582,12 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
                   "that exits is seen at once). Longer: less traffic and CPU on a large or idle\n"
                   "run, a hung host found later")
       ->check(CLI::Range(0.01, 3600.0));
+  run->add_option("--quiet-heartbeat", flags->quiet_heartbeat,
+                  "Seconds an agent whose nodes have nothing new to report (no feed, no new\n"
+                  "drover.report) waits between heartbeats instead (default 5; 0: every\n"
+                  "--heartbeat). TCP keepalive still finds a host that stops answering within\n"
+                  "5 heartbeat intervals; a hung agent is found this much later")
+      ->check(CLI::Range(0.0, 3600.0));
   run->add_option("--shutdown-timeout", flags->shutdown_timeout,
                   "Seconds the chief and workers may run before the run is stopped (0: no limit)")
       ->check(CLI::NonNegativeNumber)

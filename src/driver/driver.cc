@@ -1058,6 +1058,7 @@ Status Driver::StartRendezvous(Round& round) {
   server_options.cluster_id = round.cluster_id;
   server_options.reservation_timeout = options_.reservation_timeout;
   server_options.heartbeat_interval = options_.heartbeat_interval;
+  server_options.quiet_heartbeat_interval = options_.quiet_heartbeat_interval;
   server_options.elastic = elastic();
   std::shared_ptr<EventQueue> queue = round.queue;
   server_options.on_event = [queue](const NodeEvent& event) { queue->Push(event); };

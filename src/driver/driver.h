@@ -77,6 +77,9 @@ struct DriverOptions {
   Milliseconds reservation_timeout{300'000};
   // Between the agents' heartbeats; 5 missed ones declare a node lost.
   Milliseconds heartbeat_interval{1'000};
+  // How long an agent with nothing new to report may go between heartbeats
+  // (RendezvousServerOptions::quiet_heartbeat_interval); 0: never quiet.
+  Milliseconds quiet_heartbeat_interval{5'000};
   Milliseconds shutdown_timeout{0};      // 0: the workers may run forever
   Milliseconds grace{5'000};             // SIGTERM -> SIGKILL
   NodeList node_list = NodeList::kAuto;  // each agent's --node-list

@@ -275,7 +275,8 @@ Result<FormedCluster> Barrier::LayOut() const {
   formed.cluster_id = cluster_id_;
   formed.round = round_;
   formed.round_reason = round_reason_;
-  formed.heartbeat_interval = options_.heartbeat_interval;
+  formed.heartbeat_interval = options_.heartbeats.interval;
+  formed.quiet_heartbeat_interval = options_.heartbeats.quiet;
   formed.nodes.reserve(table_.size());
   for (const NodeRecord& node : table_.nodes()) formed.nodes.push_back(node.info);
   // The one layout of the cluster: every node and the driver read it.
@@ -307,11 +308,11 @@ void Barrier::SendCluster(const NodeRecord& node) {
   if (peer == nullptr) return;
   if (WantsNodeList(*peer)) {
     const EncodedCluster* list = NodeListEncoding();
-    if (list != nullptr) peer->Send(ClusterFrame(*list, node.slot, options_.heartbeat_interval));
+    if (list != nullptr) peer->Send(ClusterFrame(*list, node.slot, options_.heartbeats));
     return;
   }
   if (node.slot >= own_placements_.size()) return;
-  peer->Send(ClusterFrame(summary_, node.slot, options_.heartbeat_interval, node.info,
+  peer->Send(ClusterFrame(summary_, node.slot, options_.heartbeats, node.info,
                           own_placements_[node.slot]));
 }
 

@@ -33,7 +33,7 @@ namespace drover::rendezvous_internal {
 
 struct BarrierOptions {
   std::string cluster_id;
-  Milliseconds heartbeat_interval{1'000};     // sent to every node with the cluster
+  HeartbeatTiming heartbeats;                 // sent to every node with the cluster
   Milliseconds reservation_timeout{600'000};  // for the timeout's message
   // Once formed, a newcomer waits for the next round (a joiner) instead of
   // being refused, and Reform starts that round.

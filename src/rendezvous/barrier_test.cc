@@ -44,7 +44,7 @@ class BarrierTest : public ::testing::Test {
     BarrierOptions options;
     options.elastic = elastic;
     options.cluster_id = "c1";
-    options.heartbeat_interval = Milliseconds(250);
+    options.heartbeats = HeartbeatTiming{Milliseconds(250), Milliseconds(3'000)};
     options.reservation_timeout = std::chrono::seconds(60);
     barrier_ = std::make_unique<Barrier>(options, *table_, context_);
   }
@@ -90,6 +90,7 @@ TEST_F(BarrierTest, EveryRegistrationIsAcknowledgedAndTheLastSlotFormsTheCluster
   ASSERT_TRUE(cluster.has_value());
   EXPECT_EQ(cluster->position(), 2u);
   EXPECT_EQ(cluster->heartbeat_interval_ms(), 250u);
+  EXPECT_EQ(cluster->quiet_heartbeat_interval_ms(), 3'000u);
   EXPECT_EQ(zero.Last<wire::Cluster>(wire::CLUSTER)->position(), 0u);
   EXPECT_EQ(zero.sent.back().shared.get(), two.sent.back().shared.get());
 

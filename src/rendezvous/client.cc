@@ -33,6 +33,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -41,7 +42,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -55,6 +55,7 @@
 #include "drover/host_port.h"
 #include "drover/rendezvous.h"
 #include "os/fd_io.h"
+#include "os/tcp_keepalive.h"
 #include "os/unique_fd.h"
 #include "rendezvous/client_backend.h"
 #include "rendezvous/node_info_codec.h"
@@ -68,6 +69,9 @@ namespace {
 // Writes without a caller's deadline (heartbeats, ReportError, StopAll) give
 // up after this long: the server is not reading.
 constexpr Milliseconds kSendTimeout{10'000};
+// Unanswered keepalive probes, one a heartbeat interval, before the kernel
+// gives up on the server: the server's own count for heartbeats.
+constexpr int kKeepaliveProbes = 5;
 // A cluster's shared part may expand to at most this multiple of the frame limit.
 constexpr uint64_t kMaxExpansion = 8;
 // Keys and values as docs/protocol.md bounds them.
@@ -221,14 +225,15 @@ class TcpClientImpl {
       : options_(std::move(options)),
         key_(key),
         fd_(std::move(fd)),
-        reader_(wire::kHandshakeMaxFrameBytes) {}
+        reader_(wire::kHandshakeMaxFrameBytes),
+        heartbeat_wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
 
   ~TcpClientImpl() {
     {
       MutexLock lock(heartbeat_mu_);
       stopping_ = true;
     }
-    heartbeat_cv_.notify_all();
+    os::SignalEventFd(heartbeat_wake_.get());
     // Wakes a heartbeat blocked in a write before joining it; the fd stays
     // open (and its number reserved) until the thread is gone.
     ::shutdown(fd_.get(), SHUT_RDWR);
@@ -299,10 +304,19 @@ class TcpClientImpl {
   // ("executor 3") is for the errors.
   Result<FormedCluster> AwaitCluster(Deadline deadline, const std::string& who);
 
+  // How the payload announces its changes (HeartbeatPayload), all nodes'
+  // together on a host connection.
+  struct ChangeNotice {
+    bool announced = true;
+    std::vector<int> fds;
+  };
   // Adds the caller's payload to a heartbeat, on the heartbeat thread.
-  using HeartbeatFiller = std::function<void(wire::Heartbeat*)>;
+  using HeartbeatFiller = std::function<ChangeNotice(wire::Heartbeat*)>;
   void StartHeartbeatLoop(Milliseconds interval, HeartbeatFiller filler);
   void HeartbeatLoop();
+  // Sleeps until `until`, a stop or a new payload, or (with `change_fds`)
+  // one of them readable. True when it was a change fd.
+  bool WaitForNextHeartbeat(Clock::time_point until, const std::vector<int>& change_fds);
 
   const RendezvousClientOptions options_;
   const wire::Token key_;  // the credential's: the cluster token or a node's
@@ -331,10 +345,11 @@ class TcpClientImpl {
   Status broken_ GUARDED_BY(state_mu_);  // OK while the connection is usable
 
   Mutex heartbeat_mu_;
-  std::condition_variable_any heartbeat_cv_;
+  os::UniqueFd heartbeat_wake_;  // an eventfd: stopping_ or send_now_ was set
   bool stopping_ GUARDED_BY(heartbeat_mu_) = false;
   bool send_now_ GUARDED_BY(heartbeat_mu_) = false;  // StartHeartbeats called again
   Milliseconds heartbeat_interval_ GUARDED_BY(heartbeat_mu_){1000};
+  Milliseconds quiet_interval_ GUARDED_BY(heartbeat_mu_){0};  // the last CLUSTER's
   HeartbeatFiller heartbeat_filler_ GUARDED_BY(heartbeat_mu_);
   std::thread heartbeat_thread_;  // started once, by the caller's thread
 };
@@ -639,6 +654,11 @@ Result<FormedCluster> TcpClientImpl::DecodeCluster(const wire::Frame& frame) {
   if (cluster.heartbeat_interval_ms() > 0) {
     formed->heartbeat_interval = Milliseconds(cluster.heartbeat_interval_ms());
   }
+  formed->quiet_heartbeat_interval = Milliseconds(cluster.quiet_heartbeat_interval_ms());
+  {
+    MutexLock lock(heartbeat_mu_);
+    quiet_interval_ = formed->quiet_heartbeat_interval;
+  }
   return formed;
 }
 
@@ -725,8 +745,10 @@ Result<FormedCluster> TcpClientImpl::AwaitCluster(Deadline deadline, const std::
 namespace {
 
 // A Heartbeat or a NodeHeartbeat: the same payload fields.
-template <typename Message>
-void AddPayload(const HeartbeatPayload& payload, Message* heartbeat) {
+template <typename Message, typename Notice>
+void AddPayload(const HeartbeatPayload& payload, Message* heartbeat, Notice* notice) {
+  notice->announced = notice->announced && payload.changes_announced;
+  if (payload.change_fd >= 0) notice->fds.push_back(payload.change_fd);
   heartbeat->set_program_pid(payload.program_pid);
   if (payload.feed) {
     *heartbeat->mutable_feed() = rendezvous_internal::FeedProgressToWire(*payload.feed);
@@ -741,7 +763,9 @@ void TcpClientImpl::StartHeartbeats(Milliseconds interval,
   HeartbeatFiller filler;
   if (payload) {
     filler = [payload = std::move(payload)](wire::Heartbeat* heartbeat) {
-      AddPayload(payload(), heartbeat);
+      ChangeNotice notice;
+      AddPayload(payload(), heartbeat, &notice);
+      return notice;
     };
   }
   StartHeartbeatLoop(interval, std::move(filler));
@@ -756,11 +780,13 @@ Status TcpClientImpl::StartHostHeartbeats(Milliseconds interval,
   HeartbeatFiller filler;
   if (payloads) {
     filler = [payloads = std::move(payloads)](wire::Heartbeat* heartbeat) {
+      ChangeNotice notice;
       for (const NodeHeartbeat& node : payloads()) {
         wire::NodeHeartbeat* entry = heartbeat->add_nodes();
         entry->set_executor_id(node.executor_id);
-        AddPayload(node.payload, entry);
+        AddPayload(node.payload, entry, &notice);
       }
+      return notice;
     };
   }
   StartHeartbeatLoop(interval, std::move(filler));
@@ -778,30 +804,78 @@ void TcpClientImpl::StartHeartbeatLoop(Milliseconds interval, HeartbeatFiller fi
       MutexLock lock(heartbeat_mu_);
       send_now_ = true;  // the new payload's first values reach the server at once
     }
-    heartbeat_cv_.notify_all();
+    os::SignalEventFd(heartbeat_wake_.get());
     return;
   }
+  // The kernel finds a server whose host stopped answering, even while the
+  // heartbeats are quiet (os/tcp_keepalive.h); best effort.
+  (void)os::SetTcpKeepalive(fd_.get(), interval, kKeepaliveProbes);
   heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
 }
 
+// Every interval while the payload changes, or might without saying so.
+// Once it has stayed the same for an interval and announces its changes, one
+// heartbeat says `quiet`, and the next goes when the quiet interval has
+// passed or, an interval after a change fd became readable, if the payload
+// did change (docs/protocol.md, "Quiet heartbeats").
 void TcpClientImpl::HeartbeatLoop() {
   uint64_t sequence = 0;
+  std::string last_payload;
+  bool last_quiet = false;
+  Clock::time_point last_sent;
   MutexLock lock(heartbeat_mu_);
   while (!stopping_) {
-    send_now_ = false;
-    wire::Heartbeat heartbeat;
-    heartbeat.set_sequence(++sequence);
-    HeartbeatFiller filler = heartbeat_filler_;
+    const bool forced = std::exchange(send_now_, false);
+    const HeartbeatFiller filler = heartbeat_filler_;
+    const Milliseconds interval = heartbeat_interval_;
+    const Milliseconds quiet_interval = quiet_interval_;
     lock.Unlock();
-    if (filler) filler(&heartbeat);
-    Status sent = Send(wire::HEARTBEAT, heartbeat, Clock::now() + kSendTimeout);
+    wire::Heartbeat heartbeat;
+    ChangeNotice notice;
+    if (filler) notice = filler(&heartbeat);
+    std::string payload = heartbeat.SerializeAsString();
+    const bool quiet = quiet_interval.count() > 0 && notice.announced && !forced && sequence > 0 &&
+                       payload == last_payload;
+    const Clock::time_point now = Clock::now();
+    if (!quiet || !last_quiet || now >= last_sent + quiet_interval) {
+      heartbeat.set_sequence(++sequence);
+      heartbeat.set_quiet(quiet);
+      Status sent = Send(wire::HEARTBEAT, heartbeat, now + kSendTimeout);
+      // A broken connection is reported to the caller by its next call.
+      if (!sent.ok()) return;
+      last_payload = std::move(payload);
+      last_quiet = quiet;
+      last_sent = now;
+    }
+    if (!quiet) {
+      (void)WaitForNextHeartbeat(Clock::now() + interval, {});
+    } else if (WaitForNextHeartbeat(last_sent + quiet_interval, notice.fds)) {
+      // At most one look an interval, however often the program reports.
+      (void)WaitForNextHeartbeat(std::min(Clock::now() + interval, last_sent + quiet_interval), {});
+    }
     lock.Lock();
-    // A broken connection is reported to the caller by its next call.
-    if (!sent.ok()) return;
-    heartbeat_cv_.wait_for(heartbeat_mu_, heartbeat_interval_, [this] {
-      heartbeat_mu_.AssertHeld();
-      return stopping_ || send_now_;
-    });
+  }
+}
+
+bool TcpClientImpl::WaitForNextHeartbeat(Clock::time_point until,
+                                         const std::vector<int>& change_fds) {
+  std::vector<pollfd> fds;
+  fds.reserve(change_fds.size() + 1);
+  fds.push_back({heartbeat_wake_.get(), POLLIN, 0});
+  for (int fd : change_fds) fds.push_back({fd, POLLIN, 0});
+  for (;;) {
+    const int timeout = os::PollTimeoutMs(until);
+    const int ready = ::poll(fds.data(), fds.size(), timeout);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) {
+      if (timeout == 0 || Clock::now() >= until) return false;
+      continue;  // PollTimeoutMs caps far deadlines
+    }
+    if (fds[0].revents != 0) {
+      os::DrainEventFd(heartbeat_wake_.get());
+      return false;
+    }
+    return true;
   }
 }
 
@@ -813,7 +887,7 @@ Status TcpClientImpl::SendFinalHeartbeat() {
   }
   if (!filler) return Status::Ok();
   wire::Heartbeat heartbeat;
-  filler(&heartbeat);
+  (void)filler(&heartbeat);
   return Send(wire::HEARTBEAT, heartbeat, Clock::now() + kSendTimeout);
 }
 

@@ -4,6 +4,7 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -875,6 +876,97 @@ TEST(RendezvousClientTest, HeartbeatsFlowUntilTheClientIsDestroyed) {
   while (heartbeats < 3 && Clock::now() < deadline) std::this_thread::sleep_for(Milliseconds(5));
   EXPECT_GE(heartbeats, 3);
   client.reset();  // joins the heartbeat thread and closes: the fake's loop ends
+}
+
+// Registers node 1 of TwoNodes with a fake server whose CLUSTER gives
+// heartbeats every 10 ms and `quiet_ms`, then hands the connection to `check`.
+void HeartbeatAgainstFakeServer(uint32_t quiet_ms, std::function<HeartbeatPayload()> payload,
+                                std::function<void(FakeConnection&)> check) {
+  std::atomic<bool> done{false};
+  auto server = FakeServer::Start([&](FakeConnection& peer) {
+    ASSERT_TRUE(peer.Handshake(TestToken()));
+    wire::Register request;
+    ASSERT_TRUE(peer.Read(wire::REGISTER, &request));
+    wire::Cluster cluster = MakeCluster(1);
+    cluster.set_heartbeat_interval_ms(10);
+    cluster.set_quiet_heartbeat_interval_ms(quiet_ms);
+    peer.Send(wire::CLUSTER, cluster);
+    check(peer);
+    done = true;
+    peer.WaitForClose();
+  });
+  ASSERT_OK_AND_ASSIGN(auto client, RendezvousClient::Connect(Options(server->address()), Soon()));
+  NodeInfo node;
+  node.executor_id = "1";
+  node.host = "host-b";
+  ASSERT_OK_AND_ASSIGN(FormedCluster formed, client->Register(node, Soon()));
+  EXPECT_EQ(formed.quiet_heartbeat_interval, Milliseconds(quiet_ms));
+  client->StartHeartbeats(formed.heartbeat_interval, std::move(payload));
+  Deadline deadline = Soon();
+  while (!done && Clock::now() < deadline) std::this_thread::sleep_for(Milliseconds(5));
+  EXPECT_TRUE(done);
+  client.reset();
+}
+
+// A payload that announces its changes: quiet once it stays the same, then
+// nothing until it changes (the quiet interval here outlasts the test), and
+// the next heartbeat carries the change.
+TEST(RendezvousClientTest, HeartbeatsGoQuietUntilThePayloadAnnouncesAChange) {
+  int change[2];
+  ASSERT_EQ(::pipe2(change, O_CLOEXEC | O_NONBLOCK), 0);
+  std::atomic<double> loss{1.0};
+  auto payload = [&] {
+    char drained[16];
+    while (::read(change[0], drained, sizeof(drained)) > 0) {
+    }
+    HeartbeatPayload out;
+    out.metrics = {MetricValue{"loss", loss.load(), std::nullopt}};
+    out.changes_announced = true;
+    out.change_fd = change[0];
+    return out;
+  };
+  HeartbeatAgainstFakeServer(600'000, payload, [&](FakeConnection& peer) {
+    wire::Heartbeat heartbeat;
+    ASSERT_TRUE(peer.Read(wire::HEARTBEAT, &heartbeat));
+    EXPECT_FALSE(heartbeat.quiet());  // the first says what there is
+    for (int i = 0; i < 100 && !heartbeat.quiet(); ++i) {
+      ASSERT_TRUE(peer.Read(wire::HEARTBEAT, &heartbeat));
+    }
+    ASSERT_TRUE(heartbeat.quiet());
+    loss = 0.25;
+    ASSERT_EQ(::write(change[1], "x", 1), 1);
+    ASSERT_TRUE(peer.Read(wire::HEARTBEAT, &heartbeat));
+    EXPECT_FALSE(heartbeat.quiet());
+    ASSERT_EQ(heartbeat.metrics_size(), 1);
+    EXPECT_EQ(heartbeat.metrics(0).value(), 0.25);  // not an unchanged one before it
+    ASSERT_TRUE(peer.Read(wire::HEARTBEAT, &heartbeat));
+    EXPECT_TRUE(heartbeat.quiet());
+    EXPECT_EQ(heartbeat.metrics(0).value(), 0.25);
+  });
+  ::close(change[0]);
+  ::close(change[1]);
+}
+
+// Never quiet: a payload that may change unannounced (a feed's counters),
+// or a cluster without a quiet interval (an older server).
+TEST(RendezvousClientTest, HeartbeatsStayEveryIntervalUnlessQuietIsAllowedAndSafe) {
+  auto never_quiet = [](FakeConnection& peer) {
+    wire::Heartbeat heartbeat;
+    for (int i = 0; i < 10; ++i) {
+      ASSERT_TRUE(peer.Read(wire::HEARTBEAT, &heartbeat));
+      EXPECT_FALSE(heartbeat.quiet()) << "heartbeat " << i;
+    }
+  };
+  HeartbeatAgainstFakeServer(
+      600'000,
+      [] {
+        HeartbeatPayload out;
+        out.program_pid = 5;
+        out.feed = FeedProgress{};
+        return out;  // changes_announced: false
+      },
+      never_quiet);
+  HeartbeatAgainstFakeServer(0, {}, never_quiet);
 }
 
 TEST(RendezvousClientTest, KeyValueRequestsMatchRepliesByRequestId) {

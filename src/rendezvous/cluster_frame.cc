@@ -40,10 +40,11 @@ int EncodeCluster(const wire::SharedCluster& shared, EncodedCluster* out) {
 namespace {
 
 wire::Cluster OwnFields(const EncodedCluster& cluster, uint32_t position,
-                        Milliseconds heartbeat_interval) {
+                        const HeartbeatTiming& heartbeats) {
   wire::Cluster own;
   own.set_position(position);
-  own.set_heartbeat_interval_ms(static_cast<uint32_t>(heartbeat_interval.count()));
+  own.set_heartbeat_interval_ms(static_cast<uint32_t>(heartbeats.interval.count()));
+  own.set_quiet_heartbeat_interval_ms(static_cast<uint32_t>(heartbeats.quiet.count()));
   own.set_shared_uncompressed_bytes(cluster.uncompressed_bytes);
   return own;
 }
@@ -62,14 +63,14 @@ OutFrame FrameAround(const EncodedCluster& cluster, const wire::Cluster& own) {
 }  // namespace
 
 OutFrame ClusterFrame(const EncodedCluster& cluster, uint32_t position,
-                      Milliseconds heartbeat_interval) {
-  return FrameAround(cluster, OwnFields(cluster, position, heartbeat_interval));
+                      const HeartbeatTiming& heartbeats) {
+  return FrameAround(cluster, OwnFields(cluster, position, heartbeats));
 }
 
 OutFrame ClusterFrame(const EncodedCluster& summary, uint32_t position,
-                      Milliseconds heartbeat_interval, const NodeInfo& node,
+                      const HeartbeatTiming& heartbeats, const NodeInfo& node,
                       const TaskRole& placement) {
-  wire::Cluster own = OwnFields(summary, position, heartbeat_interval);
+  wire::Cluster own = OwnFields(summary, position, heartbeats);
   *own.mutable_node() = NodeToWire(node);
   *own.mutable_placement() = OwnPlacementToWire(placement);
   return FrameAround(summary, own);

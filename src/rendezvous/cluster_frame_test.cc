@@ -65,8 +65,10 @@ TEST(ClusterFrameTest, TheSharedPartIsField4CompressedAndHashed) {
 TEST(ClusterFrameTest, EachNodesFrameBorrowsTheSharedBytesAndAddsItsPosition) {
   EncodedCluster encoded;
   ASSERT_EQ(EncodeCluster(ManyNodes(3), &encoded), Z_OK);
-  OutFrame frame = ClusterFrame(encoded, 2, Milliseconds(250));
-  OutFrame other = ClusterFrame(encoded, 0, Milliseconds(250));
+  OutFrame frame =
+      ClusterFrame(encoded, 2, HeartbeatTiming{Milliseconds(250), Milliseconds(4'000)});
+  OutFrame other =
+      ClusterFrame(encoded, 0, HeartbeatTiming{Milliseconds(250), Milliseconds(4'000)});
 
   // No copy: both frames point at the one shared body.
   EXPECT_EQ(frame.shared.get(), encoded.body.get());
@@ -84,6 +86,7 @@ TEST(ClusterFrameTest, EachNodesFrameBorrowsTheSharedBytesAndAddsItsPosition) {
   ASSERT_TRUE(cluster.ParseFromString(BodyOf(frame)));
   EXPECT_EQ(cluster.position(), 2u);
   EXPECT_EQ(cluster.heartbeat_interval_ms(), 250u);
+  EXPECT_EQ(cluster.quiet_heartbeat_interval_ms(), 4'000u);
   EXPECT_EQ(cluster.shared_uncompressed_bytes(), encoded.uncompressed_bytes);
   wire::SharedCluster shared;
   ASSERT_TRUE(shared.ParseFromString(Inflate(cluster.shared(), encoded.uncompressed_bytes)));

@@ -3,9 +3,12 @@
 #include <sys/socket.h>
 
 #include <array>
+#include <cerrno>
+#include <cstring>
 #include <utility>
 
 #include "os/duration_text.h"
+#include "os/tcp_keepalive.h"
 
 namespace drover::rendezvous_internal {
 
@@ -24,6 +27,12 @@ void Connection::Start() {
   asio::error_code ec;
   socket_.set_option(tcp::no_delay(true), ec);
   socket_.non_blocking(true, ec);
+  if (options_.keepalive_interval.count() > 0 &&
+      !os::SetTcpKeepalive(socket_.native_handle(), options_.keepalive_interval,
+                           options_.keepalive_probes)) {
+    host_->Log("no TCP keepalive on the connection from " + address() + ": " +
+               std::strerror(errno) + "; a host that stops answering is found by its silence");
+  }
   ArmTimer(options_.handshake_timeout, TimerKind::kHandshake);
   Park();
 }
@@ -79,7 +88,15 @@ bool Connection::Consume(std::string_view bytes) {
   return state_ != State::kClosed;
 }
 
+void Connection::NoteLoss(const asio::error_code& ec) {
+  if (ec == asio::error::timed_out && lost_because_.empty()) {
+    // The kernel gave up: keepalive probes or sent data went unanswered.
+    lost_because_ = "its host stopped answering (the connection from " + address() + " timed out)";
+  }
+}
+
 void Connection::ReadFailed(const asio::error_code& ec) {
+  NoteLoss(ec);
   if (state_ == State::kDraining) {
     Close();
   } else if (reader_.mid_frame()) {
@@ -234,6 +251,7 @@ void Connection::WriteNext() {
                     [self = shared_from_this()](asio::error_code ec, size_t /*bytes*/) {
                       if (self->state_ == State::kClosed) return;
                       if (ec) {
+                        self->NoteLoss(ec);
                         self->Close();
                         return;
                       }

@@ -58,6 +58,10 @@ struct ConnectionOptions {
   Milliseconds handshake_timeout{10'000};
   uint32_t max_frame_bytes = wire::kServerMaxFrameBytes;  // after the handshake
   Milliseconds drain_timeout{2'000};
+  // TCP keepalive (os/tcp_keepalive.h): a probe each interval once idle,
+  // the connection ends after `keepalive_probes` unanswered; 0: none.
+  Milliseconds keepalive_interval{0};
+  int keepalive_probes = 5;
 };
 
 class Connection final : public Peer, public std::enable_shared_from_this<Connection> {
@@ -91,6 +95,9 @@ class Connection final : public Peer, public std::enable_shared_from_this<Connec
 
   // Counted among the connections waiting to authenticate (the host's).
   bool unauthenticated = true;
+  // Why the peer is gone, when the connection says more than that it
+  // closed (its host stopped answering); empty otherwise.
+  const std::string& lost_because() const { return lost_because_; }
 
  private:
   enum class TimerKind { kNone, kHandshake, kFrame, kDrain };
@@ -100,6 +107,7 @@ class Connection final : public Peer, public std::enable_shared_from_this<Connec
   // Takes `bytes` read from the socket; false once nothing more is read.
   bool Consume(std::string_view bytes);
   void ReadFailed(const asio::error_code& ec);
+  void NoteLoss(const asio::error_code& ec);
   void HandleBuffered();
   void ArmTimer(Milliseconds after, TimerKind kind);
   void CancelTimer();
@@ -125,6 +133,7 @@ class Connection final : public Peer, public std::enable_shared_from_this<Connec
   bool error_deferred_ = false;  // SendErrorNowAndClose waited for a write once
   std::array<char, kParkedReadBytes> parked_{};
   bool detached_ = false;  // host_->OnClosed already ran
+  std::string lost_because_;
 };
 
 }  // namespace drover::rendezvous_internal

@@ -29,7 +29,10 @@ void Liveness::HandleHeartbeat(Peer& peer, const wire::Heartbeat& heartbeat) {
     // in `nodes`; the top-level one names no node and is not read.
     for (const std::string& id : peer.host_executors) {
       NodeRecord* node = table_.Find(id);
-      if (node != nullptr && node->connection == peer.id()) node->last_seen = now;
+      if (node != nullptr && node->connection == peer.id()) {
+        node->last_seen = now;
+        node->quiet = heartbeat.quiet();
+      }
     }
     for (const wire::NodeHeartbeat& payload : heartbeat.nodes()) {
       NodeRecord* node = table_.Find(payload.executor_id());
@@ -41,16 +44,19 @@ void Liveness::HandleHeartbeat(Peer& peer, const wire::Heartbeat& heartbeat) {
   NodeRecord* node = table_.Find(peer.executor_id);
   if (node == nullptr || node->connection != peer.id()) return;
   node->last_seen = now;
+  node->quiet = heartbeat.quiet();
   Record(*node, heartbeat);
 }
 
 void Liveness::CheckHeartbeats(Clock::time_point now) {
   if (table_.phase() != Phase::kFormed) return;
-  auto limit = options_.heartbeat_interval * options_.missed_heartbeats_until_dead;
+  const auto limit = options_.heartbeat_interval * options_.missed_heartbeats_until_dead;
   for (NodeRecord& node : table_.nodes()) {
     if (!node.alive || node.stop_sent) continue;
     auto silent = now - node.last_seen;
-    if (silent <= limit) continue;
+    if (silent <= limit + (node.quiet ? options_.quiet_heartbeat_interval : Milliseconds(0))) {
+      continue;
+    }
     double seconds = std::chrono::duration<double>(silent).count();
     char age[32];
     std::snprintf(age, sizeof(age), "%.1f s", seconds);
@@ -67,9 +73,9 @@ void Liveness::CheckHeartbeats(Clock::time_point now) {
   }
 }
 
-void Liveness::Disconnected(NodeRecord& node) {
+void Liveness::Disconnected(NodeRecord& node, const std::string& why) {
   if (table_.phase() == Phase::kFormed && node.alive && !node.stop_sent) {
-    DeclareDead(node, "connection closed");
+    DeclareDead(node, why);
   }
 }
 

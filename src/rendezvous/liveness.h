@@ -1,8 +1,9 @@
 // Liveness: after the barrier, whether each node is alive (docs/protocol.md,
 // "Timeouts"). HEARTBEAT frames record a node's last sign of life and what
 // its agent knows of its program (pid, feed progress); a node silent for
-// missed_heartbeats_until_dead intervals, or whose connection closes without
-// LEAVE or a STOP sent to it, is declared dead, once, and the driver told.
+// missed_heartbeats_until_dead intervals (and a quiet interval more after a
+// quiet heartbeat), or whose connection closes without LEAVE or a STOP sent
+// to it, is declared dead, once, and the driver told.
 // The server owns the heartbeat timer and calls CheckHeartbeats.
 //
 // State is the NodeTable's. Called only on the server's event loop.
@@ -23,6 +24,7 @@ namespace drover::rendezvous_internal {
 struct LivenessOptions {
   Milliseconds heartbeat_interval{1'000};
   int missed_heartbeats_until_dead = 5;
+  Milliseconds quiet_heartbeat_interval{0};
 };
 
 class Liveness {
@@ -37,9 +39,9 @@ class Liveness {
   // Declares dead, and disconnects, every formed node alive but silent for
   // longer than the limit as of `now`. Nothing before the barrier.
   void CheckHeartbeats(Clock::time_point now);
-  // After the barrier, `node`'s connection closed: dead, unless it left or
-  // was told to stop.
-  void Disconnected(NodeRecord& node);
+  // After the barrier, `node`'s connection closed (`why`: how, for the
+  // message): dead, unless it left or was told to stop.
+  void Disconnected(NodeRecord& node, const std::string& why = "connection closed");
 
  private:
   void DeclareDead(NodeRecord& node, const std::string& why);

@@ -130,6 +130,60 @@ TEST_F(LivenessTest, AClosedConnectionIsADeathButAReportedErrorStays) {
   EXPECT_EQ(Deaths(), 1);
 }
 
+TEST_F(LivenessTest, AConnectionThatTimedOutSaysWhy) {
+  Form();
+  NodeRecord* node = table_.Find("1");
+  node->connection = 0;
+  liveness_.Disconnected(*node, "its host stopped answering (the connection from h:1 timed out)");
+  ASSERT_EQ(Deaths(), 1);
+  EXPECT_EQ(context_.events[0].message,
+            "executor 1 (worker:1): its host stopped answering (the connection from h:1 timed "
+            "out)");
+}
+
+// A quiet heartbeat buys its node the quiet interval on top of the missed
+// heartbeats; the next heartbeat that is not quiet takes it back.
+TEST_F(LivenessTest, AQuietNodeMaySayNothingForTheQuietIntervalMore) {
+  LivenessOptions options = Options();
+  options.quiet_heartbeat_interval = std::chrono::seconds(10);
+  Liveness liveness(options, table_, context_);
+  Form();
+  wire::Heartbeat quiet;
+  quiet.set_quiet(true);
+  liveness.HandleHeartbeat(zero_, quiet);
+  liveness.HandleHeartbeat(one_, wire::Heartbeat());
+  const Clock::time_point seen = table_.Find("0")->last_seen;
+  table_.Find("1")->last_seen = seen;
+
+  liveness.CheckHeartbeats(seen + std::chrono::seconds(15));  // 0: at its limit, 1: past
+  ASSERT_EQ(Deaths(), 1);
+  EXPECT_EQ(context_.events[0].node.executor_id, "1");
+  liveness.CheckHeartbeats(seen + Milliseconds(15'500));
+  ASSERT_EQ(Deaths(), 2);
+  EXPECT_EQ(context_.events[1].node.executor_id, "0");
+}
+
+TEST_F(LivenessTest, AHeartbeatThatIsNotQuietEndsTheQuiet) {
+  LivenessOptions options = Options();
+  options.quiet_heartbeat_interval = std::chrono::seconds(10);
+  Liveness liveness(options, table_, context_);
+  Form();
+  FakePeer& host = context_.AddPeer(3);
+  host.host = true;
+  host.host_executors = {"0", "1"};
+  for (const char* id : {"0", "1"}) table_.Find(id)->connection = host.id();
+  wire::Heartbeat quiet;
+  quiet.set_quiet(true);
+  liveness.HandleHeartbeat(host, quiet);  // quiet for both of the host's nodes
+  EXPECT_TRUE(table_.Find("0")->quiet);
+  EXPECT_TRUE(table_.Find("1")->quiet);
+  liveness.HandleHeartbeat(host, wire::Heartbeat());
+  const Clock::time_point seen = table_.Find("0")->last_seen;
+  table_.Find("1")->last_seen = seen;
+  liveness.CheckHeartbeats(seen + std::chrono::seconds(6));
+  EXPECT_EQ(Deaths(), 2);
+}
+
 TEST_F(LivenessTest, NodesToldToStopOrThatLeftAreNotDead) {
   Form();
   table_.Find("0")->stop_sent = true;

@@ -40,6 +40,7 @@ struct NodeRecord {
   bool alive = true;
   bool left = false;  // said LEAVE: finished, not dead
   bool stop_sent = false;
+  bool quiet = false;  // the last heartbeat said Heartbeat.quiet
   std::string error;
   std::vector<std::string> last_log_lines;
   int32_t program_pid = 0;                  // from the last heartbeat

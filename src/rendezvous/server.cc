@@ -75,6 +75,9 @@ Result<ServerKeys> CheckOptions(const RendezvousServerOptions& options) {
     return Status::InvalidArgument(
         "heartbeat_interval and missed_heartbeats_until_dead must be positive");
   }
+  if (options.quiet_heartbeat_interval.count() < 0) {
+    return Status::InvalidArgument("quiet_heartbeat_interval must not be negative");
+  }
   if (options.cluster_id.empty()) {
     DROVER_ASSIGN_OR_RETURN(std::string nonce, wire::RandomNonce());
     keys.cluster_id = wire::HexEncode(std::string_view(nonce).substr(0, 8));
@@ -113,12 +116,15 @@ class Server : public ConnectionHost, public ServerContext {
         read_buffer_(kReadChunk),
         nodes_(options_.cluster),
         handshake_(keys.token, *this),
-        barrier_(BarrierOptions{keys.cluster_id, options_.heartbeat_interval,
-                                options_.reservation_timeout, options_.elastic,
-                                options_.node_list_limit},
-                 nodes_, *this),
+        barrier_(
+            BarrierOptions{
+                keys.cluster_id,
+                HeartbeatTiming{options_.heartbeat_interval, options_.quiet_heartbeat_interval},
+                options_.reservation_timeout, options_.elastic, options_.node_list_limit},
+            nodes_, *this),
         liveness_(
-            LivenessOptions{options_.heartbeat_interval, options_.missed_heartbeats_until_dead},
+            LivenessOptions{options_.heartbeat_interval, options_.missed_heartbeats_until_dead,
+                            options_.quiet_heartbeat_interval},
             nodes_, *this),
         control_(nodes_, *this),
         kv_(KvLimits{options_.max_kv_keys, options_.max_kv_bytes, options_.max_kv_waits,
@@ -474,8 +480,10 @@ void Server::OnClosed(Connection& conn) {
       node->connection = 0;
       if (nodes_.phase() == Phase::kReserving) {
         barrier_.Disconnected(*node, conn.address());
-      } else {
+      } else if (conn.lost_because().empty()) {
         liveness_.Disconnected(*node);
+      } else {
+        liveness_.Disconnected(*node, conn.lost_because());
       }
     }
     conn.Release(id);
@@ -504,7 +512,8 @@ void Server::Accept() {
     auto conn = std::make_shared<Connection>(
         this, std::move(socket), id, std::move(peer),
         ConnectionOptions{options_.handshake_timeout, options_.max_frame_bytes,
-                          options_.drain_timeout});
+                          options_.drain_timeout, options_.heartbeat_interval,
+                          options_.missed_heartbeats_until_dead});
     connections_.emplace(id, conn);
     ++unauthenticated_;
     conn->Start();

@@ -29,6 +29,10 @@ class MetricsInbox {
   ~MetricsInbox();  // removes the socket file
 
   const std::string& path() const { return path_; }
+  // Readable when a datagram waits (Latest reads them all): what a quiet
+  // heartbeat waits for (HeartbeatPayload::change_fd). Valid while the
+  // inbox lives.
+  int change_fd() const { return change_fd_; }
   // Reads every datagram waiting, then returns each name's latest value,
   // sorted by name.
   std::vector<MetricValue> Latest() EXCLUDES(mu_);
@@ -37,10 +41,11 @@ class MetricsInbox {
 
  private:
   MetricsInbox(std::string path, os::UniqueFd socket)
-      : path_(std::move(path)), socket_(std::move(socket)) {}
+      : path_(std::move(path)), change_fd_(socket.get()), socket_(std::move(socket)) {}
   void Drain() REQUIRES(mu_);
 
   const std::string path_;
+  const int change_fd_;
   mutable Mutex mu_;
   os::UniqueFd socket_ GUARDED_BY(mu_);
   std::map<std::string, MetricValue> latest_ GUARDED_BY(mu_);

@@ -6,10 +6,12 @@ table, so the tests see remote processes in /proc: every process drover
 starts carries DROVER_TEST_MARK (drover forwards DROVER_* to the hosts), and
 none may be left when drover is gone."""
 
+import json
 import os
 import re
 import signal
 import subprocess
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -217,6 +219,58 @@ def test_elastic_run_goes_on_without_a_host_whose_agent_died(ssh_hosts, mark):
     assert "re-forming the group with 2 nodes (round 1) after worker:1 on 10.200.0.12" in err, err
     lines = out.splitlines()
     assert "[worker:0] round=1 world=2" in lines and "[worker:1] round=1 world=2" in lines, out
+
+
+def status_address(process, lines):
+    """Reads the driver's stderr, keeping it in `lines`, up to the status
+    page's address."""
+    for line in process.stderr:
+        lines.append(line)
+        if "status page http://" in line:
+            return line.split("status page ", 1)[1].split()[0].rstrip("/")
+    raise AssertionError("no status page address: " + "".join(lines))
+
+
+def heartbeats_quiet(address, host):
+    """Whether every node on `host` runs and its agent has not heartbeated
+    for over two intervals: quiet, not late (the run's silence limit is 65 s)."""
+    with urllib.request.urlopen(address + "/api/cluster", timeout=10) as response:
+        nodes = [n for n in json.load(response)["nodes"] if n["host"] == host]
+    return bool(nodes) and all(n["state"] == "running" and (n["last_heartbeat_age_s"] or 0) > 2.5
+                               for n in nodes)
+
+
+@pytest.mark.parametrize("hosts", ["h1,h2,h3", "h1,h2:2"])  # h2: an agent a node; one for two
+def test_a_host_cut_off_the_network_is_found_by_keepalive_and_cleans_up_itself(
+        ssh_hosts, mark, hosts):
+    """h2's link to the bridge goes down once its agent's heartbeats are quiet
+    (every program sleeps, nothing to report; at --quiet-heartbeat 60 its
+    silence would count after 65 s). The driver's kernel finds the host by TCP
+    keepalive and the run fails naming it; the agent on h2 finds the driver
+    the same way and stops its programs while the link is still down."""
+    process = start_drover(ssh_hosts, hosts, "--quiet-heartbeat", "60",
+                           command=["sh", "-c", "echo ready; exec sleep 300"])
+    link = "veth-h2"
+    lines = []
+    try:
+        address = status_address(process, lines)
+        wait_for(lambda: heartbeats_quiet(address, "10.200.0.12"), "h2's heartbeats to go quiet")
+        subprocess.run(["ip", "link", "set", link, "down"], check=True, timeout=30)
+        try:
+            out, err = process.communicate(timeout=120)
+            err = "".join(lines) + err
+            assert process.returncode == 1, err
+            assert re.search(r"drover run: worker:\d \(executor \d on 10\.200\.0\.12\) failed: "
+                             r".*its host stopped answering", err), err
+            # Nothing of the run is left anywhere, h2 included, while h2 is
+            # still cut off: its agent stopped its programs by itself.
+            assert_no_leftovers(mark, wait=120.0)
+        finally:
+            subprocess.run(["ip", "link", "set", link, "up"], check=True, timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
 
 
 @pytest.mark.parametrize("hosts", ["h1,h2,h3", "h1:2,h2"])  # an agent a node; h1's shared
