@@ -136,7 +136,7 @@ void WriteAll(int fd, const char* data, size_t size, Clock::time_point deadline)
 class OutputSink {
  public:
   explicit OutputSink(int fd) : fd_(fd) {
-    if (fd_ >= 0) ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) | O_NONBLOCK);
+    if (fd_ >= 0) os::SetNonBlocking(fd_);
   }
   int fd() const { return fd_; }
   bool has_room() const { return pending_.size() < kRoom; }

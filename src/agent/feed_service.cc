@@ -207,8 +207,7 @@ Status FeedService::Impl::Start() {
   DROVER_ASSIGN_OR_RETURN(feed::ShmChannel channel, feed::ShmChannel::Create(plan.queue_bytes));
   channel_.emplace(std::move(channel));
   DROVER_ASSIGN_OR_RETURN(listen_fd_, feed::ListenUnix(socket_path_));
-  event_fd_.Reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!event_fd_.valid()) return Status::IoError(std::string("eventfd: ") + std::strerror(errno));
+  DROVER_ASSIGN_OR_RETURN(event_fd_, os::MakeEventFd());
   if (plan.mode == feed::FeedMode::kInference && !plan.external) {
     std::error_code error;
     fs::create_directories(plan.output_dir, error);

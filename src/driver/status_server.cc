@@ -401,8 +401,7 @@ Status StatusServer::Impl::Configure() {
 
 Status StatusServer::Impl::Start() {
   DROVER_RETURN_IF_ERROR(Configure());
-  stop_fd_.Reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!stop_fd_.valid()) return Status::IoError(std::string("eventfd: ") + std::strerror(errno));
+  DROVER_ASSIGN_OR_RETURN(stop_fd_, os::MakeEventFd());
   if (options_.port == 0) {
     port_ = server_.bind_to_any_port(options_.address);
   } else if (server_.bind_to_port(options_.address, options_.port)) {

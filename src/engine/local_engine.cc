@@ -11,6 +11,7 @@
 #include <map>
 
 #include "engine/host_agent.h"
+#include "os/fd_io.h"
 #include "os/find_program.h"
 #include "os/subprocess.h"
 #include "os/unique_fd.h"
@@ -136,7 +137,7 @@ Result<std::vector<std::unique_ptr<AgentProcess>>> LocalEngine::LaunchHost(
     int output_fd = 1;
     if (i > 0) {
       DROVER_ASSIGN_OR_RETURN(os::Pipe pipe, os::MakePipe(O_CLOEXEC));
-      ::fcntl(pipe.read.get(), F_SETFL, ::fcntl(pipe.read.get(), F_GETFL) | O_NONBLOCK);
+      os::SetNonBlocking(pipe.read.get());
       output_fd = pipe.write.get();
       spawn.keep_fds.push_back(output_fd);
       outputs.push_back(std::move(pipe));

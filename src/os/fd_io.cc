@@ -1,10 +1,13 @@
 #include "os/fd_io.h"
 
+#include <fcntl.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstring>
 
 namespace drover::os {
 
@@ -31,6 +34,16 @@ bool WriteAvailable(int fd, const std::string& data, size_t* done) {
     *done += static_cast<size_t>(wrote);
   }
   return true;
+}
+
+void SetNonBlocking(int fd) {
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+Result<UniqueFd> MakeEventFd() {
+  UniqueFd fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!fd.valid()) return Status::IoError(std::string("eventfd: ") + std::strerror(errno));
+  return fd;
 }
 
 void SignalEventFd(int fd) {

@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <string>
 
+#include "os/unique_fd.h"
+
 namespace drover::os {
 
 // Appends to `out` what `fd` has to give now. False at end of file or on an
@@ -21,6 +23,12 @@ bool ReadAvailable(int fd, std::string* out);
 // around it, see sigpipe_block.h) or on another error.
 bool WriteAvailable(int fd, const std::string& data, size_t* done);
 
+// Sets O_NONBLOCK on `fd`'s open file description, which every duplicate
+// of it shares.
+void SetNonBlocking(int fd);
+
+// A close-on-exec, non-blocking eventfd; kIoError when none could be made.
+Result<UniqueFd> MakeEventFd();
 // Adds one to an eventfd (wakes whoever polls it); never fails loudly.
 void SignalEventFd(int fd);
 // Reads an eventfd (not a semaphore) back to zero, in one read.

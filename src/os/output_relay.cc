@@ -24,16 +24,6 @@ constexpr size_t kBackedUp = 1 << 20;
 // "\x1e" + kind + a 20-digit channel + " " + a 20-digit length + "\n".
 constexpr size_t kMaxHeader = 44;
 
-Result<UniqueFd> MakeEventFd() {
-  UniqueFd fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!fd.valid()) return Status::IoError(std::string("eventfd: ") + std::strerror(errno));
-  return fd;
-}
-
-void SetNonBlocking(int fd) {
-  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
-}
-
 // Not strchr("oes", kind): that finds the terminating NUL for a '\0'.
 bool IsFrameKind(char kind) {
   return kind == 'o' || kind == 'e' || kind == 's';

@@ -32,7 +32,7 @@ Result<CommandResult> RunProcess(const std::vector<std::string>& argv, const std
   // Input and output move together, so a command that answers before it has
   // read everything (or floods its output) never blocks the other side.
   SigpipeBlock no_sigpipe;
-  ::fcntl(process.stdin_fd(), F_SETFL, ::fcntl(process.stdin_fd(), F_GETFL) | O_NONBLOCK);
+  SetNonBlocking(process.stdin_fd());
   size_t written = 0;
   if (input.empty()) process.CloseStdin();
   CommandResult result;

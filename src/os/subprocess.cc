@@ -15,6 +15,7 @@
 #include <thread>
 #include <utility>
 
+#include "os/fd_io.h"
 #include "os/find_program.h"
 
 extern char** environ;
@@ -215,7 +216,7 @@ Result<Subprocess> Subprocess::Spawn(const SubprocessOptions& options) {
     return Status::IoError(message);
   }
   for (int fd : {child.stdout_fd_.get(), child.stderr_fd_.get()}) {
-    if (fd >= 0) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+    if (fd >= 0) SetNonBlocking(fd);
   }
   child.pidfd_.Reset(PidfdOpen(pid));  // -1 on old kernels: Wait() polls instead
   return child;

@@ -278,7 +278,7 @@ Status SshCluster::RemoteCopy(const std::string& local_path, const std::string& 
   Result<os::Subprocess> ssh_started = os::Subprocess::Spawn(ssh_spawn);
   if (!ssh_started.ok()) return ssh_started.status().WithContext(what + ": ssh");
   os::Subprocess ssh = std::move(ssh_started).value();
-  ::fcntl(ssh.stdin_fd(), F_SETFL, ::fcntl(ssh.stdin_fd(), F_GETFL) | O_NONBLOCK);
+  os::SetNonBlocking(ssh.stdin_fd());
 
   // Pumps tar's archive into ssh's stdin while collecting both stderrs.
   os::SigpipeBlock no_sigpipe;
