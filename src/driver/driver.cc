@@ -961,6 +961,10 @@ bool Driver::PublishStatus(Round& round, const std::string& phase, bool force) {
   snapshot.round = round.number;
   snapshot.round_reason = round.number > 0 ? restart_reason_ : "";
   snapshot.max_restarts = options_.max_restarts;
+  snapshot.heartbeat_interval_s =
+      std::chrono::duration<double>(options_.heartbeat_interval).count();
+  snapshot.quiet_heartbeat_interval_s =
+      std::chrono::duration<double>(options_.quiet_heartbeat_interval).count();
   snapshot.expected = options_.cluster.num_nodes;
   snapshot.cluster_spec = round.spec;
   ClusterState state = round.server ? round.server->QueryState() : ClusterState{};
@@ -1047,10 +1051,7 @@ struct Driver::Carry {
 Driver::~Driver() = default;
 
 Status Driver::StartRendezvous(Round& round) {
-  round.queue->wake_fd.Reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!round.queue->wake_fd.valid()) {
-    return Status::IoError(std::string("eventfd: ") + std::strerror(errno));
-  }
+  DROVER_ASSIGN_OR_RETURN(round.queue->wake_fd, os::MakeEventFd());
   RendezvousServerOptions server_options;
   server_options.bind_address = engine_.rendezvous_host();
   server_options.token = *options_.token;

@@ -325,6 +325,10 @@ nlohmann::json SnapshotToJson(const RunSnapshot& snapshot) {
       {"round", snapshot.round},
       {"round_reason", snapshot.round_reason},
       {"max_restarts", snapshot.max_restarts},
+      {"heartbeat", snapshot.heartbeat_interval_s
+                        ? json{{"interval_s", *snapshot.heartbeat_interval_s},
+                               {"quiet_s", snapshot.quiet_heartbeat_interval_s.value_or(0)}}
+                        : json(nullptr)},
       {"rendezvous", json{{"registered", snapshot.registered},
                           {"expected", snapshot.expected},
                           {"duration_s", Optional(snapshot.rendezvous_s)},

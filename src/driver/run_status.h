@@ -95,6 +95,10 @@ struct RunSnapshot {
   int round = 0;
   std::string round_reason;  // why this round began; "" in round 0
   int max_restarts = 0;
+  // The agents' heartbeat intervals (drover run --heartbeat,
+  // --quiet-heartbeat); unset through etcd, where leases stand for them.
+  std::optional<double> heartbeat_interval_s;
+  std::optional<double> quiet_heartbeat_interval_s;
   int registered = 0;
   int expected = 0;
   std::optional<double> rendezvous_s;                      // how long the barrier took

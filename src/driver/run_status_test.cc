@@ -132,6 +132,16 @@ TEST(SnapshotJsonTest, HasEveryFieldThePageReads) {
   EXPECT_TRUE(failed["feed"].is_null());
   EXPECT_EQ(json["feed"]["history"].size(), 1u);
   EXPECT_TRUE(json["exit_code"].is_null());
+  EXPECT_TRUE(json["heartbeat"].is_null());  // not said: an etcd run's
+}
+
+TEST(SnapshotJsonTest, SaysTheHeartbeatIntervalsThePageJudgesLateness) {
+  RunSnapshot snapshot = TwoNodes();
+  snapshot.heartbeat_interval_s = 1.0;
+  snapshot.quiet_heartbeat_interval_s = 5.0;
+  nlohmann::json json = SnapshotToJson(snapshot);
+  EXPECT_EQ(json["heartbeat"]["interval_s"], 1.0);
+  EXPECT_EQ(json["heartbeat"]["quiet_s"], 5.0);
 }
 
 TEST(SnapshotPrometheusTest, NamesEscapesAndCountsStates) {
