@@ -89,10 +89,7 @@ bool Connection::Consume(std::string_view bytes) {
 }
 
 void Connection::NoteLoss(const asio::error_code& ec) {
-  if (ec == asio::error::timed_out && lost_because_.empty()) {
-    // The kernel gave up: keepalive probes or sent data went unanswered.
-    lost_because_ = "its host stopped answering (the connection from " + address() + " timed out)";
-  }
+  if (ec == asio::error::timed_out) timed_out_ = true;
 }
 
 void Connection::ReadFailed(const asio::error_code& ec) {

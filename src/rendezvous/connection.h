@@ -95,9 +95,9 @@ class Connection final : public Peer, public std::enable_shared_from_this<Connec
 
   // Counted among the connections waiting to authenticate (the host's).
   bool unauthenticated = true;
-  // Why the peer is gone, when the connection says more than that it
-  // closed (its host stopped answering); empty otherwise.
-  const std::string& lost_because() const { return lost_because_; }
+  // The kernel ended the connection: keepalive probes or data sent went
+  // unanswered (its host stopped answering).
+  bool timed_out() const { return timed_out_; }
 
  private:
   enum class TimerKind { kNone, kHandshake, kFrame, kDrain };
@@ -133,7 +133,7 @@ class Connection final : public Peer, public std::enable_shared_from_this<Connec
   bool error_deferred_ = false;  // SendErrorNowAndClose waited for a write once
   std::array<char, kParkedReadBytes> parked_{};
   bool detached_ = false;  // host_->OnClosed already ran
-  std::string lost_because_;
+  bool timed_out_ = false;
 };
 
 }  // namespace drover::rendezvous_internal

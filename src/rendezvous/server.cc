@@ -480,10 +480,11 @@ void Server::OnClosed(Connection& conn) {
       node->connection = 0;
       if (nodes_.phase() == Phase::kReserving) {
         barrier_.Disconnected(*node, conn.address());
-      } else if (conn.lost_because().empty()) {
-        liveness_.Disconnected(*node);
+      } else if (conn.timed_out()) {
+        liveness_.Disconnected(*node, "its host stopped answering (the connection from " +
+                                          conn.address() + " timed out)");
       } else {
-        liveness_.Disconnected(*node, conn.lost_because());
+        liveness_.Disconnected(*node);
       }
     }
     conn.Release(id);
