@@ -92,6 +92,13 @@ void AddRendezvousCommand(CLI::App& app, drover::cli::RendezvousFlags& flags, in
                    "Seconds between node heartbeats; 5 missed ones declare a node dead")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  rendezvous
+      ->add_option("--quiet-heartbeat", flags.quiet_heartbeat_seconds,
+                   "Seconds an agent with nothing new to report may go between heartbeats (a\n"
+                   "quiet node is declared dead this much later; TCP keepalive still finds a\n"
+                   "host that stops answering); 0: every --heartbeat")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   rendezvous->footer(
       "Roles follow TensorFlowOnSpark: ps first, then the chief, the evaluator, then workers,\n"
       "assigned by executor id. Exit codes: 0 ok, 1 reservation failed or interrupted, 2 bad "

@@ -138,6 +138,8 @@ int RunRendezvous(const RendezvousFlags& flags, std::ostream& out, std::ostream&
   options.port = static_cast<uint16_t>(flags.port);
   options.reservation_timeout = Milliseconds(static_cast<int64_t>(flags.timeout_seconds * 1000));
   options.heartbeat_interval = Milliseconds(static_cast<int64_t>(flags.heartbeat_seconds * 1000));
+  options.quiet_heartbeat_interval =
+      Milliseconds(static_cast<int64_t>(flags.quiet_heartbeat_seconds * 1000));
   options.on_event = [&err](const NodeEvent& event) {
     if (event.kind == NodeEvent::Kind::kLeft) return;  // the server's log says it
     err << "drover rendezvous: " << Describe(event) << "\n";

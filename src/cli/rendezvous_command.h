@@ -22,6 +22,7 @@ struct RendezvousFlags {
   std::string token_file;
   double timeout_seconds = 600;
   double heartbeat_seconds = 1;
+  double quiet_heartbeat_seconds = 5;
 };
 
 int RunRendezvous(const RendezvousFlags& flags, std::ostream& out, std::ostream& err);
