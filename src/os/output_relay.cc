@@ -21,7 +21,10 @@ namespace {
 constexpr char kMarker = '\x1e';
 // A slow reader holds up the sources once this much waits for it.
 constexpr size_t kBackedUp = 1 << 20;
-// "\x1e" + kind + a 20-digit channel + " " + a 20-digit length + "\n".
+// "\x1e" + kind + a 20-digit channel + " " + a 20-digit length + "\n": the
+// most a header takes, marker and newline included. Both the wait for a
+// header's newline and the check of a whole one use it, so a stream decodes
+// the same whatever the pieces it arrives in.
 constexpr size_t kMaxHeader = 44;
 
 // Not strchr("oes", kind): that finds the terminating NUL for a '\0'.
@@ -109,7 +112,7 @@ void RelayDecoder::Feed(std::string_view bytes,
     const size_t space = header.find(' ');
     size_t channel = 0;
     size_t length = 0;
-    const bool good = header.size() <= kMaxHeader && space != std::string_view::npos &&
+    const bool good = header.size() + 2 <= kMaxHeader && space != std::string_view::npos &&
                       !header.empty() && IsFrameKind(header[0]) &&
                       ParseNumber(header.substr(1, space - 1), &channel) &&
                       ParseNumber(header.substr(space + 1), &length) && length <= kMaxPayload;
