@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cli/cluster_flags.h"
+#include "cli/error_line.h"
 #include "cli/etcd_flags.h"
 #include "cli/resolve_command.h"
 #include "drover/agent.h"
@@ -224,13 +225,13 @@ Result<AgentOptions> NodeOptions(const AgentFlags& flags) {
 int RunAgent(AgentFlags flags) {
   if (flags.executor_id.empty()) {
     if (flags.rendezvous.rfind("etcd://", 0) != 0) {
-      std::cerr << "drover agent: --executor-id is required with a HOST:PORT rendezvous\n";
+      PrintErrorLine("drover agent: --executor-id is required with a HOST:PORT rendezvous");
       return kExitBadInput;
     }
     flags.executor_id = DefaultExecutorId();
   }
   auto fail = [&](const Status& status, int code) {
-    std::cerr << "drover agent " << flags.executor_id << ": " << status.message() << "\n";
+    PrintErrorLine("drover agent " + flags.executor_id + ": " + status.message());
     return code;
   };
   const bool through_etcd = flags.rendezvous.rfind("etcd://", 0) == 0;
@@ -416,7 +417,7 @@ struct RelayGuard {
 // node when it ends, as `--token-file -` does).
 int RunHostAgent(const AgentFlags& flags) {
   auto fail = [](const Status& status) {
-    std::cerr << "drover agent: " << status.message() << "\n";
+    PrintErrorLine("drover agent: " + status.message());
     return kExitBadInput;
   };
   Result<std::vector<HostNode>> parsed = ParseHostNodes(flags);

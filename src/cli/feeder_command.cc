@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "cli/error_line.h"
 #include "cli/resolve_command.h"
 #include "feed/feeder.h"
 
@@ -22,7 +23,7 @@ struct FeederFlags {
 
 int RunFeederCommand(const FeederFlags& flags) {
   auto fail = [&](const Status& status, int code) {
-    std::cerr << "drover feeder " << flags.task << ": " << status.message() << "\n";
+    PrintErrorLine("drover feeder " + flags.task + ": " + status.message());
     return code;
   };
   Result<feed::FeedPlan> plan = feed::FeedPlan::ReadFile(flags.plan);

@@ -180,9 +180,10 @@ def test_a_relayed_hosts_agent_says_why_it_stopped_in_a_frame(tmp_path):
     assert done.returncode == 2, done
     assert done.stderr == b"", done.stderr
     message = b"stdin ended before the credential (--token-file -)"
+    # The agent writes its line in one write, so in one frame.
     frame = re.search(rb"^\x1eo0 ([0-9]+)\n", done.stdout)
     assert frame, done.stdout
     payload = done.stdout[frame.end():frame.end() + int(frame.group(1))]
-    assert message in payload, done.stdout
+    assert payload == b"drover agent: executor 0: " + message + b"\n", done.stdout
     # Every channel's end follows.
     assert b"\x1ee0 0\n" in done.stdout and b"\x1ee1 0\n" in done.stdout, done.stdout
