@@ -33,8 +33,15 @@
 // 100,000 nodes at K = 8 are 12,500 connections, within the descriptor
 // limit where 100,000 are not.
 //
+// With --node-credentials, drover's connections authenticate as the ssh and
+// slurm engines' agents do: with the first node's credential, and each other
+// node's REGISTER proves that node's (docs/protocol.md, "Host
+// connections"); the server derives a key and checks a proof a node. The
+// simulated nodes derive their keys before the clock starts (each agent's
+// own work, on its own host); the proofs are made on the clock.
+//
 // usage: rendezvous_bench [--node-list auto|always|never] [--nodes-per-host K]
-//                         [--reps R] [N ...]
+//                         [--node-credentials] [--reps R] [N ...]
 //        (default auto, K = 1, 3 repetitions (the median), 8 1000 4000).
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -73,6 +80,7 @@ namespace wire = drover::wire;
 
 int g_repetitions = 3;
 int g_nodes_per_host = 1;
+bool g_node_credentials = false;
 
 [[noreturn]] void Die(const std::string& what) {
   std::fprintf(stderr, "rendezvous_bench: %s\n", what.c_str());
@@ -213,13 +221,17 @@ class SimNodes {
  public:
   // `count` connections of `per_host` nodes each; a reference server
   // answers each with `reference_frames` frames.
+  // `node_keys`: each node's credential, by executor id; empty: every
+  // connection authenticates with the cluster token.
   SimNodes(int count, int per_host, uint16_t port, bool naive, int reference_frames,
-           const wire::Token& token, wire::NodeList node_list)
+           const wire::Token& token, const std::vector<wire::Token>& node_keys,
+           wire::NodeList node_list)
       : nodes_(count),
         per_host_(per_host),
         naive_(naive),
         reference_frames_(reference_frames),
         token_(token),
+        node_keys_(node_keys),
         node_list_(node_list) {
     epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
     for (int i = 0; i < count; ++i) {
@@ -276,6 +288,7 @@ class SimNodes {
     wire::Hello hello;
     hello.set_client_nonce(node.client_nonce);
     hello.set_name("sim " + std::to_string(i));
+    if (!node_keys_.empty()) hello.set_executor_id(std::to_string(i * per_host_));
     WriteAll(node.fd, wire::EncodeFrame(wire::HELLO, hello));
   }
 
@@ -355,13 +368,13 @@ class SimNodes {
         challenge.ParseFromString(node.body);
         node.server_nonce = challenge.server_nonce();
         wire::Auth auth;
-        auth.set_mac(wire::ClientMac(token_, challenge.server_nonce(), node.client_nonce));
+        auth.set_mac(wire::ClientMac(Key(i), challenge.server_nonce(), node.client_nonce));
         WriteAll(node.fd, wire::EncodeFrame(wire::AUTH, auth));
         node.phase = SimNode::Phase::kAuthOk;
         break;
       }
       case SimNode::Phase::kAuthOk: {
-        auto session = wire::DeriveSessionKey(token_, node.client_nonce, node.server_nonce);
+        auto session = wire::DeriveSessionKey(Key(i), node.client_nonce, node.server_nonce);
         if (!session.ok()) Die(session.status().ToString());
         node.session = *session;
         node.sealed = true;
@@ -373,6 +386,10 @@ class SimNodes {
           *reg.mutable_node() = SimulatedNode(i * per_host_ + k);
           reg.set_node_list(node_list_);
           reg.set_host(per_host_ > 1);
+          if (k > 0 && !node_keys_.empty()) {
+            reg.set_credential_mac(wire::ClaimMac(node_keys_[i * per_host_ + k], node.server_nonce,
+                                                  node.client_nonce));
+          }
           frames += node.sealer->Seal(wire::REGISTER, reg);
         }
         WriteAll(node.fd, frames);
@@ -393,11 +410,18 @@ class SimNodes {
     }
   }
 
+  // What connection i authenticates with: its first node's credential, or
+  // the cluster token.
+  const wire::Token& Key(size_t i) const {
+    return node_keys_.empty() ? token_ : node_keys_[i * per_host_];
+  }
+
   std::vector<SimNode> nodes_;
   int per_host_;
   bool naive_;
   int reference_frames_;
   wire::Token token_;
+  const std::vector<wire::Token>& node_keys_;
   wire::NodeList node_list_;
   int epoll_ = -1;
   uint64_t bytes_received_ = 0;
@@ -551,6 +575,14 @@ Measurement MeasureOnce(int count, Server kind, const drover::ClusterToken& toke
   const double nodes_cpu_before = CpuMilliseconds(::getpid());
   wire::Token wire_token{};
   std::copy(token.bytes.begin(), token.bytes.end(), wire_token.begin());
+  std::vector<wire::Token> node_keys;
+  if (g_node_credentials && kind == Server::kDrover) {
+    for (int i = 0; i < count; ++i) {
+      drover::Result<wire::Token> key = wire::DeriveNodeKey(wire_token, std::to_string(i));
+      if (!key.ok()) Die(key.status().ToString());
+      node_keys.push_back(*key);
+    }
+  }
   Clock::time_point start = Clock::now();
   Clock::time_point last;
   uint64_t bytes = 0;
@@ -559,7 +591,7 @@ Measurement MeasureOnce(int count, Server kind, const drover::ClusterToken& toke
   Measurement m;
   {
     SimNodes nodes(connections, per_host, server.port, kind != Server::kDrover,
-                   kind == Server::kOwn ? per_host : 1, wire_token, node_list);
+                   kind == Server::kOwn ? per_host : 1, wire_token, node_keys, node_list);
     last = nodes.Run(start + std::chrono::seconds(300));
     bytes = nodes.bytes_received();
     rss_after = StatusKilobytes(server.pid, "VmRSS");
@@ -590,8 +622,8 @@ Measurement Median(int count, Server kind, const drover::ClusterToken& token,
 constexpr int kNaiveLimit = 10'000;
 
 constexpr const char* kUsage =
-    "usage: rendezvous_bench [--node-list auto|always|never] [--nodes-per-host K] [--reps R] "
-    "[N ...]";
+    "usage: rendezvous_bench [--node-list auto|always|never] [--nodes-per-host K] "
+    "[--node-credentials] [--reps R] [N ...]";
 
 }  // namespace
 
@@ -602,6 +634,10 @@ int main(int argc, char** argv) {
     std::string arg = argv[i];
     if (arg == "--reps" && i + 1 < argc) {
       g_repetitions = std::max(1, std::atoi(argv[++i]));
+      continue;
+    }
+    if (arg == "--node-credentials") {
+      g_node_credentials = true;
       continue;
     }
     if (arg == "--nodes-per-host" && i + 1 < argc) {
@@ -636,9 +672,10 @@ int main(int argc, char** argv) {
   RaiseFdLimit(*std::max_element(counts.begin(), counts.end()) / g_nodes_per_host);
   auto token = drover::ClusterToken::Generate();
   if (!token.ok()) Die(token.status().ToString());
-  std::printf("node list: %s; %d node(s) per connection; median of %d\n",
+  std::printf("node list: %s; %d node(s) per connection; drover's authenticate with %s; median of "
+              "%d\n",
               wire::NodeList_Name(node_list).c_str() + std::strlen("NODE_LIST_"), g_nodes_per_host,
-              g_repetitions);
+              g_node_credentials ? "node credentials" : "the cluster token", g_repetitions);
   std::printf("%-8s %7s %11s %8s %8s %14s %15s %10s %14s %13s\n", "server", "N", "barrier ms",
               "x naive", "x own", "KiB recv/node", "server KiB/node", "peak", "server CPU ms",
               "nodes CPU ms");

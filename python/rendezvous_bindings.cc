@@ -205,17 +205,19 @@ void BindClient(py::module_& m) {
   py::class_<RendezvousClient>(m, "RendezvousClient",
                                "One node's authenticated connection to the rendezvous server.")
       .def(py::init([](const std::string& address, const Credential& token, const std::string& name,
-                       double timeout, const std::string& node_list) {
+                       double timeout, const std::string& node_list,
+                       std::vector<Credential> host_credentials) {
              RendezvousClientOptions options;
              options.address = address;
              options.credential = token;
+             options.host_credentials = std::move(host_credentials);
              options.name = name;
              options.node_list = Unwrap(ParseNodeList(node_list));
              return WithoutGil<std::unique_ptr<RendezvousClient>>(
                  [&] { return RendezvousClient::Connect(std::move(options), After(timeout)); });
            }),
            py::arg("address"), py::arg("token"), py::arg("name") = "", py::arg("timeout") = 60.0,
-           py::arg("node_list") = "auto")
+           py::arg("node_list") = "auto", py::arg("host_credentials") = std::vector<Credential>{})
       .def(
           "register",
           [](RendezvousClient& client, const std::string& executor_id, const std::string& host,
@@ -251,7 +253,8 @@ void BindClient(py::module_& m) {
           py::arg("nodes"), py::arg("timeout") = 600.0,
           "A host's agent: registers each of `nodes` (dicts with executor_id, host, ports, and "
           "optionally gpus and agent_address) on this one connection; returns each node's "
-          "cluster, in the order given. Needs the cluster token.")
+          "cluster, in the order given. Needs the cluster token, or each node's credential: the "
+          "one the client was made with and the others in its host_credentials.")
       .def(
           "leave_node",
           [](RendezvousClient& client, const std::string& executor_id) {

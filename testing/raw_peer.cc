@@ -54,7 +54,9 @@ RawPeer::RawPeer(RawPeer&& other) noexcept
     : fd_(other.fd_),
       reader_(std::move(other.reader_)),
       sealer_(std::move(other.sealer_)),
-      opener_(std::move(other.opener_)) {
+      opener_(std::move(other.opener_)),
+      client_nonce_(std::move(other.client_nonce_)),
+      server_nonce_(std::move(other.server_nonce_)) {
   other.fd_ = -1;
 }
 
@@ -65,6 +67,8 @@ RawPeer& RawPeer::operator=(RawPeer&& other) noexcept {
     reader_ = std::move(other.reader_);
     sealer_ = std::move(other.sealer_);
     opener_ = std::move(other.opener_);
+    client_nonce_ = std::move(other.client_nonce_);
+    server_nonce_ = std::move(other.server_nonce_);
     other.fd_ = -1;
   }
   return *this;
@@ -207,6 +211,8 @@ Status RawPeer::Handshake(const wire::Token& key, Deadline deadline, std::string
   sealer_.emplace(session, wire::Direction::kClientToServer);
   opener_.emplace(session, wire::Direction::kServerToClient);
   reader_.set_sealed(true);
+  client_nonce_ = client_nonce;
+  server_nonce_ = challenge.server_nonce();
   return Status::Ok();
 }
 

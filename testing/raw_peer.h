@@ -63,6 +63,12 @@ class RawPeer {
   Status Handshake(const wire::Token& key, Deadline deadline, std::string name = "raw peer",
                    std::string executor_id = "");
 
+  // The proof that this connection holds `node_key` too, for a host's
+  // REGISTER (Register.credential_mac). REQUIRES: Handshake() succeeded.
+  std::string CredentialProof(const wire::Token& node_key) const {
+    return wire::ClaimMac(node_key, server_nonce_, client_nonce_);
+  }
+
   // Waits until the server closes the connection (EOF or reset), discarding
   // any frames that come first.
   Status WaitForClose(Deadline deadline);
@@ -81,6 +87,8 @@ class RawPeer {
   wire::FrameReader reader_;
   std::optional<wire::FrameSealer> sealer_;
   std::optional<wire::FrameOpener> opener_;
+  std::string client_nonce_;  // the handshake's
+  std::string server_nonce_;
 };
 
 }  // namespace drover::testing

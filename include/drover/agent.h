@@ -38,12 +38,15 @@ namespace drover {
 // every node has reached registration, or ended before it, and registers
 // them together (RendezvousClient::RegisterHost). A STOP for one node
 // reaches that node's agent only; a lost connection is every node's.
-// The built-in rendezvous only, not elastic; it needs the cluster token.
+// The built-in rendezvous only, not elastic. It opens with the cluster
+// token, or with one node's credential and proves the others' in their
+// REGISTERs (RendezvousClientOptions::host_credentials).
 class HostConnection {
  public:
   // `executor_ids`: the host's nodes, in the order they register.
-  // kInvalidArgument for an etcd:// address, a credential that is not the
-  // cluster token, or no ids or one twice.
+  // kInvalidArgument for an etcd:// address, the status key, a node
+  // credential without every other node's in host_credentials, or no ids
+  // or one twice.
   static Result<std::shared_ptr<HostConnection>> Create(RendezvousClientOptions options,
                                                         std::vector<std::string> executor_ids);
   ~HostConnection();
@@ -73,8 +76,9 @@ struct AgentOptions {
   std::string executor_id;
   // Non-null: the node registers, heartbeats and hears STOP on its host's
   // connection, made for executor_id among others (not elastic, not etcd).
-  // The connection holds the cluster token; `credential` still serves the
-  // agent's own calls (the feed's commits, as this node).
+  // The connection holds the cluster token, or every node's credential;
+  // `credential` still serves the agent's own calls (the feed's commits,
+  // as this node).
   std::shared_ptr<HostConnection> host_connection;
   std::string host;  // the node's address in the cluster; "" : the Environment's HostName()
   int num_ports = 1;

@@ -370,6 +370,10 @@ struct RendezvousClientOptions {
   // The cluster token (Credential::Cluster: every message), or a node
   // credential (only that node's slot; docs/security.md).
   Credential credential;
+  // A host connection opened with one of its nodes' credentials: the other
+  // nodes' credentials, each proved in that node's REGISTER (RegisterHost;
+  // docs/protocol.md, "Host connections"). Unused with the cluster token.
+  std::vector<Credential> host_credentials;
   std::string name;  // for the server's logs; cut to 256 bytes
   // Connection retries: exponential backoff with jitter between these.
   Milliseconds initial_backoff{100};
@@ -411,8 +415,10 @@ class RendezvousClient {
   // one connection and waits for the barrier; the result is each node's
   // view, in `nodes`' order. The server then counts this connection's
   // heartbeats for all of them, and its close as theirs. Needs the cluster
-  // token; not in elastic runs, nor through etcd (docs/protocol.md, "Host
-  // connections").
+  // token, or each node's credential (the one the client authenticated
+  // with and RendezvousClientOptions::host_credentials: kInvalidArgument,
+  // before sending, for a node with none); not in elastic runs, nor
+  // through etcd (docs/protocol.md, "Host connections").
   Result<std::vector<FormedCluster>> RegisterHost(const std::vector<NodeInfo>& nodes,
                                                   Deadline deadline);
 

@@ -98,3 +98,24 @@ def mark(monkeypatch):
     monkeypatch.setenv(MARK_VARIABLE, value)
     yield value
     assert_no_leftovers(value)
+
+
+def established_tcp_connections(pid):
+    """How many established TCP connections process `pid` holds (read in its
+    own network namespace's table, /proc/PID/net)."""
+    inodes = set()
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[len("socket:["):-1])
+    count = 0
+    for table in ("tcp", "tcp6"):
+        with open("/proc/%d/net/%s" % (pid, table)) as lines:
+            next(lines)
+            for line in lines:
+                fields = line.split()
+                count += fields[3] == "01" and fields[9] in inodes
+    return count

@@ -91,6 +91,22 @@ def test_a_hosts_agent_registers_its_nodes_on_one_connection(token):
     server.shutdown()
 
 
+def test_a_hosts_agent_with_node_credentials_proves_each_one(token):
+    server = drover.RendezvousServer(2, token)
+    address = "127.0.0.1:%d" % server.port
+    nodes = [{"executor_id": str(i), "host": "127.0.0.1", "ports": [30000 + i]} for i in (0, 1)]
+    alone = drover.RendezvousClient(address, token.node_credential("0"), timeout=30)
+    with pytest.raises(Exception, match="registers executor 1 only with that node's credential"):
+        alone.register_host(nodes, timeout=30)
+    host = drover.RendezvousClient(address, token.node_credential("0"), timeout=30,
+                                   host_credentials=[token.node_credential("1")])
+    views = host.register_host(nodes, timeout=30)
+    assert [v["node_count"] for v in views] == [2, 2]
+    host.leave_node("1")
+    assert [n["left"] for n in host.query_state()["nodes"]] == [False, True]
+    server.shutdown()
+
+
 def test_key_value_store_between_nodes(token):
     server = drover.RendezvousServer(1, token)
     a = drover.RendezvousClient("127.0.0.1:%d" % server.port, token)

@@ -554,10 +554,19 @@ bool EventuallyExists(const std::string& path) {
 
 class HostConnectionTest : public AgentTest {
  protected:
-  std::shared_ptr<HostConnection> Connect(std::vector<std::string> ids) {
+  // Opened with the cluster token, or else with the nodes' own credentials
+  // (the ssh and slurm engines' agents).
+  std::shared_ptr<HostConnection> Connect(std::vector<std::string> ids,
+                                          bool node_credentials = false) {
     RendezvousClientOptions options;
     options.address = "127.0.0.1:" + std::to_string(server_->port());
     options.credential = Credential::Cluster(token_);
+    if (node_credentials) {
+      options.credential = *Credential::ForNode(token_, ids.front());
+      for (size_t i = 1; i < ids.size(); ++i) {
+        options.host_credentials.push_back(*Credential::ForNode(token_, ids[i]));
+      }
+    }
     options.name = "test host";
     Result<std::shared_ptr<HostConnection>> host =
         HostConnection::Create(std::move(options), std::move(ids));
@@ -641,6 +650,31 @@ TEST_F(HostConnectionTest, AHostsNodesRegisterAndLeaveOnOneConnection) {
   EXPECT_EQ(left, 3);  // each LEAVE handled before its agent returned
 }
 
+TEST_F(HostConnectionTest, AHostsNodesShareOneConnectionWithTheirOwnCredentials) {
+  StartServer(2);
+  std::shared_ptr<HostConnection> host = Connect({"h0", "h1"}, /*node_credentials=*/true);
+  ASSERT_NE(host, nullptr);
+  for (size_t i = 0; i < 2; ++i) {
+    const std::string id = "h" + std::to_string(i);
+    AgentOptions options = NodeOptions(host, id, kUntilReleased);
+    options.credential = *Credential::ForNode(token_, id);  // no cluster token anywhere
+    threads_.emplace_back(
+        [this, i, options] { codes_[i] = Agent(options, ProcessEnvironment()).Run(); });
+  }
+  for (const char* id : {"h0", "h1"}) {
+    ASSERT_TRUE(EventuallyExists(dir_.File(std::string("started-") + id))) << id;
+  }
+  EXPECT_EQ(ConnectionsTo(server_->port()), 1);
+  for (const char* id : {"h0", "h1"}) std::ofstream(dir_.File(std::string("release-") + id));
+  for (std::thread& thread : threads_) thread.join();
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(codes_[i], 0) << ReadFile(dir_.File("h" + std::to_string(i) + ".err"));
+  }
+  int left = 0;
+  for (const NodeEvent& event : Events()) left += event.kind == NodeEvent::Kind::kLeft;
+  EXPECT_EQ(left, 2);
+}
+
 TEST_F(HostConnectionTest, AStopForOneNodeStopsThatNodeOnly) {
   StartServer(2);
   std::shared_ptr<HostConnection> host = Connect({"h0", "h1"});
@@ -717,14 +751,23 @@ TEST_F(HostConnectionTest, ALostConnectionIsEveryNodesLoss) {
               StartsWith("drover agent h1: lost the rendezvous server"));
 }
 
-TEST_F(HostConnectionTest, IsRefusedWithoutTheClusterTokenOrWithRepeatedNodes) {
+TEST_F(HostConnectionTest, IsRefusedWithoutEveryNodesCredentialOrWithRepeatedNodes) {
   StartServer(1);
   RendezvousClientOptions options;
   options.address = "127.0.0.1:" + std::to_string(server_->port());
   ASSERT_OK_AND_ASSIGN(options.credential, Credential::ForNode(token_, "h0"));
-  EXPECT_THAT(HostConnection::Create(options, {"h0"}).status(),
+  EXPECT_THAT(HostConnection::Create(options, {"h0", "h1"}).status(),
               ::drover::testing::StatusIs(Status::Code::kInvalidArgument,
-                                          HasSubstr("needs the cluster token")));
+                                          HasSubstr("needs every node's credential; executor "
+                                                    "h1's is missing")));
+  EXPECT_THAT(HostConnection::Create(options, {"h1"}).status(),
+              ::drover::testing::StatusIs(Status::Code::kInvalidArgument,
+                                          HasSubstr("one of its nodes' credentials, not the node "
+                                                    "credential of executor h0")));
+  ASSERT_OK_AND_ASSIGN(options.credential, Credential::ForStatus(token_));
+  EXPECT_THAT(
+      HostConnection::Create(options, {"h0"}).status(),
+      ::drover::testing::StatusIs(Status::Code::kInvalidArgument, HasSubstr("not the status key")));
   options.credential = Credential::Cluster(token_);
   EXPECT_THAT(
       HostConnection::Create(options, {"h0", "h0"}).status(),

@@ -40,6 +40,31 @@ constexpr Milliseconds kRegisterSlack{5'000};
 // One flush's QUERY_STATE round trip, at most.
 constexpr Milliseconds kFlushTimeout{5'000};
 
+// A connection opened with a node credential carries the host's nodes when
+// it holds each one's credential: the one it opens with and the others.
+Status CheckNodeCredentials(const RendezvousClientOptions& options,
+                            const std::set<std::string>& executor_ids) {
+  if (executor_ids.count(options.credential.executor_id) == 0) {
+    return Status::InvalidArgument(
+        "a host connection is opened with one of its nodes' "
+        "credentials, not " +
+        options.credential.Describe());
+  }
+  std::set<std::string> held;
+  held.insert(options.credential.executor_id);
+  for (const Credential& credential : options.host_credentials) {
+    if (credential.kind == Credential::Kind::kNode) held.insert(credential.executor_id);
+  }
+  for (const std::string& id : executor_ids) {
+    if (held.count(id) == 0) {
+      return Status::InvalidArgument(
+          "a host connection opened with " + options.credential.Describe() +
+          " needs every node's credential; executor " + id + "'s is missing");
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 class HostConnection::Impl {
@@ -407,11 +432,9 @@ Result<std::shared_ptr<HostConnection>> HostConnection::Create(
         "a host connection is for a driver's HOST:PORT rendezvous; through etcd each node "
         "registers itself");
   }
-  if (options.credential.kind != Credential::Kind::kCluster) {
-    return Status::InvalidArgument("a host connection needs the cluster token, not a " +
-                                   std::string(options.credential.kind == Credential::Kind::kNode
-                                                   ? "node's credential"
-                                                   : "status key"));
+  if (options.credential.kind == Credential::Kind::kStatus) {
+    return Status::InvalidArgument(
+        "a host connection needs the cluster token or its nodes' credentials, not the status key");
   }
   if (executor_ids.empty()) return Status::InvalidArgument("a host connection carries some node");
   std::set<std::string> seen;
@@ -419,6 +442,9 @@ Result<std::shared_ptr<HostConnection>> HostConnection::Create(
     if (!seen.insert(id).second) {
       return Status::InvalidArgument("executor " + id + " is twice among the host's nodes");
     }
+  }
+  if (options.credential.kind == Credential::Kind::kNode) {
+    DROVER_RETURN_IF_ERROR(CheckNodeCredentials(options, seen));
   }
   auto impl = std::make_unique<Impl>(std::move(options), std::move(executor_ids));
   DROVER_RETURN_IF_ERROR(impl->Start());

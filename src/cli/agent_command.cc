@@ -410,11 +410,11 @@ struct RelayGuard {
 
 // A host's agent: every node it was given, each in a thread of its own
 // with its own output and exit code ("ID CODE" on --status-fd, or relayed),
-// from one exec (torchrun's shape: one agent, a host's workers). With
-// --token-file (the cluster token) the nodes share one rendezvous
-// connection; else each node's TOKEN_FILE is its credential and its own
-// connection ("-": one line each on stdin, in order, which then stops every
-// node when it ends, as `--token-file -` does).
+// from one exec (torchrun's shape: one agent, a host's workers), on one
+// rendezvous connection. It opens with --token-file (the cluster token),
+// or else with the first node's TOKEN_FILE, its credential, and proves each
+// other node's ("-": one line each on stdin, in order, which then stops
+// every node when it ends, as `--token-file -` does).
 int RunHostAgent(const AgentFlags& flags) {
   auto fail = [](const Status& status) {
     PrintErrorLine("drover agent: " + status.message());
@@ -432,25 +432,35 @@ int RunHostAgent(const AgentFlags& flags) {
   const int status_fd = relay.status_fd;
   bool stdin_credentials = false;
   for (const HostNode& node : nodes) stdin_credentials |= node.token_file == "-";
-  std::shared_ptr<HostConnection> connection;
-  Credential cluster_token;
+  // Each node's credential, or the cluster token for them all.
+  std::vector<Credential> credentials;
+  RendezvousClientOptions options;
   if (!flags.token_file.empty()) {
     Result<Credential> token = Credential::ReadFile(flags.token_file);
     if (!token.ok()) return fail(token.status());
-    cluster_token = *token;
-    RendezvousClientOptions options;
-    options.address = flags.rendezvous;
+    credentials.assign(nodes.size(), *token);
     options.credential = std::move(token).value();
-    options.name =
-        "host of executors " + nodes.front().executor_id + "-" + nodes.back().executor_id;
-    options.node_list = flags.node_list;
-    std::vector<std::string> ids;
-    for (const HostNode& node : nodes) ids.push_back(node.executor_id);
-    Result<std::shared_ptr<HostConnection>> made =
-        HostConnection::Create(std::move(options), std::move(ids));
-    if (!made.ok()) return fail(made.status());
-    connection = std::move(made).value();
+  } else {
+    for (const HostNode& node : nodes) {
+      Result<Credential> credential = node.token_file == "-"
+                                          ? ReadCredentialFromStdin(Seconds(60))
+                                          : Credential::ReadFile(node.token_file);
+      if (!credential.ok()) {
+        return fail(credential.status().WithContext("executor " + node.executor_id));
+      }
+      credentials.push_back(std::move(credential).value());
+    }
+    options.credential = credentials.front();
+    options.host_credentials.assign(credentials.begin() + 1, credentials.end());
   }
+  options.address = flags.rendezvous;
+  options.name = "host of executors " + nodes.front().executor_id + "-" + nodes.back().executor_id;
+  options.node_list = flags.node_list;
+  std::vector<std::string> ids;
+  for (const HostNode& node : nodes) ids.push_back(node.executor_id);
+  Result<std::shared_ptr<HostConnection>> connection =
+      HostConnection::Create(std::move(options), std::move(ids));
+  if (!connection.ok()) return fail(connection.status());
   std::vector<std::unique_ptr<Agent>> agents;
   for (const HostNode& node : nodes) {
     AgentFlags one = flags;
@@ -460,15 +470,8 @@ int RunHostAgent(const AgentFlags& flags) {
     one.gpus = node.gpus;
     Result<AgentOptions> options = NodeOptions(one);
     if (!options.ok()) return fail(options.status().WithContext("executor " + node.executor_id));
-    Result<Credential> credential = connection ? Result<Credential>(cluster_token)
-                                    : node.token_file == "-"
-                                        ? ReadCredentialFromStdin(Seconds(60))
-                                        : Credential::ReadFile(node.token_file);
-    if (!credential.ok()) {
-      return fail(credential.status().WithContext("executor " + node.executor_id));
-    }
-    options->credential = std::move(credential).value();
-    options->host_connection = connection;
+    options->credential = credentials[agents.size()];
+    options->host_connection = *connection;
     options->stdout_fd = options->stderr_fd = node.output_fd;
     agents.push_back(std::make_unique<Agent>(std::move(options).value(), ProcessEnvironment()));
   }
@@ -489,7 +492,7 @@ int RunHostAgent(const AgentFlags& flags) {
   // Each node's feeder is reaped by its own FeedService, as in a node's own
   // agent: the sweep below reaps any child, so it must come after them all.
   agents.clear();
-  connection.reset();  // the nodes that did not leave are dead to the server now
+  connection->reset();  // the nodes that did not leave are dead to the server now
   os::KillOwnDescendants(std::chrono::seconds(5));
   return first_failure.load();
 }
@@ -511,7 +514,7 @@ void AddAgentCommand(CLI::App& app, int* exit_code) {
                     "This node's credential, or the cluster token, from which the agent derives\n"
                     "it (a file of mode 0600); '-': the first line of stdin, and the node stops\n"
                     "when stdin ends (the ssh and slurm engines). Required with HOST:PORT.\n"
-                    "With --node: the cluster token, for the host's one connection");
+                    "With --node: the cluster token, for all the host's nodes");
   agent->add_option("--executor-id", flags->executor_id,
                     "This node's stable id (required with HOST:PORT; etcd: HOSTNAME-PID)");
   agent->add_option("--nodes", flags->nodes, "etcd: how many nodes, N or MIN:MAX")
@@ -594,9 +597,9 @@ void AddAgentCommand(CLI::App& app, int* exit_code) {
       ->add_option("--node", flags->host_nodes,
                    "A host's agent (drover run's local, ssh and slurm engines): a node it\n"
                    "as ID:OUTPUT_FD:GPUS[:TOKEN_FILE] (GPUS empty: inherited); repeated, one\n"
-                   "thread a node, one exec for them all. With --token-file (the cluster\n"
-                   "token) the nodes share one rendezvous connection; else each node's\n"
-                   "TOKEN_FILE is its credential and its own connection. OUTPUT_FD '-':\n"
+                   "thread a node, one exec and one rendezvous connection for them all,\n"
+                   "opened with --token-file (the cluster token) or else with each node's\n"
+                   "TOKEN_FILE, its own credential. OUTPUT_FD '-':\n"
                    "every node's output and exit code go framed on stdout (through ssh);\n"
                    "TOKEN_FILE '-': the next line of stdin, whose end then stops the nodes")
       ->type_name("ID:FD:GPUS[:FILE]")

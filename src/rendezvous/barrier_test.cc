@@ -386,15 +386,22 @@ TEST_F(BarrierTest, AHostConnectionCarriesEachOfItsNodesAndGetsEachCluster) {
   EXPECT_EQ(table_->Find("1")->connection, 1u);
 }
 
-TEST_F(BarrierTest, AHostNeedsTheClusterTokenAndEveryRegisterMarked) {
-  Start(3);
+TEST_F(BarrierTest, AHostNeedsEachNodesCredentialAndEveryRegisterMarked) {
+  Start(4);
+  // A node credential's connection carries the nodes whose credentials it
+  // holds: its own, and those a REGISTER proved (Handshake::CheckProof).
   FakePeer& node = context_.AddPeer(1);
   node.AsNode("0");
   RegisterOnHost(node, "0");
+  node.proven_ids.push_back("2");
+  RegisterOnHost(node, "2");
+  EXPECT_FALSE(node.rejection.has_value());
+  EXPECT_EQ(node.Executors(), (std::vector<std::string>{"0", "2"}));
+  RegisterOnHost(node, "1");
   ASSERT_TRUE(node.rejection.has_value());
   EXPECT_EQ(node.rejection->code, wire::PERMISSION_DENIED);
   EXPECT_EQ(node.rejection->message,
-            "the node credential of executor 0 may not register a host's nodes");
+            "the node credentials of executor 0 and 1 more may not register executor 1");
 
   const std::string mixed =
       "a connection carries one node, or a host's nodes (REGISTER with host set on each), not "

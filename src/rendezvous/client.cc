@@ -244,6 +244,10 @@ class TcpClientImpl {
   Result<FormedCluster> Register(const NodeInfo& node, Deadline deadline);
   Result<std::vector<FormedCluster>> RegisterHost(const std::vector<NodeInfo>& nodes,
                                                   Deadline deadline);
+  // What a host's REGISTER for `executor_id` proves: nothing with the
+  // cluster token or for the node that opened the connection, else that it
+  // holds the node's credential (host_credentials).
+  Result<std::string> CredentialProof(const std::string& executor_id) const;
   void StartHeartbeats(Milliseconds interval, std::function<HeartbeatPayload()> payload);
   Status StartHostHeartbeats(Milliseconds interval,
                              std::function<std::vector<NodeHeartbeat>()> payloads);
@@ -330,6 +334,9 @@ class TcpClientImpl {
   uint32_t registered_ = 0;
   uint32_t expected_ = 0;
   bool host_ = false;  // RegisterHost succeeded: a host connection
+  // The handshake's, for RegisterHost's credential proofs.
+  std::string client_nonce_;
+  std::string server_nonce_;
 
   std::atomic<bool> stop_received_{false};
   // A host connection's STOPs for single nodes (the driver's StopNode), not
@@ -582,6 +589,8 @@ Status TcpClientImpl::Handshake(Deadline deadline) {
   }
   DROVER_ASSIGN_OR_RETURN(wire::Token session,
                           wire::DeriveSessionKey(key_, client_nonce, challenge.server_nonce()));
+  client_nonce_ = client_nonce;
+  server_nonce_ = challenge.server_nonce();
   // Everything after AUTH_OK is sealed, and may be as large as a cluster.
   reader_.set_sealed(true);
   reader_.set_max_frame_bytes(options_.max_frame_bytes);
@@ -685,6 +694,8 @@ Result<std::vector<FormedCluster>> TcpClientImpl::RegisterHost(const std::vector
     *requests[i].mutable_node() = rendezvous_internal::NodeToWire(nodes[i]);
     requests[i].set_node_list(static_cast<wire::NodeList>(options_.node_list));
     requests[i].set_host(true);
+    DROVER_ASSIGN_OR_RETURN(std::string proof, CredentialProof(nodes[i].executor_id));
+    requests[i].set_credential_mac(std::move(proof));
     bodies.push_back(&requests[i]);
   }
   DROVER_RETURN_IF_ERROR(SendAll(wire::REGISTER, bodies, deadline));
@@ -709,6 +720,25 @@ Result<std::vector<FormedCluster>> TcpClientImpl::RegisterHost(const std::vector
   for (std::optional<FormedCluster>& formed : received) clusters.push_back(std::move(*formed));
   host_ = true;
   return clusters;
+}
+
+Result<std::string> TcpClientImpl::CredentialProof(const std::string& executor_id) const {
+  const Credential& opened_with = options_.credential;
+  if (opened_with.kind == Credential::Kind::kCluster || opened_with.executor_id == executor_id) {
+    return std::string();
+  }
+  for (const Credential& credential : options_.host_credentials) {
+    if (credential.kind != Credential::Kind::kNode || credential.executor_id != executor_id) {
+      continue;
+    }
+    if (credential.key.size() != wire::kTokenBytes) break;
+    wire::Token key;
+    std::copy(credential.key.begin(), credential.key.end(), key.begin());
+    return wire::ClaimMac(key, server_nonce_, client_nonce_);
+  }
+  return Status::InvalidArgument("a host connection opened with " + opened_with.Describe() +
+                                 " registers executor " + executor_id +
+                                 " only with that node's credential too, and none was given");
 }
 
 Result<FormedCluster> TcpClientImpl::AwaitCluster(Deadline deadline, const std::string& who) {

@@ -1403,11 +1403,47 @@ TEST(RendezvousEndToEndTest, AHostRegistersWithTheClusterTokenAndDistinctNodes) 
               StatusIs(Status::Code::kInvalidArgument,
                        HasSubstr("executor 0 is twice among the host's nodes")));
 
+  // With a node credential, every other node's must be given: checked
+  // before anything is sent, so the connection goes on.
   RendezvousClientOptions as_node = Options(ServerAddress(*server));
   as_node.credential = Credential::ForNode(TestToken(), "0").value();
   ASSERT_OK_AND_ASSIGN(auto node, RendezvousClient::Connect(as_node, Soon()));
-  EXPECT_THAT(node->RegisterHost({Node(0)}, Soon()),
-              StatusIs(Status::Code::kPermissionDenied, HasSubstr("may not register a host's")));
+  EXPECT_THAT(node->RegisterHost({Node(0), Node(1)}, Soon()),
+              StatusIs(Status::Code::kInvalidArgument,
+                       HasSubstr("registers executor 1 only with that node's credential too")));
+  EXPECT_OK(node->QueryState(Soon()).status());
+}
+
+// The ssh and slurm engines' host agents hold node credentials only: one
+// connection, opened with one, proving the others, forms the cluster as the
+// cluster token's would; a credential of another cluster proves nothing.
+TEST(RendezvousEndToEndTest, AHostRegistersWithItsNodesCredentials) {
+  RendezvousServerOptions options;
+  options.cluster.num_nodes = 3;
+  auto server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  RendezvousClientOptions client_options = Options(ServerAddress(*server));
+  client_options.credential = *Credential::ForNode(TestToken(), "1");
+  client_options.host_credentials = {*Credential::ForNode(TestToken(9), "0"),
+                                     *Credential::ForNode(TestToken(), "2")};
+  ASSERT_OK_AND_ASSIGN(auto forged, RendezvousClient::Connect(client_options, Soon()));
+  EXPECT_THAT(forged->RegisterHost({Node(1), Node(0), Node(2)}, Soon()),
+              StatusIs(Status::Code::kPermissionDenied,
+                       HasSubstr("wrong credential proof for executor 0")));
+
+  client_options.host_credentials[0] = *Credential::ForNode(TestToken(), "0");
+  ASSERT_OK_AND_ASSIGN(auto host, RendezvousClient::Connect(client_options, Soon()));
+  ASSERT_OK_AND_ASSIGN(std::vector<FormedCluster> formed,
+                       host->RegisterHost({Node(1), Node(0), Node(2)}, Soon()));
+  ASSERT_EQ(formed.size(), 3u);
+  EXPECT_EQ(formed[1].nodes[static_cast<size_t>(formed[1].self)].executor_id, "0");
+  ASSERT_OK(host->ReportError("2", "exited with code 3", {"its last line"}));
+  ASSERT_OK_AND_ASSIGN(ClusterState state, host->QueryState(Soon()));
+  EXPECT_EQ(state.nodes[2].error, "exited with code 3");
+  EXPECT_EQ(state.nodes[2].last_log_lines, std::vector<std::string>{"its last line"});
+  EXPECT_OK(host->StopAll());  // sent; the refusal comes back on the connection
+  EXPECT_THAT(host->QueryState(Soon()),
+              StatusIs(Status::Code::kPermissionDenied, HasSubstr("may not stop all nodes")));
 }
 
 TEST(RendezvousEndToEndTest, WrongTokenIsPermissionDenied) {

@@ -83,9 +83,10 @@ void Control::HandleQueryState(Peer& peer) {
   ClusterState state = table_.State(Clock::now());
   if (!peer.admin) {
     // A node sees every node's place and liveness (CLUSTER told it the
-    // places already), and only its own errors and last lines.
+    // places already), and only its own errors and last lines (a host's
+    // agent, its nodes').
     for (NodeStatus& status : state.nodes) {
-      if (status.node.executor_id == peer.credential_id) continue;
+      if (peer.Holds(status.node.executor_id)) continue;
       status.error.clear();
       status.last_log_lines.clear();
     }

@@ -69,9 +69,46 @@ bool Handshake::HandleAuth(Peer& peer, const wire::Auth& auth) {
   ok.set_mac(wire::ServerMac(*key, peer.client_nonce, peer.server_nonce));
   peer.Send(wire::AUTH_OK, ok);
   peer.StartSession(*session);
-  // Done with: a connection lives as long as the run, its nonces need not.
-  std::string().swap(peer.client_nonce);
-  std::string().swap(peer.server_nonce);
+  // A connection lives as long as the run; its nonces serve only a node
+  // credential's connection after AUTH, whose host's REGISTERs prove other
+  // credentials with them.
+  if (peer.admin) {
+    std::string().swap(peer.client_nonce);
+    std::string().swap(peer.server_nonce);
+  }
+  return true;
+}
+
+bool Handshake::CheckProof(Peer& peer, const wire::Register& request) {
+  const std::string& proof = request.credential_mac();
+  if (proof.empty()) return true;
+  const std::string& id = request.node().executor_id();
+  std::string malformed;
+  if (!request.host()) {
+    malformed = "a credential proof goes with a host's REGISTER only";
+  } else if (peer.admin) {
+    malformed = "a credential proof on the cluster token's connection, which needs none";
+  } else if (Status valid = wire::ValidateCredentialId(id); !valid.ok()) {
+    malformed = "REGISTER with a credential proof: " + valid.message();
+  }
+  if (!malformed.empty()) {
+    peer.Reject(wire::MALFORMED, malformed, peer.Why(malformed));
+    return false;
+  }
+  if (peer.Holds(id)) return true;
+  Result<wire::Token> key = wire::DeriveNodeKey(token_, id);
+  if (!key.ok()) {
+    context_.Log("cannot derive keys: " + key.status().ToString());
+    peer.Close("server could not derive a node credential");
+    return false;
+  }
+  if (!wire::ConstantTimeEquals(proof,
+                                wire::ClaimMac(*key, peer.server_nonce, peer.client_nonce))) {
+    std::string message = "wrong credential proof for executor " + id;
+    peer.Reject(wire::AUTH_FAILED, message, peer.Why(message));
+    return false;
+  }
+  peer.proven_ids.push_back(id);
   return true;
 }
 

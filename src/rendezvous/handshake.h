@@ -3,8 +3,9 @@
 // CHALLENGE; AUTH's MAC is checked, in constant time, under the key HELLO
 // named (the cluster token, or the node credential derived from it for an
 // executor id), and answered with AUTH_OK, after which the peer's frames are
-// sealed under the session key. Holds a copy of the cluster token; the
-// per-connection state (nonces, name, credential) is the Peer's.
+// sealed under the session key. A host's REGISTERs on a node credential's
+// connection may prove the host's other credentials (CheckProof). Holds a copy of the cluster
+// token; the per-connection state (nonces, name, credential) is the Peer's.
 //
 // Called only on the server's event loop.
 
@@ -28,6 +29,13 @@ class Handshake {
   // REQUIRES: `peer` is in kAwaitAuth. Returns true when it authenticated:
   // it is kReady, AUTH_OK is queued and its session has started.
   bool HandleAuth(Peer& peer, const wire::Auth& auth);
+  // A REGISTER's proof of a node credential (docs/protocol.md, "Host
+  // connections"): none to check is true (Permitted decides then). A proof
+  // on a host's REGISTER, by a node credential's connection, that holds the
+  // node's credential is true and the connection holds it from then on
+  // (Peer::proven_ids); any other proof rejects `peer` and is false.
+  // REQUIRES: `peer` is kReady.
+  bool CheckProof(Peer& peer, const wire::Register& request);
 
  private:
   const wire::Token token_;

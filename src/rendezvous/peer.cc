@@ -49,10 +49,21 @@ std::string Peer::Why(const std::string& reason) const {
   return reason;
 }
 
+bool Peer::Holds(const std::string& id) const {
+  if (admin) return true;
+  if (id.empty()) return false;
+  return id == credential_id ||
+         std::find(proven_ids.begin(), proven_ids.end(), id) != proven_ids.end();
+}
+
 bool Permitted(Peer& peer, const std::string& executor_id, const std::string& what) {
-  if (peer.admin || executor_id == peer.credential_id) return true;
-  std::string message =
-      "the node credential of executor " + peer.credential_id + " may not " + what;
+  if (peer.Holds(executor_id)) return true;
+  std::string holder = "the node credential of executor " + peer.credential_id;
+  if (!peer.proven_ids.empty()) {
+    holder = "the node credentials of executor " + peer.credential_id + " and " +
+             std::to_string(peer.proven_ids.size()) + " more";
+  }
+  std::string message = holder + " may not " + what;
   peer.Reject(wire::PERMISSION_DENIED, message, peer.Why(message));
   return false;
 }

@@ -100,14 +100,23 @@ class Peer {
   // "executor 3's credential: "), when known; the log line names the peer.
   std::string Why(const std::string& reason) const;
 
+  // Whether this connection holds `id`'s credential: the cluster token
+  // (every node's), the node credential HELLO named, or one a host's
+  // REGISTER proved (proven_ids).
+  bool Holds(const std::string& id) const;
+
   // Kept by the handlers: the handshake's (Handshake), then the
   // registration's (Barrier).
-  std::string client_nonce;   // until AUTH
-  std::string server_nonce;   // until AUTH
+  // Until AUTH; after it, on a node credential's connection, for the proofs
+  // of a host's other credentials (Handshake::CheckProof).
+  std::string client_nonce;
+  std::string server_nonce;
   std::string name;           // from HELLO, escaped for logs
   std::string credential_id;  // HELLO's executor_id: "" the cluster token
   bool admin = false;         // authenticated with the cluster token
-  std::string executor_id;    // "" until REGISTER; "" on a host connection
+  // The other nodes' credentials a host's REGISTERs proved it holds.
+  std::vector<std::string> proven_ids;
+  std::string executor_id;  // "" until REGISTER; "" on a host connection
   // A host connection (REGISTER's host: a host's agent) carries several
   // nodes, these.
   bool host = false;
@@ -124,8 +133,8 @@ class Peer {
 };
 
 // True when `peer` may act for `executor_id` ("" : for no node: STOP_ALL):
-// a node's credential covers its own slot only, the cluster token everything
-// (docs/security.md). Otherwise rejects `peer` with PERMISSION_DENIED,
+// a node's credential covers its own slot only (Peer::Holds), the cluster
+// token everything (docs/security.md). Otherwise rejects `peer` with PERMISSION_DENIED,
 // saying it may not `what`; a refusal costs the sender its connection.
 bool Permitted(Peer& peer, const std::string& executor_id, const std::string& what);
 

@@ -627,7 +627,9 @@ void Server::HandleAuth(Connection& conn, const wire::Frame& frame) {
 
 void Server::HandleRegister(Connection& conn, const wire::Frame& frame) {
   wire::Register request;
-  if (ParseOrReject(conn, frame, &request)) barrier_.HandleRegister(conn, request);
+  if (ParseOrReject(conn, frame, &request) && handshake_.CheckProof(conn, request)) {
+    barrier_.HandleRegister(conn, request);
+  }
 }
 
 void Server::HandleHeartbeat(Connection& conn, const wire::Frame& frame) {

@@ -189,6 +189,15 @@ class ServerTest : public ::testing::Test {
     return request;
   }
 
+  // A host's REGISTER, with `proof` (Register.credential_mac).
+  static wire::Register HostRegisterBody(const std::string& executor_id, uint32_t port,
+                                         const std::string& proof = "") {
+    wire::Register request = RegisterBody(executor_id, port);
+    request.set_host(true);
+    request.set_credential_mac(proof);
+    return request;
+  }
+
   // Handshake and REGISTER; returns the REGISTERED reply through `registered`.
   RawPeer Join(const std::string& executor_id, uint32_t port, wire::Registered* registered,
                const std::string& host = "127.0.0.1") {
@@ -800,6 +809,96 @@ TEST_F(ServerTest, NodeCredentialOfAnotherClusterOrIdIsRefused) {
   ASSERT_OK_AND_ASSIGN(wire::Token foreign, wire::DeriveNodeKey(TestToken(99), "1"));
   EXPECT_THAT(other.Handshake(foreign, Soon(), "node", "1"),
               StatusIs(Status::Code::kUnavailable, HasSubstr("wrong node credential")));
+  ExpectClusterFormsWith(first);
+}
+
+// A host's agent holding node credentials only (the ssh and slurm
+// engines'): one connection, opened with one node's credential, proving each
+// other node's in its REGISTER.
+wire::Token NodeKey(const std::string& executor_id) {
+  Result<wire::Token> key = wire::DeriveNodeKey(TestToken(), executor_id);
+  EXPECT_OK(key);
+  return key.ok() ? *key : wire::Token{};
+}
+
+TEST_F(ServerTest, AHostConnectionOfNodeCredentialsProvesEachOtherNode) {
+  StartServer(Options(3));
+  RawPeer host = AuthenticatedAsNode("0");
+  ASSERT_OK(host.Send(wire::REGISTER, HostRegisterBody("0", 7000)));
+  ASSERT_OK(
+      host.Send(wire::REGISTER, HostRegisterBody("1", 7100, host.CredentialProof(NodeKey("1")))));
+  wire::Registered registered;
+  ASSERT_OK(host.Read(wire::REGISTERED, &registered, Soon()));
+  ASSERT_OK(host.Read(wire::REGISTERED, &registered, Soon()));
+  RawPeer two = JoinAsNode("2", 7200);
+  ASSERT_OK(ReadCluster(host));
+  ASSERT_OK(ReadCluster(host));
+  ASSERT_OK(ReadCluster(two));
+  ASSERT_OK_AND_ASSIGN(FormedCluster formed, server_->WaitForCluster(Soon()));
+  EXPECT_EQ(formed.nodes.size(), 3u);
+
+  // The connection acts for node 1 as node 1's credential may: it reports
+  // node 1's error and sees it, and sees node 2's place, not its error.
+  wire::Control report;
+  report.set_kind(wire::Control::REPORT_ERROR);
+  report.set_executor_id("2");
+  report.set_message("node 2's own");
+  ASSERT_OK(two.Send(wire::CONTROL, report));
+  ASSERT_TRUE(recorder_.WaitForEvent(NodeEvent::Kind::kError, "2").has_value());
+  report.set_executor_id("1");
+  report.set_message("exited with code 3");
+  ASSERT_OK(host.Send(wire::CONTROL, report));
+  ASSERT_TRUE(recorder_.WaitForEvent(NodeEvent::Kind::kError, "1").has_value());
+  wire::Control query;
+  query.set_kind(wire::Control::QUERY_STATE);
+  ASSERT_OK(host.Send(wire::CONTROL, query));
+  wire::State state;
+  ASSERT_OK(host.Read(wire::STATE, &state, Soon()));
+  ASSERT_EQ(state.nodes_size(), 3);
+  EXPECT_EQ(state.nodes(1).error(), "exited with code 3");
+  EXPECT_TRUE(state.nodes(2).alive());
+  EXPECT_EQ(state.nodes(2).error(), "");
+  // ... and nothing more: node 2 is not its to report for.
+  report.set_executor_id("2");
+  ASSERT_OK(host.Send(wire::CONTROL, report));
+  ExpectErrorAndClose(host, wire::PERMISSION_DENIED,
+                      "the node credentials of executor 0 and 1 more may not report an error for "
+                      "executor 2");
+}
+
+TEST_F(ServerTest, AHostsNodeWithoutItsCredentialIsRefused) {
+  StartServer(Options(2));
+  // No proof.
+  RawPeer bare = AuthenticatedAsNode("0");
+  ASSERT_OK(bare.Send(wire::REGISTER, HostRegisterBody("0", 7000)));
+  ASSERT_OK(bare.Send(wire::REGISTER, HostRegisterBody("1", 7100)));
+  wire::Registered registered;
+  ASSERT_OK(bare.Read(wire::REGISTERED, &registered, Soon()));
+  ExpectErrorAndClose(bare, wire::PERMISSION_DENIED,
+                      "the node credential of executor 0 may not register executor 1");
+  // A proof under another node's credential.
+  RawPeer wrong = AuthenticatedAsNode("0");
+  ASSERT_OK(
+      wrong.Send(wire::REGISTER, HostRegisterBody("1", 7100, wrong.CredentialProof(NodeKey("2")))));
+  ExpectErrorAndClose(wrong, wire::AUTH_FAILED, "wrong credential proof for executor 1");
+  // A right proof, but another connection's: seen on the wire, replayed.
+  RawPeer seen = AuthenticatedAsNode("0");
+  RawPeer replayer = AuthenticatedAsNode("0");
+  ASSERT_OK(replayer.Send(wire::REGISTER,
+                          HostRegisterBody("1", 7100, seen.CredentialProof(NodeKey("1")))));
+  ExpectErrorAndClose(replayer, wire::AUTH_FAILED, "wrong credential proof for executor 1");
+  // A proof where none goes: a node's own REGISTER, the cluster token's.
+  RawPeer single = AuthenticatedAsNode("0");
+  wire::Register own = RegisterBody("1", 7100);
+  own.set_credential_mac(single.CredentialProof(NodeKey("1")));
+  ASSERT_OK(single.Send(wire::REGISTER, own));
+  ExpectErrorAndClose(single, wire::MALFORMED, "a credential proof goes with a host's REGISTER");
+  RawPeer admin = Authenticated();
+  ASSERT_OK(admin.Send(wire::REGISTER, HostRegisterBody("1", 7100, std::string(32, 'p'))));
+  ExpectErrorAndClose(admin, wire::MALFORMED, "the cluster token's connection, which needs none");
+  EXPECT_TRUE(server_->QueryState().nodes.empty());
+  // The refusals cost their connections only.
+  RawPeer first = Join("0", 7000);
   ExpectClusterFormsWith(first);
 }
 

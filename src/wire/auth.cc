@@ -26,6 +26,7 @@ namespace {
 
 constexpr std::string_view kClientLabel = "drover-auth-v1";
 constexpr std::string_view kServerLabel = "drover-server-v1";
+constexpr std::string_view kClaimLabel = "drover-claim-v1";
 constexpr std::string_view kNodeLabel = "drover-node-v1";
 constexpr std::string_view kStatusLabel = "drover-status-v1";
 constexpr std::string_view kSessionLabel = "drover-session-v2";
@@ -337,6 +338,11 @@ std::string ClientMac(const Token& token, std::string_view server_nonce,
 std::string ServerMac(const Token& token, std::string_view client_nonce,
                       std::string_view server_nonce) {
   return Mac(token, kServerLabel, client_nonce, server_nonce);
+}
+
+std::string ClaimMac(const Token& node_key, std::string_view server_nonce,
+                     std::string_view client_nonce) {
+  return Mac(node_key, kClaimLabel, server_nonce, client_nonce);
 }
 
 bool ConstantTimeEquals(std::string_view a, std::string_view b) {

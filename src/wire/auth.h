@@ -64,6 +64,14 @@ std::string ClientMac(const Token& token, std::string_view server_nonce,
 std::string ServerMac(const Token& token, std::string_view client_nonce,
                       std::string_view server_nonce);
 
+// A host connection's proof that it holds another node's credential too
+// (docs/protocol.md, "Host connections"): HMAC-SHA256(node_key,
+// "drover-claim-v1" | server_nonce | client_nonce), the nonces of the
+// connection's own handshake, so a proof seen on one connection is worth
+// nothing on another.
+std::string ClaimMac(const Token& node_key, std::string_view server_nonce,
+                     std::string_view client_nonce);
+
 // HKDF-SHA256 (RFC 5869): `length` bytes from the input key material, the
 // salt ("" : none) and the info. kInternal if OpenSSL fails.
 Result<std::string> Hkdf(std::string_view ikm, std::string_view salt, std::string_view info,

@@ -32,6 +32,21 @@ TEST(AuthTest, MacsAreHmacSha256OfLabelAndNonces) {
   EXPECT_NE(client, ClientMac(other, "server-nonce", "client-nonce"));
 }
 
+TEST(AuthTest, ACredentialProofIsNoHandshakeMacAndIsBoundToItsNonces) {
+  Token key{};
+  key[0] = 1;
+  std::string proof = ClaimMac(key, "server-nonce", "client-nonce");
+  EXPECT_EQ(proof.size(), kMacBytes);
+  // Its own label: no handshake proof (either way) doubles as a claim.
+  EXPECT_NE(proof, ClientMac(key, "server-nonce", "client-nonce"));
+  EXPECT_NE(proof, ServerMac(key, "server-nonce", "client-nonce"));
+  EXPECT_NE(proof, ClaimMac(key, "other-nonce", "client-nonce"));
+  EXPECT_NE(proof, ClaimMac(key, "server-nonce", "other-nonce"));
+  // HMAC-SHA256(32 zero bytes, "drover-claim-v1" "s" "c"), from Python's hmac.
+  EXPECT_EQ(HexEncode(ClaimMac(Token{}, "s", "c")),
+            "cc90155d2fc4622d005912a510469affc27bda6f01178a0e6cd47255be1ebc7d");
+}
+
 TEST(AuthTest, KnownAnswer) {
   // HMAC-SHA256(key = 32 zero bytes, "drover-auth-v1" "s" "c"), computed with
   // Python's hmac module, pins the byte layout of the handshake.

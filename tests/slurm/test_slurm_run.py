@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster_util import (MARK_VARIABLE, assert_no_leftovers, marked_processes, new_mark,
-                          wait_for)
+from cluster_util import (MARK_VARIABLE, assert_no_leftovers, established_tcp_connections,
+                          marked_processes, new_mark, wait_for)
 
 REPO = Path(__file__).resolve().parents[2]
 DROVER = os.path.abspath(os.environ.get("DROVER_BIN", str(REPO / "build" / "bin" / "drover")))
@@ -92,8 +92,9 @@ def test_tasks_follow_the_allocation(slurm, mark):
 
 
 def agents(mark):
-    return [cmdline for pid, cmdline in marked_processes(mark)
-            if cmdline.startswith(DROVER + " agent ")]
+    """pid -> command line of the live `drover agent` processes of this test."""
+    return {pid: cmdline for pid, cmdline in marked_processes(mark)
+            if cmdline.startswith(DROVER + " agent ")}
 
 
 def test_one_step_a_node_runs_its_tasks_and_keeps_each_exit_code(slurm, mark, tmp_path):
@@ -111,6 +112,7 @@ def test_one_step_a_node_runs_its_tasks_and_keeps_each_exit_code(slurm, mark, tm
     try:
         wait_for(lambda: len(list(sync.glob("started.*"))) == 4, "every task's program")
         running = agents(mark)
+        connections = [established_tcp_connections(pid) for pid in running]
         (sync / "go").touch()
         out, err = process.communicate(timeout=120)
     finally:
@@ -118,7 +120,9 @@ def test_one_step_a_node_runs_its_tasks_and_keeps_each_exit_code(slurm, mark, tm
             os.killpg(process.pid, signal.SIGKILL)
             process.communicate()
     assert len(running) == 2, running
-    assert all("--node " in cmdline and ":-:" in cmdline for cmdline in running), running
+    assert all("--node " in cmdline and ":-:" in cmdline for cmdline in running.values()), running
+    # Each agent carries its node's two tasks on one rendezvous connection.
+    assert connections == [1, 1], (connections, running)
     assert process.returncode == 1, err
     placed = dict(re.findall(r"^\[worker:\d\] (\d) on (n\d)$", out, re.MULTILINE))
     assert placed["0"] == placed["1"] and placed["2"] == placed["3"] != placed["0"], out

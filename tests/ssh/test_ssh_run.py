@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster_util import (MARK_VARIABLE, assert_no_leftovers, marked_processes, new_mark,
-                          wait_for)
+from cluster_util import (MARK_VARIABLE, assert_no_leftovers, established_tcp_connections,
+                          marked_processes, new_mark, wait_for)
 
 REPO = Path(__file__).resolve().parents[2]
 DROVER = os.path.abspath(os.environ.get("DROVER_BIN", str(REPO / "build" / "bin" / "drover")))
@@ -120,7 +120,8 @@ def test_one_agent_and_one_ssh_a_host_keep_each_nodes_output_and_exit_code(
         ssh_hosts, mark, tmp_path, agents):
     """--agents host (the default): the three nodes of h1 share one agent and
     one ssh, as do the two of h2; each node's output and exit code still
-    come back apart. --agents node: an agent and an ssh a node."""
+    come back apart, and a host's agent holds one rendezvous connection for
+    its nodes. --agents node: an agent, an ssh and a connection a node."""
     log_dir = tmp_path / "logs"
     sync = tmp_path / "sync"
     sync.mkdir()
@@ -130,6 +131,7 @@ def test_one_agent_and_one_ssh_a_host_keep_each_nodes_output_and_exit_code(
         wait_for(lambda: len(list(sync.glob("started.*"))) == 5, "every node's megabyte")
         running = agents_of(mark)
         clients = ssh_clients(mark)
+        connections = [established_tcp_connections(pid) for pid in running]
         (sync / "go").touch()
         out, err = process.communicate(timeout=120)
     finally:
@@ -139,6 +141,7 @@ def test_one_agent_and_one_ssh_a_host_keep_each_nodes_output_and_exit_code(
     expected = 2 if agents == "host" else 5
     assert len(running) == expected, running
     assert len(clients) == expected, clients
+    assert connections == [1] * expected, (connections, running)
     # No credential in any agent's argv: each node's comes on stdin.
     for cmdline in running.values():
         assert "--token-file -" in cmdline or ":-:" in cmdline, cmdline
