@@ -241,6 +241,34 @@ std::string ProgressText(const RunSnapshot& snapshot) {
   return text;
 }
 
+namespace {
+
+// Seconds after which a running node's heartbeat is late, as the status
+// page counts it: the quiet interval (or the interval) and two intervals
+// more; 10 s when the run does not say (an older driver, etcd).
+double HeartbeatLateAfter(const json& cluster) {
+  const json& heartbeat = JsonField(cluster, "heartbeat");
+  const json& interval = JsonField(heartbeat, "interval_s");
+  if (!interval.is_number()) return 10;
+  const json& quiet = JsonField(heartbeat, "quiet_s");
+  const double every = interval.get<double>();
+  return std::max(quiet.is_number() ? quiet.get<double>() : 0.0, every) + 2 * every;
+}
+
+// "1.5 s ago", "12.0 s ago (late)" for a node that should be heartbeating.
+std::string HeartbeatText(const json& node, double late_after) {
+  const json& age = JsonField(node, "last_heartbeat_age_s");
+  if (!age.is_number()) return "-";
+  std::string text = FormatDuration(age.get<double>()) + " ago";
+  const std::string state = Text(JsonField(node, "state"), "");
+  if (age.get<double>() > late_after && (state == "running" || state == "registered")) {
+    text += " (late)";
+  }
+  return text;
+}
+
+}  // namespace
+
 std::string RenderStatus(const json& cluster) {
   std::string out;
   out += "cluster " + Text(JsonField(cluster, "cluster_id")) + ": " +
@@ -274,14 +302,13 @@ std::string RenderStatus(const json& cluster) {
                                                  "RESTARTS", "HEARTBEAT", "EXIT", "RECORDS",
                                                  "RECORDS/S", "GPUS", "STEP", "METRICS"}};
   std::vector<std::string> errors;
+  const double late_after = HeartbeatLateAfter(cluster);
   for (const json& node : Items(cluster, "nodes")) {
-    const json& age = JsonField(node, "last_heartbeat_age_s");
     const json& node_feed = JsonField(node, "feed");
     rows.push_back(
         {Task(node), Text(JsonField(node, "executor_id")), Text(JsonField(node, "host")),
          Text(JsonField(node, "pid")), Text(JsonField(node, "state")),
-         Text(JsonField(node, "restarts")),
-         age.is_number() ? FormatDuration(age.get<double>()) + " ago" : "-", ExitText(node),
+         Text(JsonField(node, "restarts")), HeartbeatText(node, late_after), ExitText(node),
          node_feed.is_object() ? FormatCount(Count(node_feed, "records")) : "-",
          node_feed.is_object() ? FormatCount(Count(node_feed, "rate_records_per_s")) : "-",
          Join(Items(node, "gpus")), Text(JsonField(node, "step")),

@@ -105,6 +105,30 @@ TEST(RenderTest, StatusListsEveryNodeAndItsError) {
       << text;
 }
 
+// As the status page counts it: late past the quiet interval (or the
+// interval) and two intervals more, 10 s when the run does not say; and
+// only for a node that should be heartbeating.
+TEST(RenderTest, StatusMarksALateHeartbeat) {
+  nlohmann::json cluster = Cluster();
+  cluster["nodes"][0]["state"] = "running";
+  cluster["nodes"][0]["last_heartbeat_age_s"] = 8.0;
+  cluster["nodes"][1]["last_heartbeat_age_s"] = 60.0;  // failed: not late, gone
+  cluster["heartbeat"] = {{"interval_s", 1.0}, {"quiet_s", 5.0}};
+  std::string text = RenderStatus(cluster);
+  EXPECT_NE(text.find("8.0 s ago (late)"), std::string::npos) << text;
+  EXPECT_NE(text.find("1 m 0 s ago  "), std::string::npos) << text;
+  EXPECT_EQ(text.find("1 m 0 s ago (late)"), std::string::npos) << text;
+  cluster["heartbeat"] = {{"interval_s", 1.0}, {"quiet_s", 30.0}};
+  text = RenderStatus(cluster);
+  EXPECT_EQ(text.find("(late)"), std::string::npos) << text;
+  cluster["heartbeat"] = nullptr;  // etcd, or an older driver: 10 s
+  text = RenderStatus(cluster);
+  EXPECT_EQ(text.find("(late)"), std::string::npos) << text;
+  cluster["nodes"][0]["last_heartbeat_age_s"] = 10.5;
+  text = RenderStatus(cluster);
+  EXPECT_NE(text.find("10.5 s ago (late)"), std::string::npos) << text;
+}
+
 TEST(RenderTest, StatusAndSummaryShowMetrics) {
   nlohmann::json cluster = Cluster();
   cluster["nodes"][0]["metrics"] = {{"loss", {{"value", 0.5}, {"step", 7}}}};
