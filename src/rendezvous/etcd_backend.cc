@@ -976,6 +976,11 @@ void EtcdBackend::StartHeartbeats(Milliseconds, std::function<HeartbeatPayload()
 void EtcdBackend::KeepAliveLoop() {
   const Milliseconds period = std::max(Milliseconds(100), o_.lease_ttl / 3);
   Clock::time_point unavailable_since = Clock::time_point::max();
+  // The status last written: the key lives as long as the lease, so an
+  // unchanged status costs only the keep-alive, which etcd's leader answers
+  // alone, and not a write every member must agree on (an idle run's nodes
+  // write nothing).
+  std::string written;
   MutexLock lock(mu_);
   for (;;) {
     cv_.wait_for(mu_, period, [&] {
@@ -990,7 +995,10 @@ void EtcdBackend::KeepAliveLoop() {
     lock.Unlock();
     Result<int64_t> ttl = etcd_->KeepAlive(lease_);
     if (ttl.ok() && payload && !id.empty()) {
-      (void)etcd_->Put(StatusKey(id), StatusJson(payload(), round, false), lease_);
+      std::string status = StatusJson(payload(), round, false);
+      if (status != written && etcd_->Put(StatusKey(id), status, lease_).ok()) {
+        written = std::move(status);
+      }
     }
     lock.Lock();
     if (ttl.ok() && *ttl > 0) {

@@ -6,6 +6,7 @@ nodes say so and stop; an agent dies and the rest form again; a late agent
 joins. Every wait is for something the run did (a file a program wrote, a
 process that exited), never for the clock."""
 
+import json
 import os
 import signal
 import subprocess
@@ -424,6 +425,38 @@ def test_nothing_in_etcd_is_a_secret(tmp_path, agents, etcd):
     import re
     assert not re.search(r"[0-9a-f]{64}", dump), dump
     assert "drover-node-v1" not in dump and "drover-status-v1" not in dump
+
+
+def test_an_idle_node_keeps_its_lease_without_writing_its_status(tmp_path, agents, etcd):
+    """A node whose status does not change sends etcd keep-alives only: its
+    status key stays at the revision of its first write across several
+    keep-alives (seen as its lease's time to live going back up), so an idle
+    run asks nothing of etcd's raft log."""
+    work = tmp_path / "work"
+    work.mkdir()
+    run = agents("idle")
+    # A keep-alive every 2 s: the time to live, read in whole seconds, then
+    # falls to 4 between two and goes back up with each.
+    proc = run.start("0", "--nodes", "1", "--lease-ttl", "6", command=shell_program(work))
+
+    def status():
+        found = json.loads(etcd.etcdctl("get", "/idle/s/0", "-w", "json")).get("kvs", [])
+        return found[0] if found else None
+
+    wait_for(lambda: round_files(work, 0) and status(), "the program and its status", [proc])
+    first = status()
+    lease = "%x" % int(first["lease"])
+    renewals, last_ttl = 0, None
+    deadline = time.monotonic() + WAIT_S
+    while renewals < 3:
+        assert time.monotonic() < deadline and proc.poll() is None, run.log("0")
+        ttl = json.loads(etcd.etcdctl("lease", "timetolive", lease, "-w", "json"))["ttl"]
+        renewals += last_ttl is not None and ttl > last_ttl
+        last_ttl = ttl
+        time.sleep(0.05)
+    assert status()["mod_revision"] == first["mod_revision"], (first, status())
+    (work / "done").touch()
+    assert run.wait("0") == 0, run.log("0")
 
 
 @pytest.mark.parametrize("args, message", [
