@@ -672,10 +672,11 @@ int main(int argc, char** argv) {
   RaiseFdLimit(*std::max_element(counts.begin(), counts.end()) / g_nodes_per_host);
   auto token = drover::ClusterToken::Generate();
   if (!token.ok()) Die(token.status().ToString());
-  std::printf("node list: %s; %d node(s) per connection; drover's authenticate with %s; median of "
-              "%d\n",
-              wire::NodeList_Name(node_list).c_str() + std::strlen("NODE_LIST_"), g_nodes_per_host,
-              g_node_credentials ? "node credentials" : "the cluster token", g_repetitions);
+  std::printf(
+      "node list: %s; %d node(s) per connection; drover's authenticate with %s; median of "
+      "%d\n",
+      wire::NodeList_Name(node_list).c_str() + std::strlen("NODE_LIST_"), g_nodes_per_host,
+      g_node_credentials ? "node credentials" : "the cluster token", g_repetitions);
   std::printf("%-8s %7s %11s %8s %8s %14s %15s %10s %14s %13s\n", "server", "N", "barrier ms",
               "x naive", "x own", "KiB recv/node", "server KiB/node", "peak", "server CPU ms",
               "nodes CPU ms");
