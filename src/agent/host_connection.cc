@@ -46,8 +46,7 @@ Status CheckNodeCredentials(const RendezvousClientOptions& options,
                             const std::set<std::string>& executor_ids) {
   if (executor_ids.count(options.credential.executor_id) == 0) {
     return Status::InvalidArgument(
-        "a host connection is opened with one of its nodes' "
-        "credentials, not " +
+        "a host connection is opened with one of its nodes' credentials, not " +
         options.credential.Describe());
   }
   std::set<std::string> held;
