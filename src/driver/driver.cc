@@ -666,7 +666,6 @@ std::string Driver::NodeCredentialFile(int index) const {
 
 Status Driver::WriteCredentialFile(int index) {
   if (!credential_files_.insert(index).second) return Status::Ok();  // an earlier round's
-  if (index < 0) return Credential::Cluster(*options_.token).WriteFile(HostCredentialFile());
   // Each agent gets its own node's credential, which lets it join as that
   // node only; the cluster token stays with the driver (docs/security.md).
   // Engines hand the file's line on (ssh, slurm: stdin; Dask: the task).
@@ -1229,20 +1228,16 @@ Driver::Outcome Driver::HandOver(Round& round, const std::string& reason) {
 }
 
 Status Driver::LaunchHostAgent(Round& round, uint16_t port, const std::vector<int>& group) {
-  // An agent on this machine, the driver's user's, could read the cluster
-  // token from the driver anyway: its nodes share one connection with it.
-  // Elsewhere each node gets its own credential and connection, and the
-  // cluster token stays here (docs/security.md).
-  const bool shared = engine_.RunsProgramsHere();
-  if (shared) DROVER_RETURN_IF_ERROR(WriteCredentialFile(kHostCredential));
+  // Each node's own credential, here or on another host: the agent carries
+  // them all on one connection, proving each (docs/security.md), and the
+  // cluster token stays in the driver.
   HostLaunch host;
   host.argv = SharedAgentArgv(round.number, port);
   host.argv.insert(host.argv.begin() + 4, {"--host", engine_.agent_host(group.front())});
-  if (shared) host.argv.insert(host.argv.begin() + 6, {"--token-file", HostCredentialFile()});
   for (int i : group) {
-    if (!shared) DROVER_RETURN_IF_ERROR(WriteCredentialFile(i));
+    DROVER_RETURN_IF_ERROR(WriteCredentialFile(i));
     host.nodes.push_back(
-        HostLaunch::Node{std::to_string(i), shared ? "" : NodeCredentialFile(i),
+        HostLaunch::Node{std::to_string(i), NodeCredentialFile(i),
                          options_.gpus.empty() ? "" : options_.gpus[static_cast<size_t>(i)]});
   }
   DROVER_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<AgentProcess>> processes,

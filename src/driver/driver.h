@@ -207,10 +207,7 @@ class Driver {
   bool LaunchAgents(Round& round, uint16_t port);
   // Where WriteCredentialFile writes executor `index`'s node credential (mode 0600).
   std::string NodeCredentialFile(int index) const;
-  std::string HostCredentialFile() const { return private_dir_ + "/host.credential"; }
-  static constexpr int kHostCredential = -1;
-  // Writes node `index`'s credential file (kHostCredential: the cluster
-  // token, for the local host agent) once a run, when an agent needs it.
+  // Writes node `index`'s credential file once a run, when an agent needs it.
   Status WriteCredentialFile(int index);
 
   DriverOptions options_;

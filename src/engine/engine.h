@@ -33,14 +33,15 @@ struct AgentLaunch {
 // One agent for several nodes of one host (torchrun's shape): `argv` is an
 // agent's argv without a node's own flags (--executor-id, --gpus); the
 // engine adds each node's `--node` and the `--status-fd` (`drover agent
-// --help`) before its "--". With `--token-file` (the cluster token) in
-// `argv` the nodes share one rendezvous connection and have no token_file.
+// --help`) before its "--". The agent carries its nodes on one rendezvous
+// connection, with each node's credential (token_file), or with the
+// cluster token when `argv` has `--token-file` (a driver's own tests).
 struct HostLaunch {
   // The most nodes one agent takes (`drover agent --node`).
   static constexpr size_t kMaxNodes = 256;
   struct Node {
     std::string executor_id;
-    std::string token_file;  // "" : the host's connection (--token-file in argv)
+    std::string token_file;  // the node's credential; "" : --token-file in argv
     std::string gpus;        // "" : inherited
   };
   std::vector<std::string> argv;

@@ -288,6 +288,19 @@ def test_one_agent_runs_every_node_each_with_its_own_output_and_exit(drover, tmp
     assert_no_leftovers(mark)
 
 
+def test_the_host_agent_holds_its_nodes_credentials_and_not_the_cluster_token(drover, tmp_path):
+    """Each program reads its agent's argv: the one agent got a credential
+    file for each of the three nodes, and no --token-file."""
+    program = (WHOSE_AGENT + r'args=$(tr "\0" "\n" < /proc/$agent/cmdline); '
+               r'echo "token-files=$(echo "$args" | grep -c "^--token-file$")"; '
+               r'echo "credentials=$(echo "$args" | grep -c "node-[0-9]*\.credential$")"')
+    result = run(drover, tmp_path, "--nodes", "3", "--", "sh", "-c", program)
+    assert result.returncode == 0, result.stderr
+    assert len(set(agent_pids(result.stdout).values())) == 1, result.stdout
+    assert result.stdout.count("token-files=0") == 3, result.stdout
+    assert result.stdout.count("credentials=3") == 3, result.stdout
+
+
 def test_agents_node_starts_an_agent_process_a_node(drover, tmp_path):
     result = run(drover, tmp_path, "--nodes", "3", "--agents", "node", "--",
                  "sh", "-c", WHOSE_AGENT)
