@@ -158,6 +158,18 @@ class MetricsWriter {
 const char* const kNodeStates[] = {"starting", "registered", "running", "finished",
                                    "failed",   "lost",       "stopped"};
 
+// The agents' heartbeat intervals, and when a node's heartbeat counts as
+// late (the page and `drover status` mark it): the quiet interval (or the
+// interval, when longer) and two intervals more. Null through etcd.
+json HeartbeatJson(const RunSnapshot& snapshot) {
+  if (!snapshot.heartbeat_interval_s) return nullptr;
+  const double every = *snapshot.heartbeat_interval_s;
+  const double quiet = snapshot.quiet_heartbeat_interval_s.value_or(0);
+  return json{{"interval_s", every},
+              {"quiet_s", quiet},
+              {"late_after_s", std::max(quiet, every) + 2 * every}};
+}
+
 }  // namespace
 
 std::string NodeSnapshot::Task() const {
@@ -325,10 +337,7 @@ nlohmann::json SnapshotToJson(const RunSnapshot& snapshot) {
       {"round", snapshot.round},
       {"round_reason", snapshot.round_reason},
       {"max_restarts", snapshot.max_restarts},
-      {"heartbeat", snapshot.heartbeat_interval_s
-                        ? json{{"interval_s", *snapshot.heartbeat_interval_s},
-                               {"quiet_s", snapshot.quiet_heartbeat_interval_s.value_or(0)}}
-                        : json(nullptr)},
+      {"heartbeat", HeartbeatJson(snapshot)},
       {"rendezvous", json{{"registered", snapshot.registered},
                           {"expected", snapshot.expected},
                           {"duration_s", Optional(snapshot.rendezvous_s)},

@@ -142,6 +142,10 @@ TEST(SnapshotJsonTest, SaysTheHeartbeatIntervalsThePageJudgesLateness) {
   nlohmann::json json = SnapshotToJson(snapshot);
   EXPECT_EQ(json["heartbeat"]["interval_s"], 1.0);
   EXPECT_EQ(json["heartbeat"]["quiet_s"], 5.0);
+  // Late: the longer of the two and two intervals more.
+  EXPECT_EQ(json["heartbeat"]["late_after_s"], 7.0);
+  snapshot.quiet_heartbeat_interval_s = 0.0;  // never quiet
+  EXPECT_EQ(SnapshotToJson(snapshot)["heartbeat"]["late_after_s"], 3.0);
 }
 
 TEST(SnapshotPrometheusTest, NamesEscapesAndCountsStates) {

@@ -243,16 +243,12 @@ std::string ProgressText(const RunSnapshot& snapshot) {
 
 namespace {
 
-// Seconds after which a running node's heartbeat is late, as the status
-// page counts it: the quiet interval (or the interval) and two intervals
-// more; 10 s when the run does not say (an older driver, etcd).
+// Seconds after which a running node's heartbeat is late, as the driver
+// says (run_status.h) and the status page reads it; 10 s when the run does
+// not say (an older driver, etcd).
 double HeartbeatLateAfter(const json& cluster) {
-  const json& heartbeat = JsonField(cluster, "heartbeat");
-  const json& interval = JsonField(heartbeat, "interval_s");
-  if (!interval.is_number()) return 10;
-  const json& quiet = JsonField(heartbeat, "quiet_s");
-  const double every = interval.get<double>();
-  return std::max(quiet.is_number() ? quiet.get<double>() : 0.0, every) + 2 * every;
+  const json& late_after = JsonField(JsonField(cluster, "heartbeat"), "late_after_s");
+  return late_after.is_number() ? late_after.get<double>() : 10;
 }
 
 // "1.5 s ago", "12.0 s ago (late)" for a node that should be heartbeating.

@@ -105,20 +105,20 @@ TEST(RenderTest, StatusListsEveryNodeAndItsError) {
       << text;
 }
 
-// As the status page counts it: late past the quiet interval (or the
-// interval) and two intervals more, 10 s when the run does not say; and
-// only for a node that should be heartbeating.
+// Late past the driver's late_after_s, as the status page counts it; 10 s
+// when the run does not say; and only for a node that should be
+// heartbeating.
 TEST(RenderTest, StatusMarksALateHeartbeat) {
   nlohmann::json cluster = Cluster();
   cluster["nodes"][0]["state"] = "running";
   cluster["nodes"][0]["last_heartbeat_age_s"] = 8.0;
   cluster["nodes"][1]["last_heartbeat_age_s"] = 60.0;  // failed: not late, gone
-  cluster["heartbeat"] = {{"interval_s", 1.0}, {"quiet_s", 5.0}};
+  cluster["heartbeat"] = {{"interval_s", 1.0}, {"quiet_s", 5.0}, {"late_after_s", 7.0}};
   std::string text = RenderStatus(cluster);
   EXPECT_NE(text.find("8.0 s ago (late)"), std::string::npos) << text;
   EXPECT_NE(text.find("1 m 0 s ago  "), std::string::npos) << text;
   EXPECT_EQ(text.find("1 m 0 s ago (late)"), std::string::npos) << text;
-  cluster["heartbeat"] = {{"interval_s", 1.0}, {"quiet_s", 30.0}};
+  cluster["heartbeat"] = {{"interval_s", 1.0}, {"quiet_s", 30.0}, {"late_after_s", 32.0}};
   text = RenderStatus(cluster);
   EXPECT_EQ(text.find("(late)"), std::string::npos) << text;
   cluster["heartbeat"] = nullptr;  // etcd, or an older driver: 10 s
