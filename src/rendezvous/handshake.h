@@ -4,8 +4,9 @@
 // named (the cluster token, or the node credential derived from it for an
 // executor id), and answered with AUTH_OK, after which the peer's frames are
 // sealed under the session key. A host's REGISTERs on a node credential's
-// connection may prove the host's other credentials (CheckProof). Holds a copy of the cluster
-// token; the per-connection state (nonces, name, credential) is the Peer's.
+// connection may prove the host's other credentials (CheckProof). Holds a
+// copy of the cluster token; the per-connection state (nonces, name,
+// credential) is the Peer's.
 //
 // Called only on the server's event loop.
 

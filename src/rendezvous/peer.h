@@ -134,8 +134,9 @@ class Peer {
 
 // True when `peer` may act for `executor_id` ("" : for no node: STOP_ALL):
 // a node's credential covers its own slot only (Peer::Holds), the cluster
-// token everything (docs/security.md). Otherwise rejects `peer` with PERMISSION_DENIED,
-// saying it may not `what`; a refusal costs the sender its connection.
+// token everything (docs/security.md). Otherwise rejects `peer` with
+// PERMISSION_DENIED, saying it may not `what`; a refusal costs the sender
+// its connection.
 bool Permitted(Peer& peer, const std::string& executor_id, const std::string& what);
 
 // Parses `frame`'s body into `message`; a body that does not parse rejects
