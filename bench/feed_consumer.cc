@@ -29,6 +29,15 @@
 //     two atomic counters polled in a spin, so no wake-up is counted. The
 //     median of P passes.
 //
+//   feed_consumer --one-thread-limit FILE --ingest read|map --record-bytes N [--batch K]
+//                 [--passes P] [--out FILE]
+//     The limit of a program that reads the file itself, with no feeder: one
+//     thread takes FILE (page-cached first) in and copies its records into
+//     the same kind of reused batch buffer. `read`: pread(2) in runs of whole
+//     records of about 512 KiB into one reused buffer; `map`: a fresh
+//     mapping of the whole file each pass, copied from as it faults in. The
+//     median of P passes.
+//
 // All print one JSON line {"records":..,"bytes":..,"seconds":..} to stdout
 // and, with --out, to FILE. The feed is timed from the first record received
 // (the return of the first non-empty NextBatch) to the end of the feed (the
@@ -93,6 +102,8 @@ struct Args {
   std::string memcpy_file;
   std::string read_limit_file;
   std::string pipeline_file;
+  std::string one_thread_file;
+  std::string ingest = "read";
   bool in_place = false;
   size_t record_bytes = 0;
   int passes = 3;
@@ -104,8 +115,10 @@ struct Args {
                "       %s --memcpy FILE --record-bytes N [--batch K] [--passes P] [--out FILE]\n"
                "       %s --read-limit FILE --record-bytes N [--passes P] [--out FILE]\n"
                "       %s --pipeline-limit FILE --record-bytes N [--batch K] [--passes P] "
-               "[--out FILE]\n",
-               program, problem.c_str(), program, program, program, program);
+               "[--out FILE]\n"
+               "       %s --one-thread-limit FILE --ingest read|map --record-bytes N [--batch K] "
+               "[--passes P] [--out FILE]\n",
+               program, problem.c_str(), program, program, program, program, program);
   std::exit(2);
 }
 
@@ -139,6 +152,13 @@ Args ParseArgs(int argc, char** argv) {
       args.read_limit_file = value;
     } else if (flag == "--pipeline-limit") {
       args.pipeline_file = value;
+    } else if (flag == "--one-thread-limit") {
+      args.one_thread_file = value;
+    } else if (flag == "--ingest") {
+      args.ingest = value;
+      if (args.ingest != "read" && args.ingest != "map") {
+        Usage(argv[0], "--ingest wants read or map, got '" + args.ingest + "'");
+      }
     } else if (flag == "--record-bytes") {
       args.record_bytes = ParseCount(argv[0], flag, value);
     } else if (flag == "--passes") {
@@ -267,6 +287,20 @@ int RunReadLimit(const Args& args) {
   return Report(args, size / args.record_bytes, size, seconds);
 }
 
+// Copies `size` bytes of whole records at `data` into `batch`, handing it
+// on every `per_batch` records (`in_batch` carries the count across calls).
+void CopyRecords(const char* data, size_t size, size_t record_bytes, size_t per_batch,
+                 BatchBuffer& batch, size_t& in_batch) {
+  for (size_t offset = 0; offset + record_bytes <= size; offset += record_bytes) {
+    batch.Append(std::string_view(data + offset, record_bytes));
+    if (++in_batch == per_batch) {
+      batch.Consume();
+      batch.Clear();
+      in_batch = 0;
+    }
+  }
+}
+
 // A ring of equal slots in shared memory: the feeder fills slot i % slots
 // once the consumer has emptied it.
 class PipelineRing {
@@ -305,14 +339,7 @@ class PipelineRing {
       if (filled == next) break;
       const char* slot = data_ + (next % slots_) * slot_bytes_;
       const size_t length = lengths_[next % slots_];
-      for (size_t offset = 0; offset < length; offset += record_bytes) {
-        batch.Append(std::string_view(slot + offset, record_bytes));
-        if (++in_batch == per_batch) {
-          batch.Consume();
-          batch.Clear();
-          in_batch = 0;
-        }
-      }
+      CopyRecords(slot, length, record_bytes, per_batch, batch, in_batch);
       emptied_.store(++next, std::memory_order_release);
     }
     batch.Consume();
@@ -363,6 +390,66 @@ int RunPipelineLimit(const Args& args) {
   BatchBuffer batch(args.batch * args.record_bytes);
   const double seconds = MedianSeconds(
       args.passes, [&] { ring.Pass(args.pipeline_file, batch, args.record_bytes, args.batch); });
+  return Report(args, size / args.record_bytes, size, seconds);
+}
+
+int OpenOrExit(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    std::fprintf(stderr, "cannot open %s: %s\n", path.c_str(), std::strerror(errno));
+    std::exit(1);
+  }
+  return fd;
+}
+
+// One pass of the one-thread limit through pread(2) into `run`.
+void OneThreadReadPass(const std::string& path, std::vector<char>& run, size_t record_bytes,
+                       size_t per_batch, BatchBuffer& batch) {
+  const int fd = OpenOrExit(path);
+  size_t in_batch = 0;
+  off_t offset = 0;
+  for (;;) {
+    ssize_t n = ::pread(fd, run.data(), run.size(), offset);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    offset += n;
+    CopyRecords(run.data(), static_cast<size_t>(n), record_bytes, per_batch, batch, in_batch);
+  }
+  batch.Consume();
+  ::close(fd);
+}
+
+// One pass of the one-thread limit through a fresh mapping of the file.
+void OneThreadMapPass(const std::string& path, size_t size, size_t record_bytes, size_t per_batch,
+                      BatchBuffer& batch) {
+  const int fd = OpenOrExit(path);
+  void* mapped = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (mapped == MAP_FAILED) {
+    std::fprintf(stderr, "cannot map %s: %s\n", path.c_str(), std::strerror(errno));
+    std::exit(1);
+  }
+  size_t in_batch = 0;
+  CopyRecords(static_cast<const char*>(mapped), size, record_bytes, per_batch, batch, in_batch);
+  batch.Consume();
+  ::munmap(mapped, size);
+}
+
+int RunOneThreadLimit(const Args& args) {
+  if (args.record_bytes == 0) Usage("feed_consumer", "--one-thread-limit needs --record-bytes");
+  constexpr size_t kChunkBytes = 16 << 20;
+  auto scratch = std::make_unique<char[]>(kChunkBytes);
+  const size_t size = ReadPass(args.one_thread_file, scratch.get(), kChunkBytes);  // page-caches it
+  scratch.reset();
+  std::vector<char> run(std::max<size_t>(1, (512 << 10) / args.record_bytes) * args.record_bytes);
+  BatchBuffer batch(args.batch * args.record_bytes);
+  const double seconds = MedianSeconds(args.passes, [&] {
+    if (args.ingest == "map") {
+      OneThreadMapPass(args.one_thread_file, size, args.record_bytes, args.batch, batch);
+    } else {
+      OneThreadReadPass(args.one_thread_file, run, args.record_bytes, args.batch, batch);
+    }
+  });
   return Report(args, size / args.record_bytes, size, seconds);
 }
 
@@ -428,5 +515,6 @@ int main(int argc, char** argv) {
   if (!args.memcpy_file.empty()) return RunMemcpy(args);
   if (!args.read_limit_file.empty()) return RunReadLimit(args);
   if (!args.pipeline_file.empty()) return RunPipelineLimit(args);
+  if (!args.one_thread_file.empty()) return RunOneThreadLimit(args);
   return RunFeed(args);
 }
