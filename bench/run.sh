@@ -5,6 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
+# First, so runs from different hosts can be read side by side: hosts of
+# one kind differ by several times in page-fault and fork cost.
+echo "== this host: memcpy, read() of a page-cached file, fork+exec =="
+/usr/bin/python3 bench/host_figures.py
+echo
 echo "== cluster spec encoding (baseline: memcpy of the same bytes) =="
 build/bin/cluster_spec_bench --benchmark_format=json --benchmark_min_time=0.2 \
   --benchmark_repetitions=3 --benchmark_report_aggregates_only=true >"$out/cluster_spec.json"
@@ -16,7 +21,7 @@ echo "-- host connections: 8 nodes per connection, up to 100,000 nodes (12,500 c
 build/bin/rendezvous_bench --nodes-per-host 8 8 1000 4000 100000
 echo
 echo "== start-up: from launch to every program started (ratios to torchrun and mpirun) =="
-/usr/bin/python3 bench/startup_bench.py --drover build/bin/drover --nodes 2,4,8 --reps 3
+/usr/bin/python3 bench/startup_bench.py --drover build/bin/drover --nodes 2,8,32 --reps 3
 echo
 echo "== feeding: records/s from file to consumer (ratios to memcpy and to TensorFlowOnSpark's queues) =="
 /usr/bin/python3 bench/feed_bench.py --build build
