@@ -130,18 +130,37 @@ Timing ThroughEtcd(int n, const std::string& endpoints, int repetition) {
   return FormNodes(n, options);
 }
 
+constexpr const char* kUsage =
+    "usage: etcd_formation_bench [--members M] [--repetitions R] [N ...]";
+
+// A positive count no larger than `most`, or exit 2 naming what was given.
+int CountOrExit(const char* what, const std::string& text, long most) {
+  char* end = nullptr;
+  const long value = std::strtol(text.c_str(), &end, 10);
+  if (end == text.c_str() || *end != '\0' || value <= 0 || value > most) {
+    std::fprintf(stderr, "etcd_formation_bench: not %s: %s\n%s\n", what, text.c_str(), kUsage);
+    std::exit(2);
+  }
+  return static_cast<int>(value);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int members = 1;
   std::vector<int> sizes;
   for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--members" && i + 1 < argc) {
-      members = std::atoi(argv[++i]);
-    } else if (std::string(argv[i]) == "--repetitions" && i + 1 < argc) {
-      repetitions = std::max(1, std::atoi(argv[++i]));
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::puts(kUsage);
+      return 0;
+    }
+    if (arg == "--members" && i + 1 < argc) {
+      members = CountOrExit("a member count", argv[++i], 9);
+    } else if (arg == "--repetitions" && i + 1 < argc) {
+      repetitions = CountOrExit("a repetition count", argv[++i], 1000);
     } else {
-      sizes.push_back(std::atoi(argv[i]));
+      sizes.push_back(CountOrExit("a node count", arg, 1'000'000));
     }
   }
   if (sizes.empty()) sizes = {8, 100, 1000};
