@@ -19,6 +19,11 @@ def main(path, baseline):
         name, arg = b["run_name"].split("/")[:2]
         medians[(name, int(arg))] = b["real_time"] if b["time_unit"] == "ns" else None
         extra[(name, int(arg))] = b.get("encoded_bytes")
+    if not medians:
+        sys.exit(f"ratios.py: {path} has no median aggregates: run the benchmark with "
+                 "--benchmark_repetitions=N (N >= 2), as bench/run.sh does")
+    if not any(name == baseline for name, _ in medians):
+        sys.exit(f"ratios.py: {path} has no {baseline}")
     ctx = data["context"]
     print(f"host: {ctx.get('host_name')}, {ctx.get('num_cpus')} CPUs @ {ctx.get('mhz_per_cpu')} MHz")
     print(f"{'benchmark':<20} {'N':>6} {'bytes':>9} {'ns/op':>12} {'x ' + baseline:>22}")
@@ -29,4 +34,6 @@ def main(path, baseline):
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit("usage: ratios.py RESULTS.json BASELINE_NAME")
     main(sys.argv[1], sys.argv[2])

@@ -52,6 +52,9 @@ def test_cluster_spec_bench_and_its_ratios(tmp_path):
     assert re.search(r"^BM_MemcpyBaseline\s+\d+\s+\d+\s+[\d,]+\s+1\.0$", ratios, re.MULTILINE), \
         ratios
     assert len(re.findall(r"^BM_\w+\s+\d+", ratios, re.MULTILINE)) > 2, ratios
+    refused = subprocess.run([PYTHON, bench("ratios.py"), str(result), "BM_NoSuchBaseline"],
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1 and "has no BM_NoSuchBaseline" in refused.stderr
 
 
 @pytest.mark.parametrize("flags", [[], ["--nodes-per-host", "4", "--node-credentials"]])
