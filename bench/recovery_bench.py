@@ -1,7 +1,7 @@
 """Recovery: from a failure to every program running again in the next round.
 
 usage: recovery_bench.py [--drover build/bin/drover] [--nodes 2,4] [--reps 3]
-                         [--scenario program,node]
+                         [--scenario program,node] [--launchers all|drover]
 
 Two scenarios. "program": a node's program dies, its agent lives (below).
 "node": a node's agent is SIGKILLed, as when its host dies, and the group
@@ -94,7 +94,18 @@ def free_port():
         return probe.getsockname()[1]
 
 
-def launchers(drover, workdir):
+def with_torchrun(wanted):
+    """Whether to run the torchrun rows: asked for, and torch importable."""
+    if not wanted:
+        return False
+    if subprocess.run(["/usr/bin/python3", "-c", "import torch.distributed.run"],
+                      capture_output=True).returncode == 0:
+        return True
+    print("recovery_bench: no torch for /usr/bin/python3; torchrun left out", file=sys.stderr)
+    return False
+
+
+def launchers(drover, workdir, torchrun_rows):
     def drover_run(n, prog):
         return [drover, "run", "--nodes", str(n), "--max-restarts", "1",
                 "--log-dir", os.path.join(workdir, "logs"), "--", prog]
@@ -114,18 +125,14 @@ def launchers(drover, workdir):
                 "--log-dir", os.path.join(workdir, "logs"), "--", prog]
 
     found = {"drover run": drover_run, "drover run N:N (in place)": drover_in_place}
-    if subprocess.run(["/usr/bin/python3", "-c", "import torch.distributed.run"],
-                      capture_output=True).returncode == 0:
+    if torchrun_rows:
         found["torchrun 1:2 (elastic)"] = torchrun("1:2")
         found["torchrun 1"] = torchrun("1")
         found["torchrun 1, monitor 0.1 s"] = torchrun("1", 0.1)
-    else:
-        print("recovery_bench: no torch for /usr/bin/python3; torchrun left out",
-              file=sys.stderr)
     return found
 
 
-def node_launchers(drover, workdir):
+def node_launchers(drover, workdir, torchrun_rows):
     """name -> measure(n) for the node scenario."""
     def drover_elastic(n, env):
         command = [drover, "run", "--nodes", f"1:{n}", "--max-restarts", "1",
@@ -162,8 +169,7 @@ def node_launchers(drover, workdir):
         return run
 
     found = {"drover run 1:N (elastic)": drover_elastic}
-    if subprocess.run(["/usr/bin/python3", "-c", "import torch.distributed.run"],
-                      capture_output=True).returncode == 0:
+    if torchrun_rows:
         found["torchrun 1:N agents"] = torchrun_agents([])
         found["torchrun 1:N, tuned"] = torchrun_agents(
             ["--rdzv_conf=last_call_timeout=1", "--monitor_interval=0.1"])
@@ -229,6 +235,9 @@ def main():
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--scenario", default="program,node",
                         help="program (a program dies), node (an agent dies), or both")
+    parser.add_argument("--launchers", choices=("all", "drover"), default="all",
+                        help="drover: leave torchrun out (its rows take minutes; the ratios "
+                             "then print -)")
     args = parser.parse_args()
     drover = os.path.abspath(args.drover)
     sizes = [int(n) for n in args.nodes.split(",")]
@@ -237,13 +246,14 @@ def main():
     print(host_figures.figures_line())
 
     scenarios = args.scenario.split(",")
+    torchrun_rows = with_torchrun(args.launchers == "all")
     with tempfile.TemporaryDirectory(prefix="drover-recovery-") as workdir:
         for name, text in (("prog.sh", PROGRAM), ("node.sh", NODE_PROGRAM)):
             with open(os.path.join(workdir, name), "w") as f:
                 f.write(text)
             os.chmod(os.path.join(workdir, name), 0o755)
         if "program" in scenarios:
-            found = launchers(drover, workdir)
+            found = launchers(drover, workdir, torchrun_rows)
             # (launcher, n) -> [(recovery, exit)]
             results = interleave(found, sizes, args.reps,
                                  lambda command, n: measure(command, n, workdir, env),
@@ -252,7 +262,7 @@ def main():
                         "program", found, results, sizes,
                         {"torchrun 1:2 (elastic)": "x torchrun 1:2", "torchrun 1": "x torchrun 1"})
         if "node" in scenarios:
-            found = node_launchers(drover, workdir)
+            found = node_launchers(drover, workdir, torchrun_rows)
             results = interleave(found, sizes, args.reps,
                                  lambda run, n: measure_node(run, n, workdir, env),
                                  "recovery_bench")

@@ -3,8 +3,9 @@
 not on the day its figures are next wanted for RESULTS.md.
 
 Each test checks that the bench exits 0 and prints the rows it is for; none
-looks at a time. Left out: recovery_bench.py (its torchrun rows take about
-90 s even at 2 nodes) and ssh_startup_bench.py (it needs the ssh hosts).
+looks at a time. recovery_bench.py runs without its torchrun rows (they
+take about 90 s even at 2 nodes); ssh_startup_bench.py is left out (it needs
+the ssh hosts).
 The build directory comes from DROVER_BUILD_DIR (set by ctest).
 """
 import os
@@ -115,6 +116,14 @@ def test_report_bench():
                      re.MULTILINE), out
     assert re.search(r"^under drover run: [\d,]+ steps/s without reports", out, re.MULTILINE), out
     assert 'the driver saw: {"loss"' in out, out
+
+
+def test_recovery_bench_without_torchrun():
+    out = run(PYTHON, bench("recovery_bench.py"), "--drover", DROVER, "--nodes", "2", "--reps",
+              "1", "--launchers", "drover")
+    for launcher in ("drover run", r"drover run N:N \(in place\)", r"drover run 1:N \(elastic\)"):
+        assert re.search(rf"^{launcher}\s+2\s+[\d,]+\s+[\d,]+", out, re.MULTILINE), out
+    assert not re.search(r"^torchrun", out, re.MULTILINE), out  # no torchrun rows
 
 
 def test_digits_bench():
