@@ -44,7 +44,7 @@ of about --bytes each, random but deterministic) it runs, on the same file:
      train and shutdown functions, TFNode.DataFeed), on the same records.
 Each consumer times itself from the first record received to the end of the
 feed and reports records, bytes and seconds; start-up is not counted. Rates
-are compared, not totals. Each figure is the median of --reps runs, the four
+are compared, not totals. Each figure is the median of --reps runs, the
 paths interleaved within each repetition. Ratios are of records/s measured in
 this run. Targets: (2) >= 0.5 x (1) and >= 0.8 x (0) for every kind,
 (3) >= 1000 x (4) and (3) >= 0.8 x (2) (NumPy against C++) for MNIST rows,

@@ -328,6 +328,7 @@ class PipelineRing {
     emptied_ = 0;
     ended_ = false;
     std::thread feeder([&] { Feed(path); });
+    batch.Clear();  // a pass starts with an empty batch, as a feed does
     uint64_t next = 0;
     size_t in_batch = 0;
     for (;;) {
@@ -406,6 +407,7 @@ int OpenOrExit(const std::string& path) {
 void OneThreadReadPass(const std::string& path, std::vector<char>& run, size_t record_bytes,
                        size_t per_batch, BatchBuffer& batch) {
   const int fd = OpenOrExit(path);
+  batch.Clear();
   size_t in_batch = 0;
   off_t offset = 0;
   for (;;) {
@@ -429,6 +431,7 @@ void OneThreadMapPass(const std::string& path, size_t size, size_t record_bytes,
     std::fprintf(stderr, "cannot map %s: %s\n", path.c_str(), std::strerror(errno));
     std::exit(1);
   }
+  batch.Clear();
   size_t in_batch = 0;
   CopyRecords(static_cast<const char*>(mapped), size, record_bytes, per_batch, batch, in_batch);
   batch.Consume();
