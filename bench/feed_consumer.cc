@@ -187,11 +187,20 @@ int Report(const Args& args, uint64_t records, uint64_t bytes, double seconds) {
   return 0;
 }
 
+int OpenOrExit(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    std::fprintf(stderr, "cannot open %s: %s\n", path.c_str(), std::strerror(errno));
+    std::exit(1);
+  }
+  return fd;
+}
+
 // Reads the whole file into one buffer.
 std::unique_ptr<char[]> ReadFile(const std::string& path, size_t* size) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = OpenOrExit(path);
   struct stat st {};
-  if (fd < 0 || ::fstat(fd, &st) != 0) {
+  if (::fstat(fd, &st) != 0) {
     std::fprintf(stderr, "cannot open %s: %s\n", path.c_str(), std::strerror(errno));
     std::exit(1);
   }
@@ -257,11 +266,7 @@ int RunMemcpy(const Args& args) {
 
 // One pass of read(2) over the whole file into `buffer`; its size.
 size_t ReadPass(const std::string& path, char* buffer, size_t buffer_bytes) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    std::fprintf(stderr, "cannot open %s: %s\n", path.c_str(), std::strerror(errno));
-    std::exit(1);
-  }
+  const int fd = OpenOrExit(path);
   size_t total = 0;
   for (;;) {
     ssize_t n = ::read(fd, buffer, buffer_bytes);
@@ -275,6 +280,18 @@ size_t ReadPass(const std::string& path, char* buffer, size_t buffer_bytes) {
   }
   ::close(fd);
   return total;
+}
+
+// Reads the file once, untimed, so the passes find it in the page cache; its size.
+size_t PageCache(const std::string& path) {
+  constexpr size_t kChunkBytes = 16 << 20;
+  auto scratch = std::make_unique<char[]>(kChunkBytes);
+  return ReadPass(path, scratch.get(), kChunkBytes);
+}
+
+// The bytes a feeder takes in at a time: whole records, about 512 KiB.
+size_t RunBytes(size_t record_bytes) {
+  return std::max<size_t>(1, (512 << 10) / record_bytes) * record_bytes;
 }
 
 int RunReadLimit(const Args& args) {
@@ -349,11 +366,7 @@ class PipelineRing {
 
  private:
   void Feed(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      std::fprintf(stderr, "cannot open %s: %s\n", path.c_str(), std::strerror(errno));
-      std::exit(1);
-    }
+    const int fd = OpenOrExit(path);
     off_t offset = 0;
     for (uint64_t i = 0;; ++i) {
       while (i - emptied_.load(std::memory_order_acquire) >= slots_) __builtin_ia32_pause();
@@ -380,27 +393,14 @@ class PipelineRing {
 int RunPipelineLimit(const Args& args) {
   if (args.record_bytes == 0) Usage("feed_consumer", "--pipeline-limit needs --record-bytes");
   constexpr size_t kRingBytes = 4 << 20;  // drover's queue for small fixed-size records
-  const size_t slot_bytes =
-      std::max<size_t>(1, (512 << 10) / args.record_bytes) * args.record_bytes;
+  const size_t slot_bytes = RunBytes(args.record_bytes);
   if (slot_bytes * 2 > kRingBytes) Usage("feed_consumer", "--record-bytes too large for the ring");
-  constexpr size_t kChunkBytes = 16 << 20;
-  auto scratch = std::make_unique<char[]>(kChunkBytes);
-  const size_t size = ReadPass(args.pipeline_file, scratch.get(), kChunkBytes);  // page-caches it
-  scratch.reset();
+  const size_t size = PageCache(args.pipeline_file);
   PipelineRing ring(kRingBytes, slot_bytes);
   BatchBuffer batch(args.batch * args.record_bytes);
   const double seconds = MedianSeconds(
       args.passes, [&] { ring.Pass(args.pipeline_file, batch, args.record_bytes, args.batch); });
   return Report(args, size / args.record_bytes, size, seconds);
-}
-
-int OpenOrExit(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    std::fprintf(stderr, "cannot open %s: %s\n", path.c_str(), std::strerror(errno));
-    std::exit(1);
-  }
-  return fd;
 }
 
 // One pass of the one-thread limit through pread(2) into `run`.
@@ -440,11 +440,8 @@ void OneThreadMapPass(const std::string& path, size_t size, size_t record_bytes,
 
 int RunOneThreadLimit(const Args& args) {
   if (args.record_bytes == 0) Usage("feed_consumer", "--one-thread-limit needs --record-bytes");
-  constexpr size_t kChunkBytes = 16 << 20;
-  auto scratch = std::make_unique<char[]>(kChunkBytes);
-  const size_t size = ReadPass(args.one_thread_file, scratch.get(), kChunkBytes);  // page-caches it
-  scratch.reset();
-  std::vector<char> run(std::max<size_t>(1, (512 << 10) / args.record_bytes) * args.record_bytes);
+  const size_t size = PageCache(args.one_thread_file);
+  std::vector<char> run(RunBytes(args.record_bytes));
   BatchBuffer batch(args.batch * args.record_bytes);
   const double seconds = MedianSeconds(args.passes, [&] {
     if (args.ingest == "map") {
