@@ -10,6 +10,7 @@ The build directory comes from DROVER_BUILD_DIR (set by ctest).
 """
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -22,12 +23,24 @@ DROVER = os.path.join(BUILD, "bin", "drover")
 
 
 def run(*argv, timeout=300):
+    """Runs a bench in a process group of its own; one that does not end in
+    `timeout` seconds fails the test, and its group (whatever it started) is
+    killed with it."""
     env = dict(os.environ, PYTHONPATH=os.path.join(BUILD, "python"))
-    done = subprocess.run(list(argv), env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                          text=True, timeout=timeout)
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, f"{' '.join(argv)} exited {done.returncode}:\n{output[-4000:]}"
-    return done.stdout
+    process = subprocess.Popen(list(argv), env=env, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        pytest.fail(f"{' '.join(argv)} did not end within {timeout} s:\n"
+                    f"{(stdout + stderr)[-4000:]}")
+    output = stdout + stderr
+    assert process.returncode == 0, \
+        f"{' '.join(argv)} exited {process.returncode}:\n{output[-4000:]}"
+    return stdout
 
 
 def bench(name):
