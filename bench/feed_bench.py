@@ -2,8 +2,8 @@
 
 usage: feed_bench.py [--build build] [--kinds mnist,b100,b10k] [--bytes 2147483648]
                      [--tfos-records mnist=7000,b100=20000,b10k=12000] [--batch 100]
-                     [--queue-bytes N] [--feed-ingest measure|map|read] [--reps 3]
-                     [--data-dir DIR] [--tfos-src DIR]
+                     [--queue-bytes N] [--feed-ingest measure|map|read|extent] [--reps 3]
+                     [--page-cache read|written] [--data-dir DIR] [--tfos-src DIR]
 
 For each record kind (bench/make_feed_records.py: MNIST rows of 784 float32 +
 int32 label = 3140 bytes, 100-byte and 10 KB records; raw fixed-length files
@@ -42,6 +42,13 @@ of about --bytes each, random but deterministic) it runs, on the same file:
  (4o) with --tfos-src DIR (a TensorFlowOnSpark checkout, not shipped here):
      the same through TensorFlowOnSpark's own code (TFManager, TFSparkNode's
      train and shutdown functions, TFNode.DataFeed), on the same records.
+Before the runs each file's pages are put in the page cache the way a
+dataset read from storage has them (--page-cache read, the default: written
+back, dropped, and read(2) back in large chunks) or left as the generator
+wrote them (--page-cache written). Which matters for every path that maps
+the file: on the development host, mapping and copying page-cache pages
+that came in by read(2) ran at memcpy's rate and pages that came in by
+write(2) at under half of it (bench/RESULTS.md, 2026-11-29).
 Each consumer times itself from the first record received to the end of the
 feed and reports records, bytes and seconds; start-up is not counted. Rates
 are compared, not totals. Each figure is the median of --reps runs, the
@@ -138,6 +145,20 @@ def run_one(command, out, expected_records, env, timeout):
     return result
 
 
+def read_back(path):
+    """Writes the file back, drops it from the page cache and reads it in
+    again with read(2), so its pages are as a dataset read from storage has
+    them (the kernel's read-ahead, not the generator's writes, made them)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        while os.read(fd, 16 << 20):
+            pass
+    finally:
+        os.close(fd)
+
+
 def parse_counts(text):
     counts = {}
     for item in text.split(","):
@@ -174,10 +195,13 @@ def main():
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--queue-bytes", type=int, default=None,
                         help="drover run --queue-bytes (default: drover's own default)")
-    parser.add_argument("--feed-ingest", choices=("measure", "map", "read"),
+    parser.add_argument("--feed-ingest", choices=("measure", "map", "read", "extent"),
                         help="drover run --feed-ingest for (2) and (3) (default: drover's own, "
                              "measure): pin the feeder to one way to compare them on a host")
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--page-cache", choices=("read", "written"), default="read",
+                        help="each file's pages as read(2) from storage brings them in (read, the "
+                             "default) or as the generator wrote them (written)")
     parser.add_argument("--data-dir", help="keep the record files here (default: a temp dir)")
     parser.add_argument("--timeout", type=int, default=600, help="seconds per run")
     parser.add_argument("--tfos-src", help="a TensorFlowOnSpark checkout (DIR/tensorflowonspark): "
@@ -203,6 +227,8 @@ def main():
             record_bytes = make_feed_records.KINDS[kind][0]
             records = make_feed_records.records_for(kind, args.bytes)
             files[kind] = (make_feed_records.write(data_dir, kind, records), records)
+            if args.page_cache == "read":
+                read_back(files[kind][0])
             # TFoS feeds the first records of the same file: never more than it has.
             args.tfos_records[kind] = min(args.tfos_records[kind], records)
             print(f"feed_bench: {files[kind][0]}: {records:,} records of {record_bytes} bytes",
@@ -244,7 +270,8 @@ def main():
     print(f"host: {os.uname().nodename}, {os.cpu_count()} CPUs, L3 {l3 >> 20} MiB, load "
           f"{load_before:.1f} before / {os.getloadavg()[0]:.1f} after; batch {args.batch}, "
           f"queue {f'{args.queue_bytes >> 20} MiB' if args.queue_bytes else 'drover default'}, "
-          f"feed ingest {args.feed_ingest or 'drover default'}; median of {args.reps}")
+          f"feed ingest {args.feed_ingest or 'drover default'}, page cache as "
+          f"{args.page_cache}; median of {args.reps}")
     print(f"(1)-(3) read every record of a {args.bytes / 1e9:.2f} GB file, (4) only its first "
           f"records; each consumer timed from its first record to the end of the feed")
     print(f"{'records':<11} {'path':<21} {'records':>11} {'seconds':>8} {'records/s':>13} "

@@ -38,6 +38,9 @@ int RunFeederCommand(const FeederFlags& flags) {
   options.share = flags.share;
   options.shares = flags.shares;
   options.task = flags.task;
+  options.notice = [&](const std::string& line) {
+    std::cerr << "drover feeder " << flags.task << ": " << line << std::endl;
+  };
   Result<feed::FeederReport> report = feed::RunFeeder(options);
   if (!report.ok()) return fail(report.status(), kExitFailure);
   return kExitOk;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <deque>
 
+#include "feed/extent_maps.h"
 #include "feed/shm_channel.h"
 #include "feed/socket_fd.h"
 #include "os/duration_text.h"
@@ -70,6 +71,10 @@ class ShmDataFeed final : public DataFeed {
   // wait for it (or half the queue is held), *held_back is set and the call
   // returns what it has instead of waiting out its timeout.
   Result<std::optional<BatchView>> NextWhileHolding(Clock::time_point deadline, bool* held_back);
+  // Makes the batch just read current_: its records start at next_record_.
+  Status Start(const BatchView& view);
+  // Records how far current_ was handed out, for a later reader.
+  void MarkHanded();
   // Takes up to `wanted` records of current_ into *batch.
   void Take(size_t wanted, RecordBatch* batch);
   Status WriteResults(const Piece& piece, const std::vector<std::string_view>& results,
@@ -84,6 +89,8 @@ class ShmDataFeed final : public DataFeed {
   feed::ShmChannel channel_;
   feed::RingReader input_;
   feed::RingWriter output_;
+  // The files of kFileExtent batches: their records are handed out in place.
+  feed::ExtentMaps extents_;
   bool inference_;
   // Fed from outside (drover.Cluster.train): a writer sends one partition
   // and, in inference, waits for its results before it sends more, so a
@@ -121,13 +128,43 @@ Result<std::optional<BatchView>> ShmDataFeed::NextWhileHolding(Clock::time_point
   }
 }
 
+Status ShmDataFeed::Start(const BatchView& view) {
+  current_ = view;
+  next_record_ = view.records;
+  taken_ = 0;
+  if ((view.info.flags & feed::kFileExtent) && view.info.record_count > 0) {
+    Result<const char*> records = extents_.Records(view);
+    if (!records.ok()) {
+      // The feed cannot go on past these records: stop it, as a bad record
+      // in the feeder does, so the feeder and the agent stop too.
+      current_.reset();
+      channel_.SetError("reading the records of " + PartitionName(view.info.partition) +
+                        " in place: " + records.status().message());
+      channel_.AdvanceState(RunState::kStopped);
+      return Stopped();
+    }
+    next_record_ = *records;
+  }
+  MarkHanded();
+  return Status::Ok();
+}
+
+void ShmDataFeed::MarkHanded() {
+  const BatchView& view = *current_;
+  if (view.info.flags & feed::kFileExtent) {
+    input_.MarkHandedExtent(view, view.info.first_record + taken_);
+  } else {
+    input_.MarkHanded(view, next_record_);
+  }
+}
+
 void ShmDataFeed::Take(size_t wanted, RecordBatch* batch) {
   const BatchView& view = *current_;
   const uint32_t first = taken_;
   // One allocation for the call's views, not a doubling per power of two.
   batch->records.reserve(
       std::min<size_t>(wanted, batch->records.size() + (view.info.record_count - taken_)));
-  if (view.info.flags & feed::kFixedSizeRecords) {
+  if (view.info.flags & (feed::kFixedSizeRecords | feed::kFileExtent)) {
     const size_t size = view.info.record_bytes;
     while (taken_ < view.info.record_count && batch->records.size() < wanted) {
       batch->records.emplace_back(next_record_, size);
@@ -143,7 +180,7 @@ void ShmDataFeed::Take(size_t wanted, RecordBatch* batch) {
     ++taken_;
   }
   const bool finished = taken_ == view.info.record_count;
-  input_.MarkHanded(view, next_record_);
+  MarkHanded();
   handed_ = FeedPosition{view.info.feed_seq, view.info.first_record + taken_,
                          finished && (view.info.flags & feed::kEndOfPartition) != 0};
   if (inference_ && taken_ > first) {
@@ -188,6 +225,7 @@ Status ShmDataFeed::FillBatch(size_t max_records, RecordBatch* out) {
   unanswered_.clear();
   // The views handed out last time are given up now.
   input_.Release(release_to_);
+  extents_.KeepOnlyLast();
   if (channel_.state() == RunState::kStopped) return Stopped();
   if (terminated_ || channel_.state() != RunState::kRunning || max_records == 0) {
     return Status::Ok();
@@ -231,10 +269,10 @@ Status ShmDataFeed::FillBatch(size_t max_records, RecordBatch* out) {
         ended_ = input_.closed_and_drained();
         break;
       }
-      current_ = **next;
-      next_record_ = current_->records;
-      taken_ = 0;
-      input_.MarkHanded(*current_, next_record_);
+      if (Status started = Start(**next); !started.ok()) {
+        if (!batch.records.empty()) break;  // the next call reports it
+        return started;
+      }
     }
     if (have_epoch && static_cast<int>(current_->info.epoch) != batch.epoch) break;
     if (!have_epoch && current_->info.record_count > 0) {

@@ -31,11 +31,14 @@ using ::drover::feed::RingReader;
 using ::drover::feed::RingWriter;
 using ::drover::feed::RunState;
 using ::drover::feed::ShmChannel;
+using ::drover::feed::testing::ExtentOf;
 using ::drover::feed::testing::In;
 using ::drover::feed::testing::PublishBatch;
+using ::drover::feed::testing::PublishExtent;
 using ::drover::feed::testing::RecordsOf;
 using ::drover::feed::testing::StopAndJoin;
 using ::drover::feed::testing::TestAgent;
+using ::drover::feed::testing::WriteFile;
 using ::drover::testing::StatusIs;
 using ::drover::testing::TempDir;
 using ::testing::AllOf;
@@ -202,6 +205,100 @@ TEST_F(DataFeedTest, ReadsWhileTheFeederWrites) {
   EXPECT_OK(fed);
   EXPECT_EQ(next, kRecords);
   EXPECT_TRUE(feed->ShouldStop());
+}
+
+// Fixed-size records from a file, `count` of them, record i being
+// "rec" and i in 5 digits (8 bytes).
+std::string NumberedRecords(int first, int count) {
+  std::string bytes;
+  for (int i = first; i < first + count; ++i) {
+    char record[9];
+    std::snprintf(record, sizeof(record), "rec%05d", i);
+    bytes.append(record, 8);
+  }
+  return bytes;
+}
+
+std::vector<std::string> NumberedList(int first, int count) {
+  std::vector<std::string> records;
+  for (int i = first; i < first + count; ++i) records.push_back(NumberedRecords(i, 1));
+  return records;
+}
+
+// Records queued as extents of their files are handed out as views into the
+// program's own mappings of the files, across batches and files, in order.
+TEST_F(DataFeedTest, FileExtentRecordsAreHandedOutInPlace) {
+  const std::string a = dir_.File("a.raw"), b = dir_.File("b.raw");
+  WriteFile(a, NumberedRecords(0, 20));
+  WriteFile(b, NumberedRecords(20, 10));
+  ASSERT_OK(PublishExtent(*writer_, Info(0, 0, 0), ExtentOf(a, 0), 12, 8));
+  ASSERT_OK(PublishExtent(*writer_, Info(0, 0, 12, kEndOfPartition), ExtentOf(a, 96), 8, 8));
+  ASSERT_OK(PublishExtent(*writer_, Info(1, 0, 0, kEndOfPartition, 1), ExtentOf(b, 0), 10, 8));
+  writer_->Close();
+  std::unique_ptr<DataFeed> feed = Connect();
+  ASSERT_NE(feed, nullptr);
+  ASSERT_OK_AND_ASSIGN(RecordBatch first, feed->NextBatch(15));
+  EXPECT_EQ(Strings(first), NumberedList(0, 15));
+  ASSERT_OK_AND_ASSIGN(RecordBatch rest, feed->NextBatch(100));
+  EXPECT_EQ(Strings(rest), NumberedList(15, 15));
+  ASSERT_OK_AND_ASSIGN(RecordBatch none, feed->NextBatch(100));
+  EXPECT_TRUE(none.records.empty());
+  EXPECT_TRUE(feed->ShouldStop());
+  EXPECT_EQ(ReadRingProgress(*channel_, true).bytes, 30u * 8);
+}
+
+// A reader that leaves partway through an extent: the next one goes on at
+// the first record it was not handed.
+TEST_F(DataFeedTest, ANewReaderGoesOnInsideAFileExtent) {
+  const std::string a = dir_.File("a.raw");
+  WriteFile(a, NumberedRecords(0, 10));
+  ASSERT_OK(PublishExtent(*writer_, Info(0, 0, 0, kEndOfPartition), ExtentOf(a, 0), 10, 8));
+  writer_->Close();
+  {
+    std::unique_ptr<DataFeed> feed = Connect();
+    ASSERT_NE(feed, nullptr);
+    ASSERT_OK_AND_ASSIGN(RecordBatch first, feed->NextBatch(3));
+    EXPECT_EQ(Strings(first), NumberedList(0, 3));
+  }
+  std::unique_ptr<DataFeed> feed = Connect();
+  ASSERT_NE(feed, nullptr);
+  ASSERT_OK_AND_ASSIGN(RecordBatch rest, feed->NextBatch(100));
+  EXPECT_EQ(Strings(rest), NumberedList(3, 7));
+}
+
+// The file an extent names was replaced, or cut short, after the feeder
+// read it: the feed stops with an error that says so (never SIGBUS, never
+// another file's bytes), and the feeder and agent see the channel stopped.
+TEST_F(DataFeedTest, AFileChangedUnderAnExtentStopsTheFeed) {
+  const std::string a = dir_.File("a.raw");
+  WriteFile(a, NumberedRecords(0, 10));
+  const feed::FileExtent extent = ExtentOf(a, 0);
+  WriteFile(dir_.File("new.raw"), NumberedRecords(100, 10));
+  ASSERT_EQ(::rename(dir_.File("new.raw").c_str(), a.c_str()), 0);
+  ASSERT_OK(PublishExtent(*writer_, Info(0, 0, 0), extent, 10, 8));
+  std::unique_ptr<DataFeed> feed = Connect();
+  ASSERT_NE(feed, nullptr);
+  EXPECT_THAT(feed->NextBatch(10),
+              StatusIs(Code::kUnavailable,
+                       AllOf(HasSubstr("feeding worker:0 stopped"), HasSubstr("data/a.csv"),
+                             HasSubstr("no longer the file the feeder read"))));
+  EXPECT_TRUE(feed->ShouldStop());
+  EXPECT_EQ(channel_->state(), RunState::kStopped);
+}
+
+TEST_F(DataFeedTest, AFileCutShortUnderAnExtentStopsTheFeed) {
+  const std::string a = dir_.File("a.raw");
+  WriteFile(a, NumberedRecords(0, 10));
+  ASSERT_OK(PublishExtent(*writer_, Info(0, 0, 0), ExtentOf(a, 0), 4, 8));
+  ASSERT_OK(PublishExtent(*writer_, Info(0, 0, 4), ExtentOf(a, 32), 6, 8));
+  std::unique_ptr<DataFeed> feed = Connect();
+  ASSERT_NE(feed, nullptr);
+  ASSERT_OK_AND_ASSIGN(RecordBatch first, feed->NextBatch(4));
+  EXPECT_EQ(Strings(first), NumberedList(0, 4));
+  ASSERT_EQ(::truncate(a.c_str(), 50), 0);
+  EXPECT_THAT(feed->NextBatch(10),
+              StatusIs(Code::kUnavailable, AllOf(HasSubstr("a.raw ends"), HasSubstr("cut short"))));
+  EXPECT_EQ(channel_->state(), RunState::kStopped);
 }
 
 TEST_F(DataFeedTest, SecondReaderIsRefused) {

@@ -428,10 +428,11 @@ std::string FeedPositionToJson(const FeedPosition& position) {
 }
 
 Result<Ingest> ParseIngest(std::string_view name) {
-  for (Ingest ingest : {Ingest::kMeasure, Ingest::kMap, Ingest::kRead}) {
+  for (Ingest ingest : {Ingest::kMeasure, Ingest::kMap, Ingest::kRead, Ingest::kExtent}) {
     if (name == IngestName(ingest)) return ingest;
   }
-  return Status::InvalidArgument("must be measure, map or read, got '" + Printable(name) + "'");
+  return Status::InvalidArgument("must be measure, map, read or extent, got '" + Printable(name) +
+                                 "'");
 }
 
 std::string_view IngestName(Ingest ingest) {
@@ -442,6 +443,8 @@ std::string_view IngestName(Ingest ingest) {
       return "map";
     case Ingest::kRead:
       return "read";
+    case Ingest::kExtent:
+      return "extent";
   }
   return "measure";
 }

@@ -42,12 +42,14 @@ enum class FeedMode { kTrain, kInference };
 // feeder has room (docs/feed.md, "Dynamic balance").
 enum class Balance { kEqual, kDynamic };
 
-// How the feeder brings fixed-size raw records into the queue (`drover run
-// --feed-ingest`): copied from a mapping of the file, or read(2) into it;
-// kMeasure feeds a probe each way and keeps the faster, since which wins
+// How fixed-size raw records reach the program (`drover run --feed-ingest`):
+// the feeder copies them into the queue from a mapping of the file, or
+// read(2)s them into it; or it queues only where they are in the file
+// (kExtent) and the program reads them in place from its own mapping.
+// kMeasure feeds a probe each way and keeps the fastest, since which wins
 // depends on the host (bench/RESULTS.md).
-enum class Ingest { kMeasure, kMap, kRead };
-// "measure", "map", "read"; kInvalidArgument naming the three otherwise.
+enum class Ingest { kMeasure, kMap, kRead, kExtent };
+// "measure", "map", "read", "extent"; kInvalidArgument naming them otherwise.
 Result<Ingest> ParseIngest(std::string_view name);
 std::string_view IngestName(Ingest ingest);
 

@@ -413,9 +413,10 @@ TEST(FeedPlanTest, IngestIsWrittenOnlyWhenForced) {
     ASSERT_OK_AND_ASSIGN(FeedPlan parsed, FeedPlan::FromJson(plan.ToJson()));
     EXPECT_EQ(parsed, plan);
   }
-  EXPECT_THAT(FeedPlan::FromJson(
-                  R"({"mode": "train", "format": "raw", "external": true, "ingest": "fast"})"),
-              StatusIs(Code::kInvalidArgument, HasSubstr("'ingest' must be measure, map or read")));
+  EXPECT_THAT(
+      FeedPlan::FromJson(
+          R"({"mode": "train", "format": "raw", "external": true, "ingest": "fast"})"),
+      StatusIs(Code::kInvalidArgument, HasSubstr("'ingest' must be measure, map, read or extent")));
   EXPECT_THAT(
       FeedPlan::FromJson(R"({"mode": "train", "format": "raw", "external": true, "ingest": 1})"),
       StatusIs(Code::kInvalidArgument, HasSubstr("ingest")));

@@ -55,7 +55,7 @@ Result<std::optional<FeedPlan>> PlanFeed(const FeedRequest& request) {
   if (!request.ingest.empty()) {
     Result<Ingest> ingest = ParseIngest(request.ingest);
     if (!ingest.ok()) {
-      return Status::InvalidArgument("--feed-ingest takes measure, map or read, not '" +
+      return Status::InvalidArgument("--feed-ingest takes measure, map, read or extent, not '" +
                                      request.ingest + "'");
     }
     if (plan.read.format != RecordFormat::kRaw || plan.read.record_bytes == 0) {

@@ -109,9 +109,9 @@ TEST_F(PlanFeedTest, FeedIngestGoesWithFixedSizeRawRecords) {
   ASSERT_OK_AND_ASSIGN(plan, PlanFeed(raw));
   EXPECT_EQ(plan->ingest, Ingest::kRead);
   raw.ingest = "mmap";
-  EXPECT_THAT(
-      PlanFeed(raw).status(),
-      StatusIs(Code::kInvalidArgument, HasSubstr("--feed-ingest takes measure, map or read")));
+  EXPECT_THAT(PlanFeed(raw).status(),
+              StatusIs(Code::kInvalidArgument,
+                       HasSubstr("--feed-ingest takes measure, map, read or extent")));
   FeedRequest csv = Request();
   csv.ingest = "map";
   EXPECT_THAT(PlanFeed(csv).status(),

@@ -15,6 +15,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -101,8 +102,48 @@ inline T Peek(int channel_fd, uint64_t offset) {
   return value;
 }
 
+// Publishes `count` records of `record_bytes` bytes at `extent` as one
+// kFileExtent batch (info.record_count and record_bytes are set here).
+inline Status PublishExtent(RingWriter& writer, BatchInfo info, const FileExtent& extent,
+                            uint32_t count, uint32_t record_bytes,
+                            Deadline deadline = Clock::now() + std::chrono::seconds(10)) {
+  const size_t bytes = FileExtentBytes(extent.path);
+  Result<char*> space = writer.Reserve(bytes, deadline);
+  if (!space.ok()) return space.status();
+  EncodeFileExtent(extent, *space);
+  info.flags |= kFileExtent;
+  info.record_count = count;
+  info.record_bytes = record_bytes;
+  writer.Commit(info, bytes, extent.offset + uint64_t{count} * record_bytes);
+  return Status::Ok();
+}
+
+// The extent of the file at `path` (absolute) from `offset`.
+inline FileExtent ExtentOf(const std::string& path, uint64_t offset) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) return FileExtent{};
+  return FileExtent{path, static_cast<uint64_t>(info.st_dev), static_cast<uint64_t>(info.st_ino),
+                    offset};
+}
+
+// The batch's records; a kFileExtent batch's are read from its file (empty
+// strings where it cannot be read).
 inline std::vector<std::string> RecordsOf(const BatchView& batch) {
   std::vector<std::string> records;
+  if (batch.info.flags & kFileExtent) {
+    const std::string path(batch.extent.path);
+    os::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    for (uint32_t i = 0; i < batch.info.record_count; ++i) {
+      std::string record(batch.info.record_bytes, '\0');
+      const off_t at = static_cast<off_t>(batch.extent.offset + uint64_t{i} * record.size());
+      if (!fd.valid() || ::pread(fd.get(), record.data(), record.size(), at) !=
+                             static_cast<ssize_t>(record.size())) {
+        record.clear();
+      }
+      records.push_back(std::move(record));
+    }
+    return records;
+  }
   ForEachRecord(batch, [&](std::string_view record) { records.emplace_back(record); });
   return records;
 }

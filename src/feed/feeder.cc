@@ -1,10 +1,17 @@
 #include "feed/feeder.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
+#include <climits>
+#include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <limits>
 
+#include "feed/ingest_choice.h"
 #include "feed/record_index.h"
 #include "feed/shm_channel.h"
 #include "feed/socket_fd.h"
@@ -68,6 +75,7 @@ class BatchWriter {
   BatchWriter(ShmChannel& channel, size_t batch_bytes, std::chrono::milliseconds timeout,
               uint32_t record_bytes)
       : ring_(channel, /*input_ring=*/true),
+        ring_capacity_(channel.ring_bytes()),
         batch_bytes_(std::min<size_t>(batch_bytes, channel.max_batch_bytes() / 4)),
         timeout_(timeout),
         prefix_bytes_(record_bytes > 0 ? 0 : sizeof(uint32_t)),
@@ -81,6 +89,8 @@ class BatchWriter {
   uint64_t position() const { return ring_.write_position(); }
   // Waits until the program is done with every batch before `position`.
   Status WaitForProgram(uint64_t position) { return ring_.WaitForRelease(position, timeout_); }
+  // Where the program released the queue up to.
+  uint64_t released_position() const { return ring_.released_position(); }
   Status Begin(const BatchInfo& info) {
     const uint32_t record_bytes = info_.record_bytes;
     info_ = info;
@@ -135,11 +145,53 @@ class BatchWriter {
     used_ = 0;
     reserved_ = 0;
   }
+  // Fixed-size records: how many go in one extent batch.
+  size_t extent_records() const {
+    return std::max<size_t>(1, batch_bytes_ / std::max<uint32_t>(1, info_.record_bytes));
+  }
+  // Publishes what the batch holds, then `count` records at `extent` (in
+  // the partition, right after them) as one kFileExtent batch. Waits first
+  // while the records the program has not released would exceed the queue's
+  // size: in place or not, a node holds at most its queue ahead.
+  Status PublishExtent(const FileExtent& extent, uint32_t count) {
+    const uint64_t record_bytes = uint64_t{count} * info_.record_bytes;
+    DROVER_RETURN_IF_ERROR(WaitForExtentRoom(record_bytes));
+    if (info_.record_count > 0) {
+      Publish(0, extent.offset);
+      info_.first_record += info_.record_count;
+      info_.record_count = 0;
+    }
+    const size_t payload = FileExtentBytes(extent.path);
+    DROVER_ASSIGN_OR_RETURN(char* space, ring_.Reserve(payload, Clock::now() + timeout_));
+    EncodeFileExtent(extent, space);
+    BatchInfo info = info_;
+    info.record_count = count;
+    info.flags = kFileExtent;
+    ring_.Commit(info, payload, extent.offset + record_bytes);
+    info_.first_record += count;
+    bytes_ += record_bytes;
+    extents_.push_back({ring_.write_position(), record_bytes});
+    extent_bytes_ += record_bytes;
+    // The invariant of the bytes path: a batch is reserved.
+    return Reserve(batch_bytes_);
+  }
   void Close() { ring_.Close(); }
+  // Record bytes published (in the queue or as extents).
   uint64_t bytes() const { return bytes_; }
   const BatchInfo& info() const { return info_; }
 
  private:
+  Status WaitForExtentRoom(uint64_t record_bytes) {
+    for (;;) {
+      const uint64_t released = ring_.released_position();
+      while (!extents_.empty() && extents_.front().end <= released) {
+        extent_bytes_ -= extents_.front().record_bytes;
+        extents_.pop_front();
+      }
+      if (extents_.empty() || extent_bytes_ + record_bytes <= ring_capacity_) return Status::Ok();
+      DROVER_RETURN_IF_ERROR(ring_.WaitForRelease(extents_.front().end, timeout_));
+    }
+  }
   Status Reserve(size_t bytes) {
     Result<char*> space = ring_.Reserve(bytes, Clock::now() + timeout_);
     if (!space.ok()) return space.status();
@@ -149,7 +201,16 @@ class BatchWriter {
     return Status::Ok();
   }
 
+  // A published extent batch: where it ends in the queue, what it holds.
+  struct ExtentInFlight {
+    uint64_t end;
+    uint64_t record_bytes;
+  };
+
   RingWriter ring_;
+  const uint64_t ring_capacity_;
+  std::deque<ExtentInFlight> extents_;  // not yet released by the program
+  uint64_t extent_bytes_ = 0;           // their records
   size_t batch_bytes_;
   std::chrono::milliseconds timeout_;
   const size_t prefix_bytes_;
@@ -161,53 +222,12 @@ class BatchWriter {
   uint64_t bytes_ = 0;
 };
 
-// Which way fixed-size records reach the queue (FeedPlan::ingest). To
-// measure, the first probe bytes go through a mapping (32 MiB by default:
-// one mapped window), the next through read(2), and the faster feeds the
-// rest. Both probes read bytes not read before, so a cold page cache slows
-// both alike.
-class IngestChoice {
- public:
-  IngestChoice(Ingest ingest, size_t probe_bytes) : ingest_(ingest), probe_bytes_(probe_bytes) {}
-
-  bool read() const {
-    if (ingest_ == Ingest::kMeasure) return mapped_bytes_ >= probe_bytes_;
-    return ingest_ == Ingest::kRead;
-  }
-  void Took(Clock::duration spent, size_t bytes) {
-    if (ingest_ != Ingest::kMeasure) return;
-    if (mapped_bytes_ < probe_bytes_) {
-      mapped_bytes_ += bytes;
-      mapped_time_ += spent;
-      return;
-    }
-    read_bytes_ += bytes;
-    read_time_ += spent;
-    if (read_bytes_ < probe_bytes_) return;
-    const double map_rate = mapped_bytes_ / std::chrono::duration<double>(mapped_time_).count();
-    const double read_rate = read_bytes_ / std::chrono::duration<double>(read_time_).count();
-    ingest_ = read_rate > map_rate ? Ingest::kRead : Ingest::kMap;
-  }
-  // "map" or "read" once chosen (or forced), else "".
-  std::string Name() const {
-    return ingest_ == Ingest::kMeasure ? "" : std::string(IngestName(ingest_));
-  }
-
- private:
-  Ingest ingest_;
-  const size_t probe_bytes_;
-  size_t mapped_bytes_ = 0;
-  size_t read_bytes_ = 0;
-  Clock::duration mapped_time_{};
-  Clock::duration read_time_{};
-};
-
 // Up to free_records() fixed-size records from `reader` into the batch, the
-// way `choice` says; how many (0 at the partition's end).
+// way `choice` says (map or read); how many (0 at the partition's end).
 Result<size_t> IngestRun(RecordReader& reader, BatchWriter& writer, IngestChoice& choice) {
   const Clock::time_point start = Clock::now();
   size_t count;
-  if (choice.read()) {
+  if (choice.way() == Ingest::kRead) {
     DROVER_ASSIGN_OR_RETURN(count, reader.ReadRunInto(writer.free_records(), writer.free_space()));
     writer.AppendedInPlace(count);
   } else {
@@ -217,6 +237,32 @@ Result<size_t> IngestRun(RecordReader& reader, BatchWriter& writer, IngestChoice
   }
   choice.Took(Clock::now() - start, count * writer.info().record_bytes);
   return count;
+}
+
+// The file a partition's records are in, as a program finds it again: an
+// absolute path without symbolic links, and its device and inode.
+struct ExtentFile {
+  std::string path;
+  uint64_t device = 0;
+  uint64_t inode = 0;
+  os::UniqueFd fd;  // for read-ahead advice
+};
+
+Result<ExtentFile> OpenExtentFile(const std::string& path) {
+  ExtentFile file;
+  char resolved[PATH_MAX];
+  if (::realpath(path.c_str(), resolved) == nullptr) {
+    return Status::IoError("cannot resolve " + path + ": " + std::strerror(errno));
+  }
+  file.path = resolved;
+  file.fd = os::UniqueFd(::open(resolved, O_RDONLY | O_CLOEXEC));
+  struct stat info {};
+  if (!file.fd.valid() || ::fstat(file.fd.get(), &info) != 0) {
+    return Status::IoError("cannot open " + file.path + ": " + std::strerror(errno));
+  }
+  file.device = static_cast<uint64_t>(info.st_dev);
+  file.inode = static_cast<uint64_t>(info.st_ino);
+  return file;
 }
 
 }  // namespace
@@ -289,6 +335,12 @@ Result<FeederReport> FeedShare(const FeederOptions& options, JoinedFeed& joined)
   BatchWriter writer(channel, options.batch_bytes, timeout,
                      fixed_size ? static_cast<uint32_t>(plan.read.record_bytes) : 0);
   IngestChoice ingest(options.plan.ingest, options.ingest_probe_bytes);
+  bool choice_said = plan.ingest != Ingest::kMeasure;
+  auto say_choice = [&] {
+    if (choice_said || ingest.Name().empty()) return;
+    choice_said = true;
+    if (options.notice) options.notice(ingest.Describe());
+  };
   // A failed Reserve: the program terminated the feed, took nothing for the
   // feed timeout (waiting inside a partition or before the next one), or the
   // channel stopped.
@@ -346,14 +398,48 @@ Result<FeederReport> FeedShare(const FeederOptions& options, JoinedFeed& joined)
     info.first_record = resuming ? start.record : unit.first_record;
     Status begun = writer.Begin(info);
     if (!begun.ok()) return stopped(begun, partition.Name());
+    // Fixed-size records: copied into the queue, or queued as extents of
+    // the file. `offset` is where the next record is, whichever way.
+    std::optional<ExtentFile> extent_file;
     while (fixed_size) {
-      const uint64_t before = reader->next_offset();
+      const uint64_t whole = (partition.end - offset) / plan.read.record_bytes;
+      if (ingest.way() == Ingest::kExtent && whole > 0) {
+        if (!extent_file) {
+          DROVER_ASSIGN_OR_RETURN(extent_file, OpenExtentFile(partition.path));
+        }
+        const auto count =
+            static_cast<uint32_t>(std::min<uint64_t>(whole, writer.extent_records()));
+        const uint64_t length = uint64_t{count} * plan.read.record_bytes;
+        const Clock::time_point start = Clock::now();
+        // The program reads these pages next: have them read in meanwhile.
+        ::posix_fadvise(extent_file->fd.get(), static_cast<off_t>(offset),
+                        static_cast<off_t>(length), POSIX_FADV_WILLNEED);
+        Status published = writer.PublishExtent(
+            {extent_file->path, extent_file->device, extent_file->inode, offset}, count);
+        if (!published.ok()) return stopped(published, partition.Name());
+        offset += length;
+        report.records += count;
+        ingest.Took(Clock::now() - start, length);
+        ingest.Published(writer.position(), writer.bytes(), writer.released_position(),
+                         Clock::now());
+        say_choice();
+        continue;
+      }
+      // Copied: the reader picks up where the extents left off (and ends
+      // the partition, or finds a cut-short record at its end).
+      if (reader->next_offset() != offset) {
+        DROVER_ASSIGN_OR_RETURN(reader, RecordReader::Open(partition, plan.read, offset));
+      }
       if (writer.free_records() == 0) {
-        Status next = writer.NextBatch(before, plan.read.record_bytes);
+        Status next = writer.NextBatch(offset, plan.read.record_bytes);
         if (!next.ok()) return stopped(next, partition.Name());
+        ingest.Published(writer.position(), writer.bytes(), writer.released_position(),
+                         Clock::now());
+        say_choice();
         continue;
       }
       DROVER_ASSIGN_OR_RETURN(size_t count, IngestRun(*reader, writer, ingest));
+      offset = reader->next_offset();
       if (count == 0) break;
       report.records += count;
     }

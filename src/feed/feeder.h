@@ -11,6 +11,7 @@
 #define DROVER_FEED_FEEDER_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "drover/status.h"
@@ -29,6 +30,9 @@ struct FeederOptions {
   // Fixed-size raw records come in as plan.ingest says; Ingest::kMeasure
   // feeds this many bytes each way first.
   size_t ingest_probe_bytes = 32 << 20;
+  // Told, once, which way fixed-size records go when the feeder measured
+  // it (Ingest::kMeasure), and why; may be empty.
+  std::function<void(const std::string&)> notice;
 };
 
 struct FeederReport {

@@ -21,7 +21,7 @@ namespace drover::feed {
 namespace {
 
 constexpr char kMagic[8] = {'D', 'R', 'V', 'F', 'E', 'E', 'D', '1'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr uint64_t kPage = 4096;
 constexpr uint64_t kHeaderBytes = kPage;      // ChannelHeader page
 constexpr uint64_t kRingHeaderBytes = kPage;  // one page per RingHeader
@@ -93,6 +93,9 @@ struct RingHeader {
   // Just past the last record handed to the program: where a new reader
   // starts (RingReader::Resume).
   uint64_t handed_pos;
+  // With handed_pos inside a kFileExtent batch: the record of its partition
+  // the next reader starts at.
+  uint64_t handed_record;
 };
 static_assert(sizeof(RingHeader) <= kRingHeaderBytes);
 
@@ -117,10 +120,64 @@ struct BatchHeader {
   uint32_t epoch;
   uint32_t flags;
   uint32_t record_count;
-  uint32_t record_bytes;  // with kFixedSizeRecords; 0 otherwise
+  uint32_t record_bytes;  // with kFixedSizeRecords or kFileExtent; 0 otherwise
   uint64_t first_record;
 };
 static_assert(sizeof(BatchHeader) == 40);
+
+namespace {
+
+struct FileExtentHeader {
+  uint64_t offset;
+  uint64_t device;
+  uint64_t inode;
+  uint32_t path_bytes;
+  uint32_t zero;
+};
+static_assert(sizeof(FileExtentHeader) == 32);
+
+// The extent a kFileExtent batch's payload [p, limit) names, checked: the
+// records end within 2^63 bytes and the path is absolute and has no NUL.
+// Returns the end of the payload.
+Result<const char*> ReadFileExtent(const BatchHeader& header, const char* p, const char* limit,
+                                   FileExtent* extent) {
+  FileExtentHeader fields;
+  if (static_cast<size_t>(limit - p) < sizeof(fields)) {
+    return Status::Internal("corrupt feed queue: a file extent overruns its batch");
+  }
+  std::memcpy(&fields, p, sizeof(fields));
+  p += sizeof(fields);
+  if (fields.path_bytes > static_cast<size_t>(limit - p)) {
+    return Status::Internal("corrupt feed queue: a file extent's path overruns its batch");
+  }
+  const std::string_view path(p, fields.path_bytes);
+  if (path.empty() || path.front() != '/' || path.find('\0') != std::string_view::npos) {
+    return Status::Internal("corrupt feed queue: a file extent's path is not an absolute path");
+  }
+  const unsigned __int128 end =
+      static_cast<unsigned __int128>(header.record_count) * header.record_bytes + fields.offset;
+  if (header.record_bytes == 0 || end > (uint64_t{1} << 63)) {
+    return Status::Internal("corrupt feed queue: a file extent of " +
+                            std::to_string(header.record_count) + " records of " +
+                            std::to_string(header.record_bytes) + " bytes at offset " +
+                            std::to_string(fields.offset));
+  }
+  *extent = FileExtent{path, fields.device, fields.inode, fields.offset};
+  return p + fields.path_bytes;
+}
+
+}  // namespace
+
+size_t FileExtentBytes(std::string_view path) {
+  return sizeof(FileExtentHeader) + path.size();
+}
+
+void EncodeFileExtent(const FileExtent& extent, char* out) {
+  const FileExtentHeader fields{extent.offset, extent.device, extent.inode,
+                                static_cast<uint32_t>(extent.path.size()), 0};
+  std::memcpy(out, &fields, sizeof(fields));
+  std::memcpy(out + sizeof(fields), extent.path.data(), extent.path.size());
+}
 
 std::string_view RunStateName(RunState state) {
   switch (state) {
@@ -408,7 +465,7 @@ void RingWriter::Commit(const BatchInfo& info, size_t payload_bytes, uint64_t so
   header.epoch = info.epoch;
   header.flags = info.flags;
   header.record_count = info.record_count;
-  header.record_bytes = (info.flags & kFixedSizeRecords) ? info.record_bytes : 0;
+  header.record_bytes = (info.flags & (kFixedSizeRecords | kFileExtent)) ? info.record_bytes : 0;
   header.first_record = info.first_record;
   std::memcpy(data_ + batch_start_ % capacity_, &header, sizeof(header));
   const uint64_t new_pos = batch_start_ + header.bytes;
@@ -470,6 +527,10 @@ Status RingWriter::WaitForRelease(uint64_t position, std::chrono::milliseconds t
     if (read_pos >= position) return Status::Ok();
     seen = read_pos;  // progress: the timeout starts again
   }
+}
+
+uint64_t RingWriter::released_position() const {
+  return Atomic(ring_->read_pos).load(std::memory_order_acquire);
 }
 
 uint64_t RingWriter::unread_bytes() const {
@@ -546,7 +607,9 @@ Result<std::optional<BatchView>> RingReader::Read() {
     view.records = data_ + offset + sizeof(header);
     const char* p = view.records;
     const char* limit = data_ + offset + header.bytes;
-    if (header.flags & kFixedSizeRecords) {
+    if (header.flags & kFileExtent) {
+      DROVER_ASSIGN_OR_RETURN(p, ReadFileExtent(header, p, limit, &view.extent));
+    } else if (header.flags & kFixedSizeRecords) {
       const uint64_t payload = uint64_t{header.record_count} * header.record_bytes;
       // Records of no bytes would let a small batch claim billions of them.
       if (header.record_count > 0 && header.record_bytes == 0) {
@@ -558,7 +621,8 @@ Result<std::optional<BatchView>> RingReader::Read() {
       p += payload;
     }
     // Check the record lengths once, so ForEachRecord can trust them.
-    for (uint32_t i = 0; i < header.record_count && !(header.flags & kFixedSizeRecords); ++i) {
+    const bool prefixed = !(header.flags & (kFixedSizeRecords | kFileExtent));
+    for (uint32_t i = 0; i < header.record_count && prefixed; ++i) {
       uint32_t length;
       if (limit - p < static_cast<ptrdiff_t>(sizeof(length))) {
         return Status::Internal("corrupt feed queue: records overrun their batch");
@@ -582,6 +646,16 @@ Result<std::optional<BatchView>> RingReader::Deliver(Result<std::optional<BatchV
   BatchView& batch = **next;
   if (skip_to_ == 0 || batch.begin != skip_at_) {
     CountRead(batch);
+    return next;
+  }
+  if (batch.info.flags & kFileExtent) {
+    const uint64_t skipped = std::clamp(skip_to_record_, batch.info.first_record,
+                                        batch.info.first_record + batch.info.record_count) -
+                             batch.info.first_record;
+    batch.extent.offset += skipped * batch.info.record_bytes;
+    batch.info.first_record += skipped;
+    batch.info.record_count -= static_cast<uint32_t>(skipped);
+    skip_to_ = 0;
     return next;
   }
   // The records were checked by Read; skip those the previous reader had.
@@ -620,6 +694,16 @@ void RingReader::MarkHanded(const BatchView& batch, const char* next) {
   Atomic(ring_->handed_pos).store(handed, std::memory_order_release);
 }
 
+void RingReader::MarkHandedExtent(const BatchView& batch, uint64_t next_record) {
+  if (next_record >= batch.info.first_record + batch.info.record_count) {
+    Atomic(ring_->handed_pos).store(batch.end, std::memory_order_release);
+    return;
+  }
+  // Any position inside the batch says "partly handed"; the record says how far.
+  Atomic(ring_->handed_record).store(next_record, std::memory_order_relaxed);
+  Atomic(ring_->handed_pos).store(batch.begin + 1, std::memory_order_release);
+}
+
 Status RingReader::Resume() {
   const uint64_t handed = Atomic(ring_->handed_pos).load(std::memory_order_acquire);
   if (handed <= cursor_) return Status::Ok();
@@ -639,6 +723,7 @@ Status RingReader::Resume() {
     if (handed > batch.begin) {
       skip_at_ = batch.begin;
       skip_to_ = handed;
+      skip_to_record_ = Atomic(ring_->handed_record).load(std::memory_order_relaxed);
     }
     break;
   }
@@ -679,13 +764,16 @@ void RingReader::CountRead(const BatchView& batch) {
   // Only this reader writes these; relaxed stores suffice for a progress view.
   const uint64_t prefixes =
       (batch.info.flags & kFixedSizeRecords) ? 0 : uint64_t{batch.info.record_count} * 4;
+  const uint64_t payload = (batch.info.flags & kFileExtent)
+                               ? uint64_t{batch.info.record_count} * batch.info.record_bytes
+                               : batch.bytes - prefixes;
   auto add = [](auto& field, uint64_t delta) {
     using Field = std::remove_reference_t<decltype(field)>;
     Atomic(field).store(static_cast<Field>(Atomic(field).load(std::memory_order_relaxed) + delta),
                         std::memory_order_relaxed);
   };
   add(ring_->records_read, batch.info.record_count);
-  add(ring_->payload_bytes_read, batch.bytes - prefixes);
+  add(ring_->payload_bytes_read, payload);
   if (batch.info.flags & kEndOfPartition) add(ring_->partitions_read, 1);
   Atomic(ring_->last_epoch).store(batch.info.epoch, std::memory_order_relaxed);
 }

@@ -43,6 +43,11 @@ inline constexpr uint32_t kEndOfPartition = 1;
 // The records all have record_bytes bytes and carry no length prefix (raw
 // fixed-length input): one copy per batch instead of one per record.
 inline constexpr uint32_t kFixedSizeRecords = 2;
+// The records are not in the ring: record_count records of record_bytes
+// bytes each lie in a file, at an offset the batch names (FileExtent). The
+// program reads them from its own mapping of the file (ExtentMaps), so the
+// feeder copies nothing (raw fixed-length input, `--feed-ingest extent`).
+inline constexpr uint32_t kFileExtent = 4;
 
 struct BatchInfo {
   uint32_t feed_seq = 0;   // the writer's feed number (FeedsOfShare order)
@@ -54,21 +59,39 @@ struct BatchInfo {
   uint32_t record_bytes = 0;  // with kFixedSizeRecords
 };
 
+// Where a kFileExtent batch's records are: `offset` in the file at `path`,
+// which must be the file (device and inode) the feeder read.
+struct FileExtent {
+  std::string_view path;  // absolute
+  uint64_t device = 0;
+  uint64_t inode = 0;
+  uint64_t offset = 0;  // of the batch's first record
+};
+// The payload of a kFileExtent batch: u64 offset, u64 device, u64 inode,
+// u32 path length, u32 zero, then the path.
+size_t FileExtentBytes(std::string_view path);
+// Writes the payload (FileExtentBytes(extent.path) bytes) at `out`.
+void EncodeFileExtent(const FileExtent& extent, char* out);
+
 // A published batch, read in place.
 struct BatchView {
   BatchInfo info;
   // record_count x [uint32 length][bytes], or with kFixedSizeRecords
-  // record_count x [record_bytes bytes].
+  // record_count x [record_bytes bytes]; with kFileExtent the extent's
+  // encoding (see `extent`).
   const char* records = nullptr;
   size_t bytes = 0;
   uint64_t begin = 0;  // the ring position of the batch's header
   uint64_t end = 0;    // the ring position after this batch (for Release)
+  FileExtent extent;   // kFileExtent: where the records are (path in the ring)
 };
 
 // Calls fn(std::string_view record) for each record of `batch`. The records
-// were checked when the batch was read.
+// were checked when the batch was read. Not for kFileExtent batches: their
+// records are in a file (ExtentMaps).
 template <typename Fn>
 void ForEachRecord(const BatchView& batch, Fn&& fn) {
+  if (batch.info.flags & kFileExtent) return;
   const char* p = batch.records;
   if (batch.info.flags & kFixedSizeRecords) {
     for (uint32_t i = 0; i < batch.info.record_count; ++i, p += batch.info.record_bytes) {
@@ -169,6 +192,9 @@ class RingWriter {
   // Where the next batch goes: once the reader released up to here it is
   // done with everything published before.
   uint64_t write_position() const { return write_pos_; }
+  // Where the reader released up to (as the header says: the reader may
+  // have written anything there).
+  uint64_t released_position() const;
   // Waits until the reader released everything before `position` (a
   // write_position() of this writer). The reader is told a writer waits
   // (RingReader::writer_waiting), so it hands out what it holds instead of
@@ -221,6 +247,9 @@ class RingReader {
   // all of them). Call when a batch is taken from Next, and after handing
   // out records of it.
   void MarkHanded(const BatchView& batch, const char* next);
+  // The same for a kFileExtent batch, of which the program was handed the
+  // records before index `next_record` of the partition.
+  void MarkHandedExtent(const BatchView& batch, uint64_t next_record);
   // Called once by a new reader of a ring that may have had one before
   // (docs/shm_queue_format.md, "A new reader"): skips what the previous
   // reader was handed, releasing the batches it had wholly, so that the next
@@ -256,6 +285,8 @@ class RingReader {
   // before ring position skip_to_ (0: none).
   uint64_t skip_at_ = 0;
   uint64_t skip_to_ = 0;
+  // A kFileExtent batch at skip_at_ starts at this record of its partition.
+  uint64_t skip_to_record_ = 0;
 };
 
 // What a ring's reader has been handed so far, and how full the ring is.

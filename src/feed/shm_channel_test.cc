@@ -35,6 +35,7 @@ using ::drover::feed::testing::kWritePos;
 using ::drover::feed::testing::OutputRingHeader;
 using ::drover::feed::testing::Peek;
 using ::drover::feed::testing::PublishBatch;
+using ::drover::feed::testing::PublishExtent;
 using ::drover::feed::testing::RecordsOf;
 using ::drover::feed::testing::Scribble;
 using ::drover::testing::Child;
@@ -598,12 +599,12 @@ TEST(ShmChannelTest, MapRefusesWhatIsNotAChannel) {
   }
   {  // Wrong version.
     std::string bytes = good;
-    const uint32_t version = 2;
+    const uint32_t version = 1;  // before file extents
     std::memcpy(bytes.data() + 8, &version, sizeof(version));
     int fd = MakeMemfd(bytes, true);
     ASSERT_GE(fd, 0);
     EXPECT_THAT(ShmChannel::Map(os::UniqueFd(fd)),
-                StatusIs(Code::kInvalidArgument, HasSubstr("version 2, expected 1")));
+                StatusIs(Code::kInvalidArgument, HasSubstr("version 1, expected 2")));
   }
   {  // Too small for a header.
     int fd = MakeMemfd(good.substr(0, 100), true);
@@ -850,6 +851,116 @@ TEST(ShmChannelTest, NewReaderResumesAfterWhatThePreviousOneWasHanded) {
   ASSERT_TRUE(Scribble<uint64_t>(channel.fd(), kInputRingHeader + 216, batch->end + 64));
   RingReader confused(channel, true);
   EXPECT_THAT(confused.Resume(), StatusIs(Code::kInternal, HasSubstr("past the published")));
+}
+
+// A kFileExtent batch carries where its records are, not the records: the
+// reader gets the path, device, inode and offset back, the header's count
+// and size, and the progress counts the records' bytes.
+TEST(ShmChannelTest, FileExtentsRoundTrip) {
+  ASSERT_OK_AND_ASSIGN(ShmChannel channel, ShmChannel::Create(64 << 10));
+  RingWriter writer(channel, /*input_ring=*/true);
+  BatchInfo info;
+  info.feed_seq = 3;
+  info.partition = 2;
+  info.first_record = 40;
+  ASSERT_OK(
+      PublishExtent(writer, info, FileExtent{"/data/mnist.raw", 2049, 77, 125440}, 100, 3136));
+  ASSERT_OK_AND_ASSIGN(std::optional<CommitPoint> commit, writer.LastCommit());
+  ASSERT_TRUE(commit.has_value());
+  EXPECT_EQ(commit->source_offset, 125440u + 100 * 3136);
+
+  RingReader reader(channel, /*input_ring=*/true);
+  ASSERT_OK_AND_ASSIGN(std::optional<BatchView> batch, reader.TryNext());
+  ASSERT_TRUE(batch.has_value());
+  EXPECT_TRUE(batch->info.flags & kFileExtent);
+  EXPECT_EQ(batch->info.feed_seq, 3u);
+  EXPECT_EQ(batch->info.first_record, 40u);
+  EXPECT_EQ(batch->info.record_count, 100u);
+  EXPECT_EQ(batch->info.record_bytes, 3136u);
+  EXPECT_EQ(batch->extent.path, "/data/mnist.raw");
+  EXPECT_EQ(batch->extent.device, 2049u);
+  EXPECT_EQ(batch->extent.inode, 77u);
+  EXPECT_EQ(batch->extent.offset, 125440u);
+  int visited = 0;
+  ForEachRecord(*batch, [&](std::string_view) { ++visited; });
+  EXPECT_EQ(visited, 0);  // the records are not in the ring
+  const FeedProgress progress = ReadRingProgress(channel, true);
+  EXPECT_EQ(progress.records, 100u);
+  EXPECT_EQ(progress.bytes, 100u * 3136);
+}
+
+// An extent written over by a misbehaving program is kInternal, never a
+// read of a path or a range it does not name.
+TEST(ShmChannelTest, CorruptFileExtentsAreRefused) {
+  struct Case {
+    std::string name;
+    std::string payload;
+    uint32_t record_bytes;
+    std::string error;
+  };
+  auto payload = [](uint64_t offset, uint32_t path_bytes, std::string path) {
+    std::string bytes(32, '\0');
+    std::memcpy(bytes.data(), &offset, 8);
+    std::memcpy(bytes.data() + 24, &path_bytes, 4);
+    return bytes + path;
+  };
+  const std::vector<Case> cases = {
+      {"short", std::string(20, '\0'), 8, "overruns its batch"},
+      {"path past the batch", payload(0, 4000, "/a"), 8, "path overruns its batch"},
+      {"relative path", payload(0, 5, "a.raw"), 8, "not an absolute path"},
+      {"empty path", payload(0, 0, ""), 8, "not an absolute path"},
+      {"NUL in the path", payload(0, 4, std::string("/a\0b", 4)), 8, "not an absolute path"},
+      {"records of no bytes", payload(0, 2, "/a"), 0, "a file extent of 10 records of 0 bytes"},
+      {"past 2^63", payload(uint64_t{1} << 63, 2, "/a"), 8, "at offset 9223372036854775808"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    ASSERT_OK_AND_ASSIGN(ShmChannel channel, ShmChannel::Create(64 << 10));
+    RingWriter writer(channel, /*input_ring=*/true);
+    ASSERT_OK_AND_ASSIGN(char* space, writer.Reserve(c.payload.size(), In(seconds(5))));
+    std::memcpy(space, c.payload.data(), c.payload.size());
+    BatchInfo info;
+    info.flags = kFileExtent;
+    info.record_count = 10;
+    info.record_bytes = c.record_bytes;
+    writer.Commit(info, c.payload.size(), 0);
+    RingReader reader(channel, /*input_ring=*/true);
+    EXPECT_THAT(reader.TryNext(), StatusIs(Code::kInternal, HasSubstr(c.error)));
+  }
+}
+
+// A reader that leaves partway through an extent's records: the next one
+// starts at the first record it was not handed, the extent's offset moved
+// to it.
+TEST(ShmChannelTest, NewReaderResumesInsideAFileExtent) {
+  ASSERT_OK_AND_ASSIGN(ShmChannel channel, ShmChannel::Create(64 << 10));
+  RingWriter writer(channel, /*input_ring=*/true);
+  BatchInfo info;
+  info.first_record = 10;
+  ASSERT_OK(PublishExtent(writer, info, FileExtent{"/in/a.raw", 1, 2, 1000}, 6, 100));
+  {
+    RingReader first(channel, true);
+    ASSERT_OK(first.Resume());
+    ASSERT_OK_AND_ASSIGN(std::optional<BatchView> batch, first.TryNext());
+    ASSERT_TRUE(batch.has_value());
+    first.MarkHandedExtent(*batch, 12);  // handed records 10 and 11
+  }
+  {
+    RingReader again(channel, true);
+    ASSERT_OK(again.Resume());
+    ASSERT_OK_AND_ASSIGN(std::optional<BatchView> batch, again.TryNext());
+    ASSERT_TRUE(batch.has_value());
+    EXPECT_EQ(batch->info.first_record, 12u);
+    EXPECT_EQ(batch->info.record_count, 4u);
+    EXPECT_EQ(batch->extent.offset, 1200u);
+    EXPECT_EQ(batch->extent.path, "/in/a.raw");
+    again.MarkHandedExtent(*batch, 16);  // all of it
+  }
+  RingReader last(channel, true);
+  ASSERT_OK(last.Resume());
+  ASSERT_OK_AND_ASSIGN(std::optional<BatchView> none, last.TryNext());
+  EXPECT_FALSE(none.has_value());
+  EXPECT_EQ(ReadRingProgress(channel, true).queue_bytes, 0u);
 }
 
 // Writes records first..last-1 (NumberedRecord) as feeds of kPerFeed records

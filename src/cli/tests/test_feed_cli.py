@@ -205,23 +205,40 @@ def file_size(path):
         return 0
 
 
-def test_killed_feeders_lose_nothing_and_repeat_nothing(tmp_path):
+def write_raw(path, first, count):
+    """16-byte records "<7-digit id>,payloads", with `write_csv`'s ids."""
+    with open(path, "wb") as f:
+        for i in range(first, first + count):
+            f.write(f"{i:07d},payloads".encode())
+
+
+@pytest.mark.parametrize("feeding", ["csv", "raw in place"])
+def test_killed_feeders_lose_nothing_and_repeat_nothing(tmp_path, feeding):
     """SIGKILLs feeders at random points; every record is still seen once per epoch.
 
     Between two kills of a node's feeder the test waits for progress, not for
     the clock: the node's reader must have consumed more bytes than its queue
     holds, so the feeder started after the last kill has fed at least one
-    batch (a slower build or host gets fewer kills, never a failure)."""
+    batch (a slower build or host gets fewer kills, never a failure). "raw in
+    place": fixed-size records queued as extents of their file
+    (--feed-ingest extent), read by the program from its own mapping."""
     total = 30000
     queue_bytes = 65536
-    write_csv(tmp_path / "data.csv", 0, total)
+    if feeding == "csv":
+        data = tmp_path / "data.csv"
+        write_csv(data, 0, total)
+        formats = []
+    else:
+        data = tmp_path / "data.raw"
+        write_raw(data, 0, total)
+        formats = ["--format", "raw", "--record-bytes", "16", "--feed-ingest", "extent"]
     out = tmp_path / "seen"
     mark = marker()
     # A small queue keeps each feeder mid-partition (blocked on a full queue
     # or between batches) while the slow readers catch up.
     proc = subprocess.Popen(
         [drover_bin(), "run", "--log-dir", str(tmp_path / "logs"), "--nodes", "2",
-         "--input", str(tmp_path / "data.csv"), "--split-bytes", "60000", "--epochs", "2",
+         "--input", str(data), *formats, "--split-bytes", "60000", "--epochs", "2",
          "--queue-bytes", str(queue_bytes), "--", "sh", "-c", 'exec "$0" "$@"', FEED_READER,
          "--out", str(out), "--batch", "50", "--sleep-us", "1500", "--tag", mark],
         env=clean_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -359,7 +376,7 @@ def test_tfrecord_and_raw_inputs(tmp_path):
         [f"{i:05d},raw" for i in range(300)]
 
 
-@pytest.mark.parametrize("ingest", ["map", "read"])
+@pytest.mark.parametrize("ingest", ["map", "read", "extent"])
 def test_fixed_size_records_arrive_whole_however_the_feeder_takes_them_in(tmp_path, ingest):
     with open(tmp_path / "data.bin", "wb") as f:
         for i in range(5000):
@@ -494,7 +511,7 @@ def test_parameter_servers_are_not_fed(tmp_path):
     (["--balance", "dynamic"], "go with --input"),
     (["--input", "data.csv", "--feed-ingest", "map"], "--feed-ingest goes with --format raw"),
     (["--input", "data.csv", "--format", "raw", "--record-bytes", "2", "--feed-ingest", "mmap"],
-     "--feed-ingest takes measure, map or read"),
+     "--feed-ingest takes measure, map, read or extent"),
     (["--input", "data.csv", "--mode", "inference", "--output", "out", "--remainder", "drop"],
      "--remainder goes with --mode train"),
 ])

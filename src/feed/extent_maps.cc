@@ -1,0 +1,114 @@
+#include "feed/extent_maps.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "os/unique_fd.h"
+
+namespace drover::feed {
+namespace {
+
+Status FileError(int error, const std::string& what) {
+  return Status::IoError(what + ": " + std::strerror(error));
+}
+
+// Prefaults [offset, end) of the mapping; a page past the file's end is
+// EFAULT here instead of SIGBUS at the program's first touch. A kernel
+// before 5.14 knows no MADV_POPULATE_READ (EINVAL): the pages then fault in
+// as the program reads them.
+Status Populate(const char* base, uint64_t offset, uint64_t end, const std::string& path) {
+  static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t first = offset / page * page;
+  if (::madvise(const_cast<char*>(base) + first, end - first, MADV_POPULATE_READ) == 0 ||
+      errno == EINVAL || errno == EINTR) {
+    return Status::Ok();
+  }
+  if (errno == EFAULT) {
+    return Status::InvalidArgument(path + " ends before offset " + std::to_string(end) +
+                                   ", where the records fed from it end (was it cut short "
+                                   "during the run?)");
+  }
+  return FileError(errno, "cannot read " + path);
+}
+
+Status CheckSize(const std::string& path, uint64_t size, uint64_t end) {
+  if (size >= end) return Status::Ok();
+  return Status::InvalidArgument(path + " ends at offset " + std::to_string(size) + ", before " +
+                                 std::to_string(end) +
+                                 ", where the records fed from it end (was it cut short during "
+                                 "the run?)");
+}
+
+}  // namespace
+
+ExtentMaps::~ExtentMaps() {
+  for (const Mapping& mapping : maps_) Unmap(mapping);
+}
+
+void ExtentMaps::Unmap(const Mapping& mapping) {
+  ::munmap(const_cast<char*>(mapping.base), mapping.size);
+}
+
+Result<const char*> ExtentMaps::Records(const BatchView& batch) {
+  const FileExtent& extent = batch.extent;
+  const uint64_t end = extent.offset + uint64_t{batch.info.record_count} * batch.info.record_bytes;
+  const std::string path(extent.path);
+  auto found = std::find_if(maps_.begin(), maps_.end(), [&](const Mapping& mapping) {
+    return mapping.device == extent.device && mapping.inode == extent.inode;
+  });
+  if (found != maps_.end()) {
+    // Cut short since: past the end a mapping reads zeros, then SIGBUS.
+    struct stat info {};
+    if (::fstat(found->fd.get(), &info) != 0) return FileError(errno, "cannot stat " + path);
+    DROVER_RETURN_IF_ERROR(CheckSize(path, static_cast<uint64_t>(info.st_size), end));
+  }
+  // A file that grew since it was mapped is mapped again, whole.
+  if (found == maps_.end() || found->size < end) {
+    DROVER_ASSIGN_OR_RETURN(Mapping mapping, Map(extent, end));
+    if (found != maps_.end()) {
+      Unmap(*found);
+      maps_.erase(found);
+    }
+    maps_.push_back(std::move(mapping));
+    found = maps_.end() - 1;
+  } else if (found != maps_.end() - 1) {
+    std::rotate(found, found + 1, maps_.end());
+    found = maps_.end() - 1;
+  }
+  DROVER_RETURN_IF_ERROR(Populate(found->base, extent.offset, end, path));
+  return found->base + extent.offset;
+}
+
+Result<ExtentMaps::Mapping> ExtentMaps::Map(const FileExtent& extent, uint64_t end) const {
+  const std::string path(extent.path);
+  os::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return FileError(errno, "cannot open " + path + ", which the feeder read");
+  struct stat info {};
+  if (::fstat(fd.get(), &info) != 0) return FileError(errno, "cannot stat " + path);
+  if (static_cast<uint64_t>(info.st_dev) != extent.device ||
+      static_cast<uint64_t>(info.st_ino) != extent.inode) {
+    return Status::InvalidArgument(path +
+                                   " is no longer the file the feeder read from (it was replaced "
+                                   "during the run)");
+  }
+  const uint64_t size = static_cast<uint64_t>(info.st_size);
+  DROVER_RETURN_IF_ERROR(CheckSize(path, size, end));
+  void* base = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd.get(), 0);
+  if (base == MAP_FAILED) return FileError(errno, "cannot map " + path);
+  return Mapping{extent.device, extent.inode, std::move(fd), static_cast<const char*>(base),
+                 static_cast<size_t>(size)};
+}
+
+void ExtentMaps::KeepOnlyLast() {
+  if (maps_.size() <= 1) return;
+  for (auto it = maps_.begin(); it != maps_.end() - 1; ++it) Unmap(*it);
+  maps_.erase(maps_.begin(), maps_.end() - 1);
+}
+
+}  // namespace drover::feed

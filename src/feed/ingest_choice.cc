@@ -1,0 +1,123 @@
+#include "feed/ingest_choice.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace drover::feed {
+
+void ConsumptionClock::Mark(uint64_t position, uint64_t record_bytes, int segment) {
+  if (segment < 0 || (!marks_.empty() && marks_.back().position >= position)) return;
+  if (!marks_.empty()) segment = std::max(segment, marks_.back().segment);
+  marks_.push_back({position, record_bytes, segment});
+  if (spans_.size() <= static_cast<size_t>(segment))
+    spans_.resize(static_cast<size_t>(segment) + 1);
+}
+
+void ConsumptionClock::Observe(uint64_t released, Clock::time_point now) {
+  for (; next_ < marks_.size() && marks_[next_].position <= released; ++next_) {
+    const Point& mark = marks_[next_];
+    Span& span = spans_[static_cast<size_t>(mark.segment)];
+    if (!span.seen) {
+      span = {true, now, now, mark.record_bytes, mark.record_bytes};
+    } else {
+      span.last = now;
+      span.last_bytes = mark.record_bytes;
+    }
+  }
+}
+
+bool ConsumptionClock::Done(int segment) const {
+  if (next_ < marks_.size()) return marks_[next_].segment > segment;
+  return next_ > 0 && marks_[next_ - 1].segment > segment;
+}
+
+std::optional<double> ConsumptionClock::Rate(int segment) const {
+  if (segment < 0 || static_cast<size_t>(segment) >= spans_.size() || !Done(segment)) {
+    return std::nullopt;
+  }
+  const Span& span = spans_[static_cast<size_t>(segment)];
+  if (!span.seen || span.last_bytes <= span.first_bytes || span.last <= span.first) {
+    return std::nullopt;
+  }
+  return static_cast<double>(span.last_bytes - span.first_bytes) /
+         std::chrono::duration<double>(span.last - span.first).count();
+}
+
+int IngestChoice::Segment() const {
+  if (copy_ == Ingest::kMeasure) return copy_probe_bytes_[0] < probe_bytes_ ? 0 : 1;
+  return 2 + static_cast<int>(std::min<size_t>(round_bytes_ / probe_bytes_, 2 * kRounds));
+}
+
+Ingest IngestChoice::way() const {
+  if (ingest_ != Ingest::kMeasure) return ingest_;
+  const int segment = Segment();
+  if (segment < 2) return segment == 0 ? Ingest::kMap : Ingest::kRead;
+  if (segment > LastSegment()) return copy_;  // the probes are over: the safe way meanwhile
+  return segment % 2 == 0 ? Ingest::kExtent : copy_;
+}
+
+double IngestChoice::FeederRate(int segment) const {
+  return static_cast<double>(copy_probe_bytes_[static_cast<size_t>(segment)]) /
+         std::chrono::duration<double>(copy_probe_times_[static_cast<size_t>(segment)]).count();
+}
+
+void IngestChoice::Took(Clock::duration spent, size_t bytes) {
+  if (ingest_ != Ingest::kMeasure) return;
+  const int segment = Segment();
+  if (segment >= 2) {
+    round_bytes_ += bytes;
+    return;
+  }
+  copy_probe_bytes_[static_cast<size_t>(segment)] += bytes;
+  copy_probe_times_[static_cast<size_t>(segment)] += spent;
+  if (segment == 1 && copy_probe_bytes_[1] >= probe_bytes_) {
+    copy_ = FeederRate(1) > FeederRate(0) ? Ingest::kRead : Ingest::kMap;
+  }
+}
+
+void IngestChoice::Published(uint64_t position, uint64_t record_bytes, uint64_t released,
+                             Clock::time_point now) {
+  if (ingest_ != Ingest::kMeasure) return;
+  clock_.Mark(position, record_bytes, Segment());
+  clock_.Observe(released, now);
+  if (!clock_.Done(LastSegment())) return;
+  const std::optional<double> in_place = in_place_rate(), copied = copied_rate();
+  ingest_ = in_place && copied && *in_place >= 1.1 * *copied ? Ingest::kExtent : copy_;
+}
+
+std::optional<double> IngestChoice::Median(int parity) const {
+  std::vector<double> rates;
+  for (int round = 0; round < kRounds; ++round) {
+    if (std::optional<double> rate = clock_.Rate(2 + 2 * round + parity)) rates.push_back(*rate);
+  }
+  if (rates.size() < 2) return std::nullopt;
+  std::sort(rates.begin(), rates.end());
+  const size_t middle = rates.size() / 2;
+  return rates.size() % 2 == 1 ? rates[middle] : (rates[middle - 1] + rates[middle]) / 2;
+}
+
+std::string IngestChoice::Name() const {
+  return ingest_ == Ingest::kMeasure ? "" : std::string(IngestName(ingest_));
+}
+
+namespace {
+
+std::string Gigabytes(const std::optional<double>& rate) {
+  if (!rate) return "an untimed rate";
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f GB/s", *rate / 1e9);
+  return text;
+}
+
+}  // namespace
+
+std::string IngestChoice::Describe() const {
+  const std::string copy = copy_ == Ingest::kRead ? "read(2)" : "a mapping";
+  const std::string figures = " (the program took them at " + Gigabytes(in_place_rate()) +
+                              " in place, from its own mapping of the file, and at " +
+                              Gigabytes(copied_rate()) + " copied from " + copy + ")";
+  return ingest_ == Ingest::kExtent ? "records go in place" + figures
+                                    : "records are copied from " + copy + figures;
+}
+
+}  // namespace drover::feed

@@ -1,0 +1,119 @@
+// IngestChoice: which way a feeder brings fixed-size raw records to the
+// program (`drover run --feed-ingest`, FeedPlan::ingest), and how it
+// measures which way is fastest on the host it runs on (docs/feed.md,
+// "How it works").
+
+#ifndef DROVER_FEED_INGEST_CHOICE_H_
+#define DROVER_FEED_INGEST_CHOICE_H_
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "feed/feed_plan.h"
+
+namespace drover::feed {
+
+// How fast the program took its records while the feeder fed them one way
+// or another, in segments (IngestChoice's probes): the feeder marks the
+// queue position where what it published so far ends, with the record bytes
+// before it and the segment they belong to, and notes the time whenever it
+// sees the program release up to a mark. A segment's rate runs from the
+// first mark of it released to its last, so the time the program took to
+// start, and the records queued before it started, do not count.
+class ConsumptionClock {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // What was published so far ends at queue `position`, with `record_bytes`
+  // record bytes before it, the last of them published in `segment`
+  // (segments only grow; negative: not timed).
+  void Mark(uint64_t position, uint64_t record_bytes, int segment);
+  // The program had released everything before `released` at `now`.
+  void Observe(uint64_t released, Clock::time_point now);
+  // Whether the program released every mark of `segment` and a later one
+  // began: its rate will not change.
+  bool Done(int segment) const;
+  // Record bytes a second, once Done(segment); nullopt before, or when too
+  // little of it was seen to time (two releases at least).
+  std::optional<double> Rate(int segment) const;
+
+ private:
+  struct Point {
+    uint64_t position;
+    uint64_t record_bytes;
+    int segment;
+  };
+  struct Span {
+    bool seen = false;
+    Clock::time_point first, last;
+    uint64_t first_bytes = 0, last_bytes = 0;
+  };
+  std::vector<Point> marks_;
+  size_t next_ = 0;          // the first mark not yet released
+  std::vector<Span> spans_;  // by segment
+};
+
+// To measure (Ingest::kMeasure), the first probe bytes go through a mapping
+// (32 MiB by default: one mapped window), the next through read(2), and the
+// faster of the two, timed in the feeder, is the way to copy. Then probes of
+// records in place (the program reads them from its own mapping of the
+// file) and copied alternate, kRounds of each, and extents stay when the
+// program took them at least 10% faster than copied ones (the median of
+// each way's probes, timed by ConsumptionClock: one probe slowed by
+// something else on the host does not decide); else the copy does. A
+// program that computes between batches takes both alike, and then the
+// copy is better: it happens on the feeder's core. All probes read bytes not
+// read before, so a cold page cache slows them alike.
+class IngestChoice {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static constexpr int kRounds = 4;
+
+  IngestChoice(Ingest ingest, size_t probe_bytes) : ingest_(ingest), probe_bytes_(probe_bytes) {}
+
+  // The way the next records go: kMap, kRead or kExtent.
+  Ingest way() const;
+  // The feeder took `bytes` the way way() said in `spent`.
+  void Took(Clock::duration spent, size_t bytes);
+  // What the feeder published so far ends at queue `position`, with
+  // `record_bytes` record bytes before it; the program had released up to
+  // `released` at `now`. Decides once the program took every probe.
+  void Published(uint64_t position, uint64_t record_bytes, uint64_t released,
+                 Clock::time_point now);
+  // "map", "read" or "extent" once chosen (or forced), else "".
+  std::string Name() const;
+  // After a measured choice: what was chosen, on what figures, for the log.
+  std::string Describe() const;
+  // The median rate, in bytes a second, at which the program took the
+  // records of each way's probes: copied, in place; nullopt where fewer than
+  // two probes were timed.
+  std::optional<double> copied_rate() const { return Median(1); }
+  std::optional<double> in_place_rate() const { return Median(0); }
+
+ private:
+  // The probe the next records belong to: 0 map, 1 read, then 2 + 2i in
+  // place and 3 + 2i copied for round i; LastSegment() + 1 while waiting for
+  // the program to take the last probe.
+  int Segment() const;
+  static constexpr int LastSegment() { return 1 + 2 * kRounds; }
+  double FeederRate(int segment) const;
+  // The median over the rounds' probes of one way (0: in place, 1: copied).
+  std::optional<double> Median(int parity) const;
+
+  Ingest ingest_;
+  const size_t probe_bytes_;
+  Ingest copy_ = Ingest::kMeasure;  // map or read, once the first two probes chose
+  std::array<size_t, 2> copy_probe_bytes_{};
+  std::array<Clock::duration, 2> copy_probe_times_{};
+  size_t round_bytes_ = 0;  // taken since copy_ was chosen
+  ConsumptionClock clock_;
+};
+
+}  // namespace drover::feed
+
+#endif  // DROVER_FEED_INGEST_CHOICE_H_

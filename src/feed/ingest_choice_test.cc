@@ -1,0 +1,144 @@
+#include "feed/ingest_choice.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+namespace drover::feed {
+namespace {
+
+using Clock = IngestChoice::Clock;
+using std::chrono::microseconds;
+
+TEST(ConsumptionClockTest, ASegmentIsTimedFromItsFirstReleaseToItsLast) {
+  ConsumptionClock clock;
+  const Clock::time_point t0 = Clock::now();
+  clock.Mark(100, 1000, 0);
+  clock.Mark(200, 2000, 0);
+  clock.Mark(300, 3000, 0);
+  EXPECT_FALSE(clock.Done(0));
+  clock.Observe(100, t0);  // the program starts: queued before it does not count
+  clock.Observe(300, t0 + microseconds(2000));
+  EXPECT_FALSE(clock.Done(0));  // no later segment yet: more of this one may come
+  clock.Mark(400, 5000, 1);
+  EXPECT_TRUE(clock.Done(0));
+  ASSERT_TRUE(clock.Rate(0).has_value());
+  EXPECT_DOUBLE_EQ(*clock.Rate(0), 2000 / 0.002);
+  EXPECT_FALSE(clock.Done(1));
+  EXPECT_FALSE(clock.Rate(1).has_value());
+  clock.Mark(500, 6000, 2);
+  clock.Observe(500, t0 + microseconds(3000));  // phase 1 in one release: not timed
+  EXPECT_TRUE(clock.Done(1));
+  EXPECT_FALSE(clock.Rate(1).has_value());
+}
+
+TEST(ConsumptionClockTest, MarksThatDoNotMoveOnAreIgnored) {
+  ConsumptionClock clock;
+  const Clock::time_point t0 = Clock::now();
+  clock.Mark(100, 1000, 0);
+  clock.Mark(100, 1500, 0);  // nothing new published
+  clock.Mark(200, 2000, 0);
+  clock.Mark(300, 2500, 1);
+  clock.Observe(100, t0);
+  clock.Observe(200, t0 + microseconds(1000));
+  ASSERT_TRUE(clock.Rate(0).has_value());
+  EXPECT_DOUBLE_EQ(*clock.Rate(0), 1000 / 0.001);
+}
+
+// A program that takes each published batch at once, `copied` or
+// `in_place` bytes a second depending on the way it came, and a feeder
+// that takes every way at the rates given. Returns the choice's name once
+// `total` bytes went.
+std::string Simulate(double copied, double in_place, double map_rate, double read_rate,
+                     size_t total = 20'000) {
+  IngestChoice choice(Ingest::kMeasure, 1000);
+  Clock::time_point now = Clock::now();
+  uint64_t position = 0, bytes = 0;
+  for (size_t fed = 0; fed < total; fed += 100) {
+    const Ingest way = choice.way();
+    const double feeder = way == Ingest::kMap ? map_rate : way == Ingest::kRead ? read_rate : 1e12;
+    choice.Took(
+        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(100 / feeder)),
+        100);
+    const uint64_t released = position;  // the program took everything before this batch
+    position += 128;
+    bytes += 100;
+    now += std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(100 / (way == Ingest::kExtent ? in_place : copied)));
+    choice.Published(position, bytes, released, now);
+  }
+  return choice.Name();
+}
+
+TEST(IngestChoiceTest, TheFasterCopyThenExtentsWhenTheProgramTakesThemFaster) {
+  EXPECT_EQ(Simulate(/*copied=*/1e9, /*in_place=*/2e9, /*map=*/5e9, /*read=*/4e9), "extent");
+  EXPECT_EQ(Simulate(1e9, 2e9, 4e9, 5e9), "extent");
+}
+
+TEST(IngestChoiceTest, TheCopyStaysWhenExtentsAreNotClearlyFaster) {
+  // A program busy between batches takes both alike: the copy is done on
+  // the feeder's core, so it stays.
+  EXPECT_EQ(Simulate(1e9, 1.05e9, /*map=*/5e9, /*read=*/4e9), "map");
+  EXPECT_EQ(Simulate(1e9, 0.5e9, 4e9, 5e9), "read");
+}
+
+TEST(IngestChoiceTest, NothingIsChosenBeforeTheProbesAreTaken) {
+  EXPECT_EQ(Simulate(1e9, 2e9, 5e9, 4e9, /*total=*/9000), "");
+  IngestChoice choice(Ingest::kMeasure, 1000);
+  EXPECT_EQ(choice.way(), Ingest::kMap);
+  choice.Took(microseconds(1), 1000);
+  EXPECT_EQ(choice.way(), Ingest::kRead);
+  choice.Took(microseconds(2), 1000);
+  // Then in place and copied by turns, the copy the faster way.
+  for (int round = 0; round < IngestChoice::kRounds; ++round) {
+    EXPECT_EQ(choice.way(), Ingest::kExtent);
+    choice.Took(microseconds(1), 1000);
+    EXPECT_EQ(choice.way(), Ingest::kMap);
+    choice.Took(microseconds(1), 1000);
+  }
+  // Until the program took the last probe: copied.
+  EXPECT_EQ(choice.way(), Ingest::kMap);
+  EXPECT_EQ(choice.Name(), "");
+}
+
+// One probe slowed by something else on the host does not decide.
+TEST(IngestChoiceTest, OneSlowProbeDoesNotDecide) {
+  IngestChoice choice(Ingest::kMeasure, 1000);
+  Clock::time_point now = Clock::now();
+  uint64_t position = 0, bytes = 0;
+  int in_place_probes = 0;
+  for (size_t fed = 0; fed < 20'000; fed += 100) {
+    const Ingest way = choice.way();
+    choice.Took(microseconds(1), 100);
+    const uint64_t released = position;
+    position += 128;
+    bytes += 100;
+    double rate = way == Ingest::kExtent ? 2e9 : 1e9;
+    // The first in-place probe crawls.
+    if (way == Ingest::kExtent && fed % 1000 == 0) ++in_place_probes;
+    if (way == Ingest::kExtent && in_place_probes == 1) rate = 1e7;
+    now += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(100 / rate));
+    choice.Published(position, bytes, released, now);
+  }
+  EXPECT_EQ(choice.Name(), "extent");
+  ASSERT_TRUE(choice.in_place_rate().has_value());
+  ASSERT_TRUE(choice.copied_rate().has_value());
+  EXPECT_GT(*choice.in_place_rate(), 1.5e9);
+  EXPECT_LT(*choice.copied_rate(), 1.5e9);
+  EXPECT_THAT(choice.Describe(),
+              ::testing::HasSubstr("records go in place (the program took them"));
+}
+
+TEST(IngestChoiceTest, AForcedWayIsKept) {
+  for (Ingest ingest : {Ingest::kMap, Ingest::kRead, Ingest::kExtent}) {
+    IngestChoice choice(ingest, 1000);
+    choice.Took(microseconds(1), 100'000);
+    choice.Published(1 << 20, 100'000, 1 << 20, Clock::now());
+    EXPECT_EQ(choice.way(), ingest);
+    EXPECT_EQ(choice.Name(), IngestName(ingest));
+  }
+}
+
+}  // namespace
+}  // namespace drover::feed
