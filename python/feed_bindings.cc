@@ -486,7 +486,8 @@ class PyDataFeed {
     records_read_ = feed_->records_read();
     if (!status.ok()) ThrowStatus(status);
     epoch_ = batch_.epoch;
-    // The records are views into the queue: decode them before unlocking.
+    // The records are views into the queue (or the input file's mapping):
+    // decode them before unlocking.
     if (pickle_) return Unpickle(batch_.records);
     if (layout_) return DecodeBatch(format_, *layout_, batch_.records);
     return recycler_.Make(batch_.records);

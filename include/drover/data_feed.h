@@ -12,7 +12,7 @@
 //   while (!feed->ShouldStop()) {
 //     drover::RecordBatch batch = feed->NextBatch(100).value();
 //     if (batch.records.empty()) break;   // the feed is over
-//     train(batch.records);               // views into the queue
+//     train(batch.records);               // views, valid until the next call
 //   }
 //
 // Records of one NextBatch call come from one epoch: a call returns fewer
@@ -73,8 +73,10 @@ struct FeedPosition {
 };
 
 struct RecordBatch {
-  // Each record's bytes (for CSV and JSONL, one line without its newline).
-  // Valid until the next NextBatch, BatchResults or Terminate call.
+  // Each record's bytes (for CSV and JSONL, one line without its newline):
+  // views into the queue or, for raw records fed in place (`--feed-ingest`,
+  // docs/feed.md), into a read-only mapping of the input file. Valid until
+  // the next NextBatch, BatchResults or Terminate call.
   std::vector<std::string_view> records;
   int epoch = 0;  // 0-based epoch these records belong to
 };

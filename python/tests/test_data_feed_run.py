@@ -31,7 +31,10 @@ def run(tmp_path, program, *flags, timeout=120):
                           text=True, timeout=timeout)
 
 
-def test_raw_records_come_as_numpy_arrays_with_a_schema(tmp_path):
+# "extent": the records are read in place from the program's own mapping of
+# the file (docs/feed.md, "How it works"), not from the queue.
+@pytest.mark.parametrize("ingest", ["measure", "extent"])
+def test_raw_records_come_as_numpy_arrays_with_a_schema(tmp_path, ingest):
     rng = np.random.default_rng(7)
     images = rng.random((1000, 784), dtype=np.float32)
     labels = rng.integers(0, 10, 1000, dtype=np.int32)
@@ -49,14 +52,16 @@ def test_raw_records_come_as_numpy_arrays_with_a_schema(tmp_path):
             images.append(batch["image"]); labels.append(batch["label"])
         np.save("images.npy", np.concatenate(images)); np.save("labels.npy", np.concatenate(labels))
         print("read", feed.records_read, feed.format)
-        """, "--nodes", "1", "--input", "mnist.raw", "--format", "raw", "--record-bytes", "3140")
+        """, "--nodes", "1", "--input", "mnist.raw", "--format", "raw", "--record-bytes", "3140",
+        "--feed-ingest", ingest)
     assert result.returncode == 0, result.stderr
     assert "[worker:0] read 1000 raw" in result.stdout, result.stdout
     np.testing.assert_array_equal(np.load(tmp_path / "images.npy"), images)
     np.testing.assert_array_equal(np.load(tmp_path / "labels.npy"), labels)
 
 
-def test_bytes_records_stay_what_they_were_whatever_the_program_keeps(tmp_path):
+@pytest.mark.parametrize("ingest", ["measure", "extent"])
+def test_bytes_records_stay_what_they_were_whatever_the_program_keeps(tmp_path, ingest):
     """next_batch hands out the list of the batch before last again, written
     over, only when nothing else references it, and writes a record into one
     of its bytes objects only when nothing else references that: the records
@@ -97,7 +102,8 @@ def test_bytes_records_stay_what_they_were_whatever_the_program_keeps(tmp_path):
         lists_ok = all(whole == copies for whole, copies in lists)
         print("read", feed.records_read, digest.hexdigest(), hashes_ok, unchanged, keys_ok,
               lists_ok, len(kept) > 2, len(lists) > 2)
-        """, "--nodes", "1", "--input", "r.raw", "--format", "raw", "--record-bytes", "32")
+        """, "--nodes", "1", "--input", "r.raw", "--format", "raw", "--record-bytes", "32",
+        "--feed-ingest", ingest)
     assert result.returncode == 0, result.stderr
     everything = hashlib.sha256(b"".join(records)).hexdigest()
     assert f"[worker:0] read 5000 {everything} True True True True True True" in result.stdout, \

@@ -648,9 +648,11 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
                       "the first node with room for it (a node holds the partition its program "
                       "reads and the next; uneven node speeds, asynchronous training, inference)");
   feeding->add_option("--feed-ingest", flags->feed.ingest,
-                      "raw fixed-size records: how the feeder brings them into the queue: "
-                      "measure (the default: a 32 MiB probe each way, then the faster), map (copy "
-                      "from a mapping of the file) or read (read(2) straight into the queue)");
+                      "raw fixed-size records: how they reach the program: measure (the "
+                      "default: probes of each way, then the fastest), map (the feeder copies "
+                      "them into the queue from a mapping of the file), read (read(2) straight "
+                      "into the queue) or extent (the queue says where they are in the file; the "
+                      "program reads them in place from its own mapping)");
   feeding
       ->add_option("--split-bytes", flags->feed.split_bytes,
                    "Files larger than this are split into partitions of about this size")

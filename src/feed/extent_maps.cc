@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 
 #include "os/unique_fd.h"
 
@@ -59,22 +60,21 @@ Result<const char*> ExtentMaps::Records(const BatchView& batch) {
   const FileExtent& extent = batch.extent;
   const uint64_t end = extent.offset + uint64_t{batch.info.record_count} * batch.info.record_bytes;
   const std::string path(extent.path);
-  auto found = std::find_if(maps_.begin(), maps_.end(), [&](const Mapping& mapping) {
+  // The newest mapping of the file: an older one may still hold views.
+  auto newest = std::find_if(maps_.rbegin(), maps_.rend(), [&](const Mapping& mapping) {
     return mapping.device == extent.device && mapping.inode == extent.inode;
   });
+  auto found = newest == maps_.rend() ? maps_.end() : std::prev(newest.base());
   if (found != maps_.end()) {
     // Cut short since: past the end a mapping reads zeros, then SIGBUS.
     struct stat info {};
     if (::fstat(found->fd.get(), &info) != 0) return FileError(errno, "cannot stat " + path);
     DROVER_RETURN_IF_ERROR(CheckSize(path, static_cast<uint64_t>(info.st_size), end));
   }
-  // A file that grew since it was mapped is mapped again, whole.
+  // A file that grew since it was mapped is mapped again, whole; the old
+  // mapping goes at the next KeepOnlyLast, as this call's views may use it.
   if (found == maps_.end() || found->size < end) {
     DROVER_ASSIGN_OR_RETURN(Mapping mapping, Map(extent, end));
-    if (found != maps_.end()) {
-      Unmap(*found);
-      maps_.erase(found);
-    }
     maps_.push_back(std::move(mapping));
     found = maps_.end() - 1;
   } else if (found != maps_.end() - 1) {
