@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -306,6 +307,17 @@ TEST_F(DataFeedTest, AFileChangedUnderAnExtentStopsTheFeed) {
                              HasSubstr("no longer the file the feeder read"))));
   EXPECT_TRUE(feed->ShouldStop());
   EXPECT_EQ(channel_->state(), RunState::kStopped);
+}
+
+// Whatever the queue names, the program opens no FIFO and waits on none.
+TEST_F(DataFeedTest, AnExtentNamingAFifoStopsTheFeedAtOnce) {
+  const std::string fifo = dir_.File("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  ASSERT_OK(PublishExtent(*writer_, Info(0, 0, 0), ExtentOf(fifo, 0), 4, 8));
+  std::unique_ptr<DataFeed> feed = Connect();
+  ASSERT_NE(feed, nullptr);
+  EXPECT_THAT(feed->NextBatch(10),
+              StatusIs(Code::kUnavailable, HasSubstr("no longer the file the feeder read")));
 }
 
 TEST_F(DataFeedTest, AFileCutShortUnderAnExtentStopsTheFeed) {

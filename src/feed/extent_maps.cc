@@ -31,9 +31,8 @@ Status Populate(const char* base, uint64_t offset, uint64_t end, const std::stri
     return Status::Ok();
   }
   if (errno == EFAULT) {
-    return Status::InvalidArgument(path + " ends before offset " + std::to_string(end) +
-                                   ", where the records fed from it end (was it cut short "
-                                   "during the run?)");
+    return Status::InvalidArgument("cannot read " + path + " up to offset " + std::to_string(end) +
+                                   ": it was cut short during the run");
   }
   return FileError(errno, "cannot read " + path);
 }
@@ -87,11 +86,13 @@ Result<const char*> ExtentMaps::Records(const BatchView& batch) {
 
 Result<ExtentMaps::Mapping> ExtentMaps::Map(const FileExtent& extent, uint64_t end) const {
   const std::string path(extent.path);
-  os::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // O_NONBLOCK: a path that names a FIFO now (the feeder read a regular
+  // file) must not block the open.
+  os::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (!fd.valid()) return FileError(errno, "cannot open " + path + ", which the feeder read");
   struct stat info {};
   if (::fstat(fd.get(), &info) != 0) return FileError(errno, "cannot stat " + path);
-  if (static_cast<uint64_t>(info.st_dev) != extent.device ||
+  if (!S_ISREG(info.st_mode) || static_cast<uint64_t>(info.st_dev) != extent.device ||
       static_cast<uint64_t>(info.st_ino) != extent.inode) {
     return Status::InvalidArgument(path +
                                    " is no longer the file the feeder read from (it was replaced "
