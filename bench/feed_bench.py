@@ -45,10 +45,12 @@ of about --bytes each, random but deterministic) it runs, on the same file:
 Before the runs each file's pages are put in the page cache the way a
 dataset read from storage has them (--page-cache read, the default: written
 back, dropped, and read(2) back in large chunks) or left as the generator
-wrote them (--page-cache written). Which matters for every path that maps
-the file: on the development host, mapping and copying page-cache pages
-that came in by read(2) ran at memcpy's rate and pages that came in by
-write(2) at under half of it (bench/RESULTS.md, 2026-11-29).
+wrote them (--page-cache written). How pages came into the page cache
+matters to every path that maps the file: on the development host a file
+cached for a day, or just copied with cp(1), mapped and copied at 8-10 GB/s
+and at 22-23 GB/s once dropped and read back (bench/RESULTS.md,
+2026-11-29). With a measuring feeder (the default) the figures end with the
+way it chose for each run of (2) and (3), and why.
 Each consumer times itself from the first record received to the end of the
 feed and reports records, bytes and seconds; start-up is not counted. Rates
 are compared, not totals. Each figure is the median of --reps runs, the
@@ -142,6 +144,11 @@ def run_one(command, out, expected_records, env, timeout):
     if result["records"] != expected_records or result["seconds"] <= 0:
         raise RuntimeError(f"read {result['records']} records in {result['seconds']} s, "
                            f"expected {expected_records}: {' '.join(command)}\n{tail}")
+    # What a measuring feeder chose, as it says in the node's output.
+    choice = [line.split("drover feeder worker:0: ", 1)[1] for line in
+              (done.stdout + done.stderr).splitlines() if "drover feeder worker:0: " in line]
+    if choice:
+        result["choice"] = choice[-1]
     return result
 
 
@@ -333,6 +340,13 @@ def main():
         r1, r3 = rate("b100", PATHS[0]), rate("b100", PATHS[2])
         print(f"target (3) >= 0.3 x (1), 100 B (Python bytes): "
               f"{verdict(r3 / r1 if r1 and r3 else None, 0.3)}")
+    choices = [(kind, name, run["choice"]) for kind in kinds for name in PATHS[1:3]
+               for run in results.get((kind, name), []) if run and "choice" in run]
+    if choices:
+        print("\nthe feeder's choice, each run of (2) and (3) in order (docs/feed.md, "
+              "--feed-ingest measure):")
+        for kind, name, choice in choices:
+            print(f"{LABELS[kind]:<11} {name:<21} {choice}")
     if failures:
         print(f"\nfeed_bench: {len(failures)} run(s) failed; first: {failures[0][:2000]}",
               file=sys.stderr)
