@@ -298,6 +298,15 @@ Status ShmDataFeed::FillBatch(size_t max_records, RecordBatch* out) {
       }
     }
   }
+  // A call that hands out nothing answers the ends of partitions it took
+  // (empty end-of-partition batches) itself: the program answers nothing
+  // for an empty batch, and after the feed's last one it calls no more.
+  if (inference_ && batch.records.empty()) {
+    for (const Piece& piece : unanswered_) {
+      if (Status written = WriteResults(piece, {}, 0); !written.ok()) return written;
+    }
+    unanswered_.clear();
+  }
   records_read_ += batch.records.size();
   return Status::Ok();
 }

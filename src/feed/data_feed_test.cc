@@ -575,6 +575,33 @@ TEST_F(InferenceFeedTest, EmptyPartitionIsAnsweredImplicitly) {
 
 // Results larger than one output batch are split, in order, the end flag on
 // the last piece.
+// The end of the last partition arrives alone, after its records were
+// answered: the call that finds it hands out nothing and answers it itself,
+// since the program answers nothing for an empty batch and calls no more.
+TEST_F(InferenceFeedTest, AnEndArrivingAloneAfterTheLastRecordsIsAnswered) {
+  Publish(Info(0, 0, 0, 0, 0), {"a0", "a1"});
+  std::unique_ptr<DataFeed> feed = Connect(/*train_mode=*/false);
+  ASSERT_NE(feed, nullptr);
+  RingReader results(*channel_, /*input_ring=*/false);
+  ASSERT_OK_AND_ASSIGN(RecordBatch batch, feed->NextBatch(10));
+  EXPECT_THAT(Strings(batch), ElementsAre("a0", "a1"));
+  ASSERT_OK(feed->BatchResults({"r0", "r1"}));
+  Publish(Info(0, 0, 2, kEndOfPartition, 0), {});
+  writer_->Close();
+  ASSERT_OK_AND_ASSIGN(batch, feed->NextBatch(10));
+  EXPECT_THAT(batch.records, IsEmpty());
+  EXPECT_TRUE(feed->ShouldStop());
+
+  std::vector<std::pair<uint32_t, uint32_t>> pieces;  // record_count, flags
+  for (;;) {
+    ASSERT_OK_AND_ASSIGN(std::optional<BatchView> out, results.TryNext());
+    if (!out) break;
+    pieces.emplace_back(out->info.record_count, out->info.flags);
+  }
+  EXPECT_THAT(pieces, ElementsAre(std::pair<uint32_t, uint32_t>{2, 0},
+                                  std::pair<uint32_t, uint32_t>{0, kEndOfPartition}));
+}
+
 TEST_F(InferenceFeedTest, LargeResultsAreSplitAcrossBatches) {
   std::vector<std::string> records;
   for (int i = 0; i < 40; ++i) records.push_back("q" + std::to_string(i));

@@ -150,10 +150,11 @@ class BatchWriter {
     return std::max<size_t>(1, batch_bytes_ / std::max<uint32_t>(1, info_.record_bytes));
   }
   // Publishes what the batch holds, then `count` records at `extent` (in
-  // the partition, right after them) as one kFileExtent batch. Waits first
-  // while the records the program has not released would exceed the queue's
-  // size: in place or not, a node holds at most its queue ahead.
-  Status PublishExtent(const FileExtent& extent, uint32_t count) {
+  // the partition, right after them) as one kFileExtent batch, with `flags`
+  // (kEndOfPartition for the partition's last records). Waits first while
+  // the records the program has not released would exceed the queue's size:
+  // in place or not, a node holds at most its queue ahead.
+  Status PublishExtent(const FileExtent& extent, uint32_t count, uint32_t flags) {
     const uint64_t record_bytes = uint64_t{count} * info_.record_bytes;
     DROVER_RETURN_IF_ERROR(WaitForExtentRoom(record_bytes));
     if (info_.record_count > 0) {
@@ -166,7 +167,7 @@ class BatchWriter {
     EncodeFileExtent(extent, space);
     BatchInfo info = info_;
     info.record_count = count;
-    info.flags = kFileExtent;
+    info.flags = kFileExtent | flags;
     ring_.Commit(info, payload, extent.offset + record_bytes);
     info_.first_record += count;
     bytes_ += record_bytes;
@@ -401,7 +402,8 @@ Result<FeederReport> FeedShare(const FeederOptions& options, JoinedFeed& joined)
     // Fixed-size records: copied into the queue, or queued as extents of
     // the file. `offset` is where the next record is, whichever way.
     std::optional<ExtentFile> extent_file;
-    while (fixed_size) {
+    bool ended = false;  // the last extent carried the partition's end
+    while (fixed_size && !ended) {
       const uint64_t whole = (partition.end - offset) / plan.read.record_bytes;
       if (ingest.way() == Ingest::kExtent && whole > 0) {
         if (!extent_file) {
@@ -414,8 +416,12 @@ Result<FeederReport> FeedShare(const FeederOptions& options, JoinedFeed& joined)
         // The program reads these pages next: have them read in meanwhile.
         ::posix_fadvise(extent_file->fd.get(), static_cast<off_t>(offset),
                         static_cast<off_t>(length), POSIX_FADV_WILLNEED);
+        // The partition's last records carry its end: no empty batch after
+        // them, which the program would have to answer in inference.
+        ended = offset + length == partition.end;
         Status published = writer.PublishExtent(
-            {extent_file->path, extent_file->device, extent_file->inode, offset}, count);
+            {extent_file->path, extent_file->device, extent_file->inode, offset}, count,
+            ended ? kEndOfPartition : 0);
         if (!published.ok()) return stopped(published, partition.Name());
         offset += length;
         report.records += count;
@@ -453,7 +459,7 @@ Result<FeederReport> FeedShare(const FeederOptions& options, JoinedFeed& joined)
       if (!appended.ok()) return stopped(appended, partition.Name());
       ++report.records;
     }
-    writer.Publish(kEndOfPartition, reader->next_offset());
+    if (!ended) writer.Publish(kEndOfPartition, reader->next_offset());
   }
   writer.Close();
   report.bytes = writer.bytes();

@@ -6,6 +6,7 @@
 #ifndef DROVER_FEED_INGEST_CHOICE_H_
 #define DROVER_FEED_INGEST_CHOICE_H_
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstddef>
@@ -74,7 +75,8 @@ class IngestChoice {
   using Clock = std::chrono::steady_clock;
   static constexpr int kRounds = 4;
 
-  IngestChoice(Ingest ingest, size_t probe_bytes) : ingest_(ingest), probe_bytes_(probe_bytes) {}
+  IngestChoice(Ingest ingest, size_t probe_bytes)
+      : ingest_(ingest), probe_bytes_(std::max<size_t>(probe_bytes, 1)) {}
 
   // The way the next records go: kMap, kRead or kExtent.
   Ingest way() const;

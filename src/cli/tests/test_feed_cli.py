@@ -333,6 +333,25 @@ def test_inference_writes_one_result_per_record_per_partition_in_order(tmp_path)
     assert not [p for p in os.listdir(output) if p.endswith(".tmp")]
 
 
+def test_inference_answers_records_fed_in_place_once_each_in_order(tmp_path):
+    # Fixed-size records queued as extents of their file: each partition's
+    # last extent carries its end, and every result lands in its part file.
+    write_raw(tmp_path / "d.raw", 0, 20000)
+    output = tmp_path / "results"
+    result = run_feed(tmp_path, "--nodes", "2", "--input", str(tmp_path / "d.raw"),
+                      "--format", "raw", "--record-bytes", "16", "--feed-ingest", "extent",
+                      "--split-bytes", "100000", "--queue-bytes", "65536",
+                      "--mode", "inference", "--output", str(output), "--",
+                      FEED_READER, "--out", "seen", "--inference", "--batch", "100")
+    assert result.returncode == 0, result.stderr
+    parts = sorted(p for p in os.listdir(output) if p.startswith("part-"))
+    assert len(parts) >= 3
+    lines = []
+    for part in parts:
+        lines += (output / part).read_text().splitlines()
+    assert lines == [f"r:{i:07d},payloads" for i in range(20000)]
+
+
 def test_inference_with_the_wrong_number_of_results_names_the_partition(tmp_path):
     write_csv(tmp_path / "data.csv", 0, 100)
     result = run_feed(tmp_path, "--nodes", "1", "--input", str(tmp_path / "data.csv"),
