@@ -9,8 +9,8 @@ void ConsumptionClock::Mark(uint64_t position, uint64_t record_bytes, int segmen
   if (segment < 0 || (!marks_.empty() && marks_.back().position >= position)) return;
   if (!marks_.empty()) segment = std::max(segment, marks_.back().segment);
   marks_.push_back({position, record_bytes, segment});
-  if (spans_.size() <= static_cast<size_t>(segment))
-    spans_.resize(static_cast<size_t>(segment) + 1);
+  const auto index = static_cast<size_t>(segment);
+  if (spans_.size() <= index) spans_.resize(index + 1);
 }
 
 void ConsumptionClock::Observe(uint64_t released, Clock::time_point now) {
