@@ -209,6 +209,17 @@ TEST_F(DataFeedTest, ReadsWhileTheFeederWrites) {
   EXPECT_TRUE(feed->ShouldStop());
 }
 
+// The batches of results the program wrote so far (the output ring).
+std::vector<BatchInfo> ResultBatches(RingReader& results) {
+  std::vector<BatchInfo> batches;
+  for (;;) {
+    Result<std::optional<BatchView>> out = results.TryNext();
+    EXPECT_OK(out);
+    if (!out.ok() || !out->has_value()) return batches;
+    batches.push_back((*out)->info);
+  }
+}
+
 // Fixed-size records from a file, `count` of them, record i being
 // "rec" and i in 5 digits (8 bytes).
 std::string NumberedRecords(int first, int count) {
@@ -469,6 +480,12 @@ TEST_F(DataFeedTest, TrainModeMustMatchTheRun) {
 class InferenceFeedTest : public DataFeedTest {
  protected:
   void SetUp() override { Serve("inference"); }
+  // Takes the queued records "a0" and "a1" and answers them.
+  static void TakeAndAnswerA0A1(DataFeed& feed) {
+    ASSERT_OK_AND_ASSIGN(RecordBatch batch, feed.NextBatch(10));
+    EXPECT_THAT(Strings(batch), ElementsAre("a0", "a1"));
+    ASSERT_OK(feed.BatchResults({"r0", "r1"}));
+  }
 };
 
 TEST_F(InferenceFeedTest, TrainModeMustMatchTheRun) {
@@ -555,26 +572,20 @@ TEST_F(InferenceFeedTest, EmptyPartitionIsAnsweredImplicitly) {
   ASSERT_NE(feed, nullptr);
   RingReader results(*channel_, /*input_ring=*/false);
 
+  ASSERT_NO_FATAL_FAILURE(TakeAndAnswerA0A1(*feed));
   ASSERT_OK_AND_ASSIGN(RecordBatch batch, feed->NextBatch(10));
-  EXPECT_THAT(Strings(batch), ElementsAre("a0", "a1"));
-  ASSERT_OK(feed->BatchResults({"r0", "r1"}));
-  ASSERT_OK_AND_ASSIGN(batch, feed->NextBatch(10));
   EXPECT_THAT(batch.records, IsEmpty());
 
   std::vector<std::pair<uint32_t, uint32_t>> ends;  // partition, record_count
-  for (;;) {
-    ASSERT_OK_AND_ASSIGN(std::optional<BatchView> out, results.TryNext());
-    if (!out) break;
-    EXPECT_EQ(out->info.flags, kEndOfPartition);
-    ends.emplace_back(out->info.partition, out->info.record_count);
+  for (const BatchInfo& info : ResultBatches(results)) {
+    EXPECT_EQ(info.flags, kEndOfPartition);
+    ends.emplace_back(info.partition, info.record_count);
   }
   EXPECT_THAT(ends,
               ElementsAre(std::pair<uint32_t, uint32_t>{0, 2}, std::pair<uint32_t, uint32_t>{1, 0},
                           std::pair<uint32_t, uint32_t>{2, 0}));
 }
 
-// Results larger than one output batch are split, in order, the end flag on
-// the last piece.
 // The end of the last partition arrives alone, after its records were
 // answered: the call that finds it hands out nothing and answers it itself,
 // since the program answers nothing for an empty batch and calls no more.
@@ -583,25 +594,23 @@ TEST_F(InferenceFeedTest, AnEndArrivingAloneAfterTheLastRecordsIsAnswered) {
   std::unique_ptr<DataFeed> feed = Connect(/*train_mode=*/false);
   ASSERT_NE(feed, nullptr);
   RingReader results(*channel_, /*input_ring=*/false);
-  ASSERT_OK_AND_ASSIGN(RecordBatch batch, feed->NextBatch(10));
-  EXPECT_THAT(Strings(batch), ElementsAre("a0", "a1"));
-  ASSERT_OK(feed->BatchResults({"r0", "r1"}));
+  ASSERT_NO_FATAL_FAILURE(TakeAndAnswerA0A1(*feed));
   Publish(Info(0, 0, 2, kEndOfPartition, 0), {});
   writer_->Close();
-  ASSERT_OK_AND_ASSIGN(batch, feed->NextBatch(10));
+  ASSERT_OK_AND_ASSIGN(RecordBatch batch, feed->NextBatch(10));
   EXPECT_THAT(batch.records, IsEmpty());
   EXPECT_TRUE(feed->ShouldStop());
 
   std::vector<std::pair<uint32_t, uint32_t>> pieces;  // record_count, flags
-  for (;;) {
-    ASSERT_OK_AND_ASSIGN(std::optional<BatchView> out, results.TryNext());
-    if (!out) break;
-    pieces.emplace_back(out->info.record_count, out->info.flags);
+  for (const BatchInfo& info : ResultBatches(results)) {
+    pieces.emplace_back(info.record_count, info.flags);
   }
   EXPECT_THAT(pieces, ElementsAre(std::pair<uint32_t, uint32_t>{2, 0},
                                   std::pair<uint32_t, uint32_t>{0, kEndOfPartition}));
 }
 
+// Results larger than one output batch are split, in order, the end flag on
+// the last piece.
 TEST_F(InferenceFeedTest, LargeResultsAreSplitAcrossBatches) {
   std::vector<std::string> records;
   for (int i = 0; i < 40; ++i) records.push_back("q" + std::to_string(i));

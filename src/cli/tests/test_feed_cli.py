@@ -315,6 +315,16 @@ def test_terminate_stops_the_epochs_early(tmp_path):
     assert [record for _, record in seen[:1000]] == [f"{i},payload-{i}" for i in range(1000)]
 
 
+def result_lines(output):
+    """The results in `output`'s part files (at least three), in part order."""
+    parts = sorted(p for p in os.listdir(output) if p.startswith("part-"))
+    assert len(parts) >= 3, parts
+    lines = []
+    for part in parts:
+        lines += (output / part).read_text().splitlines()
+    return lines
+
+
 def test_inference_writes_one_result_per_record_per_partition_in_order(tmp_path):
     write_csv(tmp_path / "a.csv", 0, 700)
     write_csv(tmp_path / "b.csv", 700, 500)
@@ -324,12 +334,7 @@ def test_inference_writes_one_result_per_record_per_partition_in_order(tmp_path)
                       "--mode", "inference", "--output", str(output), "--",
                       FEED_READER, "--out", "seen", "--inference", "--batch", "33")
     assert result.returncode == 0, result.stderr
-    parts = sorted(p for p in os.listdir(output) if p.startswith("part-"))
-    assert len(parts) >= 3
-    lines = []
-    for part in parts:
-        lines += (output / part).read_text().splitlines()
-    assert lines == [f"r:{i},payload-{i}" for i in range(1200)]
+    assert result_lines(output) == [f"r:{i},payload-{i}" for i in range(1200)]
     assert not [p for p in os.listdir(output) if p.endswith(".tmp")]
 
 
@@ -344,12 +349,7 @@ def test_inference_answers_records_fed_in_place_once_each_in_order(tmp_path):
                       "--mode", "inference", "--output", str(output), "--",
                       FEED_READER, "--out", "seen", "--inference", "--batch", "100")
     assert result.returncode == 0, result.stderr
-    parts = sorted(p for p in os.listdir(output) if p.startswith("part-"))
-    assert len(parts) >= 3
-    lines = []
-    for part in parts:
-        lines += (output / part).read_text().splitlines()
-    assert lines == [f"r:{i:07d},payloads" for i in range(20000)]
+    assert result_lines(output) == [f"r:{i:07d},payloads" for i in range(20000)]
 
 
 def test_inference_with_the_wrong_number_of_results_names_the_partition(tmp_path):
