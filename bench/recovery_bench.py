@@ -200,7 +200,13 @@ def measure_node(run, n, workdir, env):
     with open(log) as f:
         lines = [line.split() for line in f]
     kills = [float(line[1]) for line in lines if line[0] == "kill"]
-    again = [float(line[3]) for line in lines if line[0] == "start" and line[1] == "1"]
+    # The survivors' first round after the kill. drover's may be round 2: a
+    # survivor's exit 1 seen before the node's loss re-forms the group once
+    # for the failure (round 1, no program started) and once for the loss.
+    restarts = [(int(line[1]), float(line[3])) for line in lines
+                if line[0] == "start" and line[1] != "0"]
+    first = min((round_ for round_, _ in restarts), default=None)
+    again = [at for round_, at in restarts if round_ == first]
     if len(kills) != 1 or len(again) != n - 1:
         raise RuntimeError(f"expected one kill and {n - 1} restarts: {lines}")
     return max(again) - kills[0], exited - kills[0]
