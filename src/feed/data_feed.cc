@@ -79,6 +79,10 @@ class ShmDataFeed final : public DataFeed {
   void Take(size_t wanted, RecordBatch* batch);
   Status WriteResults(const Piece& piece, const std::vector<std::string_view>& results,
                       size_t first);
+  // Writes what unanswered_ holds when none of it has records: ends of
+  // partitions (empty end-of-partition batches), which a program answers
+  // nothing for, so nobody else will.
+  Status AnswerEnds();
   // NextBatch's work; *out starts empty.
   Status FillBatch(size_t max_records, RecordBatch* out);
 
@@ -218,11 +222,8 @@ Status ShmDataFeed::FillBatch(size_t max_records, RecordBatch* out) {
                                    " results of the previous batch first (partition " +
                                    PartitionName(unanswered_.front().info.partition) + ")");
   }
-  // Pieces of only empty end-of-partition batches are answered implicitly.
-  for (const Piece& piece : unanswered_) {
-    if (Status written = WriteResults(piece, {}, 0); !written.ok()) return written;
-  }
-  unanswered_.clear();
+  // Left by a call that failed answering them.
+  DROVER_RETURN_IF_ERROR(AnswerEnds());
   // The views handed out last time are given up now.
   input_.Release(release_to_);
   extents_.KeepOnlyLast();
@@ -282,30 +283,17 @@ Status ShmDataFeed::FillBatch(size_t max_records, RecordBatch* out) {
     const bool ends_partition = (current_->info.flags & feed::kEndOfPartition) != 0;
     Take(max_records, out);
     // A batch that gave this call nothing (an empty end-of-partition batch)
-    // is given back before waiting for more: a writer waiting for the queue
-    // to drain (PartitionWriter::WaitConsumed) must not wait for this call.
-    if (!current_ && batch.records.empty()) input_.Release(release_to_);
-    if (external_ && ends_partition && !current_) {
-      if (!batch.records.empty()) {
-        partition_ended = true;
-      } else if (inference_) {
-        // An empty partition: its writer waits for its end now, not after
-        // the next records (which it will only send once answered).
-        for (const Piece& piece : unanswered_) {
-          if (Status written = WriteResults(piece, {}, 0); !written.ok()) return written;
-        }
-        unanswered_.clear();
-      }
+    // is given back, and its end answered, before waiting for more: a
+    // writer waiting for the queue to drain or for the end's answer
+    // (PartitionWriter) must not wait for this call, and after the feed's
+    // last batch the program calls no more.
+    if (!current_ && batch.records.empty()) {
+      input_.Release(release_to_);
+      DROVER_RETURN_IF_ERROR(AnswerEnds());
     }
-  }
-  // A call that hands out nothing answers the ends of partitions it took
-  // (empty end-of-partition batches) itself: the program answers nothing
-  // for an empty batch, and after the feed's last one it calls no more.
-  if (inference_ && batch.records.empty()) {
-    for (const Piece& piece : unanswered_) {
-      if (Status written = WriteResults(piece, {}, 0); !written.ok()) return written;
+    if (external_ && ends_partition && !current_ && !batch.records.empty()) {
+      partition_ended = true;
     }
-    unanswered_.clear();
   }
   records_read_ += batch.records.size();
   return Status::Ok();
@@ -348,6 +336,15 @@ Status ShmDataFeed::WriteResults(const Piece& piece, const std::vector<std::stri
     output_.Commit(info, bytes, 0);
     index = end;
   } while (index < count);
+  return Status::Ok();
+}
+
+Status ShmDataFeed::AnswerEnds() {
+  for (const Piece& piece : unanswered_) {
+    if (piece.info.record_count > 0) return Status::Ok();  // the program answers these
+  }
+  for (const Piece& piece : unanswered_) DROVER_RETURN_IF_ERROR(WriteResults(piece, {}, 0));
+  unanswered_.clear();
   return Status::Ok();
 }
 

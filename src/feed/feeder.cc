@@ -336,8 +336,11 @@ Result<FeederReport> FeedShare(const FeederOptions& options, JoinedFeed& joined)
   BatchWriter writer(channel, options.batch_bytes, timeout,
                      fixed_size ? static_cast<uint32_t>(plan.read.record_bytes) : 0);
   IngestChoice ingest(options.plan.ingest, options.ingest_probe_bytes);
+  // After each batch of fixed-size records: the measurement sees how far
+  // the program got, and a choice it made is said once.
   bool choice_said = plan.ingest != Ingest::kMeasure;
-  auto say_choice = [&] {
+  auto published_more = [&] {
+    ingest.Published(writer.position(), writer.bytes(), writer.released_position(), Clock::now());
     if (choice_said || ingest.Name().empty()) return;
     choice_said = true;
     if (options.notice) options.notice(ingest.Describe());
@@ -419,16 +422,14 @@ Result<FeederReport> FeedShare(const FeederOptions& options, JoinedFeed& joined)
         // The partition's last records carry its end: no empty batch after
         // them, which the program would have to answer in inference.
         ended = offset + length == partition.end;
-        Status published = writer.PublishExtent(
+        Status extent_published = writer.PublishExtent(
             {extent_file->path, extent_file->device, extent_file->inode, offset}, count,
             ended ? kEndOfPartition : 0);
-        if (!published.ok()) return stopped(published, partition.Name());
+        if (!extent_published.ok()) return stopped(extent_published, partition.Name());
         offset += length;
         report.records += count;
         ingest.Took(Clock::now() - start, length);
-        ingest.Published(writer.position(), writer.bytes(), writer.released_position(),
-                         Clock::now());
-        say_choice();
+        published_more();
         continue;
       }
       // Copied: the reader picks up where the extents left off (and ends
@@ -439,9 +440,7 @@ Result<FeederReport> FeedShare(const FeederOptions& options, JoinedFeed& joined)
       if (writer.free_records() == 0) {
         Status next = writer.NextBatch(offset, plan.read.record_bytes);
         if (!next.ok()) return stopped(next, partition.Name());
-        ingest.Published(writer.position(), writer.bytes(), writer.released_position(),
-                         Clock::now());
-        say_choice();
+        published_more();
         continue;
       }
       DROVER_ASSIGN_OR_RETURN(size_t count, IngestRun(*reader, writer, ingest));
