@@ -2,8 +2,9 @@
 
 usage: feed_bench.py [--build build] [--kinds mnist,b100,b10k] [--bytes 2147483648]
                      [--tfos-records mnist=7000,b100=20000,b10k=12000] [--batch 100]
-                     [--queue-bytes N] [--feed-ingest measure|map|read|extent] [--reps 3]
-                     [--page-cache read|written] [--data-dir DIR] [--tfos-src DIR]
+                     [--queue-bytes N] [--feed-ingest measure|map|read|extent|extent-read]
+                     [--reps 3] [--page-cache read|written] [--settle 60] [--data-dir DIR]
+                     [--tfos-src DIR]
 
 For each record kind (bench/make_feed_records.py: MNIST rows of 784 float32 +
 int32 label = 3140 bytes, 100-byte and 10 KB records; raw fixed-length files
@@ -49,7 +50,12 @@ wrote them (--page-cache written). How pages came into the page cache
 matters to every path that maps the file: on the development host a file
 cached for a day, or just copied with cp(1), mapped and copied at 8-10 GB/s
 and at 22-23 GB/s once dropped and read back (bench/RESULTS.md,
-2026-11-29). With a measuring feeder (the default) the figures end with the
+2026-11-29). After a file is read back the bench waits --settle seconds
+before the runs: on the development host, for tens of seconds after 2 GB
+came into the page cache (once still 50 s after), a feeder and a consumer
+on the two cores ran 4-8x slower in spells (bench/RESULTS.md, "The program
+reads its records itself"), which would fall on whichever path ran then.
+With a measuring feeder (the default) the figures end with the
 way it chose for each run of (2) and (3), and why.
 Each consumer times itself from the first record received to the end of the
 feed and reports records, bytes and seconds; start-up is not counted. Rates
@@ -68,6 +74,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_feed_records  # noqa: E402
@@ -202,13 +209,16 @@ def main():
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--queue-bytes", type=int, default=None,
                         help="drover run --queue-bytes (default: drover's own default)")
-    parser.add_argument("--feed-ingest", choices=("measure", "map", "read", "extent"),
+    parser.add_argument("--feed-ingest",
+                        choices=("measure", "map", "read", "extent", "extent-read"),
                         help="drover run --feed-ingest for (2) and (3) (default: drover's own, "
                              "measure): pin the feeder to one way to compare them on a host")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--page-cache", choices=("read", "written"), default="read",
                         help="each file's pages as read(2) from storage brings them in (read, the "
                              "default) or as the generator wrote them (written)")
+    parser.add_argument("--settle", type=float, default=60,
+                        help="seconds to wait after reading the files back, before the runs")
     parser.add_argument("--data-dir", help="keep the record files here (default: a temp dir)")
     parser.add_argument("--timeout", type=int, default=600, help="seconds per run")
     parser.add_argument("--tfos-src", help="a TensorFlowOnSpark checkout (DIR/tensorflowonspark): "
@@ -240,6 +250,10 @@ def main():
             args.tfos_records[kind] = min(args.tfos_records[kind], records)
             print(f"feed_bench: {files[kind][0]}: {records:,} records of {record_bytes} bytes",
                   file=sys.stderr, flush=True)
+        if args.page_cache == "read" and args.settle > 0:
+            print(f"feed_bench: waiting {args.settle:g} s for the host to settle after the "
+                  "read-back", file=sys.stderr, flush=True)
+            time.sleep(args.settle)
         for rep in range(args.reps):
             for kind in kinds:
                 path, records = files[kind]

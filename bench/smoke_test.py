@@ -91,8 +91,8 @@ def test_etcd_formation_bench():
 
 def test_feed_bench_reports_every_path_and_target(tmp_path):
     out = run(PYTHON, bench("feed_bench.py"), "--build", BUILD, "--kinds", "mnist,b100",
-              "--bytes", "20000000", "--reps", "1", "--tfos-records", "mnist=200,b100=200",
-              "--data-dir", str(tmp_path))
+              "--bytes", "20000000", "--reps", "1", "--settle", "0", "--tfos-records",
+              "mnist=200,b100=200", "--data-dir", str(tmp_path))
     for kind in ("MNIST rows", "100 B"):
         for path in ("(0) read() limit", "(1) memcpy", "(2) drover -> C++",
                      "(3) drover -> Python", "(4) TFoS queues", "(5) pipeline limit",

@@ -32,8 +32,9 @@ def run(tmp_path, program, *flags, timeout=120):
 
 
 # "extent": the records are read in place from the program's own mapping of
-# the file (docs/feed.md, "How it works"), not from the queue.
-@pytest.mark.parametrize("ingest", ["measure", "extent"])
+# the file (docs/feed.md, "How it works"), not from the queue; "extent-read":
+# the program reads them with pread(2) into memory it reuses.
+@pytest.mark.parametrize("ingest", ["measure", "extent", "extent-read"])
 def test_raw_records_come_as_numpy_arrays_with_a_schema(tmp_path, ingest):
     rng = np.random.default_rng(7)
     images = rng.random((1000, 784), dtype=np.float32)
@@ -60,7 +61,7 @@ def test_raw_records_come_as_numpy_arrays_with_a_schema(tmp_path, ingest):
     np.testing.assert_array_equal(np.load(tmp_path / "labels.npy"), labels)
 
 
-@pytest.mark.parametrize("ingest", ["measure", "extent"])
+@pytest.mark.parametrize("ingest", ["measure", "extent", "extent-read"])
 def test_bytes_records_stay_what_they_were_whatever_the_program_keeps(tmp_path, ingest):
     """next_batch hands out the list of the batch before last again, written
     over, only when nothing else references it, and writes a record into one

@@ -651,8 +651,9 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
                       "raw fixed-size records: how they reach the program: measure (the "
                       "default: probes of each way, then the fastest), map (the feeder copies "
                       "them into the queue from a mapping of the file), read (read(2) straight "
-                      "into the queue) or extent (the queue says where they are in the file; the "
-                      "program reads them in place from its own mapping)");
+                      "into the queue), extent (the queue says where they are in the file; the "
+                      "program reads them in place from its own mapping) or extent-read (the "
+                      "same, but the program read(2)s them into memory it reuses)");
   feeding
       ->add_option("--split-bytes", flags->feed.split_bytes,
                    "Files larger than this are split into partitions of about this size")

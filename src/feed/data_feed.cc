@@ -8,7 +8,7 @@
 #include <cstring>
 #include <deque>
 
-#include "feed/extent_maps.h"
+#include "feed/extent_records.h"
 #include "feed/shm_channel.h"
 #include "feed/socket_fd.h"
 #include "os/duration_text.h"
@@ -93,8 +93,8 @@ class ShmDataFeed final : public DataFeed {
   feed::ShmChannel channel_;
   feed::RingReader input_;
   feed::RingWriter output_;
-  // The files of kFileExtent batches: their records are handed out in place.
-  feed::ExtentMaps extents_;
+  // The records of kFileExtent batches, in place or read by this process.
+  feed::ExtentRecords extents_;
   bool inference_;
   // Fed from outside (drover.Cluster.train): a writer sends one partition
   // and, in inference, waits for its results before it sends more, so a

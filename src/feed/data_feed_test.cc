@@ -29,6 +29,7 @@ using ::drover::feed::Deadline;
 using ::drover::feed::FeedGrant;
 using ::drover::feed::FeedRole;
 using ::drover::feed::kEndOfPartition;
+using ::drover::feed::kReadExtent;
 using ::drover::feed::RingReader;
 using ::drover::feed::RingWriter;
 using ::drover::feed::RunState;
@@ -240,13 +241,28 @@ std::vector<std::string> NumberedList(int first, int count) {
 
 // Records queued as extents of their files are handed out as views into the
 // program's own mappings of the files, across batches and files, in order.
-TEST_F(DataFeedTest, FileExtentRecordsAreHandedOutInPlace) {
+// The tests of file extents run for both ways a program takes them: from
+// its own mapping of the file, and read with pread(2) into its own memory
+// (kReadExtent).
+class ExtentFeedTest : public DataFeedTest, public ::testing::WithParamInterface<uint32_t> {
+ protected:
+  uint32_t Way() const { return GetParam(); }
+};
+
+INSTANTIATE_TEST_SUITE_P(InPlaceAndRead, ExtentFeedTest, ::testing::Values(0u, kReadExtent),
+                         [](const ::testing::TestParamInfo<uint32_t>& info) {
+                           return info.param == kReadExtent ? "ReadByProgram" : "Mapped";
+                         });
+
+TEST_P(ExtentFeedTest, FileExtentRecordsAreHandedOutInPlace) {
   const std::string a = dir_.File("a.raw"), b = dir_.File("b.raw");
   WriteFile(a, NumberedRecords(0, 20));
   WriteFile(b, NumberedRecords(20, 10));
-  ASSERT_OK(PublishExtent(*writer_, Info(0, 0, 0), ExtentOf(a, 0), 12, 8));
-  ASSERT_OK(PublishExtent(*writer_, Info(0, 0, 12, kEndOfPartition), ExtentOf(a, 96), 8, 8));
-  ASSERT_OK(PublishExtent(*writer_, Info(1, 0, 0, kEndOfPartition, 1), ExtentOf(b, 0), 10, 8));
+  ASSERT_OK(PublishExtent(*writer_, Info(0, 0, 0, Way()), ExtentOf(a, 0), 12, 8));
+  ASSERT_OK(
+      PublishExtent(*writer_, Info(0, 0, 12, kEndOfPartition | Way()), ExtentOf(a, 96), 8, 8));
+  ASSERT_OK(
+      PublishExtent(*writer_, Info(1, 0, 0, kEndOfPartition | Way(), 1), ExtentOf(b, 0), 10, 8));
   writer_->Close();
   std::unique_ptr<DataFeed> feed = Connect();
   ASSERT_NE(feed, nullptr);
@@ -262,10 +278,10 @@ TEST_F(DataFeedTest, FileExtentRecordsAreHandedOutInPlace) {
 
 // A reader that leaves partway through an extent: the next one goes on at
 // the first record it was not handed.
-TEST_F(DataFeedTest, ANewReaderGoesOnInsideAFileExtent) {
+TEST_P(ExtentFeedTest, ANewReaderGoesOnInsideAFileExtent) {
   const std::string a = dir_.File("a.raw");
   WriteFile(a, NumberedRecords(0, 10));
-  ASSERT_OK(PublishExtent(*writer_, Info(0, 0, 0, kEndOfPartition), ExtentOf(a, 0), 10, 8));
+  ASSERT_OK(PublishExtent(*writer_, Info(0, 0, 0, kEndOfPartition | Way()), ExtentOf(a, 0), 10, 8));
   writer_->Close();
   {
     std::unique_ptr<DataFeed> feed = Connect();
@@ -282,10 +298,10 @@ TEST_F(DataFeedTest, ANewReaderGoesOnInsideAFileExtent) {
 // A file that grows during the run is mapped again for the records past its
 // old end, and the views a call already took from the old mapping stay
 // valid for that call (the ASan build would catch a read of an unmapped one).
-TEST_F(DataFeedTest, AFileThatGrowsIsMappedAgainAndEarlierViewsStay) {
+TEST_P(ExtentFeedTest, AFileThatGrowsIsMappedAgainAndEarlierViewsStay) {
   const std::string a = dir_.File("a.raw");
   WriteFile(a, NumberedRecords(0, 5));
-  ASSERT_OK(PublishExtent(*writer_, Info(0, 0, 0), ExtentOf(a, 0), 5, 8));
+  ASSERT_OK(PublishExtent(*writer_, Info(0, 0, 0, Way()), ExtentOf(a, 0), 5, 8));
   std::unique_ptr<DataFeed> feed = Connect();
   ASSERT_NE(feed, nullptr);
   ASSERT_OK_AND_ASSIGN(RecordBatch first, feed->NextBatch(3));
@@ -294,7 +310,7 @@ TEST_F(DataFeedTest, AFileThatGrowsIsMappedAgainAndEarlierViewsStay) {
     std::ofstream out(a, std::ios::binary | std::ios::app);
     out << NumberedRecords(5, 5);
   }
-  ASSERT_OK(PublishExtent(*writer_, Info(0, 0, 5, kEndOfPartition), ExtentOf(a, 40), 5, 8));
+  ASSERT_OK(PublishExtent(*writer_, Info(0, 0, 5, kEndOfPartition | Way()), ExtentOf(a, 40), 5, 8));
   writer_->Close();
   ASSERT_OK_AND_ASSIGN(RecordBatch rest, feed->NextBatch(10));
   EXPECT_EQ(Strings(rest), NumberedList(3, 7));
@@ -303,13 +319,13 @@ TEST_F(DataFeedTest, AFileThatGrowsIsMappedAgainAndEarlierViewsStay) {
 // The file an extent names was replaced, or cut short, after the feeder
 // read it: the feed stops with an error that says so (never SIGBUS, never
 // another file's bytes), and the feeder and agent see the channel stopped.
-TEST_F(DataFeedTest, AFileChangedUnderAnExtentStopsTheFeed) {
+TEST_P(ExtentFeedTest, AFileChangedUnderAnExtentStopsTheFeed) {
   const std::string a = dir_.File("a.raw");
   WriteFile(a, NumberedRecords(0, 10));
   const feed::FileExtent extent = ExtentOf(a, 0);
   WriteFile(dir_.File("new.raw"), NumberedRecords(100, 10));
   ASSERT_EQ(::rename(dir_.File("new.raw").c_str(), a.c_str()), 0);
-  ASSERT_OK(PublishExtent(*writer_, Info(0, 0, 0), extent, 10, 8));
+  ASSERT_OK(PublishExtent(*writer_, Info(0, 0, 0, Way()), extent, 10, 8));
   std::unique_ptr<DataFeed> feed = Connect();
   ASSERT_NE(feed, nullptr);
   EXPECT_THAT(feed->NextBatch(10),
@@ -321,21 +337,21 @@ TEST_F(DataFeedTest, AFileChangedUnderAnExtentStopsTheFeed) {
 }
 
 // Whatever the queue names, the program opens no FIFO and waits on none.
-TEST_F(DataFeedTest, AnExtentNamingAFifoStopsTheFeedAtOnce) {
+TEST_P(ExtentFeedTest, AnExtentNamingAFifoStopsTheFeedAtOnce) {
   const std::string fifo = dir_.File("fifo");
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  ASSERT_OK(PublishExtent(*writer_, Info(0, 0, 0), ExtentOf(fifo, 0), 4, 8));
+  ASSERT_OK(PublishExtent(*writer_, Info(0, 0, 0, Way()), ExtentOf(fifo, 0), 4, 8));
   std::unique_ptr<DataFeed> feed = Connect();
   ASSERT_NE(feed, nullptr);
   EXPECT_THAT(feed->NextBatch(10),
               StatusIs(Code::kUnavailable, HasSubstr("no longer the file the feeder read")));
 }
 
-TEST_F(DataFeedTest, AFileCutShortUnderAnExtentStopsTheFeed) {
+TEST_P(ExtentFeedTest, AFileCutShortUnderAnExtentStopsTheFeed) {
   const std::string a = dir_.File("a.raw");
   WriteFile(a, NumberedRecords(0, 10));
-  ASSERT_OK(PublishExtent(*writer_, Info(0, 0, 0), ExtentOf(a, 0), 4, 8));
-  ASSERT_OK(PublishExtent(*writer_, Info(0, 0, 4), ExtentOf(a, 32), 6, 8));
+  ASSERT_OK(PublishExtent(*writer_, Info(0, 0, 0, Way()), ExtentOf(a, 0), 4, 8));
+  ASSERT_OK(PublishExtent(*writer_, Info(0, 0, 4, Way()), ExtentOf(a, 32), 6, 8));
   std::unique_ptr<DataFeed> feed = Connect();
   ASSERT_NE(feed, nullptr);
   ASSERT_OK_AND_ASSIGN(RecordBatch first, feed->NextBatch(4));

@@ -428,11 +428,12 @@ std::string FeedPositionToJson(const FeedPosition& position) {
 }
 
 Result<Ingest> ParseIngest(std::string_view name) {
-  for (Ingest ingest : {Ingest::kMeasure, Ingest::kMap, Ingest::kRead, Ingest::kExtent}) {
+  for (Ingest ingest :
+       {Ingest::kMeasure, Ingest::kMap, Ingest::kRead, Ingest::kExtent, Ingest::kExtentRead}) {
     if (name == IngestName(ingest)) return ingest;
   }
-  return Status::InvalidArgument("must be measure, map, read or extent, got '" + Printable(name) +
-                                 "'");
+  return Status::InvalidArgument("must be measure, map, read, extent or extent-read, got '" +
+                                 Printable(name) + "'");
 }
 
 std::string_view IngestName(Ingest ingest) {
@@ -445,6 +446,8 @@ std::string_view IngestName(Ingest ingest) {
       return "read";
     case Ingest::kExtent:
       return "extent";
+    case Ingest::kExtentRead:
+      return "extent-read";
   }
   return "measure";
 }

@@ -14,7 +14,7 @@
 //        "records": N}, ...], "shares": [[partition, ...], ...],
 //        "starts": [null | {"feed": N, "record": N, "done": bool}, ...],
 //        "balance": "equal"|"dynamic", "queue": [[epoch, partition, record], ...],
-//        "ingest": "measure"|"map"|"read"}
+//        "ingest": "measure"|"map"|"read"|"extent"|"extent-read"}
 // ("external" is written only when true, "balance" only when dynamic,
 // "ingest" only when not measure, "records", "shares", "starts" and "queue"
 // only when set.)
@@ -45,11 +45,12 @@ enum class Balance { kEqual, kDynamic };
 // How fixed-size raw records reach the program (`drover run --feed-ingest`):
 // the feeder copies them into the queue from a mapping of the file, or
 // read(2)s them into it; or it queues only where they are in the file
-// (kExtent) and the program reads them in place from its own mapping.
+// (kExtent) and the program reads them in place from its own mapping, or
+// reads them itself with pread(2) into memory it reuses (kExtentRead).
 // kMeasure feeds a probe each way and keeps the fastest, since which wins
 // depends on the host (bench/RESULTS.md).
-enum class Ingest { kMeasure, kMap, kRead, kExtent };
-// "measure", "map", "read", "extent"; kInvalidArgument naming them otherwise.
+enum class Ingest { kMeasure, kMap, kRead, kExtent, kExtentRead };
+// "measure", "map", "read", "extent", "extent-read"; kInvalidArgument naming them otherwise.
 Result<Ingest> ParseIngest(std::string_view name);
 std::string_view IngestName(Ingest ingest);
 

@@ -407,16 +407,16 @@ TEST(DynamicPlanTest, JsonRoundTripWithAndWithoutAQueue) {
 TEST(FeedPlanTest, IngestIsWrittenOnlyWhenForced) {
   FeedPlan plan = SamplePlan();
   EXPECT_FALSE(nlohmann::json::parse(plan.ToJson()).contains("ingest"));
-  for (Ingest ingest : {Ingest::kMap, Ingest::kRead}) {
+  for (Ingest ingest : {Ingest::kMap, Ingest::kRead, Ingest::kExtent, Ingest::kExtentRead}) {
     plan.ingest = ingest;
     EXPECT_EQ(nlohmann::json::parse(plan.ToJson())["ingest"], std::string(IngestName(ingest)));
     ASSERT_OK_AND_ASSIGN(FeedPlan parsed, FeedPlan::FromJson(plan.ToJson()));
     EXPECT_EQ(parsed, plan);
   }
-  EXPECT_THAT(
-      FeedPlan::FromJson(
-          R"({"mode": "train", "format": "raw", "external": true, "ingest": "fast"})"),
-      StatusIs(Code::kInvalidArgument, HasSubstr("'ingest' must be measure, map, read or extent")));
+  EXPECT_THAT(FeedPlan::FromJson(
+                  R"({"mode": "train", "format": "raw", "external": true, "ingest": "fast"})"),
+              StatusIs(Code::kInvalidArgument,
+                       HasSubstr("'ingest' must be measure, map, read, extent or extent-read")));
   EXPECT_THAT(
       FeedPlan::FromJson(R"({"mode": "train", "format": "raw", "external": true, "ingest": 1})"),
       StatusIs(Code::kInvalidArgument, HasSubstr("ingest")));

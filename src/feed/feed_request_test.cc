@@ -111,7 +111,7 @@ TEST_F(PlanFeedTest, FeedIngestGoesWithFixedSizeRawRecords) {
   raw.ingest = "mmap";
   EXPECT_THAT(PlanFeed(raw).status(),
               StatusIs(Code::kInvalidArgument,
-                       HasSubstr("--feed-ingest takes measure, map, read or extent")));
+                       HasSubstr("--feed-ingest takes measure, map, read, extent or extent-read")));
   FeedRequest csv = Request();
   csv.ingest = "map";
   EXPECT_THAT(PlanFeed(csv).status(),

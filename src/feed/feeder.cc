@@ -408,7 +408,8 @@ Result<FeederReport> FeedShare(const FeederOptions& options, JoinedFeed& joined)
     bool ended = false;  // the last extent carried the partition's end
     while (fixed_size && !ended) {
       const uint64_t whole = (partition.end - offset) / plan.read.record_bytes;
-      if (ingest.way() == Ingest::kExtent && whole > 0) {
+      const Ingest way = ingest.way();
+      if ((way == Ingest::kExtent || way == Ingest::kExtentRead) && whole > 0) {
         if (!extent_file) {
           DROVER_ASSIGN_OR_RETURN(extent_file, OpenExtentFile(partition.path));
         }
@@ -424,7 +425,7 @@ Result<FeederReport> FeedShare(const FeederOptions& options, JoinedFeed& joined)
         ended = offset + length == partition.end;
         Status extent_published = writer.PublishExtent(
             {extent_file->path, extent_file->device, extent_file->inode, offset}, count,
-            ended ? kEndOfPartition : 0);
+            (ended ? kEndOfPartition : 0) | (way == Ingest::kExtentRead ? kReadExtent : 0));
         if (!extent_published.ok()) return stopped(extent_published, partition.Name());
         offset += length;
         report.records += count;

@@ -283,7 +283,8 @@ TEST_F(FeederTest, RawRecordsArriveTheSameMappedReadOrMeasured) {
   plan.epochs = 2;
   plan.feed_timeout_ms = 20'000;
   plan.partitions = partitions;
-  for (Ingest ingest : {Ingest::kMap, Ingest::kRead, Ingest::kExtent, Ingest::kMeasure}) {
+  for (Ingest ingest :
+       {Ingest::kMap, Ingest::kRead, Ingest::kExtent, Ingest::kExtentRead, Ingest::kMeasure}) {
     SCOPED_TRACE(static_cast<int>(ingest));
     agent_.reset();  // the last round's, before the channel it serves
     channel_.reset();
@@ -306,21 +307,18 @@ TEST_F(FeederTest, RawRecordsArriveTheSameMappedReadOrMeasured) {
     ASSERT_OK(report);
     EXPECT_EQ(report->records, 2u * 3000);
     ExpectExactlyOnce(plan, seen);
-    switch (ingest) {
-      case Ingest::kMap:
-        EXPECT_EQ(report->ingest, "map");
-        break;
-      case Ingest::kRead:
-        EXPECT_EQ(report->ingest, "read");
-        break;
-      case Ingest::kExtent:
-        EXPECT_EQ(report->ingest, "extent");
-        break;
-      case Ingest::kMeasure:
-        // Which way won is the host's; that every way delivers the same is
-        // this test's point (ingest_choice_test checks the choosing).
-        EXPECT_THAT(report->ingest, ::testing::AnyOf("map", "read", "extent", ""));
-        break;
+    if (ingest == Ingest::kMeasure) {
+      // Which way won is the host's; that every way delivers the same is
+      // this test's point (ingest_choice_test checks the choosing).
+      EXPECT_THAT(report->ingest, ::testing::AnyOf("map", "read", "extent", "extent-read", ""));
+      continue;
+    }
+    EXPECT_EQ(report->ingest, IngestName(ingest));
+    // Only extents the program is to read itself say so.
+    for (const BatchInfo& info : seen.batches) {
+      EXPECT_EQ((info.flags & kReadExtent) != 0, ingest == Ingest::kExtentRead);
+      EXPECT_EQ((info.flags & kFileExtent) != 0,
+                ingest == Ingest::kExtent || ingest == Ingest::kExtentRead);
     }
   }
 }

@@ -45,7 +45,7 @@ std::optional<double> ConsumptionClock::Rate(int segment) const {
 
 int IngestChoice::Segment() const {
   if (copy_ == Ingest::kMeasure) return copy_probe_bytes_[0] < probe_bytes_ ? 0 : 1;
-  return 2 + static_cast<int>(std::min<size_t>(round_bytes_ / probe_bytes_, 2 * kRounds));
+  return 2 + static_cast<int>(std::min<size_t>(round_bytes_ / probe_bytes_, kWays * kRounds));
 }
 
 Ingest IngestChoice::way() const {
@@ -53,7 +53,14 @@ Ingest IngestChoice::way() const {
   const int segment = Segment();
   if (segment < 2) return segment == 0 ? Ingest::kMap : Ingest::kRead;
   if (segment > LastSegment()) return copy_;  // the probes are over: the safe way meanwhile
-  return segment % 2 == 0 ? Ingest::kExtent : copy_;
+  switch ((segment - 2) % kWays) {
+    case kInPlace:
+      return Ingest::kExtent;
+    case kReadByProgram:
+      return Ingest::kExtentRead;
+    default:
+      return copy_;
+  }
 }
 
 double IngestChoice::FeederRate(int segment) const {
@@ -80,15 +87,29 @@ void IngestChoice::Published(uint64_t position, uint64_t record_bytes, uint64_t 
   if (ingest_ != Ingest::kMeasure) return;
   clock_.Mark(position, record_bytes, Segment());
   clock_.Observe(released, now);
-  if (!clock_.Done(LastSegment())) return;
-  const std::optional<double> in_place = in_place_rate(), copied = copied_rate();
-  ingest_ = in_place && copied && *in_place >= 1.1 * *copied ? Ingest::kExtent : copy_;
+  if (clock_.Done(LastSegment())) ingest_ = Fastest();
 }
 
-std::optional<double> IngestChoice::Median(int parity) const {
+Ingest IngestChoice::Fastest() const {
+  const std::optional<double> copied = copied_rate();
+  if (!copied) return copy_;
+  Ingest fastest = copy_;
+  double best = 1.1 * *copied;
+  for (auto [way, ingest] :
+       {std::pair{kInPlace, Ingest::kExtent}, std::pair{kReadByProgram, Ingest::kExtentRead}}) {
+    const std::optional<double> rate = Median(way);
+    if (rate && *rate >= best) {
+      fastest = ingest;
+      best = *rate;
+    }
+  }
+  return fastest;
+}
+
+std::optional<double> IngestChoice::Median(Way way) const {
   std::vector<double> rates;
   for (int round = 0; round < kRounds; ++round) {
-    if (std::optional<double> rate = clock_.Rate(2 + 2 * round + parity)) rates.push_back(*rate);
+    if (std::optional<double> rate = clock_.Rate(2 + kWays * round + way)) rates.push_back(*rate);
   }
   if (rates.size() < 2) return std::nullopt;
   std::sort(rates.begin(), rates.end());
@@ -114,10 +135,18 @@ std::string Gigabytes(const std::optional<double>& rate) {
 std::string IngestChoice::Describe() const {
   const std::string copy = copy_ == Ingest::kRead ? "read(2)" : "a mapping";
   const std::string figures = " (the program took them at " + Gigabytes(in_place_rate()) +
-                              " in place, from its own mapping of the file, and at " +
-                              Gigabytes(copied_rate()) + " copied from " + copy + ")";
-  return ingest_ == Ingest::kExtent ? "records go in place" + figures
-                                    : "records are copied from " + copy + figures;
+                              " in place, from its own mapping of the file, at " +
+                              Gigabytes(read_by_program_rate()) +
+                              " when it read them itself, and at " + Gigabytes(copied_rate()) +
+                              " copied from " + copy + ")";
+  switch (ingest_) {
+    case Ingest::kExtent:
+      return "records go in place" + figures;
+    case Ingest::kExtentRead:
+      return "the program reads the records itself" + figures;
+    default:
+      return "records are copied from " + copy + figures;
+  }
 }
 
 }  // namespace drover::feed

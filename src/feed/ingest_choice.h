@@ -62,23 +62,25 @@ class ConsumptionClock {
 // To measure (Ingest::kMeasure), the first probe bytes go through a mapping
 // (32 MiB by default: one mapped window), the next through read(2), and the
 // faster of the two, timed in the feeder, is the way to copy. Then probes of
-// records in place (the program reads them from its own mapping of the
-// file) and copied alternate, kRounds of each, and extents stay when the
-// program took them at least 10% faster than copied ones (the median of
-// each way's probes, timed by ConsumptionClock: one probe slowed by
-// something else on the host does not decide); else the copy does. A
-// program that computes between batches takes both alike, and then the
-// copy is better: it happens on the feeder's core. All probes read bytes not
-// read before, so a cold page cache slows them alike.
+// three ways follow by turns, kRounds of each: records in place (the program
+// reads them from its own mapping of the file), records the program reads
+// itself (pread(2) into memory it reuses), and records copied. Whichever
+// way the program took fastest is kept (the median of each way's probes,
+// timed by ConsumptionClock: one probe slowed by something else on the host
+// does not decide), but the program's own ways only when they were at least
+// 10% faster than the copy: they put the work on the program's core, where
+// the copy is on the feeder's, so a program that computes between batches
+// is better off with the copy on a tie. All probes read bytes not read
+// before, so a cold page cache slows them alike.
 class IngestChoice {
  public:
   using Clock = std::chrono::steady_clock;
-  static constexpr int kRounds = 4;
+  static constexpr int kRounds = 3;
 
   IngestChoice(Ingest ingest, size_t probe_bytes)
       : ingest_(ingest), probe_bytes_(std::max<size_t>(probe_bytes, 1)) {}
 
-  // The way the next records go: kMap, kRead or kExtent.
+  // The way the next records go: kMap, kRead, kExtent or kExtentRead.
   Ingest way() const;
   // The feeder took `bytes` the way way() said in `spent`.
   void Took(Clock::duration spent, size_t bytes);
@@ -87,25 +89,31 @@ class IngestChoice {
   // `released` at `now`. Decides once the program took every probe.
   void Published(uint64_t position, uint64_t record_bytes, uint64_t released,
                  Clock::time_point now);
-  // "map", "read" or "extent" once chosen (or forced), else "".
+  // "map", "read", "extent" or "extent-read" once chosen (or forced), else
+  // "".
   std::string Name() const;
   // After a measured choice: what was chosen, on what figures, for the log.
   std::string Describe() const;
   // The median rate, in bytes a second, at which the program took the
-  // records of each way's probes: copied, in place; nullopt where fewer than
-  // two probes were timed.
-  std::optional<double> copied_rate() const { return Median(1); }
-  std::optional<double> in_place_rate() const { return Median(0); }
+  // records of each way's probes: copied, in place from its mapping, read
+  // by itself; nullopt where fewer than two probes were timed.
+  std::optional<double> copied_rate() const { return Median(kCopied); }
+  std::optional<double> in_place_rate() const { return Median(kInPlace); }
+  std::optional<double> read_by_program_rate() const { return Median(kReadByProgram); }
 
  private:
-  // The probe the next records belong to: 0 map, 1 read, then 2 + 2i in
-  // place and 3 + 2i copied for round i; LastSegment() + 1 while waiting for
-  // the program to take the last probe.
+  // The ways the rounds' probes take, in each round's order.
+  enum Way { kInPlace = 0, kReadByProgram = 1, kCopied = 2, kWays = 3 };
+  // The probe the next records belong to: 0 map, 1 read, then 2 + kWays *
+  // i + way for round i; LastSegment() + 1 while waiting for the program
+  // to take the last probe.
   int Segment() const;
-  static constexpr int LastSegment() { return 1 + 2 * kRounds; }
+  static constexpr int LastSegment() { return 1 + kWays * kRounds; }
   double FeederRate(int segment) const;
-  // The median over the rounds' probes of one way (0: in place, 1: copied).
-  std::optional<double> Median(int parity) const;
+  // The median over the rounds' probes of one way.
+  std::optional<double> Median(Way way) const;
+  // The fastest way once every probe was taken: kExtent, kExtentRead or copy_.
+  Ingest Fastest() const;
 
   Ingest ingest_;
   const size_t probe_bytes_;

@@ -46,11 +46,17 @@ TEST(ConsumptionClockTest, MarksThatDoNotMoveOnAreIgnored) {
   EXPECT_DOUBLE_EQ(*clock.Rate(0), 1000 / 0.001);
 }
 
-// A program that takes each published batch at once, `copied` or
-// `in_place` bytes a second depending on the way it came, and a feeder
-// that takes every way at the rates given. Returns the choice's name once
-// `total` bytes went.
-std::string Simulate(double copied, double in_place, double map_rate, double read_rate,
+// The program's rates, in bytes a second, for the records of each way.
+struct ProgramRates {
+  double copied;
+  double in_place;
+  double read_by_program;
+};
+
+// A program that takes each published batch at once, at `program`'s rate
+// for the way it came, and a feeder that takes every way at the rates
+// given. Returns the choice's name once `total` bytes went.
+std::string Simulate(ProgramRates program, double map_rate, double read_rate,
                      size_t total = 20'000) {
   IngestChoice choice(Ingest::kMeasure, 1000);
   Clock::time_point now = Clock::now();
@@ -64,35 +70,50 @@ std::string Simulate(double copied, double in_place, double map_rate, double rea
     const uint64_t released = position;  // the program took everything before this batch
     position += 128;
     bytes += 100;
-    now += std::chrono::duration_cast<Clock::duration>(
-        std::chrono::duration<double>(100 / (way == Ingest::kExtent ? in_place : copied)));
+    const double rate = way == Ingest::kExtent       ? program.in_place
+                        : way == Ingest::kExtentRead ? program.read_by_program
+                                                     : program.copied;
+    now += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(100 / rate));
     choice.Published(position, bytes, released, now);
   }
   return choice.Name();
 }
 
 TEST(IngestChoiceTest, TheFasterCopyThenExtentsWhenTheProgramTakesThemFaster) {
-  EXPECT_EQ(Simulate(/*copied=*/1e9, /*in_place=*/2e9, /*map=*/5e9, /*read=*/4e9), "extent");
-  EXPECT_EQ(Simulate(1e9, 2e9, 4e9, 5e9), "extent");
+  EXPECT_EQ(Simulate({.copied = 1e9, .in_place = 2e9, .read_by_program = 1e9}, /*map=*/5e9,
+                     /*read=*/4e9),
+            "extent");
+  EXPECT_EQ(Simulate({1e9, 2e9, 1e9}, 4e9, 5e9), "extent");
+}
+
+TEST(IngestChoiceTest, RecordsTheProgramReadsItselfWhenItTakesThemFastest) {
+  EXPECT_EQ(Simulate({.copied = 1e9, .in_place = 0.5e9, .read_by_program = 1.5e9}, 5e9, 4e9),
+            "extent-read");
+  // Both of the program's own ways clearly faster than the copy: the faster.
+  EXPECT_EQ(Simulate({1e9, 1.5e9, 2e9}, 5e9, 4e9), "extent-read");
+  EXPECT_EQ(Simulate({1e9, 2e9, 1.5e9}, 5e9, 4e9), "extent");
 }
 
 TEST(IngestChoiceTest, TheCopyStaysWhenExtentsAreNotClearlyFaster) {
   // A program busy between batches takes both alike: the copy is done on
   // the feeder's core, so it stays.
-  EXPECT_EQ(Simulate(1e9, 1.05e9, /*map=*/5e9, /*read=*/4e9), "map");
-  EXPECT_EQ(Simulate(1e9, 0.5e9, 4e9, 5e9), "read");
+  EXPECT_EQ(Simulate({1e9, 1.05e9, 1.05e9}, /*map=*/5e9, /*read=*/4e9), "map");
+  EXPECT_EQ(Simulate({1e9, 0.5e9, 0.9e9}, 4e9, 5e9), "read");
 }
 
 TEST(IngestChoiceTest, NothingIsChosenBeforeTheProbesAreTaken) {
-  EXPECT_EQ(Simulate(1e9, 2e9, 5e9, 4e9, /*total=*/9000), "");
+  EXPECT_EQ(Simulate({1e9, 2e9, 2e9}, 5e9, 4e9, /*total=*/10'000), "");
   IngestChoice choice(Ingest::kMeasure, 1000);
   EXPECT_EQ(choice.way(), Ingest::kMap);
   choice.Took(microseconds(1), 1000);
   EXPECT_EQ(choice.way(), Ingest::kRead);
   choice.Took(microseconds(2), 1000);
-  // Then in place and copied by turns, the copy the faster way.
+  // Then in place, read by the program and copied by turns, the copy the
+  // faster way.
   for (int round = 0; round < IngestChoice::kRounds; ++round) {
     EXPECT_EQ(choice.way(), Ingest::kExtent);
+    choice.Took(microseconds(1), 1000);
+    EXPECT_EQ(choice.way(), Ingest::kExtentRead);
     choice.Took(microseconds(1), 1000);
     EXPECT_EQ(choice.way(), Ingest::kMap);
     choice.Took(microseconds(1), 1000);
@@ -131,7 +152,7 @@ TEST(IngestChoiceTest, OneSlowProbeDoesNotDecide) {
 }
 
 TEST(IngestChoiceTest, AForcedWayIsKept) {
-  for (Ingest ingest : {Ingest::kMap, Ingest::kRead, Ingest::kExtent}) {
+  for (Ingest ingest : {Ingest::kMap, Ingest::kRead, Ingest::kExtent, Ingest::kExtentRead}) {
     IngestChoice choice(ingest, 1000);
     choice.Took(microseconds(1), 100'000);
     choice.Published(1 << 20, 100'000, 1 << 20, Clock::now());

@@ -45,9 +45,14 @@ inline constexpr uint32_t kEndOfPartition = 1;
 inline constexpr uint32_t kFixedSizeRecords = 2;
 // The records are not in the ring: record_count records of record_bytes
 // bytes each lie in a file, at an offset the batch names (FileExtent). The
-// program reads them from its own mapping of the file (ExtentMaps), so the
-// feeder copies nothing (raw fixed-length input, `--feed-ingest extent`).
+// program reads them from its own mapping of the file (ExtentRecords), so
+// the feeder copies nothing (raw fixed-length input, `--feed-ingest
+// extent`).
 inline constexpr uint32_t kFileExtent = 4;
+// With kFileExtent: the program reads the records with pread(2) into memory
+// it reuses instead of mapping the file (`--feed-ingest extent-read`). A
+// reader that does not know it maps the file: the records are the same.
+inline constexpr uint32_t kReadExtent = 8;
 
 struct BatchInfo {
   uint32_t feed_seq = 0;   // the writer's feed number (FeedsOfShare order)
@@ -88,7 +93,7 @@ struct BatchView {
 
 // Calls fn(std::string_view record) for each record of `batch`. The records
 // were checked when the batch was read. Not for kFileExtent batches: their
-// records are in a file (ExtentMaps).
+// records are in a file (ExtentRecords).
 template <typename Fn>
 void ForEachRecord(const BatchView& batch, Fn&& fn) {
   if (batch.info.flags & kFileExtent) return;

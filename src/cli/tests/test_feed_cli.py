@@ -212,7 +212,7 @@ def write_raw(path, first, count):
             f.write(f"{i:07d},payloads".encode())
 
 
-@pytest.mark.parametrize("feeding", ["csv", "raw in place"])
+@pytest.mark.parametrize("feeding", ["csv", "raw in place", "raw read by the program"])
 def test_killed_feeders_lose_nothing_and_repeat_nothing(tmp_path, feeding):
     """SIGKILLs feeders at random points; every record is still seen once per epoch.
 
@@ -221,7 +221,9 @@ def test_killed_feeders_lose_nothing_and_repeat_nothing(tmp_path, feeding):
     holds, so the feeder started after the last kill has fed at least one
     batch (a slower build or host gets fewer kills, never a failure). "raw in
     place": fixed-size records queued as extents of their file
-    (--feed-ingest extent), read by the program from its own mapping."""
+    (--feed-ingest extent), read by the program from its own mapping; "raw
+    read by the program": the same extents read with pread(2) into the
+    program's memory (--feed-ingest extent-read)."""
     total = 30000
     queue_bytes = 65536
     if feeding == "csv":
@@ -231,7 +233,8 @@ def test_killed_feeders_lose_nothing_and_repeat_nothing(tmp_path, feeding):
     else:
         data = tmp_path / "data.raw"
         write_raw(data, 0, total)
-        formats = ["--format", "raw", "--record-bytes", "16", "--feed-ingest", "extent"]
+        ingest = "extent" if feeding == "raw in place" else "extent-read"
+        formats = ["--format", "raw", "--record-bytes", "16", "--feed-ingest", ingest]
     out = tmp_path / "seen"
     mark = marker()
     # A small queue keeps each feeder mid-partition (blocked on a full queue
@@ -338,13 +341,14 @@ def test_inference_writes_one_result_per_record_per_partition_in_order(tmp_path)
     assert not [p for p in os.listdir(output) if p.endswith(".tmp")]
 
 
-def test_inference_answers_records_fed_in_place_once_each_in_order(tmp_path):
+@pytest.mark.parametrize("ingest", ["extent", "extent-read"])
+def test_inference_answers_records_fed_in_place_once_each_in_order(tmp_path, ingest):
     # Fixed-size records queued as extents of their file: each partition's
     # last extent carries its end, and every result lands in its part file.
     write_raw(tmp_path / "d.raw", 0, 20000)
     output = tmp_path / "results"
     result = run_feed(tmp_path, "--nodes", "2", "--input", str(tmp_path / "d.raw"),
-                      "--format", "raw", "--record-bytes", "16", "--feed-ingest", "extent",
+                      "--format", "raw", "--record-bytes", "16", "--feed-ingest", ingest,
                       "--split-bytes", "100000", "--queue-bytes", "65536",
                       "--mode", "inference", "--output", str(output), "--",
                       FEED_READER, "--out", "seen", "--inference", "--batch", "100")
@@ -395,7 +399,7 @@ def test_tfrecord_and_raw_inputs(tmp_path):
         [f"{i:05d},raw" for i in range(300)]
 
 
-@pytest.mark.parametrize("ingest", ["map", "read", "extent"])
+@pytest.mark.parametrize("ingest", ["map", "read", "extent", "extent-read"])
 def test_fixed_size_records_arrive_whole_however_the_feeder_takes_them_in(tmp_path, ingest):
     with open(tmp_path / "data.bin", "wb") as f:
         for i in range(5000):
@@ -530,7 +534,7 @@ def test_parameter_servers_are_not_fed(tmp_path):
     (["--balance", "dynamic"], "go with --input"),
     (["--input", "data.csv", "--feed-ingest", "map"], "--feed-ingest goes with --format raw"),
     (["--input", "data.csv", "--format", "raw", "--record-bytes", "2", "--feed-ingest", "mmap"],
-     "--feed-ingest takes measure, map, read or extent"),
+     "--feed-ingest takes measure, map, read, extent or extent-read"),
     (["--input", "data.csv", "--mode", "inference", "--output", "out", "--remainder", "drop"],
      "--remainder goes with --mode train"),
 ])

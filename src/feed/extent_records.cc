@@ -1,4 +1,4 @@
-#include "feed/extent_maps.h"
+#include "feed/extent_records.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -45,19 +45,68 @@ Status CheckSize(const std::string& path, uint64_t size, uint64_t end) {
                                  "the run?)");
 }
 
+// Opens the file the feeder read `extent` from, checked to be still that
+// file; *info is its state now.
+Result<os::UniqueFd> OpenFedFile(const FileExtent& extent, struct stat* info) {
+  const std::string path(extent.path);
+  // O_NONBLOCK: a path that names a FIFO now (the feeder read a regular
+  // file) must not block the open.
+  os::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (!fd.valid()) return FileError(errno, "cannot open " + path + ", which the feeder read");
+  if (::fstat(fd.get(), info) != 0) return FileError(errno, "cannot stat " + path);
+  if (!S_ISREG(info->st_mode) || static_cast<uint64_t>(info->st_dev) != extent.device ||
+      static_cast<uint64_t>(info->st_ino) != extent.inode) {
+    return Status::InvalidArgument(path +
+                                   " is no longer the file the feeder read from (it was replaced "
+                                   "during the run)");
+  }
+  return fd;
+}
+
 }  // namespace
 
-ExtentMaps::~ExtentMaps() {
+ExtentRecords::~ExtentRecords() {
   for (const Mapping& mapping : maps_) Unmap(mapping);
 }
 
-void ExtentMaps::Unmap(const Mapping& mapping) {
+void ExtentRecords::Unmap(const Mapping& mapping) {
   ::munmap(const_cast<char*>(mapping.base), mapping.size);
 }
 
-Result<const char*> ExtentMaps::Records(const BatchView& batch) {
+Result<const char*> ExtentRecords::Records(const BatchView& batch) {
   const FileExtent& extent = batch.extent;
   const uint64_t end = extent.offset + uint64_t{batch.info.record_count} * batch.info.record_bytes;
+  return (batch.info.flags & kReadExtent) ? Read(extent, end) : Mapped(extent, end);
+}
+
+Result<const char*> ExtentRecords::Read(const FileExtent& extent, uint64_t end) {
+  const std::string path(extent.path);
+  if (!read_fd_.valid() || read_device_ != extent.device || read_inode_ != extent.inode) {
+    struct stat info {};
+    DROVER_ASSIGN_OR_RETURN(read_fd_, OpenFedFile(extent, &info));
+    read_device_ = extent.device;
+    read_inode_ = extent.inode;
+  }
+  const size_t length = static_cast<size_t>(end - extent.offset);
+  if (buffers_used_ == buffers_.size()) buffers_.emplace_back();
+  Buffer& buffer = buffers_[buffers_used_];
+  if (buffer.capacity < length) {
+    buffer.data = std::make_unique_for_overwrite<char[]>(length);
+    buffer.capacity = length;
+  }
+  for (size_t done = 0; done < length;) {
+    const ssize_t n = ::pread(read_fd_.get(), buffer.data.get() + done, length - done,
+                              static_cast<off_t>(extent.offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return FileError(errno, "cannot read " + path);
+    if (n == 0) return CheckSize(path, extent.offset + done, end);
+    done += static_cast<size_t>(n);
+  }
+  ++buffers_used_;
+  return static_cast<const char*>(buffer.data.get());
+}
+
+Result<const char*> ExtentRecords::Mapped(const FileExtent& extent, uint64_t end) {
   const std::string path(extent.path);
   // The newest mapping of the file: an older one may still hold views.
   auto newest = std::find_if(maps_.rbegin(), maps_.rend(), [&](const Mapping& mapping) {
@@ -84,20 +133,10 @@ Result<const char*> ExtentMaps::Records(const BatchView& batch) {
   return found->base + extent.offset;
 }
 
-Result<ExtentMaps::Mapping> ExtentMaps::Map(const FileExtent& extent, uint64_t end) const {
+Result<ExtentRecords::Mapping> ExtentRecords::Map(const FileExtent& extent, uint64_t end) const {
   const std::string path(extent.path);
-  // O_NONBLOCK: a path that names a FIFO now (the feeder read a regular
-  // file) must not block the open.
-  os::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-  if (!fd.valid()) return FileError(errno, "cannot open " + path + ", which the feeder read");
   struct stat info {};
-  if (::fstat(fd.get(), &info) != 0) return FileError(errno, "cannot stat " + path);
-  if (!S_ISREG(info.st_mode) || static_cast<uint64_t>(info.st_dev) != extent.device ||
-      static_cast<uint64_t>(info.st_ino) != extent.inode) {
-    return Status::InvalidArgument(path +
-                                   " is no longer the file the feeder read from (it was replaced "
-                                   "during the run)");
-  }
+  DROVER_ASSIGN_OR_RETURN(os::UniqueFd fd, OpenFedFile(extent, &info));
   const uint64_t size = static_cast<uint64_t>(info.st_size);
   DROVER_RETURN_IF_ERROR(CheckSize(path, size, end));
   void* base = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd.get(), 0);
@@ -106,7 +145,9 @@ Result<ExtentMaps::Mapping> ExtentMaps::Map(const FileExtent& extent, uint64_t e
                  static_cast<size_t>(size)};
 }
 
-void ExtentMaps::KeepOnlyLast() {
+void ExtentRecords::KeepOnlyLast() {
+  if (buffers_used_ > 1) std::swap(buffers_.front(), buffers_[buffers_used_ - 1]);
+  buffers_used_ = std::min<size_t>(buffers_used_, 1);
   if (maps_.size() <= 1) return;
   for (auto it = maps_.begin(); it != maps_.end() - 1; ++it) Unmap(*it);
   maps_.erase(maps_.begin(), maps_.end() - 1);

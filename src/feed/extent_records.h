@@ -1,0 +1,75 @@
+// ExtentRecords: the program's side of a feed that carries file extents
+// (kFileExtent batches, `--feed-ingest extent|extent-read`): the records are
+// not copied into the queue but taken by the program's process from the
+// input file itself, in place from a read-only mapping of it, or (with
+// kReadExtent) read with pread(2) into memory of its own that it reuses
+// (docs/feed.md, "Performance"). One mapping per file, of the whole file,
+// kept while views into it may be in use.
+
+#ifndef DROVER_FEED_EXTENT_RECORDS_H_
+#define DROVER_FEED_EXTENT_RECORDS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "drover/status.h"
+#include "feed/shm_channel.h"
+#include "os/unique_fd.h"
+
+namespace drover::feed {
+
+class ExtentRecords {
+ public:
+  ExtentRecords() = default;
+  ExtentRecords(const ExtentRecords&) = delete;
+  ExtentRecords& operator=(const ExtentRecords&) = delete;
+  ~ExtentRecords();
+
+  // The first of `batch`'s records (a kFileExtent batch with records),
+  // valid until KeepOnlyLast drops the mapping or buffer they are in. A
+  // file cut short shows here as kInvalidArgument, not as SIGBUS or zeros
+  // later: a mapped file's size is checked and the pages populated
+  // (MADV_POPULATE_READ) each time, a read stops short. kInvalidArgument
+  // when the path is no longer the file the feeder read (same device and
+  // inode); kIoError when it cannot be opened, mapped or read.
+  Result<const char*> Records(const BatchView& batch);
+
+  // Unmaps every file but the one used last, and keeps only the buffer read
+  // into last: call when the views handed out before are given up.
+  void KeepOnlyLast();
+
+  size_t mapped_files() const { return maps_.size(); }
+
+ private:
+  struct Mapping {
+    uint64_t device = 0;
+    uint64_t inode = 0;
+    os::UniqueFd fd;  // to see the file's size now
+    const char* base = nullptr;
+    size_t size = 0;
+  };
+  struct Buffer {
+    std::unique_ptr<char[]> data;
+    size_t capacity = 0;
+  };
+  Result<const char*> Mapped(const FileExtent& extent, uint64_t end);
+  Result<const char*> Read(const FileExtent& extent, uint64_t end);
+  Result<Mapping> Map(const FileExtent& extent, uint64_t end) const;
+  static void Unmap(const Mapping& mapping);
+
+  std::vector<Mapping> maps_;  // the one used last at the back
+  // kReadExtent: the file read last, open, and the buffers read into since
+  // KeepOnlyLast (the first buffers_used_), reused after it.
+  uint64_t read_device_ = 0;
+  uint64_t read_inode_ = 0;
+  os::UniqueFd read_fd_;
+  std::vector<Buffer> buffers_;
+  size_t buffers_used_ = 0;
+};
+
+}  // namespace drover::feed
+
+#endif  // DROVER_FEED_EXTENT_RECORDS_H_
