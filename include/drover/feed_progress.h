@@ -11,6 +11,7 @@
 #define DROVER_FEED_PROGRESS_H_
 
 #include <cstdint>
+#include <string>
 
 namespace drover {
 
@@ -28,6 +29,10 @@ struct FeedProgress {
   uint32_t epochs = 0;
   uint32_t feeder_restarts = 0;
   uint64_t results = 0;  // inference results handed back (the output queue's records)
+  // How the feeder takes fixed-size raw records in (`--feed-ingest`): "map",
+  // "read", "extent" or "extent-read", "measure" while it measures; "" for
+  // other formats and external feeds.
+  std::string ingest;
   friend bool operator==(const FeedProgress&, const FeedProgress&) = default;
 };
 

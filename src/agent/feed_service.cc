@@ -227,6 +227,9 @@ FeedProgress FeedService::Impl::ReadProgress() const {
   const feed::FeedPlan& plan = options_.plan;
   FeedProgress progress = feed::ReadRingProgress(*channel_, /*input_ring=*/true);
   progress.feeder_restarts = feeder_restarts_.load(std::memory_order_relaxed);
+  if (std::optional<feed::Ingest> ingest = feed::IngestOfWord(feed::ReadRingIngest(*channel_))) {
+    progress.ingest = feed::IngestName(*ingest);
+  }
   if (!plan.external) {
     MutexLock lock(feeds_mutex_);
     progress.partitions_total = static_cast<uint32_t>(feeds_.size());

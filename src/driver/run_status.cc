@@ -26,7 +26,8 @@ json FeedToJson(const FeedProgress& feed, double records_per_s, double bytes_per
               {"queue_bytes", feed.queue_bytes},
               {"queue_capacity", feed.queue_capacity},
               {"feeder_restarts", feed.feeder_restarts},
-              {"results", feed.results}};
+              {"results", feed.results},
+              {"ingest", feed.ingest}};
 }
 
 // NaN and infinities have no JSON form: null.
@@ -424,6 +425,16 @@ std::string SnapshotToPrometheus(const RunSnapshot& snapshot) {
         out.Sample(metric.name, {{"executor", node.executor_id}, {"task", node.Task()}},
                    metric.value(node));
       }
+    }
+  }
+  out.Family("drover_feed_ingest", "gauge",
+             "1 for the way the node's feeder takes raw records in (--feed-ingest; measure "
+             "while it measures).");
+  for (const NodeSnapshot& node : snapshot.nodes) {
+    if (node.feed && !node.feed->ingest.empty()) {
+      out.Sample(
+          "drover_feed_ingest",
+          {{"executor", node.executor_id}, {"task", node.Task()}, {"way", node.feed->ingest}}, 1);
     }
   }
   out.Family("drover_metric", "gauge",

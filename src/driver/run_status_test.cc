@@ -98,6 +98,7 @@ RunSnapshot TwoNodes() {
   snapshot.expected = snapshot.registered = 2;
   snapshot.rendezvous_s = 0.25;
   snapshot.nodes.push_back(FedNode("0", 10, 100, 0, 2, 1000, 0, 1));
+  snapshot.nodes.back().feed->ingest = "extent-read";
   NodeSnapshot failed;
   failed.executor_id = "1";
   failed.job = "worker";
@@ -125,6 +126,7 @@ TEST(SnapshotJsonTest, HasEveryFieldThePageReads) {
   EXPECT_TRUE(worker["exit"].is_null());
   EXPECT_TRUE(worker["last_heartbeat_age_s"].is_null());
   EXPECT_EQ(worker["feed"]["records"], 10);
+  EXPECT_EQ(worker["feed"]["ingest"], "extent-read");
   const nlohmann::json& failed = json["nodes"][1];
   EXPECT_EQ(failed["state"], "failed");
   EXPECT_TRUE(failed["exit"]["code"].is_null());
@@ -156,6 +158,10 @@ TEST(SnapshotPrometheusTest, NamesEscapesAndCountsStates) {
   EXPECT_NE(text.find("drover_feed_records_total{executor=\"0\",task=\"worker:0\"} 10\n"),
             std::string::npos);
   EXPECT_NE(text.find("drover_rendezvous_duration_seconds 0.25\n"), std::string::npos);
+  EXPECT_NE(
+      text.find("drover_feed_ingest{executor=\"0\",task=\"worker:0\",way=\"extent-read\"} 1\n"),
+      std::string::npos)
+      << text;
   EXPECT_NE(text.find("# TYPE drover_feed_records_total counter\n"), std::string::npos);
   // Every sample and family is drover's.
   size_t start = 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <utility>
 #include <vector>
 
 namespace drover {
@@ -179,6 +180,30 @@ std::string MetricsText(const json& metrics) {
 }
 
 // "metrics (worker:0): loss 0.041  acc 0.97\n"; "" without reports.
+// How the fed nodes' raw records come in (--feed-ingest), the nodes grouped
+// by way: "ingest: extent (worker:0, worker:1), read (worker:2)\n"; "" when
+// no node says.
+std::string IngestLine(const json& cluster) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> ways;
+  for (const json& node : Items(cluster, "nodes")) {
+    const std::string way = Text(JsonField(JsonField(node, "feed"), "ingest"), "");
+    if (way.empty()) continue;
+    auto it = std::find_if(ways.begin(), ways.end(), [&](const auto& w) { return w.first == way; });
+    if (it == ways.end()) it = ways.insert(ways.end(), {way, {}});
+    it->second.push_back(Task(node));
+  }
+  if (ways.empty()) return "";
+  std::string line = "ingest:";
+  for (size_t i = 0; i < ways.size(); ++i) {
+    line += (i == 0 ? " " : ", ") + ways[i].first + " (";
+    for (size_t j = 0; j < ways[i].second.size(); ++j) {
+      line += (j == 0 ? "" : ", ") + ways[i].second[j];
+    }
+    line += ")";
+  }
+  return line + "\n";
+}
+
 std::string LeadMetricsLine(const json& cluster) {
   const std::string metrics = MetricsText(JsonField(cluster, "metrics"));
   if (metrics.empty()) return "";
@@ -289,6 +314,7 @@ std::string RenderStatus(const json& cluster) {
   out += "\n";
   const json& feed = JsonField(cluster, "feed");
   if (feed.is_object()) out += "feed: " + FeedLine(feed) + "\n";
+  out += IngestLine(cluster);
   out += LeadMetricsLine(cluster);
   for (const json& straggler : Items(cluster, "stragglers")) {
     out += "straggler: " + Text(straggler) + "\n";

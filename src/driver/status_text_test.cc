@@ -103,6 +103,23 @@ TEST(RenderTest, StatusListsEveryNodeAndItsError) {
   EXPECT_NE(text.find("1.5 s ago"), std::string::npos) << text;
   EXPECT_NE(text.find("executor 1: its agent exited before the cluster formed"), std::string::npos)
       << text;
+  EXPECT_EQ(text.find("ingest:"), std::string::npos) << text;  // no node says
+}
+
+// The way each fed node's raw records come in, nodes grouped by way.
+TEST(RenderTest, StatusSaysHowRecordsComeIn) {
+  nlohmann::json cluster = Cluster();
+  cluster["nodes"][0]["feed"]["ingest"] = "extent";
+  nlohmann::json more = cluster["nodes"][0];
+  more["task"] = "worker:2";
+  more["feed"]["ingest"] = "read";
+  cluster["nodes"].push_back(more);
+  more["task"] = "worker:3";
+  more["feed"]["ingest"] = "extent";
+  cluster["nodes"].push_back(more);
+  const std::string text = RenderStatus(cluster);
+  EXPECT_NE(text.find("ingest: extent (worker:0, worker:3), read (worker:2)\n"), std::string::npos)
+      << text;
 }
 
 // Late past the driver's late_after_s, as the status page counts it; 10 s

@@ -436,6 +436,15 @@ Result<Ingest> ParseIngest(std::string_view name) {
                                  Printable(name) + "'");
 }
 
+uint32_t IngestWord(Ingest ingest) {
+  return static_cast<uint32_t>(ingest) + 1;
+}
+
+std::optional<Ingest> IngestOfWord(uint32_t word) {
+  if (word == 0 || word > IngestWord(Ingest::kExtentRead)) return std::nullopt;
+  return static_cast<Ingest>(word - 1);
+}
+
 std::string_view IngestName(Ingest ingest) {
   switch (ingest) {
     case Ingest::kMeasure:

@@ -53,6 +53,11 @@ enum class Ingest { kMeasure, kMap, kRead, kExtent, kExtentRead };
 // "measure", "map", "read", "extent", "extent-read"; kInvalidArgument naming them otherwise.
 Result<Ingest> ParseIngest(std::string_view name);
 std::string_view IngestName(Ingest ingest);
+// Ingest as the queue's ring header carries it (RingWriter::SayIngest,
+// docs/shm_queue_format.md): the value plus one, 0 when not said.
+uint32_t IngestWord(Ingest ingest);
+// nullopt for 0 and for words out of range.
+std::optional<Ingest> IngestOfWord(uint32_t word);
 
 // FeedPosition (include/drover/data_feed.h): how far a program had consumed
 // its share when it committed.

@@ -177,6 +177,7 @@ class BatchWriter {
     return Reserve(batch_bytes_);
   }
   void Close() { ring_.Close(); }
+  void SayIngest(Ingest ingest) { ring_.SayIngest(IngestWord(ingest)); }
   // Record bytes published (in the queue or as extents).
   uint64_t bytes() const { return bytes_; }
   const BatchInfo& info() const { return info_; }
@@ -338,11 +339,14 @@ Result<FeederReport> FeedShare(const FeederOptions& options, JoinedFeed& joined)
   IngestChoice ingest(options.plan.ingest, options.ingest_probe_bytes);
   // After each batch of fixed-size records: the measurement sees how far
   // the program got, and a choice it made is said once.
+  // The agent shows the way in its heartbeats: measure until chosen.
   bool choice_said = plan.ingest != Ingest::kMeasure;
+  if (fixed_size) writer.SayIngest(ingest.chosen());
   auto published_more = [&] {
     ingest.Published(writer.position(), writer.bytes(), writer.released_position(), Clock::now());
     if (choice_said || ingest.Name().empty()) return;
     choice_said = true;
+    writer.SayIngest(ingest.chosen());
     if (options.notice) options.notice(ingest.Describe());
   };
   // A failed Reserve: the program terminated the feed, took nothing for the

@@ -307,6 +307,11 @@ TEST_F(FeederTest, RawRecordsArriveTheSameMappedReadOrMeasured) {
     ASSERT_OK(report);
     EXPECT_EQ(report->records, 2u * 3000);
     ExpectExactlyOnce(plan, seen);
+    // The ring's header says the way for the agent's heartbeats: the one
+    // chosen, or measure while the probes went on.
+    const std::optional<Ingest> said = IngestOfWord(ReadRingIngest(*channel_));
+    ASSERT_TRUE(said.has_value());
+    EXPECT_EQ(IngestName(*said), report->ingest.empty() ? "measure" : report->ingest);
     if (ingest == Ingest::kMeasure) {
       // Which way won is the host's; that every way delivers the same is
       // this test's point (ingest_choice_test checks the choosing).

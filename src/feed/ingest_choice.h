@@ -89,6 +89,8 @@ class IngestChoice {
   // `released` at `now`. Decides once the program took every probe.
   void Published(uint64_t position, uint64_t record_bytes, uint64_t released,
                  Clock::time_point now);
+  // The way chosen (or forced); kMeasure while the probes go on.
+  Ingest chosen() const { return ingest_; }
   // "map", "read", "extent" or "extent-read" once chosen (or forced), else
   // "".
   std::string Name() const;

@@ -77,7 +77,7 @@ struct RingHeader {
   uint32_t data_seq;         // futex: bumped on every publish and state change
   uint32_t readers_waiting;  // a reader sleeps on data_seq
   uint32_t closed;
-  uint32_t pad0;
+  uint32_t ingest;  // RingWriter::SayIngest
   uint64_t commit_count;
   CommitSlot slots[2];
   // Written by the reader.
@@ -499,6 +499,10 @@ void RingWriter::Commit(const BatchInfo& info, size_t payload_bytes, uint64_t so
   wrap_ = false;
 }
 
+void RingWriter::SayIngest(uint32_t word) {
+  Atomic(ring_->ingest).store(word, std::memory_order_relaxed);
+}
+
 void RingWriter::Close() {
   Atomic(ring_->closed).store(1, std::memory_order_release);
   Publish(ring_->data_seq, ring_->readers_waiting);
@@ -776,6 +780,10 @@ void RingReader::CountRead(const BatchView& batch) {
   add(ring_->payload_bytes_read, payload);
   if (batch.info.flags & kEndOfPartition) add(ring_->partitions_read, 1);
   Atomic(ring_->last_epoch).store(batch.info.epoch, std::memory_order_relaxed);
+}
+
+uint32_t ReadRingIngest(const ShmChannel& channel) {
+  return Atomic(channel.input()->ingest).load(std::memory_order_relaxed);
 }
 
 FeedProgress ReadRingProgress(const ShmChannel& channel, bool input_ring) {

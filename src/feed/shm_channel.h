@@ -190,6 +190,9 @@ class RingWriter {
   void Commit(const BatchInfo& info, size_t payload_bytes, uint64_t source_offset);
   // No more batches: the reader sees the end once it has read everything.
   void Close();
+  // Says in the ring header how this writer takes fixed-size records in (a
+  // feed::Ingest plus one), for the agent's heartbeats (ReadRingIngest).
+  void SayIngest(uint32_t word);
 
   // Bytes published and not yet released by the reader (at most the ring's
   // size, whatever the header says).
@@ -300,6 +303,9 @@ class RingReader {
 // Fills the queue's part of a FeedProgress (records, bytes, partitions_done,
 // epoch, queue_bytes, queue_capacity); the rest stays 0.
 FeedProgress ReadRingProgress(const ShmChannel& channel, bool input_ring);
+// The input ring's writer's RingWriter::SayIngest word; 0 before it said.
+// The program could have written anything there: check the range.
+uint32_t ReadRingIngest(const ShmChannel& channel);
 
 }  // namespace drover::feed
 

@@ -1736,6 +1736,7 @@ TEST(RendezvousEndToEndTest, HeartbeatsCarryFeedProgressAndLeaveSendsTheLast) {
     feed.records = records.load();
     feed.partitions_total = 8;
     feed.queue_capacity = 1 << 20;
+    feed.ingest = "extent";
     payload.feed = feed;
     return payload;
   });
@@ -1756,6 +1757,7 @@ TEST(RendezvousEndToEndTest, HeartbeatsCarryFeedProgressAndLeaveSendsTheLast) {
   // The nodes' own view carries the same, over the wire.
   ASSERT_OK_AND_ASSIGN(ClusterState seen, clients[1]->QueryState(Soon()));
   ASSERT_TRUE(seen.nodes[0].feed.has_value());
+  EXPECT_EQ(seen.nodes[0].feed->ingest, "extent");
   EXPECT_EQ(seen.nodes[0].program_pid, 4242);
   EXPECT_FALSE(seen.nodes[1].feed.has_value());
 

@@ -1,5 +1,6 @@
 #include "rendezvous/node_info_codec.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <string_view>
@@ -48,6 +49,7 @@ wire::FeedProgress FeedProgressToWire(const FeedProgress& progress) {
   out.set_queue_capacity(progress.queue_capacity);
   out.set_feeder_restarts(progress.feeder_restarts);
   out.set_results(progress.results);
+  out.set_ingest(progress.ingest);
   return out;
 }
 
@@ -64,6 +66,13 @@ FeedProgress FeedProgressFromWire(const wire::FeedProgress& progress) {
   out.queue_capacity = progress.queue_capacity();
   out.feeder_restarts = progress.feeder_restarts();
   out.results = progress.results();
+  // A way's name ("extent-read"); anything else is not shown.
+  const std::string& ingest = progress.ingest();
+  if (ingest.size() <= 16 && std::all_of(ingest.begin(), ingest.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || c == '-';
+      })) {
+    out.ingest = ingest;
+  }
   return out;
 }
 

@@ -6,6 +6,7 @@ to <out>.<executor id>.
 """
 import collections
 import contextlib
+import json
 import os
 import random
 import signal
@@ -411,6 +412,9 @@ def test_fixed_size_records_arrive_whole_however_the_feeder_takes_them_in(tmp_pa
     seen = read_seen(tmp_path / "raw")
     records = sorted(r for node in seen.values() for _, r in node)
     assert records == [f"{i:05d},raw" for i in range(5000)]
+    # Each node's heartbeats said the way, as the status page and /metrics show it.
+    record = json.loads((tmp_path / "logs" / "run.json").read_text())
+    assert [node["feed"]["ingest"] for node in record["nodes"]] == [ingest, ingest]
 
 
 FUSE_HANG = os.path.join(os.path.dirname(__file__), "fuse_hang.py")
