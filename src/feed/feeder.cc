@@ -337,11 +337,11 @@ Result<FeederReport> FeedShare(const FeederOptions& options, JoinedFeed& joined)
   BatchWriter writer(channel, options.batch_bytes, timeout,
                      fixed_size ? static_cast<uint32_t>(plan.read.record_bytes) : 0);
   IngestChoice ingest(options.plan.ingest, options.ingest_probe_bytes);
+  // The agent shows the way in its heartbeats: measure until chosen.
+  if (fixed_size) writer.SayIngest(ingest.chosen());
   // After each batch of fixed-size records: the measurement sees how far
   // the program got, and a choice it made is said once.
-  // The agent shows the way in its heartbeats: measure until chosen.
   bool choice_said = plan.ingest != Ingest::kMeasure;
-  if (fixed_size) writer.SayIngest(ingest.chosen());
   auto published_more = [&] {
     ingest.Published(writer.position(), writer.bytes(), writer.released_position(), Clock::now());
     if (choice_said || ingest.Name().empty()) return;
