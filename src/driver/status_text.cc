@@ -179,7 +179,6 @@ std::string MetricsText(const json& metrics) {
   return text;
 }
 
-// "metrics (worker:0): loss 0.041  acc 0.97\n"; "" without reports.
 // How the fed nodes' raw records come in (--feed-ingest), the nodes grouped
 // by way: "ingest: extent (worker:0, worker:1), read (worker:2)\n"; "" when
 // no node says.
@@ -204,6 +203,7 @@ std::string IngestLine(const json& cluster) {
   return line + "\n";
 }
 
+// "metrics (worker:0): loss 0.041  acc 0.97\n"; "" without reports.
 std::string LeadMetricsLine(const json& cluster) {
   const std::string metrics = MetricsText(JsonField(cluster, "metrics"));
   if (metrics.empty()) return "";
