@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -427,13 +428,24 @@ std::string FeedPositionToJson(const FeedPosition& position) {
   return PositionJson(position).dump();
 }
 
+// Every Ingest, in the enum's order.
+constexpr Ingest kIngests[] = {Ingest::kMeasure, Ingest::kMap, Ingest::kRead, Ingest::kExtent,
+                               Ingest::kExtentRead};
+
 Result<Ingest> ParseIngest(std::string_view name) {
-  for (Ingest ingest :
-       {Ingest::kMeasure, Ingest::kMap, Ingest::kRead, Ingest::kExtent, Ingest::kExtentRead}) {
+  for (Ingest ingest : kIngests) {
     if (name == IngestName(ingest)) return ingest;
   }
-  return Status::InvalidArgument("must be measure, map, read, extent or extent-read, got '" +
-                                 Printable(name) + "'");
+  return Status::InvalidArgument("must be " + IngestNames() + ", got '" + Printable(name) + "'");
+}
+
+std::string IngestNames() {
+  std::string names;
+  for (size_t i = 0; i < std::size(kIngests); ++i) {
+    if (i > 0) names += i + 1 == std::size(kIngests) ? " or " : ", ";
+    names += IngestName(kIngests[i]);
+  }
+  return names;
 }
 
 uint32_t IngestWord(Ingest ingest) {
@@ -441,8 +453,8 @@ uint32_t IngestWord(Ingest ingest) {
 }
 
 std::optional<Ingest> IngestOfWord(uint32_t word) {
-  if (word == 0 || word > IngestWord(Ingest::kExtentRead)) return std::nullopt;
-  return static_cast<Ingest>(word - 1);
+  if (word == 0 || word > std::size(kIngests)) return std::nullopt;
+  return kIngests[word - 1];
 }
 
 std::string_view IngestName(Ingest ingest) {

@@ -53,6 +53,8 @@ enum class Ingest { kMeasure, kMap, kRead, kExtent, kExtentRead };
 // "measure", "map", "read", "extent", "extent-read"; kInvalidArgument naming them otherwise.
 Result<Ingest> ParseIngest(std::string_view name);
 std::string_view IngestName(Ingest ingest);
+// "measure, map, read, extent or extent-read": every name, for messages.
+std::string IngestNames();
 // Ingest as the queue's ring header carries it (RingWriter::SayIngest,
 // docs/shm_queue_format.md): the value plus one, 0 when not said.
 uint32_t IngestWord(Ingest ingest);

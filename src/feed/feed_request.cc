@@ -55,9 +55,8 @@ Result<std::optional<FeedPlan>> PlanFeed(const FeedRequest& request) {
   if (!request.ingest.empty()) {
     Result<Ingest> ingest = ParseIngest(request.ingest);
     if (!ingest.ok()) {
-      return Status::InvalidArgument(
-          "--feed-ingest takes measure, map, read, extent or extent-read, not '" + request.ingest +
-          "'");
+      return Status::InvalidArgument("--feed-ingest takes " + IngestNames() + ", not '" +
+                                     request.ingest + "'");
     }
     if (plan.read.format != RecordFormat::kRaw || plan.read.record_bytes == 0) {
       return Status::InvalidArgument(

@@ -53,7 +53,11 @@ Ingest IngestChoice::way() const {
   const int segment = Segment();
   if (segment < 2) return segment == 0 ? Ingest::kMap : Ingest::kRead;
   if (segment > LastSegment()) return copy_;  // the probes are over: the safe way meanwhile
-  switch ((segment - 2) % kWays) {
+  return IngestOf(static_cast<Way>((segment - 2) % kWays));
+}
+
+Ingest IngestChoice::IngestOf(Way way) const {
+  switch (way) {
     case kInPlace:
       return Ingest::kExtent;
     case kReadByProgram:
@@ -95,11 +99,10 @@ Ingest IngestChoice::Fastest() const {
   if (!copied) return copy_;
   Ingest fastest = copy_;
   double best = 1.1 * *copied;
-  for (auto [way, ingest] :
-       {std::pair{kInPlace, Ingest::kExtent}, std::pair{kReadByProgram, Ingest::kExtentRead}}) {
+  for (Way way : {kInPlace, kReadByProgram}) {
     const std::optional<double> rate = Median(way);
     if (rate && *rate >= best) {
-      fastest = ingest;
+      fastest = IngestOf(way);
       best = *rate;
     }
   }

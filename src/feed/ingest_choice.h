@@ -114,6 +114,8 @@ class IngestChoice {
   double FeederRate(int segment) const;
   // The median over the rounds' probes of one way.
   std::optional<double> Median(Way way) const;
+  // The Ingest a probe of `way` is fed by: kExtent, kExtentRead or copy_.
+  Ingest IngestOf(Way way) const;
   // The fastest way once every probe was taken: kExtent, kExtentRead or copy_.
   Ingest Fastest() const;
 
