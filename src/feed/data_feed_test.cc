@@ -239,8 +239,6 @@ std::vector<std::string> NumberedList(int first, int count) {
   return records;
 }
 
-// Records queued as extents of their files are handed out as views into the
-// program's own mappings of the files, across batches and files, in order.
 // The tests of file extents run for both ways a program takes them: from
 // its own mapping of the file, and read with pread(2) into its own memory
 // (kReadExtent).
@@ -254,6 +252,9 @@ INSTANTIATE_TEST_SUITE_P(InPlaceAndRead, ExtentFeedTest, ::testing::Values(0u, k
                            return info.param == kReadExtent ? "ReadByProgram" : "Mapped";
                          });
 
+// Records queued as extents of their files are handed out as views into the
+// program's own mappings of the files (or its buffers), across batches and
+// files, in order.
 TEST_P(ExtentFeedTest, FileExtentRecordsAreHandedOutInPlace) {
   const std::string a = dir_.File("a.raw"), b = dir_.File("b.raw");
   WriteFile(a, NumberedRecords(0, 20));
