@@ -21,7 +21,10 @@ struct FeedProgress {
   uint64_t bytes = 0;            // their bytes, without length prefixes
   uint32_t partitions_done = 0;  // partitions (x epochs) read to their end
   uint32_t epoch = 0;            // 0-based, of the last batch read
-  uint64_t queue_bytes = 0;      // in the queue, not yet released by the program
+  // How far the feeder is ahead: bytes in the queue not yet released by the
+  // program or, with records queued as file extents, their bytes not yet
+  // handed out (whichever is more).
+  uint64_t queue_bytes = 0;
   uint64_t queue_capacity = 0;
   // Added by the node's agent:
   uint32_t partitions_total = 0;  // the share x epochs; 0: unknown (external feeds)

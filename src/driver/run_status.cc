@@ -409,7 +409,9 @@ std::string SnapshotToPrometheus(const RunSnapshot& snapshot) {
        [](const NodeSnapshot& n) { return n.records_per_s; }},
       {"drover_feed_rate_bytes_per_second", "gauge", "Bytes per second over the last seconds.",
        [](const NodeSnapshot& n) { return n.bytes_per_s; }},
-      {"drover_feed_queue_bytes", "gauge", "Bytes in the node's queue not yet released.",
+      {"drover_feed_queue_bytes", "gauge",
+       "How far the node's feeder is ahead: queued bytes, or bytes of records queued as file "
+       "extents.",
        [](const NodeSnapshot& n) { return static_cast<double>(n.feed->queue_bytes); }},
       {"drover_feed_queue_capacity_bytes", "gauge", "The node's queue size.",
        [](const NodeSnapshot& n) { return static_cast<double>(n.feed->queue_capacity); }},

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <thread>
 #include <type_traits>
@@ -80,6 +81,10 @@ struct RingHeader {
   uint32_t ingest;  // RingWriter::SayIngest
   uint64_t commit_count;
   CommitSlot slots[2];
+  // Record bytes published, ever (in the ring or named by file extents), for
+  // the agent's heartbeats: with the reader's payload_bytes_read, how far the
+  // writer is ahead when its records are not in the ring.
+  uint64_t payload_bytes_written;
   // Written by the reader.
   alignas(64) uint64_t read_pos;
   uint32_t space_seq;        // futex: bumped on every release and state change
@@ -98,6 +103,8 @@ struct RingHeader {
   uint64_t handed_record;
 };
 static_assert(sizeof(RingHeader) <= kRingHeaderBytes);
+static_assert(offsetof(RingHeader, payload_bytes_written) == 112);
+static_assert(offsetof(RingHeader, read_pos) == 128);
 
 struct ChannelHeader {
   char magic[8];
@@ -126,6 +133,14 @@ struct BatchHeader {
 static_assert(sizeof(BatchHeader) == 40);
 
 namespace {
+
+// The bytes of the records a batch of `payload_bytes` holds or names: without
+// length prefixes, and for a file extent the records in the file.
+uint64_t RecordBytesOf(const BatchInfo& info, uint64_t payload_bytes) {
+  if (info.flags & kFileExtent) return uint64_t{info.record_count} * info.record_bytes;
+  const uint64_t prefixes = (info.flags & kFixedSizeRecords) ? 0 : uint64_t{info.record_count} * 4;
+  return payload_bytes >= prefixes ? payload_bytes - prefixes : 0;
+}
 
 struct FileExtentHeader {
   uint64_t offset;
@@ -492,6 +507,10 @@ void RingWriter::Commit(const BatchInfo& info, size_t payload_bytes, uint64_t so
   slot.source_offset = source_offset;
   Atomic(slot.seq).store(count, std::memory_order_release);
   ring_->commit_count = count;
+  Atomic(ring_->payload_bytes_written)
+      .store(Atomic(ring_->payload_bytes_written).load(std::memory_order_relaxed) +
+                 RecordBytesOf(info, payload_bytes),
+             std::memory_order_relaxed);
   write_pos_ = new_pos;
   Atomic(ring_->write_pos).store(new_pos, std::memory_order_release);
   Publish(ring_->data_seq, ring_->readers_waiting);
@@ -766,11 +785,7 @@ void RingReader::DiscardAll() {
 
 void RingReader::CountRead(const BatchView& batch) {
   // Only this reader writes these; relaxed stores suffice for a progress view.
-  const uint64_t prefixes =
-      (batch.info.flags & kFixedSizeRecords) ? 0 : uint64_t{batch.info.record_count} * 4;
-  const uint64_t payload = (batch.info.flags & kFileExtent)
-                               ? uint64_t{batch.info.record_count} * batch.info.record_bytes
-                               : batch.bytes - prefixes;
+  const uint64_t payload = RecordBytesOf(batch.info, batch.bytes);
   auto add = [](auto& field, uint64_t delta) {
     using Field = std::remove_reference_t<decltype(field)>;
     Atomic(field).store(static_cast<Field>(Atomic(field).load(std::memory_order_relaxed) + delta),
@@ -795,9 +810,13 @@ FeedProgress ReadRingProgress(const ShmChannel& channel, bool input_ring) {
   progress.epoch = Atomic(ring->last_epoch).load(std::memory_order_relaxed);
   const uint64_t read_pos = Atomic(ring->read_pos).load(std::memory_order_acquire);
   const uint64_t write_pos = Atomic(ring->write_pos).load(std::memory_order_acquire);
-  // Both positions may have been written by the program: show at most the ring.
-  progress.queue_bytes =
-      write_pos > read_pos ? std::min(write_pos - read_pos, channel.ring_bytes()) : 0;
+  const uint64_t in_ring = write_pos > read_pos ? write_pos - read_pos : 0;
+  // Records queued as file extents take little of the ring, but the writer
+  // keeps up to a ring's worth of their bytes ahead: count those.
+  const uint64_t written = Atomic(ring->payload_bytes_written).load(std::memory_order_relaxed);
+  const uint64_t not_handed = written > progress.bytes ? written - progress.bytes : 0;
+  // All of these may have been written by the program: show at most the ring.
+  progress.queue_bytes = std::min(std::max(in_ring, not_handed), channel.ring_bytes());
   progress.queue_capacity = channel.ring_bytes();
   return progress;
 }

@@ -889,6 +889,40 @@ TEST(ShmChannelTest, FileExtentsRoundTrip) {
   EXPECT_EQ(progress.bytes, 100u * 3136);
 }
 
+// Records queued as file extents take a few bytes of the ring each batch;
+// the queue's fill counts their bytes until they are handed out, so the
+// status page shows how far ahead the feeder is. A resuming writer goes on
+// counting; a count written over by the program shows as at most the ring.
+TEST(ShmChannelTest, FileExtentRecordsCountInTheQueueFill) {
+  ASSERT_OK_AND_ASSIGN(ShmChannel channel, ShmChannel::Create(1 << 20));
+  {
+    RingWriter writer(channel, /*input_ring=*/true);
+    ASSERT_OK(PublishExtent(writer, BatchInfo{}, FileExtent{"/in/a.raw", 1, 2, 0}, 100, 1000));
+  }
+  EXPECT_EQ(ReadRingProgress(channel, true).queue_bytes, 100'000u);
+  RingWriter resumed(channel, /*input_ring=*/true);
+  BatchInfo next;
+  next.first_record = 100;
+  ASSERT_OK(PublishExtent(resumed, next, FileExtent{"/in/a.raw", 1, 2, 100'000}, 50, 1000));
+  EXPECT_EQ(ReadRingProgress(channel, true).queue_bytes, 150'000u);
+
+  RingReader reader(channel, /*input_ring=*/true);
+  ASSERT_OK_AND_ASSIGN(std::optional<BatchView> first, reader.TryNext());
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(ReadRingProgress(channel, true).queue_bytes, 50'000u);
+  ASSERT_OK_AND_ASSIGN(std::optional<BatchView> second, reader.TryNext());
+  ASSERT_TRUE(second.has_value());
+  // Handed out, not released: what is left is the two small batches.
+  const uint64_t in_ring = ReadRingProgress(channel, true).queue_bytes;
+  EXPECT_GT(in_ring, 0u);
+  EXPECT_LT(in_ring, 1000u);
+  reader.ReleaseAll();
+  EXPECT_EQ(ReadRingProgress(channel, true).queue_bytes, 0u);
+
+  ASSERT_TRUE(Scribble<uint64_t>(channel.fd(), kInputRingHeader + 112, ~uint64_t{0}));
+  EXPECT_EQ(ReadRingProgress(channel, true).queue_bytes, channel.ring_bytes());
+}
+
 // An extent written over by a misbehaving program is kInternal, never a
 // read of a path or a range it does not name.
 TEST(ShmChannelTest, CorruptFileExtentsAreRefused) {
