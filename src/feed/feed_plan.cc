@@ -436,7 +436,7 @@ Result<Ingest> ParseIngest(std::string_view name) {
   for (Ingest ingest : kIngests) {
     if (name == IngestName(ingest)) return ingest;
   }
-  return Status::InvalidArgument("must be " + IngestNames() + ", got '" + Printable(name) + "'");
+  return Status::InvalidArgument("takes " + IngestNames() + ", not '" + Printable(name) + "'");
 }
 
 std::string IngestNames() {

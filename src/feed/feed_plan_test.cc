@@ -416,7 +416,7 @@ TEST(FeedPlanTest, IngestIsWrittenOnlyWhenForced) {
   EXPECT_THAT(FeedPlan::FromJson(
                   R"({"mode": "train", "format": "raw", "external": true, "ingest": "fast"})"),
               StatusIs(Code::kInvalidArgument,
-                       HasSubstr("'ingest' must be measure, map, read, extent or extent-read")));
+                       HasSubstr("'ingest' takes measure, map, read, extent or extent-read")));
   EXPECT_THAT(
       FeedPlan::FromJson(R"({"mode": "train", "format": "raw", "external": true, "ingest": 1})"),
       StatusIs(Code::kInvalidArgument, HasSubstr("ingest")));

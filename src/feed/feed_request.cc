@@ -55,8 +55,7 @@ Result<std::optional<FeedPlan>> PlanFeed(const FeedRequest& request) {
   if (!request.ingest.empty()) {
     Result<Ingest> ingest = ParseIngest(request.ingest);
     if (!ingest.ok()) {
-      return Status::InvalidArgument("--feed-ingest takes " + IngestNames() + ", not '" +
-                                     request.ingest + "'");
+      return Status::InvalidArgument("--feed-ingest " + std::string(ingest.status().message()));
     }
     if (plan.read.format != RecordFormat::kRaw || plan.read.record_bytes == 0) {
       return Status::InvalidArgument(

@@ -112,6 +112,9 @@ TEST_F(PlanFeedTest, FeedIngestGoesWithFixedSizeRawRecords) {
   EXPECT_THAT(PlanFeed(raw).status(),
               StatusIs(Code::kInvalidArgument,
                        HasSubstr("--feed-ingest takes measure, map, read, extent or extent-read")));
+  raw.ingest = "map\n\x1b[2J";  // what the user typed comes back escaped, on one line
+  EXPECT_THAT(PlanFeed(raw).status(),
+              StatusIs(Code::kInvalidArgument, HasSubstr("not 'map\\x0a\\x1b[2J'")));
   FeedRequest csv = Request();
   csv.ingest = "map";
   EXPECT_THAT(PlanFeed(csv).status(),
