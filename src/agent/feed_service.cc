@@ -116,6 +116,9 @@ class FeedService::Impl {
     if (options_.say) options_.say(message);
   }
   void Fail(const Status& status);
+  // Why the program's reader stopped the feed, when it did (records it could
+  // not read: an extent's file cut short or replaced); Ok otherwise.
+  Status ReaderFailure() const;
   void Shutdown();
   Status SpawnFeeder();
   void Loop();
@@ -159,6 +162,9 @@ class FeedService::Impl {
   std::atomic<bool> quit_{false};
   std::atomic<bool> finishing_{false};
   std::atomic<bool> failed_{false};
+  // The agent stopped the channel itself (Stop, Shutdown): a stop it did
+  // not make is the program's reader giving up (ReaderFailure).
+  std::atomic<bool> stopped_here_{false};
   std::atomic<uint32_t> feeder_restarts_{0};
   bool shut_down_ = false;
 
@@ -250,6 +256,7 @@ FeedProgress FeedService::Impl::ReadProgress() const {
 }
 
 void FeedService::Impl::Fail(const Status& status) {
+  stopped_here_ = true;
   channel_->SetError(status.message());
   channel_->AdvanceState(RunState::kStopped);
   if (!failed_.exchange(true) && options_.on_failure) options_.on_failure(status);
@@ -313,7 +320,13 @@ std::string FeedService::Impl::DescribeCommit(
 
 void FeedService::Impl::OnFeederExit(const os::ExitStatus& status) {
   feeder_.reset();
-  if (quit_ || channel_->state() == RunState::kStopped) return;
+  if (quit_) return;
+  if (channel_->state() == RunState::kStopped) {
+    // The feeder stopped because the program could not read its records:
+    // the node fails with that, as with a feeder's own error.
+    if (Status failure = ReaderFailure(); !failure.ok()) Fail(failure);
+    return;
+  }
   if (status.success()) {
     feeder_done_ = true;
     return;
@@ -686,18 +699,29 @@ Status FeedService::Impl::CheckResults() {
       (unanswered > 1 ? " (" + std::to_string(unanswered) + " partitions incomplete)" : ""));
 }
 
+Status FeedService::Impl::ReaderFailure() const {
+  if (failed_ || stopped_here_ || channel_->state() != RunState::kStopped) return Status::Ok();
+  const std::string why = channel_->error();
+  if (why.empty()) return Status::Ok();
+  return Status::Unavailable("feeding " + options_.task + " failed: " + why);
+}
+
 Status FeedService::Impl::Finish() {
   finishing_ = true;
   if (results_.joinable()) results_.join();
   const feed::FeedPlan& plan = options_.plan;
-  Status checked = plan.mode == feed::FeedMode::kInference && !plan.external && !failed_
-                       ? CheckResults()
-                       : Status::Ok();
+  // A program that ends its loop on should_stop() exits 0 after its reader
+  // stopped the feed: the records it could not read fail the node.
+  Status checked = ReaderFailure();
+  if (checked.ok() && plan.mode == feed::FeedMode::kInference && !plan.external && !failed_) {
+    checked = CheckResults();
+  }
   Shutdown();
   return checked;
 }
 
 void FeedService::Impl::Stop(const std::string& reason) {
+  stopped_here_ = true;
   if (channel_) {
     channel_->SetError(reason);
     channel_->AdvanceState(RunState::kStopped);
@@ -710,6 +734,7 @@ void FeedService::Impl::Shutdown() {
   shut_down_ = true;
   quit_ = true;
   finishing_ = true;
+  stopped_here_ = true;
   if (channel_) channel_->AdvanceState(RunState::kStopped);
   if (event_fd_.valid()) Wake();
   if (loop_.joinable()) loop_.join();

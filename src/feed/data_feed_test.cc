@@ -363,6 +363,39 @@ TEST_P(ExtentFeedTest, AFileCutShortUnderAnExtentStopsTheFeed) {
   EXPECT_EQ(channel_->state(), RunState::kStopped);
 }
 
+// A file its file system will not map is read instead, and the records of
+// the next file are mapped as before. Here the file is larger than the
+// address space (a sparse file on tmpfs: mmap fails with ENOMEM), standing
+// in for a file system that maps nothing.
+TEST_F(DataFeedTest, AFileThatCannotBeMappedIsReadInstead) {
+  char path[] = "/dev/shm/drover-extent-XXXXXX";
+  os::UniqueFd huge_fd(::mkstemp(path));
+  if (!huge_fd.valid()) GTEST_SKIP() << "no /dev/shm to make a file in";
+  const std::string huge = path;
+  struct Unlink {
+    std::string path;
+    ~Unlink() { ::unlink(path.c_str()); }
+  } unlink_huge{huge};
+  const std::string records = NumberedRecords(0, 10);
+  ASSERT_EQ(::pwrite(huge_fd.get(), records.data(), records.size(), 0),
+            static_cast<ssize_t>(records.size()));
+  if (::ftruncate(huge_fd.get(), off_t{1} << 48) != 0) {
+    GTEST_SKIP() << "/dev/shm takes no file of 2^48 bytes";
+  }
+  const std::string a = dir_.File("a.raw");
+  WriteFile(a, NumberedRecords(10, 5));
+  ASSERT_OK(PublishExtent(*writer_, Info(0, 0, 0, kEndOfPartition), ExtentOf(huge, 0), 10, 8));
+  ASSERT_OK(PublishExtent(*writer_, Info(1, 0, 0, kEndOfPartition, 1), ExtentOf(a, 0), 5, 8));
+  writer_->Close();
+  std::unique_ptr<DataFeed> feed = Connect();
+  ASSERT_NE(feed, nullptr);
+  ASSERT_OK_AND_ASSIGN(RecordBatch first, feed->NextBatch(4));
+  EXPECT_EQ(Strings(first), NumberedList(0, 4));
+  ASSERT_OK_AND_ASSIGN(RecordBatch rest, feed->NextBatch(100));
+  EXPECT_EQ(Strings(rest), NumberedList(4, 11));
+  EXPECT_TRUE(feed->ShouldStop());
+}
+
 TEST_F(DataFeedTest, SecondReaderIsRefused) {
   std::unique_ptr<DataFeed> first = Connect();
   ASSERT_NE(first, nullptr);

@@ -76,7 +76,9 @@ void ExtentRecords::Unmap(const Mapping& mapping) {
 Result<const char*> ExtentRecords::Records(const BatchView& batch) {
   const FileExtent& extent = batch.extent;
   const uint64_t end = extent.offset + uint64_t{batch.info.record_count} * batch.info.record_bytes;
-  return (batch.info.flags & kReadExtent) ? Read(extent, end) : Mapped(extent, end);
+  const bool unmappable = std::find(unmappable_.begin(), unmappable_.end(),
+                                    std::pair{extent.device, extent.inode}) != unmappable_.end();
+  return (batch.info.flags & kReadExtent) || unmappable ? Read(extent, end) : Mapped(extent, end);
 }
 
 Result<const char*> ExtentRecords::Read(const FileExtent& extent, uint64_t end) {
@@ -122,8 +124,12 @@ Result<const char*> ExtentRecords::Mapped(const FileExtent& extent, uint64_t end
   // A file that grew since it was mapped is mapped again, whole; the old
   // mapping goes at the next KeepOnlyLast, as this call's views may use it.
   if (found == maps_.end() || found->size < end) {
-    DROVER_ASSIGN_OR_RETURN(Mapping mapping, Map(extent, end));
-    maps_.push_back(std::move(mapping));
+    DROVER_ASSIGN_OR_RETURN(std::optional<Mapping> mapping, Map(extent, end));
+    if (!mapping) {
+      unmappable_.emplace_back(extent.device, extent.inode);
+      return Read(extent, end);
+    }
+    maps_.push_back(std::move(*mapping));
     found = maps_.end() - 1;
   } else if (found != maps_.end() - 1) {
     std::rotate(found, found + 1, maps_.end());
@@ -133,16 +139,20 @@ Result<const char*> ExtentRecords::Mapped(const FileExtent& extent, uint64_t end
   return found->base + extent.offset;
 }
 
-Result<ExtentRecords::Mapping> ExtentRecords::Map(const FileExtent& extent, uint64_t end) const {
+Result<std::optional<ExtentRecords::Mapping>> ExtentRecords::Map(const FileExtent& extent,
+                                                                 uint64_t end) const {
   const std::string path(extent.path);
   struct stat info {};
   DROVER_ASSIGN_OR_RETURN(os::UniqueFd fd, OpenFedFile(extent, &info));
   const uint64_t size = static_cast<uint64_t>(info.st_size);
   DROVER_RETURN_IF_ERROR(CheckSize(path, size, end));
-  void* base = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd.get(), 0);
-  if (base == MAP_FAILED) return FileError(errno, "cannot map " + path);
-  return Mapping{extent.device, extent.inode, std::move(fd), static_cast<const char*>(base),
-                 static_cast<size_t>(size)};
+  // Private: FUSE with direct I/O refuses shared mappings (ENODEV). Nothing
+  // writes through it, so it is the page cache's pages all the same.
+  void* base = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+  // A file system that maps no files at all: the records are read instead.
+  if (base == MAP_FAILED) return std::optional<Mapping>();
+  return std::optional(Mapping{extent.device, extent.inode, std::move(fd),
+                               static_cast<const char*>(base), static_cast<size_t>(size)});
 }
 
 void ExtentRecords::KeepOnlyLast() {

@@ -12,7 +12,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "drover/status.h"
@@ -34,7 +36,8 @@ class ExtentRecords {
   // later: a mapped file's size is checked and the pages populated
   // (MADV_POPULATE_READ) each time, a read stops short. kInvalidArgument
   // when the path is no longer the file the feeder read (same device and
-  // inode); kIoError when it cannot be opened, mapped or read.
+  // inode); kIoError when it cannot be opened or read. A file its file
+  // system will not map is read, as with kReadExtent.
   Result<const char*> Records(const BatchView& batch);
 
   // Unmaps every file but the one used last, and keeps only the buffer read
@@ -57,10 +60,13 @@ class ExtentRecords {
   };
   Result<const char*> Mapped(const FileExtent& extent, uint64_t end);
   Result<const char*> Read(const FileExtent& extent, uint64_t end);
-  Result<Mapping> Map(const FileExtent& extent, uint64_t end) const;
+  // nullopt when the file's file system will not map it.
+  Result<std::optional<Mapping>> Map(const FileExtent& extent, uint64_t end) const;
   static void Unmap(const Mapping& mapping);
 
   std::vector<Mapping> maps_;  // the one used last at the back
+  // (device, inode) of files that could not be mapped: read instead.
+  std::vector<std::pair<uint64_t, uint64_t>> unmappable_;
   // kReadExtent: the file read last, open, and the buffers read into since
   // KeepOnlyLast (the first buffers_used_), reused after it.
   uint64_t read_device_ = 0;

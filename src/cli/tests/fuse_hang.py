@@ -1,6 +1,7 @@
 """A FUSE file system of one file whose reads never come back, for tests (root only).
 
 usage: fuse_hang.py MOUNTPOINT SIZE
+       fuse_hang.py MOUNTPOINT --serve FILE
 
 Mounts MOUNTPOINT holding `data`, SIZE bytes, opened with direct I/O, and
 answers every request but READ, which it takes off /dev/fuse and never
@@ -9,6 +10,11 @@ included, what a read from a hung network file system does. Prints
 "ready" once mounted (else "mount: WHY") and "read" at each READ it holds.
 On SIGTERM or the end of stdin it unmounts and exits, which closes
 /dev/fuse: the kernel then fails every held read, so the readers end.
+
+With --serve FILE, `data` is FILE's bytes and every READ is answered: a
+healthy file system whose files are opened with direct I/O (as network and
+FUSE file systems mounted with direct_io open them), which refuses shared
+mappings of them.
 """
 import ctypes
 import errno
@@ -38,7 +44,7 @@ def reply(fd, unique, body=b"", error=0):
     os.write(fd, OUT_HEADER.pack(OUT_HEADER.size + len(body), -error, unique) + body)
 
 
-def serve(fd, size):
+def serve(fd, size, served=None):
     while True:
         try:
             request = os.read(fd, (1 << 20) + 4096)  # above max_write + its header
@@ -66,6 +72,9 @@ def serve(fd, size):
             reply(fd, unique, struct.pack("<QII", 0, 0, 0) + attr(node, size))
         elif opcode in (FUSE_OPEN, FUSE_OPENDIR):
             reply(fd, unique, struct.pack("<QII", 0, FOPEN_DIRECT_IO, 0))
+        elif opcode == FUSE_READ and served is not None:
+            _, offset, length = struct.unpack_from("<QQI", body)  # fh offset size
+            reply(fd, unique, os.pread(served, length, offset))
         elif opcode == FUSE_READ:
             print("read", flush=True)  # held: never answered
         elif opcode in (FUSE_RELEASE, FUSE_RELEASEDIR, FUSE_FLUSH):
@@ -77,7 +86,13 @@ def serve(fd, size):
 
 
 def main():
-    mountpoint, size = sys.argv[1], int(sys.argv[2])
+    mountpoint = sys.argv[1]
+    served = None
+    if sys.argv[2] == "--serve":
+        served = os.open(sys.argv[3], os.O_RDONLY)
+        size = os.fstat(served).st_size
+    else:
+        size = int(sys.argv[2])
     libc = ctypes.CDLL(None, use_errno=True)
     fd = os.open("/dev/fuse", os.O_RDWR)
     options = f"fd={fd},rootmode=40000,user_id=0,group_id=0".encode()
@@ -86,7 +101,7 @@ def main():
         return 1
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
-    threading.Thread(target=serve, args=(fd, size), daemon=True).start()
+    threading.Thread(target=serve, args=(fd, size, served), daemon=True).start()
     threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
     print("ready", flush=True)
     done.wait()

@@ -417,17 +417,84 @@ def test_fixed_size_records_arrive_whole_however_the_feeder_takes_them_in(tmp_pa
     assert [node["feed"]["ingest"] for node in record["nodes"]] == [ingest, ingest]
 
 
+@pytest.mark.parametrize("ingest", ["map", "read", "extent", "extent-read"])
+def test_records_on_a_direct_io_file_system_arrive_however_they_are_taken_in(tmp_path, ingest):
+    """A file system that opens its files with direct I/O (FUSE mounted with
+    direct_io, as network file systems often are) refuses shared mappings of
+    them: the program's own mapping (extent) is private, and every record
+    arrives once whichever way."""
+    with open(tmp_path / "data.bin", "wb") as f:
+        for i in range(5000):
+            f.write(f"{i:05d},raw".encode())  # 9 bytes each
+    with hung_file_system(tmp_path, "--serve", str(tmp_path / "data.bin")):
+        result = run_feed(tmp_path, "--nodes", "2", "--input", str(tmp_path / "mnt" / "data"),
+                          "--format", "raw", "--record-bytes", "9", "--feed-ingest", ingest,
+                          "--", FEED_READER, "--out", "raw")
+    assert result.returncode == 0, result.stderr
+    seen = read_seen(tmp_path / "raw")
+    records = sorted(r for node in seen.values() for _, r in node)
+    assert records == [f"{i:05d},raw" for i in range(5000)]
+
+
+@pytest.mark.parametrize("ingest", ["extent", "extent-read"])
+def test_a_file_cut_short_under_its_extents_fails_a_program_that_exits_0(tmp_path, ingest):
+    """The program reads its records from the file itself; the file is cut
+    short while it holds. Its DataFeed stops the feed, and a program that
+    ends its loop on should_stop() (feed_reader does) exits 0, but the node
+    fails with the error that names the file, not a run that succeeded on
+    part of its input. The cut comes after the program said it holds (a line
+    in its file), never after a set time. The extents hold 524 records (512
+    KiB), so the call after the hold takes the rest of one (records 1000 to
+    1047) and stops at the next, which lies past the cut."""
+    record_bytes = 1000
+    with open(tmp_path / "data.bin", "wb") as f:
+        for i in range(20000):
+            f.write(f"{i:05d}".encode().ljust(record_bytes, b"."))
+    out = tmp_path / "seen"
+    release = tmp_path / "release"
+    reader = subprocess.Popen(
+        [drover_bin(), "run", "--log-dir", str(tmp_path / "logs"), "--nodes", "1",
+         "--input", str(tmp_path / "data.bin"), "--format", "raw", "--record-bytes",
+         str(record_bytes), "--feed-ingest", ingest, "--", FEED_READER, "--out", str(out),
+         "--batch", "100", "--hold", f"0={release}", "--hold-after", "1000"],
+        env=clean_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 120  # a hang detector, not a timing assertion
+        while not (os.path.exists(f"{out}.0") and "#held" in open(f"{out}.0").read()):
+            assert reader.poll() is None, reader.communicate()[1]
+            assert time.monotonic() < deadline, "the program never held"
+            time.sleep(0.05)
+        os.truncate(tmp_path / "data.bin", 1100 * record_bytes)
+        release.touch()
+        output, err = reader.communicate(timeout=120)
+    finally:
+        if reader.poll() is None:
+            reader.kill()
+            reader.wait()
+    assert reader.returncode == 1, err
+    assert "feed_reader: read " in output, output  # the program itself exited 0
+    assert "feeding worker:0 failed" in err and "data.bin" in err and "cut short" in err, err
+    # What it was handed before the cut, it was handed once, in order.
+    with open(f"{out}.0") as f:
+        ids = [int(line.split("\t", 1)[1].split(".", 1)[0]) for line in f
+               if not line.startswith("#")]
+    assert ids == list(range(len(ids))) and 1000 < len(ids) <= 1100, len(ids)
+
+
 FUSE_HANG = os.path.join(os.path.dirname(__file__), "fuse_hang.py")
 
 
 @contextlib.contextmanager
-def hung_file_system(tmp_path):
-    """A mounted fuse_hang.py (a hung network file system's stand-in): yields
-    its process, whose stdout says "read" at each read it holds; unmounts at
-    the end, which fails the held reads. Skips where FUSE cannot be mounted."""
+def hung_file_system(tmp_path, *how):
+    """A mounted fuse_hang.py (a hung network file system's stand-in), its
+    file tmp_path/mnt/data: yields its process, whose stdout says "read" at
+    each read it holds; unmounts at the end, which fails the held reads.
+    `how`: fuse_hang.py's arguments after the mount point ("--serve FILE":
+    reads are answered). Skips where FUSE cannot be mounted."""
     mountpoint = tmp_path / "mnt"
     mountpoint.mkdir()
-    fuse = subprocess.Popen([sys.executable, FUSE_HANG, str(mountpoint), "4096"],
+    fuse = subprocess.Popen([sys.executable, FUSE_HANG, str(mountpoint), *(how or ["4096"])],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         mounted = fuse.stdout.readline()
