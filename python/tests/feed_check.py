@@ -5,12 +5,38 @@ the feed tests of the built-in rendezvous (src/cli/tests) and of etcd
 (tests/etcd)."""
 import collections
 import os
+import struct
 
 
 def write_csv(path, first, count):
     with open(path, "w") as f:
         for i in range(first, first + count):
             f.write(f"{i},payload-{i}\n")
+
+
+def masked_crc(data):
+    """TFRecord's masked CRC-32C, bit by bit (small inputs only)."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    crc ^= 0xFFFFFFFF
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def tfrecord(data, corrupt=False):
+    """One TFRecord record holding `data`; `corrupt`: its data CRC is wrong."""
+    length = struct.pack("<Q", len(data))
+    return (length + struct.pack("<I", masked_crc(length)) + data +
+            struct.pack("<I", 0 if corrupt else masked_crc(data)))
+
+
+def write_good_then_bad_tfrecords(path, good):
+    """`good` records of 100 bytes, then one whose CRC is wrong (record `good`)."""
+    data = b"x" * 100
+    with open(path, "wb") as f:
+        f.write(tfrecord(data) * good + tfrecord(data, corrupt=True))
 
 
 def records_in_round(path, number):

@@ -1179,6 +1179,9 @@ Status TcpBackend::ReportError(const std::string& executor_id, const std::string
   control.set_executor_id(executor_id);
   control.set_message(message);
   for (const std::string& line : last_log_lines) control.add_last_log_lines(line);
+  // As for LEAVE: the failed node's last counts land first, so the run's
+  // summary says what it read before it failed, not what it read a beat ago.
+  DROVER_RETURN_IF_ERROR(impl_->SendFinalHeartbeat());
   return impl_->SendControl(std::move(control));
 }
 

@@ -22,7 +22,7 @@ from conftest import clean_env, drover_bin
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "python", "tests"))
 from feed_check import (assert_each_record_once, consumed_by_epoch,  # noqa: E402
-                        records_in_round, write_csv)
+                        records_in_round, tfrecord, write_csv, write_good_then_bad_tfrecords)
 from test_run_cli import assert_no_leftovers, marker
 
 FEED_READER = os.environ.get("DROVER_FEED_READER") or os.path.join(
@@ -368,22 +368,9 @@ def test_inference_with_the_wrong_number_of_results_names_the_partition(tmp_path
 
 
 def test_tfrecord_and_raw_inputs(tmp_path):
-    def masked_crc(data):
-        # CRC-32C, bit by bit (small inputs only).
-        crc = 0xFFFFFFFF
-        for byte in data:
-            crc ^= byte
-            for _ in range(8):
-                crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
-        crc ^= 0xFFFFFFFF
-        return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
     with open(tmp_path / "data.tfrecord", "wb") as f:
         for i in range(200):
-            data = f"{i},tf".encode()
-            length = struct.pack("<Q", len(data))
-            f.write(length + struct.pack("<I", masked_crc(length)) + data +
-                    struct.pack("<I", masked_crc(data)))
+            f.write(tfrecord(f"{i},tf".encode()))
     result = run_feed(tmp_path, "--nodes", "1", "--input", str(tmp_path / "data.tfrecord"),
                       "--", FEED_READER, "--out", "tf")
     assert result.returncode == 0, result.stderr
@@ -575,6 +562,26 @@ def test_corrupt_tfrecord_fails_the_run_naming_the_file(tmp_path):
                       "--", FEED_READER, "--out", "seen", timeout=60)
     assert result.returncode == 1, result.stderr
     assert "bad.tfrecord" in result.stderr and "CRC" in result.stderr.upper(), result.stderr
+
+
+def test_a_node_failed_by_a_bad_record_counts_what_its_program_read(tmp_path):
+    """The run's summary counts, for a node that failed, the records its
+    program was handed up to the failure (its last heartbeat goes before the
+    report), not what its last periodic heartbeat said. A small queue keeps
+    the feeder just ahead of the program, so the program reads nearly all of
+    the good records before the feeder reaches the bad one."""
+    write_good_then_bad_tfrecords(tmp_path / "bad.tfrecord", 20000)
+    result = run_feed(tmp_path, "--nodes", "1", "--input", str(tmp_path / "bad.tfrecord"),
+                      "--queue-bytes", "65536", "--", FEED_READER, "--out", "seen",
+                      "--batch", "64", timeout=60)
+    assert result.returncode == 1, result.stderr
+    assert "record 20000" in result.stderr and "CRC" in result.stderr.upper(), result.stderr
+    with open(tmp_path / "seen.0") as f:
+        written = sum(1 for _ in f)
+    assert written > 19000, written
+    node = json.loads((tmp_path / "logs" / "run.json").read_text())["nodes"][0]
+    # Killed by the stop, the program may not have written its last batch.
+    assert written <= node["feed"]["records"] <= written + 64, (written, node["feed"])
 
 
 def test_parameter_servers_are_not_fed(tmp_path):
