@@ -50,6 +50,7 @@ def make_model(hidden):
 def main_fun(args, ctx):
     """Runs on every node: trains (args.mode == "train") or predicts."""
     import contextlib
+    import gc
 
     import numpy as np
     import torch
@@ -105,6 +106,13 @@ def main_fun(args, ctx):
         torch.save(model.module.state_dict(), path)
         print("saved model to %s (%d records read here)" % (path, feed.records_read), flush=True)
     dist.barrier()
+    # Debian's torch 1.13 destroys a ProcessGroupGloo whose last reference
+    # goes with the DDP reducer while holding the GIL, and can deadlock with
+    # its own gloo thread waiting for it (pytorch/pytorch#56297; seen once in
+    # the Dask test). Drop the model first: destroy_process_group then drops
+    # the last reference, through a binding that lets the GIL go.
+    del model, optimizer
+    gc.collect()
     dist.destroy_process_group()
 
 
