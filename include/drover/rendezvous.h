@@ -179,7 +179,8 @@ struct NodeStatus {
   bool alive = true;
   bool left = false;  // finished and said so (LEAVE); not alive, not dead
   Milliseconds last_heartbeat_age{0};
-  std::string error;  // reported by the node, or why it was declared dead
+  std::string error;      // reported by the node, or why it was declared dead
+  bool reported = false;  // through etcd: `error` is the node's own report
   std::vector<std::string> last_log_lines;
 };
 

@@ -648,7 +648,7 @@ void EtcdWatch::PublishStatus(const ClusterState& state) {
     out.program_pid = status.program_pid;
     out.restarts = state.round;
     out.state = status.left                  ? "finished"
-                : !status.error.empty()      ? (status.alive ? "failed" : "lost")
+                : !status.error.empty()      ? (status.alive || status.reported ? "failed" : "lost")
                 : state.phase == "formed"    ? "running"
                 : state.phase == "reserving" ? "registered"
                                              : "stopped";

@@ -178,8 +178,10 @@ struct RoundView {
   // The details:
   std::map<std::string, NodeInfo> nodes;  // registered, by executor id
   std::optional<FormedCluster> cluster;
-  std::set<std::string> left;
-  std::map<std::string, json> errors;
+  // Executor id -> its last status (StatusJson) as it left: the status keys
+  // go with the agents' leases, these stay with the round.
+  std::map<std::string, std::string> left;
+  std::map<std::string, json> errors;  // each with the node's last status
   std::set<std::string> waiting;
   std::set<std::string> alive;
 };
@@ -321,6 +323,9 @@ class EtcdBackend final : public RendezvousClient::Backend {
                    std::vector<std::string> expect);
   // Ends the run, if nothing ended it first.
   Status End(bool failed, const std::string& message);
+  // The node's status now (StatusJson; "" before heartbeats started): its
+  // final counts when it leaves or fails.
+  std::string LastStatus(int round, bool left);
   // What the formed round `view` calls for: a new round for a lost node or
   // a joiner, the end when every node finished. Returns whether it wrote.
   Result<bool> Act(const RoundView& view);
@@ -475,7 +480,7 @@ Result<RoundView> EtcdBackend::ReadRound(int round) {
       DROVER_ASSIGN_OR_RETURN(NodeInfo node, NodeFromJson(kv.value));
       view.nodes[after("nodes/")] = std::move(node);
     } else if (rest.rfind("left/", 0) == 0) {
-      view.left.insert(after("left/"));
+      view.left[after("left/")] = kv.value;
     } else if (rest.rfind("errors/", 0) == 0) {
       DROVER_ASSIGN_OR_RETURN(view.errors[after("errors/")], ParseJson(kv.value, "error"));
     }
@@ -879,6 +884,9 @@ Status EtcdBackend::ReportError(const std::string& executor_id, const std::strin
   if (round < 0) return Status::FailedPrecondition("no round registered for " + executor_id);
   const Deadline deadline = Clock::now() + o_.unavailable_timeout;
   json record = {{"message", message}, {"last_log_lines", last_log_lines}};
+  // The node's counts up to the failure, kept with the error: its status key
+  // goes with its lease when the agent exits.
+  if (std::string last = LastStatus(round, /*left=*/false); !last.empty()) record["status"] = last;
   DROVER_RETURN_IF_ERROR(
       Retrying([&] { return etcd_->Put(RoundDir(round) + "errors/" + executor_id, record.dump()); },
                deadline)
@@ -902,21 +910,27 @@ Status EtcdBackend::ReportError(const std::string& executor_id, const std::strin
   }
 }
 
+std::string EtcdBackend::LastStatus(int round, bool left) {
+  std::function<HeartbeatPayload()> payload;
+  {
+    MutexLock lock(mu_);
+    payload = payload_;
+  }
+  return payload ? StatusJson(payload(), round, left) : "";
+}
+
 Status EtcdBackend::Leave() {
   int round;
-  std::function<HeartbeatPayload()> payload;
   std::string id;
   {
     MutexLock lock(mu_);
     round = round_;
-    payload = payload_;
     id = executor_id_;
   }
   if (round < 0) return Status::Ok();
-  if (payload) {
-    (void)etcd_->Put(StatusKey(id), StatusJson(payload(), round, true), lease_);
-  }
-  DROVER_RETURN_IF_ERROR(etcd_->Put(RoundDir(round) + "left/" + id, "").status());
+  const std::string last = LastStatus(round, /*left=*/true);
+  if (!last.empty()) (void)etcd_->Put(StatusKey(id), last, lease_);
+  DROVER_RETURN_IF_ERROR(etcd_->Put(RoundDir(round) + "left/" + id, last).status());
   DROVER_ASSIGN_OR_RETURN(RoundView view, ReadRound(round));
   return Act(view).status();
 }
@@ -949,13 +963,22 @@ Result<ClusterState> EtcdBackend::QueryState(Deadline deadline) {
     NodeStatus status;
     status.node = node;
     status.alive = view.nodes.count(node.executor_id) > 0;
-    status.left = view.left.count(node.executor_id) > 0;
-    if (auto it = heartbeat.find(node.executor_id); it != heartbeat.end()) {
+    const auto left = view.left.find(node.executor_id);
+    const auto error = view.errors.find(node.executor_id);
+    status.left = left != view.left.end();
+    // The last status a node wrote as it ended outlives its lease's key.
+    const std::string last = status.left                  ? left->second
+                             : error != view.errors.end() ? error->second.value("status", "")
+                                                          : "";
+    if (!last.empty()) {
+      ParseStatus(last, &status);
+    } else if (auto it = heartbeat.find(node.executor_id); it != heartbeat.end()) {
       ParseStatus(it->second, &status);
     }
-    if (auto it = view.errors.find(node.executor_id); it != view.errors.end()) {
-      status.error = it->second.value("message", "");
-      status.last_log_lines = it->second.value("last_log_lines", std::vector<std::string>{});
+    if (error != view.errors.end()) {
+      status.error = error->second.value("message", "");
+      status.last_log_lines = error->second.value("last_log_lines", std::vector<std::string>{});
+      status.reported = true;
     } else if (!status.alive && !status.left) {
       status.error = "its etcd lease expired";
     }

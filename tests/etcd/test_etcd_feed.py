@@ -23,7 +23,7 @@ sys.path.insert(0, str(REPO / "python" / "tests"))
 sys.path.insert(0, str(HERE))
 
 from feed_check import (assert_each_record_once, consumed_by_epoch,  # noqa: E402
-                        records_in_round, write_csv)
+                        records_in_round, write_csv, write_good_then_bad_tfrecords)
 from test_etcd_run import (DROVER, PYTHON, TRAIN, WAIT_S, agents, clean_env,  # noqa: E402,F401
                            drover_status, etcd, mark, start_driver, wait_for)
 
@@ -110,6 +110,31 @@ def test_a_driver_killed_mid_feed_and_attached_again_feeds_every_record_once(
         assert "round 1:" in log, log
         assert "the feed resumes after the last commits" in agent_logs, agent_logs
     assert_each_record_once(consumed_by_epoch(out), total, 2, (died, log))
+
+
+def test_a_node_failed_by_a_bad_record_is_failed_with_what_its_program_read(
+        tmp_path, mark, etcd):
+    """As with the built-in rendezvous (src/cli/tests/test_feed_cli.py): the
+    failed node's counts up to the failure are kept with its error in etcd
+    (its status key goes with its lease as its agent exits), so the run's
+    record says the node failed, why, and what its program read, however
+    short the run. A small queue keeps the feeder just ahead of the program."""
+    write_good_then_bad_tfrecords(tmp_path / "bad.tfrecord", 20000)
+    out = tmp_path / "seen"
+    driver = start_driver(tmp_path, mark, "--rendezvous", etcd.address("badrecord"), "--nodes",
+                          "1", "--input", str(tmp_path / "bad.tfrecord"), "--balance", "dynamic",
+                          "--queue-bytes", "65536", "--", FEED_READER, "--out", str(out),
+                          "--batch", "64")
+    code = driver.wait(timeout=WAIT_S)
+    log = (tmp_path / "driver.log").read_text()
+    assert code == 1 and "record 20000" in log, log
+    with open(f"{out}.0") as f:
+        written = sum(1 for _ in f)
+    assert written > 19000, (written, log)
+    node = json.loads((tmp_path / "logs" / "etcd-badrecord" / "run.json").read_text())["nodes"][0]
+    assert node["state"] == "failed" and "record 20000" in node["error"], node
+    # Killed by the stop, the program may not have written its last batch.
+    assert node["feed"] and written <= node["feed"]["records"] <= written + 64, (written, node)
 
 
 def write_plan(path, data, epochs=1):
