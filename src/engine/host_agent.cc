@@ -38,7 +38,8 @@ class HostAgent {
     ReadStatus();
     // A relayed agent's last lines may still be on their way through the
     // demux when its launcher has exited: its end counts once they are in
-    // (the demux closes the status pipe after the launcher's last byte).
+    // (the demux closes the status pipe after the launcher's last byte, and
+    // after every channel's pipe took all it had).
     if (!exit_ && (!demux_ || !status_.valid())) {
       exit_ = process_.Poll();
       if (exit_) ReadStatus();  // the lines written before it exited

@@ -227,6 +227,10 @@ struct DemuxState {
   std::vector<uint32_t> sink_events;
   // Channel 0's end came while the launcher's own output may still come.
   bool channel0_ended = false;
+  // Both sources ended: the status pipe ends once every channel has, so a
+  // reader that takes the status pipe's end for the agent's sees all of its
+  // output first, however much the channels still held.
+  bool launcher_ended = false;
 
   size_t status() const { return sinks.size() - 1; }
   bool backed_up() const {
@@ -262,8 +266,17 @@ struct DemuxState {
     if (sources[0] < 0 && sources[1] < 0) {
       // The launcher ended: a frame it cut short is shown as it came.
       decoder.Finish(deliver);
-      for (Sink& sink : sinks) sink.end_when_flushed = true;
+      for (size_t i = 0; i < status(); ++i) sinks[i].end_when_flushed = true;
+      launcher_ended = true;
     }
+  }
+  // Once the launcher ended and every channel's pipe is closed.
+  void EndStatusAfterChannels() {
+    if (!launcher_ended) return;
+    for (size_t i = 0; i < status(); ++i) {
+      if (sinks[i].fd.valid()) return;
+    }
+    sinks[status()].end_when_flushed = true;
   }
   bool finished() const {
     for (const Sink& sink : sinks) {
@@ -365,6 +378,7 @@ class DemuxHub {
       }
     }
     for (size_t i = 0; i < state.sinks.size(); ++i) {
+      if (i == state.status()) state.EndStatusAfterChannels();
       // Out of the set before its close (the fd number may come back).
       state.sinks[i].Flush([&](int fd) { Watch(id, 2 + i, fd, 0, &state.sink_events[i]); });
     }

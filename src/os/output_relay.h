@@ -97,7 +97,8 @@ class RelayDemux {
   // Splits `frames` (read, not owned: it must outlive the demux) into
   // `channels` pipes and a status pipe; `raw` (may be -1: the launcher's own
   // stderr) goes to channel 0 as it comes. Every fd must be non-blocking;
-  // the read ends it makes are.
+  // the read ends it makes are. Once the launcher ended, the status pipe
+  // ends last: after every channel's pipe took what the demux held for it.
   static Result<std::unique_ptr<RelayDemux>> Start(int frames, int raw, size_t channels);
   // Stops relaying at once; what it held is dropped.
   ~RelayDemux();

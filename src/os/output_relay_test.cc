@@ -232,6 +232,45 @@ TEST(RelayDemuxTest, TheLaunchersOwnOutputGoesToChannelZeroAndStoppingIsImmediat
   stuck->reset();
 }
 
+// A host agent's end counts once its nodes' output is in (HostAgent::ExitOf
+// takes the status pipe's end for it): with megabytes still held for a
+// channel when the launcher ends, the status pipe ends only after that
+// channel's pipe took them all, however slowly its reader reads.
+TEST(RelayDemuxTest, TheStatusPipeEndsAfterEveryChannelTookItsOutput) {
+  Result<Pipe> frames = MakePipe(O_CLOEXEC | O_NONBLOCK);
+  ASSERT_TRUE(frames.ok());
+  Result<std::unique_ptr<RelayDemux>> demux = RelayDemux::Start(frames->read.get(), -1, 1);
+  ASSERT_TRUE(demux.ok());
+  UniqueFd channel = (*demux)->TakeChannelReader(0);
+  UniqueFd status = (*demux)->TakeStatusReader();
+  // Far more than a pipe holds, less than the demux holds before it stops
+  // reading its source (1 MiB).
+  const std::string output(512 << 10, 'o');
+  std::thread launcher([&frames, &output] {
+    ::fcntl(frames->write.get(), F_SETFL, 0);  // blocking: the demux reads as it can
+    WriteAll(frames->write.get(),
+             EncodeRelayFrame('o', 0, output) + EncodeRelayFrame('s', 0, "0 0\n"));
+    frames->write.Reset();  // the launcher ended
+  });
+  // The status line comes while the channel, unread, still holds output;
+  // its pipe does not end then.
+  std::string line;
+  char byte;
+  for (int polls = 0; line.size() < 4; ++polls) {
+    ASSERT_LT(polls, 3000) << "no status line";  // a hang detector, not a timing check
+    pollfd ready{status.get(), POLLIN, 0};
+    ASSERT_GE(::poll(&ready, 1, 10), 0);
+    if (ready.revents != 0 && ::read(status.get(), &byte, 1) == 1) line += byte;
+  }
+  launcher.join();
+  EXPECT_EQ(line, "0 0\n");
+  EXPECT_EQ(::read(status.get(), &byte, 1), -1) << "the status pipe ended before the channel";
+  EXPECT_EQ(errno, EAGAIN);
+  std::vector<std::string> got = ReadAllToEnd({channel.get(), status.get()});
+  EXPECT_EQ(got[0], output);
+  EXPECT_EQ(got[1], "");
+}
+
 size_t ThreadsOfThisProcess() {
   size_t count = 0;
   for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
