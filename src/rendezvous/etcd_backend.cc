@@ -967,9 +967,13 @@ Result<ClusterState> EtcdBackend::QueryState(Deadline deadline) {
     const auto error = view.errors.find(node.executor_id);
     status.left = left != view.left.end();
     // The last status a node wrote as it ended outlives its lease's key.
-    const std::string last = status.left                  ? left->second
-                             : error != view.errors.end() ? error->second.value("status", "")
-                                                          : "";
+    std::string last = status.left ? left->second : "";
+    if (error != view.errors.end()) {
+      const auto written = error->second.find("status");
+      if (written != error->second.end() && written->is_string()) {
+        last = written->get<std::string>();
+      }
+    }
     if (!last.empty()) {
       ParseStatus(last, &status);
     } else if (auto it = heartbeat.find(node.executor_id); it != heartbeat.end()) {
