@@ -323,8 +323,9 @@ void FeedService::Impl::OnFeederExit(const os::ExitStatus& status) {
   if (quit_) return;
   if (channel_->state() == RunState::kStopped) {
     // The feeder stopped because the program could not read its records:
-    // the node fails with that, as with a feeder's own error.
-    if (Status failure = ReaderFailure(); !failure.ok()) Fail(failure);
+    // the node fails with that, as with a feeder's own error. (A feeder that
+    // had finished is no news: the program's exit says it, Finish.)
+    if (Status failure = ReaderFailure(); !failure.ok() && !status.success()) Fail(failure);
     return;
   }
   if (status.success()) {

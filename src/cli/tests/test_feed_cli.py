@@ -23,7 +23,7 @@ from conftest import clean_env, drover_bin
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "python", "tests"))
 from feed_check import (assert_each_record_once, consumed_by_epoch,  # noqa: E402
                         records_in_round, tfrecord, write_csv, write_good_then_bad_tfrecords)
-from test_run_cli import assert_no_leftovers, marker
+from test_run_cli import assert_no_leftovers, leftovers, marker
 
 FEED_READER = os.environ.get("DROVER_FEED_READER") or os.path.join(
     os.path.dirname(__file__), "..", "..", "..", "build", "bin", "feed_reader")
@@ -423,31 +423,46 @@ def test_records_on_a_direct_io_file_system_arrive_however_they_are_taken_in(tmp
     assert records == [f"{i:05d},raw" for i in range(5000)]
 
 
+def feed_socket_of(mark):
+    """The feed socket of the program whose command line carries `mark`."""
+    for pid in leftovers(mark):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+        except OSError:
+            continue
+        if b"DROVER_FEED_SOCKET" in env:
+            return env[b"DROVER_FEED_SOCKET"].decode()
+    raise AssertionError(f"no process of {mark} has a feed socket")
+
+
 @pytest.mark.parametrize("ingest", ["extent", "extent-read"])
 def test_a_file_cut_short_under_its_extents_fails_a_program_that_exits_0(tmp_path, ingest):
     """The program reads its records from the file itself; the file is cut
     short while it holds. Its DataFeed stops the feed, and a program that
     ends its loop on should_stop() (feed_reader does) exits 0, but the node
     fails with the error that names the file, not a run that succeeded on
-    part of its input. The cut comes after the program said it holds (a line
-    in its file), never after a set time. The queue (64 MiB) takes every
-    extent of the 20 MB file, so the feeder has published them all and ended
-    (no feeder is waiting: the program's call does not give back what it
-    has early); the extents hold 1048 records (1 MiB), so the call after the
-    hold takes the rest of the first (records 1000 to 1047), stops at the
-    next, which lies past the cut, and returns those 48."""
+    part of its input. The cut comes once the program said it holds (a line
+    in its file) and its feeder ended, never after a set time: the queue (64
+    MiB) takes every extent of the 20 MB file, so the feeder publishes them
+    all and ends, and no feeder is left to end on the stop first (the agent
+    would then stop the program before it exits; that fails the node too).
+    The extents hold 1048 records (1 MiB), so the call after the hold takes
+    the rest of the first (records 1000 to 1047), stops at the next, which
+    lies past the cut, and returns those 48."""
     record_bytes = 1000
     with open(tmp_path / "data.bin", "wb") as f:
         for i in range(20000):
             f.write(f"{i:05d}".encode().ljust(record_bytes, b"."))
     out = tmp_path / "seen"
     release = tmp_path / "release"
+    mark = marker()
     reader = subprocess.Popen(
         [drover_bin(), "run", "--log-dir", str(tmp_path / "logs"), "--nodes", "1",
          "--input", str(tmp_path / "data.bin"), "--format", "raw", "--record-bytes",
          str(record_bytes), "--feed-ingest", ingest, "--queue-bytes", str(64 << 20), "--",
          FEED_READER, "--out", str(out), "--batch", "100", "--hold", f"0={release}",
-         "--hold-after", "1000"],
+         "--hold-after", "1000", "--tag", mark],
         env=clean_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, cwd=tmp_path)
     try:
@@ -455,6 +470,11 @@ def test_a_file_cut_short_under_its_extents_fails_a_program_that_exits_0(tmp_pat
         while not (os.path.exists(f"{out}.0") and "#held" in open(f"{out}.0").read()):
             assert reader.poll() is None, reader.communicate()[1]
             assert time.monotonic() < deadline, "the program never held"
+            time.sleep(0.05)
+        socket = feed_socket_of(mark)
+        while subprocess.run(["pgrep", "-f", f"feeder --socket {socket}"],
+                             capture_output=True).returncode == 0:
+            assert time.monotonic() < deadline, "the feeder never ended"
             time.sleep(0.05)
         os.truncate(tmp_path / "data.bin", 1100 * record_bytes)
         release.touch()
