@@ -225,8 +225,10 @@ Result<size_t> ReadFully(int fd, char* out, size_t size, uint64_t offset, const 
 
 // A window of the file mapped read-only over [start, end): records are read
 // in place from the page cache, so the feeder copies each byte once (into the
-// queue) instead of twice (pread into a buffer, then into the queue).
-// data() is the file at file_offset(); available() bytes of it are mapped.
+// queue) instead of twice (pread into a buffer, then into the queue). On a
+// file system that maps nothing (mmap fails: ENODEV), the window is read into
+// a buffer of its own instead. data() is the file at file_offset();
+// available() bytes of it are mapped or read.
 class RangeBuffer {
  public:
   RangeBuffer(os::UniqueFd fd, std::string path, uint64_t start, uint64_t end, size_t window)
@@ -280,11 +282,13 @@ class RangeBuffer {
     if (static_cast<uint64_t>(info.st_size) < page_start + length) {
       return TruncatedError(info.st_size);
     }
+    if (reading_) return ReadWindow(want);
     Unmap();
     void* map = ::mmap(nullptr, length, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd_.get(),
                        static_cast<off_t>(page_start));
     if (map == MAP_FAILED) {
-      return ErrnoStatus(errno, "cannot map " + path_ + " at offset " + std::to_string(page_start));
+      reading_ = true;
+      return ReadWindow(want);
     }
     ::madvise(map, length, MADV_SEQUENTIAL);
     map_ = static_cast<const char*>(map);
@@ -296,6 +300,7 @@ class RangeBuffer {
 
  private:
   static constexpr size_t kMinWindowBytes = 1 << 20;
+  static constexpr size_t kReadWindowBytes = 4 << 20;
 
   Status TruncatedError(off_t file_size) const {
     return Status::InvalidArgument(path_ + " ends at offset " + std::to_string(file_size) +
@@ -303,8 +308,35 @@ class RangeBuffer {
                                    " (was it truncated after planning?)");
   }
 
+  // Reads on from file_offset() into read_buffer_, keeping what was read
+  // before and not consumed: kReadWindowBytes (reads that large run at the
+  // file-read limit; a mapping needs a larger window to amortize its
+  // faults), `want` if more, and twice what is kept for a record longer
+  // than that.
+  Status ReadWindow(size_t want) {
+    const size_t kept = available();
+    uint64_t wanted = std::max<uint64_t>(kReadWindowBytes, want);
+    if (want > kReadWindowBytes) wanted = std::max<uint64_t>(wanted, 2 * uint64_t{kept});
+    const size_t size = static_cast<size_t>(std::min(wanted, remaining()));
+    if (read_buffer_.size() < size) {
+      std::vector<char> larger(size);
+      if (kept > 0) std::memcpy(larger.data(), data(), kept);
+      read_buffer_.swap(larger);
+    } else if (kept > 0) {
+      std::memmove(read_buffer_.data(), data(), kept);
+    }
+    map_ = read_buffer_.data();
+    map_offset_ = offset_;
+    mapped_end_ = offset_ + kept;
+    DROVER_ASSIGN_OR_RETURN(size_t read, ReadFully(fd_.get(), read_buffer_.data() + kept,
+                                                   size - kept, mapped_end_, path_));
+    mapped_end_ += read;
+    if (read < size - kept) return Truncated();
+    return Status::Ok();
+  }
+
   void Unmap() {
-    if (map_ != nullptr) ::munmap(const_cast<char*>(map_), map_size_);
+    if (map_ != nullptr && !reading_) ::munmap(const_cast<char*>(map_), map_size_);
     map_ = nullptr;
     map_size_ = 0;
     map_offset_ = mapped_end_ = offset_;
@@ -315,8 +347,10 @@ class RangeBuffer {
   uint64_t offset_;  // the file offset of data()
   uint64_t end_;
   size_t window_;
-  const char* map_ = nullptr;
-  uint64_t map_offset_ = offset_;  // the file offset of map_[0], page-aligned
+  bool reading_ = false;           // the file system would not map the file
+  std::vector<char> read_buffer_;  // the window, when reading_
+  const char* map_ = nullptr;      // the mapping, or read_buffer_.data()
+  uint64_t map_offset_ = offset_;  // the file offset of map_[0], page-aligned when mapped
   uint64_t map_size_ = 0;
   uint64_t mapped_end_ = offset_;
 };

@@ -1,12 +1,23 @@
 #include "feed/record_io.h"
 
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <climits>
+#include <cstddef>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -445,6 +456,132 @@ TEST_F(RecordIoTest, FilesBiggerThanTheReadBufferSplitAndReadBack) {
   ExpectSplitReadsEveryRecordOnce(bin, Options(RecordFormat::kRaw, 0, 37), raw.records);
   ExpectSplitReadsEveryRecordOnce(bin, Options(RecordFormat::kRaw, 5 << 20, 37), raw.records);
 }
+
+#if defined(__x86_64__) || defined(__aarch64__)
+// From here on, this process cannot map a file (mmap with a file descriptor
+// fails with ENODEV, as on a file system that maps nothing); anonymous
+// memory still maps. For a child process only: there is no way back.
+bool RefuseFileMappings() {
+#if defined(__x86_64__)
+  constexpr uint32_t kArch = AUDIT_ARCH_X86_64;
+#else
+  constexpr uint32_t kArch = AUDIT_ARCH_AARCH64;
+#endif
+  sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kArch, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_mmap, 0, 2),
+      // The low half of the fd argument: -1 for anonymous memory.
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, args[4])),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0xffffffffu, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENODEV),
+  };
+  sock_fprog program{static_cast<unsigned short>(std::size(filter)), filter};
+  return ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+         ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) == 0;
+}
+
+bool CanMap(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  void* map = ::mmap(nullptr, 4096, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (map == MAP_FAILED) return false;
+  ::munmap(map, 4096);
+  return true;
+}
+
+// Every record of `path` as planned with `options`, partition by partition.
+Result<std::vector<std::string>> PlanAndReadAll(const std::string& path,
+                                                const PlanOptions& options) {
+  DROVER_ASSIGN_OR_RETURN(std::vector<Partition> partitions, PlanPartitions({path}, options));
+  std::vector<std::string> records;
+  for (const Partition& partition : partitions) {
+    DROVER_ASSIGN_OR_RETURN(std::vector<std::string> read, ReadAll(partition, options));
+    records.insert(records.end(), read.begin(), read.end());
+  }
+  return records;
+}
+
+// "" when `got` holds `want`; what differs otherwise (gtest's assertions
+// would not be seen from a child process).
+std::string Mismatch(const std::string& what, const Result<std::vector<std::string>>& got,
+                     const std::vector<std::string>& want) {
+  if (!got.ok()) return what + ": " + got.status().ToString() + "\n";
+  if (got->size() != want.size()) {
+    return what + ": " + std::to_string(got->size()) + " records, want " +
+           std::to_string(want.size()) + "\n";
+  }
+  for (size_t i = 0; i < want.size(); ++i) {
+    if ((*got)[i] != want[i]) return what + ": record " + std::to_string(i) + " differs\n";
+  }
+  return "";
+}
+
+// Where the file system maps nothing, the feeder's readers read their
+// window instead: every format, records straddling refills, records longer
+// than the window, resuming, and a file cut short. In a child process (the
+// refusal cannot be undone), which says what failed.
+TEST_F(RecordIoTest, FileSystemsThatMapNothingAreRead) {
+  const Corpus lines = MakeLines(60'000, 150, 14);
+  const std::string csv = Write("big.csv", lines.bytes);
+  const Corpus tf = MakeTfRecords(30'000, 300, 15);
+  const std::string tfrecord = Write("big.tfrecord", tf.bytes);
+  const Corpus raw = MakeRaw(150'000, 37, 16);
+  const std::string bin = Write("big.bin", raw.bytes);
+  std::string big(5 << 20, 'x');
+  for (size_t i = 0; i < big.size(); i += 4099) big[i] = 'a' + static_cast<char>(i % 26);
+  const std::string long_lines = Write("long.csv", "short\n" + big + "\r\nafter\n" + big);
+  const std::string shrinks = Write("shrinks.csv", lines.bytes);
+  const uint64_t resume = lines.bytes.find('\n', lines.bytes.size() / 2) + 1;
+  ASSERT_OK_AND_ASSIGN(std::vector<std::string> resumed,
+                       ReadAll(WholeFile(csv), Options(RecordFormat::kCsv), resume));
+  auto read_without_mappings = [&]() -> std::string {
+    if (!RefuseFileMappings()) {
+      return std::string("cannot install the seccomp filter: ") + std::strerror(errno);
+    }
+    if (CanMap(csv)) return "the file could still be mapped";
+    std::string failures;
+    failures += Mismatch("csv", PlanAndReadAll(csv, Options(RecordFormat::kCsv, 0)), lines.records);
+    failures += Mismatch("jsonl split", PlanAndReadAll(csv, Options(RecordFormat::kJsonl, 1 << 20)),
+                         lines.records);
+    failures += Mismatch("tfrecord", PlanAndReadAll(tfrecord, Options(RecordFormat::kTfRecord, 0)),
+                         tf.records);
+    failures +=
+        Mismatch("raw", PlanAndReadAll(bin, Options(RecordFormat::kRaw, 0, 37)), raw.records);
+    failures += Mismatch("raw split", PlanAndReadAll(bin, Options(RecordFormat::kRaw, 1 << 20, 37)),
+                         raw.records);
+    failures += Mismatch("long lines", PlanAndReadAll(long_lines, Options(RecordFormat::kCsv, 0)),
+                         {"short", big, "after", big});
+    failures +=
+        Mismatch("resumed", ReadAll(WholeFile(csv), Options(RecordFormat::kCsv), resume), resumed);
+    // Cut short while read: an error naming the file, not fewer records.
+    Result<std::unique_ptr<RecordReader>> reader =
+        RecordReader::Open(WholeFile(shrinks), Options(RecordFormat::kCsv), 0);
+    if (!reader.ok()) return failures + "open: " + reader.status().ToString();
+    std::string_view record;
+    Result<bool> more = (*reader)->Next(&record);
+    if (::truncate(shrinks.c_str(), static_cast<off_t>(lines.bytes.size() * 2 / 3)) != 0) {
+      return failures + "truncate: " + std::strerror(errno);
+    }
+    while (more.ok() && *more) more = (*reader)->Next(&record);
+    if (more.ok() ||
+        more.status().message().find("shrinks.csv ends at offset") == std::string::npos) {
+      failures += "cut short: " + (more.ok() ? std::string("no error") : more.status().ToString());
+    }
+    return failures;
+  };
+  EXPECT_EXIT(
+      {
+        const std::string failures = read_without_mappings();
+        std::fprintf(stderr, "%s\n", failures.empty() ? "all read" : failures.c_str());
+        std::_Exit(failures.empty() ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "all read");
+}
+#endif
 
 TEST_F(RecordIoTest, TfRecordLargerThanTheReadBuffer) {
   const std::vector<std::string> records = {"small", RandomBytes(6 << 20, 9), "", "tail"};
