@@ -698,7 +698,9 @@ void RegisterFeed(py::module_& m) {
            "str, or anything else written as str(item); none may contain a newline.")
       .def(
           "should_stop", [](FeedSelf self) { return self.feed->ShouldStop(); },
-          "True once every epoch is read, or the feed was terminated or stopped.")
+          "True once every epoch is read, or the feed was terminated or stopped. When\n"
+          "feeding failed, true only after next_batch raised the failure, so a\n"
+          "`while not should_stop()` loop raises it instead of ending as if done.")
       .def("commit", &PyDataFeed::Commit,
            "Training: records in the driver that every record next_batch returned so far\n"
            "is consumed; call it when the model is checkpointed. After a failure the next\n"

@@ -23,6 +23,8 @@
 //   --report              reports, per batch, drover::Report(step = batches
 //                         read, loss = 1 / step, records = records read)
 //   --tag T               ignored: lets a test find the processes by T
+//   --swallow-errors      ends its loop at a NextBatch error as at the feed's
+//                         end and exits 0 (a program that ignores it)
 // Exit: 0 after the feed ends, 3 on a DataFeed error (printed).
 
 #include <signal.h>
@@ -51,6 +53,7 @@ struct Options {
   long commit_every = 0;
   bool append = false;
   bool report = false;
+  bool swallow_errors = false;
   std::string slow;  // "ID=U"
   std::string hold;  // "ID=FILE"
   long hold_after = -1;
@@ -90,6 +93,8 @@ bool Parse(int argc, char** argv, Options* options) {
       options->slow = value();
     } else if (flag == "--report") {
       options->report = true;
+    } else if (flag == "--swallow-errors") {
+      options->swallow_errors = true;
     } else {
       std::fprintf(stderr, "feed_reader: unknown flag %s\n", flag.c_str());
       return false;
@@ -164,6 +169,7 @@ int main(int argc, char** argv) {
   bool held = false;
   while (!feed->ShouldStop()) {
     auto batch = feed->NextBatch(options.batch);
+    if (!batch.ok() && options.swallow_errors) break;
     if (!batch.ok()) return Fail(batch.status());
     if (batch->records.empty()) break;
     std::vector<std::string> results;

@@ -121,6 +121,9 @@ class DataFeed {
   virtual Result<std::optional<FeedPosition>> Commit() = 0;
 
   // True once the feed is over (every epoch read), terminated, or stopped.
+  // When feeding failed, true only after NextBatch or BatchResults returned
+  // the failure: a `while (!ShouldStop())` loop makes the call that reports
+  // it, rather than ending as if every record had been read.
   virtual bool ShouldStop() const = 0;
 
   // Stops feeding this node now: the feeder stops at its next batch, queued

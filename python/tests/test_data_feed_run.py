@@ -14,6 +14,8 @@ import textwrap
 import numpy as np
 import pytest
 
+from feed_check import write_good_then_bad_tfrecords
+
 DROVER = os.path.abspath(os.environ.get("DROVER_BIN") or os.path.join(
     os.path.dirname(__file__), "..", "..", "build", "bin", "drover"))
 PYTHONPATH = os.pathsep.join(p for p in sys.path if p and os.path.isdir(os.path.join(p, "drover")))
@@ -178,3 +180,28 @@ def test_wrong_number_of_results_raises_naming_the_partition(tmp_path):
     assert result.returncode == 1
     assert "ValueError: batch_results: 1 results for the 10 records" in result.stderr, result.stderr
     assert "data.csv" in result.stderr
+
+
+def test_a_bad_record_raises_in_a_should_stop_loop(tmp_path):
+    """A feed that fails (a record with a bad CRC, after 2,000 good ones)
+    reaches the program as the RuntimeError of its next next_batch: its
+    `while not should_stop()` loop does not end as if every record were
+    read, so the code after the loop (saving a model) never runs. The agent
+    also stops the program (SIGTERM, as it stops any node whose feed
+    failed); this one ignores SIGTERM, so that what its loop sees shows
+    whenever the feeder fails, before or after its first next_batch."""
+    write_good_then_bad_tfrecords(tmp_path / "data.tfrecord", 2000)
+    result = run(tmp_path, """
+        import signal
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        import drover
+        feed = drover.DataFeed()
+        seen = 0
+        while not feed.should_stop():
+            seen += len(feed.next_batch(100))
+        print("saving a model of", seen, "records")
+        """, "--nodes", "1", "--input", "data.tfrecord", "--format", "tfrecord")
+    assert result.returncode == 1, result.stderr
+    assert "saving a model" not in result.stdout, result.stdout
+    assert "RuntimeError: feeding worker:0 stopped" in result.stderr, result.stderr
+    assert "record 2000" in result.stderr and "CRC" in result.stderr, result.stderr

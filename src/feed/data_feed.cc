@@ -61,6 +61,11 @@ class ShmDataFeed final : public DataFeed {
     return partition < grant_.partitions.size() ? grant_.partitions[partition]
                                                 : "#" + std::to_string(partition);
   }
+  // `status`, noting whether it reports the feed's stop to the program.
+  Status NoteStop(Status status) {
+    if (!status.ok() && channel_.state() == RunState::kStopped) stop_reported_ = true;
+    return status;
+  }
   Status Stopped() const {
     std::string why = channel_.error();
     return Status::Unavailable("feeding " + grant_.task + " stopped" +
@@ -108,6 +113,10 @@ class ShmDataFeed final : public DataFeed {
   uint64_t release_to_ = 0;            // end of the last batch fully handed out
   bool ended_ = false;
   bool terminated_ = false;
+  // A call returned the error that stopped the feed: until one has,
+  // ShouldStop() is false, so that a `while (!ShouldStop())` loop makes the
+  // call that reports it instead of ending as if the feed were over.
+  bool stop_reported_ = false;
   uint64_t records_read_ = 0;
   std::vector<Piece> unanswered_;
   // Just past the last record handed out; nullopt before the first.
@@ -209,7 +218,7 @@ Status ShmDataFeed::NextBatch(size_t max_records, RecordBatch* out) {
   out->epoch = 0;
   Status filled = FillBatch(max_records, out);
   if (!filled.ok()) out->records.clear();
-  return filled;
+  return NoteStop(std::move(filled));
 }
 
 Status ShmDataFeed::FillBatch(size_t max_records, RecordBatch* out) {
@@ -377,7 +386,7 @@ Status ShmDataFeed::BatchResults(const std::vector<std::string_view>& results) {
   }
   size_t first = 0;
   for (const Piece& piece : unanswered_) {
-    DROVER_RETURN_IF_ERROR(WriteResults(piece, results, first));
+    DROVER_RETURN_IF_ERROR(NoteStop(WriteResults(piece, results, first)));
     first += piece.info.record_count;
   }
   unanswered_.clear();
@@ -385,7 +394,11 @@ Status ShmDataFeed::BatchResults(const std::vector<std::string_view>& results) {
 }
 
 bool ShmDataFeed::ShouldStop() const {
-  if (terminated_ || ended_ || channel_.state() != RunState::kRunning) return true;
+  if (terminated_ || ended_) return true;
+  const RunState state = channel_.state();
+  // A stop without a reason is the agent's own, after the program's end.
+  if (state == RunState::kStopped) return stop_reported_ || channel_.error().empty();
+  if (state != RunState::kRunning) return true;
   return !current_ && input_.closed_and_drained();
 }
 

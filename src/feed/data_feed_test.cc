@@ -361,6 +361,27 @@ TEST_P(ExtentFeedTest, AFileCutShortUnderAnExtentStopsTheFeed) {
   EXPECT_THAT(feed->NextBatch(10),
               StatusIs(Code::kUnavailable, AllOf(HasSubstr("a.raw ends"), HasSubstr("cut short"))));
   EXPECT_EQ(channel_->state(), RunState::kStopped);
+  EXPECT_TRUE(feed->ShouldStop());
+}
+
+// A call that holds records when the next extent cannot be read returns
+// them; ShouldStop() stays false until the next call has reported the error.
+TEST_P(ExtentFeedTest, RecordsBeforeAFileCutShortComeFirstAndThenTheError) {
+  const std::string a = dir_.File("a.raw");
+  WriteFile(a, NumberedRecords(0, 10));
+  ASSERT_OK(PublishExtent(*writer_, Info(0, 0, 0, Way()), ExtentOf(a, 0), 4, 8));
+  ASSERT_OK(PublishExtent(*writer_, Info(0, 0, 4, Way()), ExtentOf(a, 32), 6, 8));
+  std::unique_ptr<DataFeed> feed = Connect();
+  ASSERT_NE(feed, nullptr);
+  ASSERT_OK_AND_ASSIGN(RecordBatch first, feed->NextBatch(2));
+  EXPECT_EQ(Strings(first), NumberedList(0, 2));
+  ASSERT_EQ(::truncate(a.c_str(), 50), 0);
+  ASSERT_OK_AND_ASSIGN(RecordBatch rest, feed->NextBatch(10));
+  EXPECT_EQ(Strings(rest), NumberedList(2, 2));
+  EXPECT_EQ(channel_->state(), RunState::kStopped);
+  EXPECT_FALSE(feed->ShouldStop());
+  EXPECT_THAT(feed->NextBatch(10), StatusIs(Code::kUnavailable, HasSubstr("cut short")));
+  EXPECT_TRUE(feed->ShouldStop());
 }
 
 // A file its file system will not map is read instead, and the records of
@@ -447,9 +468,22 @@ TEST_F(DataFeedTest, StoppedFeedReportsTheAgentsError) {
   ASSERT_NE(feed, nullptr);
   channel_->SetError("data/b.csv: TFRecord at offset 96: bad CRC");
   channel_->AdvanceState(RunState::kStopped);
+  // Not before a call returned the error: a `while (!ShouldStop())` loop
+  // must make that call, not end as if the feed were over.
+  EXPECT_FALSE(feed->ShouldStop());
   EXPECT_THAT(feed->NextBatch(10),
               StatusIs(Code::kUnavailable,
                        AllOf(HasSubstr("feeding worker:0 stopped"), HasSubstr("bad CRC"))));
+  EXPECT_TRUE(feed->ShouldStop());
+}
+
+// The agent stops the channel without a reason only once the program is
+// done: nothing to report.
+TEST_F(DataFeedTest, AStopWithoutAReasonEndsTheLoopAtOnce) {
+  Publish(Info(0, 0, 0), {"a", "b"});
+  std::unique_ptr<DataFeed> feed = Connect();
+  ASSERT_NE(feed, nullptr);
+  channel_->AdvanceState(RunState::kStopped);
   EXPECT_TRUE(feed->ShouldStop());
 }
 

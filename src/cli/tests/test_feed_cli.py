@@ -437,12 +437,15 @@ def feed_socket_of(mark):
 
 
 @pytest.mark.parametrize("ingest", ["extent", "extent-read"])
-def test_a_file_cut_short_under_its_extents_fails_a_program_that_exits_0(tmp_path, ingest):
+@pytest.mark.parametrize("swallow", [False, True], ids=["program-sees-it", "program-exits-0"])
+def test_a_file_cut_short_under_its_extents_fails_the_node(tmp_path, ingest, swallow):
     """The program reads its records from the file itself; the file is cut
-    short while it holds. Its DataFeed stops the feed, and a program that
-    ends its loop on should_stop() (feed_reader does) exits 0, but the node
-    fails with the error that names the file, not a run that succeeded on
-    part of its input. The cut comes once the program said it holds (a line
+    short while it holds. Its DataFeed stops the feed; a program that loops
+    on should_stop() (feed_reader does) gets the error from its next
+    next_batch, not a should_stop() that ends its loop as if the feed were
+    over. A program that ignores the error and exits 0 (--swallow-errors)
+    still fails the node with the error that names the file, not a run that
+    succeeded on part of its input. The cut comes once the program said it holds (a line
     in its file) and its feeder ended, never after a set time: the queue (64
     MiB) takes every extent of the 20 MB file, so the feeder publishes them
     all and ends, and no feeder is left to end on the stop first (the agent
@@ -462,7 +465,7 @@ def test_a_file_cut_short_under_its_extents_fails_a_program_that_exits_0(tmp_pat
          "--input", str(tmp_path / "data.bin"), "--format", "raw", "--record-bytes",
          str(record_bytes), "--feed-ingest", ingest, "--queue-bytes", str(64 << 20), "--",
          FEED_READER, "--out", str(out), "--batch", "100", "--hold", f"0={release}",
-         "--hold-after", "1000", "--tag", mark],
+         "--hold-after", "1000", "--tag", mark] + (["--swallow-errors"] if swallow else []),
         env=clean_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, cwd=tmp_path)
     try:
@@ -483,9 +486,16 @@ def test_a_file_cut_short_under_its_extents_fails_a_program_that_exits_0(tmp_pat
         if reader.poll() is None:
             reader.kill()
             reader.wait()
-    assert reader.returncode == 1, err
-    assert "feed_reader: read " in output, output  # the program itself exited 0
-    assert "feeding worker:0 failed" in err and "data.bin" in err and "cut short" in err, err
+    if swallow:
+        assert reader.returncode == 1, err
+        assert "feed_reader: read " in output, output  # the program itself exited 0
+        assert "feeding worker:0 failed" in err and "data.bin" in err and "cut short" in err, err
+    else:
+        assert reader.returncode == 1, err
+        assert "worker:0 exited with exit code 3" in err, err  # feed_reader's DataFeed error
+        assert "feed_reader: read " not in output, output
+        program_error = [line for line in err.splitlines() if "feed_reader: " in line]
+        assert program_error and "data.bin" in program_error[0] and "cut short" in program_error[0], err
     # What it was handed before the cut, it was handed once, in order.
     with open(f"{out}.0") as f:
         ids = [int(line.split("\t", 1)[1].split(".", 1)[0]) for line in f
