@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "feed/extent_records.h"
 #include "feed/feed_test_util.h"
 #include "feed/shm_channel.h"
 #include "feed/socket_fd.h"
@@ -26,6 +27,7 @@ using ::drover::feed::BatchInfo;
 using ::drover::feed::BatchView;
 using ::drover::feed::Clock;
 using ::drover::feed::Deadline;
+using ::drover::feed::ExtentRecords;
 using ::drover::feed::FeedGrant;
 using ::drover::feed::FeedRole;
 using ::drover::feed::kEndOfPartition;
@@ -415,6 +417,41 @@ TEST_F(DataFeedTest, AFileThatCannotBeMappedIsReadInstead) {
   ASSERT_OK_AND_ASSIGN(RecordBatch rest, feed->NextBatch(100));
   EXPECT_EQ(Strings(rest), NumberedList(4, 11));
   EXPECT_TRUE(feed->ShouldStop());
+}
+
+// A call that read many extents (a large batch) leaves its buffers for
+// reuse, but not for the rest of the run: once kTrimEvery calls in a row
+// needed fewer, the rest are freed. Calls that keep needing as many keep
+// them (no allocation per call).
+TEST_F(DataFeedTest, ReadBuffersOfALargeBatchAreFreedOnceCallsNeedFewer) {
+  const std::string a = dir_.File("a.raw");
+  WriteFile(a, NumberedRecords(0, 40));
+  auto extent_at = [&](int record) {
+    BatchView view;
+    view.info.flags = feed::kFileExtent | kReadExtent;
+    view.info.record_count = 4;
+    view.info.record_bytes = 8;
+    view.extent = ExtentOf(a, 8 * record);
+    return view;
+  };
+  ExtentRecords extents;
+  // One call takes `count` extents, from record 4 * first on.
+  auto call = [&](int first, int count) {
+    for (int i = first; i < first + count; ++i) {
+      Result<const char*> records = extents.Records(extent_at(4 * i));
+      ASSERT_OK(records);
+      EXPECT_EQ(std::string(*records, 32), NumberedRecords(4 * i, 4));
+    }
+    extents.KeepOnlyLast();
+  };
+  call(0, 10);
+  EXPECT_EQ(extents.read_buffers(), 10u);
+  // A call's buffers, and the one read into last before it (its batch may
+  // still be handed out).
+  for (int i = 0; i < 2 * ExtentRecords::kTrimEvery; ++i) call(i % 7, 3);
+  EXPECT_EQ(extents.read_buffers(), 4u);
+  for (int i = 0; i < 2 * ExtentRecords::kTrimEvery; ++i) call(i % 10, 1);
+  EXPECT_EQ(extents.read_buffers(), 2u);
 }
 
 TEST_F(DataFeedTest, SecondReaderIsRefused) {

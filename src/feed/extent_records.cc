@@ -156,8 +156,15 @@ Result<std::optional<ExtentRecords::Mapping>> ExtentRecords::Map(const FileExten
 }
 
 void ExtentRecords::KeepOnlyLast() {
+  peak_used_ = std::max(peak_used_, buffers_used_);
   if (buffers_used_ > 1) std::swap(buffers_.front(), buffers_[buffers_used_ - 1]);
   buffers_used_ = std::min<size_t>(buffers_used_, 1);
+  if (++calls_since_trim_ >= kTrimEvery) {
+    // Past the first, none holds views now.
+    buffers_.resize(std::min(buffers_.size(), std::max<size_t>(peak_used_, 1)));
+    peak_used_ = 0;
+    calls_since_trim_ = 0;
+  }
   if (maps_.size() <= 1) return;
   for (auto it = maps_.begin(); it != maps_.end() - 1; ++it) Unmap(*it);
   maps_.erase(maps_.begin(), maps_.end() - 1);

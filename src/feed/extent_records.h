@@ -41,10 +41,17 @@ class ExtentRecords {
   Result<const char*> Records(const BatchView& batch);
 
   // Unmaps every file but the one used last, and keeps only the buffer read
-  // into last: call when the views handed out before are given up.
+  // into last: call when the views handed out before are given up. The
+  // buffers kept for reuse are as many as the most one call used over the
+  // last kTrimEvery calls: one large batch does not hold its memory for the
+  // rest of the run.
   void KeepOnlyLast();
 
   size_t mapped_files() const { return maps_.size(); }
+  // Read buffers held, in use or kept for reuse.
+  size_t read_buffers() const { return buffers_.size(); }
+
+  static constexpr int kTrimEvery = 64;
 
  private:
   struct Mapping {
@@ -74,6 +81,8 @@ class ExtentRecords {
   os::UniqueFd read_fd_;
   std::vector<Buffer> buffers_;
   size_t buffers_used_ = 0;
+  size_t peak_used_ = 0;  // the most buffers one call used since the last trim
+  int calls_since_trim_ = 0;
 };
 
 }  // namespace drover::feed
