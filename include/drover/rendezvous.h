@@ -151,8 +151,21 @@ struct FormedCluster {
 };
 
 // What a node's heartbeats carry besides being alive.
+// How a node's program ended, as its agent saw it.
+struct ProgramEnd {
+  int exit_code = -1;  // -1 when killed by a signal
+  int signal = 0;      // 0 when it exited
+  std::string text;    // "exit code 1", "killed by SIGKILL"
+  double runtime_s = 0;
+};
+
 struct HeartbeatPayload {
   int32_t program_pid = 0;  // 0: not known
+  // Set once the program ended. Through etcd it goes into the status the
+  // node leaves behind (left/ID, errors/ID), so that the run's record has
+  // it after the node's keys are gone; the built-in server learns it from
+  // the agent's own exit.
+  std::optional<ProgramEnd> program_end;
   std::optional<FeedProgress> feed;
   std::vector<MetricValue> metrics;  // the program's reports, each name's last
   // Whether every change to this payload makes change_fd readable (or, with
@@ -179,8 +192,9 @@ struct NodeStatus {
   bool alive = true;
   bool left = false;  // finished and said so (LEAVE); not alive, not dead
   Milliseconds last_heartbeat_age{0};
-  std::string error;      // reported by the node, or why it was declared dead
-  bool reported = false;  // through etcd: `error` is the node's own report
+  std::string error;                      // reported by the node, or why it was declared dead
+  bool reported = false;                  // through etcd: `error` is the node's own report
+  std::optional<ProgramEnd> program_end;  // through etcd: as the node left or failed
   std::vector<std::string> last_log_lines;
 };
 

@@ -377,6 +377,8 @@ class Agent::Impl {
   // heartbeat thread reads them.
   Mutex round_mu_;
   std::unique_ptr<FeedService> feed_;
+  // This round's program, once it ended (HeartbeatPayload::program_end).
+  std::optional<ProgramEnd> program_end_;
   // The feed's commits go to the driver on a connection of their own
   // (made when the first comes; feed_'s loop thread only): the main
   // client's reads belong to the stop watcher.
@@ -586,6 +588,7 @@ Agent::Impl::RoundEnd Agent::Impl::RunRound(NodeLink& link, int round,
   started_ = true;
   if (int signal = interrupt_signal_.load(); signal != 0) return 128 + signal;
   ports.Release();
+  const Clock::time_point program_started = Clock::now();
   Result<os::Subprocess> spawned = os::Subprocess::Spawn(spawn);
   // The guard's copy is the only writer left: its death is an end of file.
   report->write.Reset();
@@ -605,6 +608,7 @@ Agent::Impl::RoundEnd Agent::Impl::RunRound(NodeLink& link, int round,
     HeartbeatPayload payload;
     payload.program_pid = program_pid;
     MutexLock lock(round_mu_);
+    payload.program_end = program_end_;
     if (feed_) payload.feed = feed_->Progress();
     if (metrics_) {
       payload.metrics = metrics_->Latest();
@@ -619,6 +623,12 @@ Agent::Impl::RoundEnd Agent::Impl::RunRound(NodeLink& link, int round,
   OutputTail tail(kTailLines);
   os::ExitStatus status = os::ExitStatus::Exited(0);
   Reason reason = Supervise(child, tail, &status);
+  {
+    MutexLock lock(round_mu_);
+    program_end_ =
+        ProgramEnd{status.exit_code(), status.signal(), status.ToString(),
+                   std::chrono::duration<double>(Clock::now() - program_started).count()};
+  }
   os::SignalEventFd(quit_watcher_fd_.get());
   watcher.join();
   if (temporary_context) std::remove(context_path.c_str());
@@ -689,6 +699,7 @@ void Agent::Impl::StartRound() {
     MutexLock lock(round_mu_);
     feed = std::move(feed_);
     metrics = std::move(metrics_);
+    program_end_.reset();
   }
   feed.reset();
   metrics.reset();

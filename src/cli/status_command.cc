@@ -136,6 +136,11 @@ nlohmann::json EtcdStateJson(const std::string& target, const ClusterState& stat
                      {"alive", node.alive},
                      {"left", node.left},
                      {"error", node.error}});
+    if (const std::optional<ProgramEnd>& end = node.program_end) {
+      nodes.back()["exit"] = {
+          {"code", end->exit_code}, {"signal", end->signal}, {"text", end->text}};
+      nodes.back()["runtime_s"] = end->runtime_s;
+    }
   }
   return {{"rendezvous", target},
           {"phase", state.phase},
@@ -158,10 +163,16 @@ std::string EtcdStateText(const std::string& target, const ClusterState& state) 
     const std::string task = node.node.task_index >= 0
                                  ? node.node.job_name + ":" + std::to_string(node.node.task_index)
                                  : "-";
-    const std::string condition = node.left ? "finished" : node.alive ? "alive" : "lost";
+    const std::string condition = node.left       ? "finished"
+                                  : node.reported ? "failed"
+                                  : node.alive    ? "alive"
+                                                  : "lost";
     text += "  " + task + "  executor " + node.node.executor_id + " on " + node.node.host + "  " +
             condition;
     if (node.program_pid > 0) text += "  pid " + std::to_string(node.program_pid);
+    if (const std::optional<ProgramEnd>& end = node.program_end) {
+      text += "  " + end->text + " after " + FormatDuration(end->runtime_s);
+    }
     if (!node.error.empty()) text += "  " + node.error;
     text += "\n";
   }

@@ -653,6 +653,13 @@ void EtcdWatch::PublishStatus(const ClusterState& state) {
                 : state.phase == "reserving" ? "registered"
                                              : "stopped";
     out.error = status.error;
+    if (const std::optional<ProgramEnd>& end = status.program_end) {
+      out.exited = true;
+      out.exit_code = end->exit_code;
+      out.exit_signal = end->signal;
+      out.exit_text = end->text;
+      out.runtime_s = end->runtime_s;
+    }
     out.feed = status.feed;
     out.metrics = status.metrics;
     if (out.feed) {

@@ -225,6 +225,12 @@ std::string StatusJson(const HeartbeatPayload& beat, int round, bool left) {
   (void)google::protobuf::util::MessageToJsonString(heartbeat, &text);
   json status = {{"round", round}, {"heartbeat", json::parse(text, nullptr, false)}};
   if (left) status["left"] = true;
+  if (const std::optional<ProgramEnd>& end = beat.program_end) {
+    status["program_end"] = {{"exit_code", end->exit_code},
+                             {"signal", end->signal},
+                             {"text", end->text},
+                             {"runtime_s", end->runtime_s}};
+  }
   return status.dump();
 }
 
@@ -233,6 +239,17 @@ std::string StatusJson(const HeartbeatPayload& beat, int round, bool left) {
 void ParseStatus(const std::string& text, NodeStatus* status) {
   json parsed = json::parse(text, nullptr, false);
   if (!parsed.is_object() || !parsed.contains("heartbeat")) return;
+  if (const auto end = parsed.find("program_end"); end != parsed.end() && end->is_object()) {
+    const json& exit_code = (*end)["exit_code"];
+    const json& signal = (*end)["signal"];
+    const json& words = (*end)["text"];
+    const json& runtime = (*end)["runtime_s"];
+    if (exit_code.is_number_integer() && signal.is_number_integer() && words.is_string() &&
+        runtime.is_number()) {
+      status->program_end = ProgramEnd{exit_code.get<int>(), signal.get<int>(),
+                                       words.get<std::string>(), runtime.get<double>()};
+    }
+  }
   wire::Heartbeat heartbeat;
   if (!google::protobuf::util::JsonStringToMessage(parsed["heartbeat"].dump(), &heartbeat).ok()) {
     return;
@@ -951,7 +968,10 @@ Result<ClusterState> EtcdBackend::QueryState(Deadline deadline) {
   state.round = view.round.round;
   state.round_reason = view.round.reason;
   if (view.end) state.stop_reason = (view.end->failed ? "failed: " : "") + view.end->message;
-  state.registered = static_cast<int>(view.nodes.size());
+  // A run that ended holds no registrations (they live under leases): its
+  // last round's nodes were the ones registered.
+  state.registered =
+      static_cast<int>(view.end && view.cluster ? view.cluster->nodes.size() : view.nodes.size());
   state.expected = shape_.max_nodes;
   std::vector<NodeInfo> nodes;
   if (view.cluster) {

@@ -508,3 +508,17 @@ def test_a_driver_with_a_chief_and_a_ps_through_etcd(tmp_path, mark, etcd):
     log = (tmp_path / "driver.log").read_text()
     assert "formed with 3 nodes: ps:0 on 127.0.0.1, chief:0 on 127.0.0.1, worker:0 on" in log, log
     assert '[chief:0] TF_CONFIG={"cluster":' in log and '"task":{"type":"chief"' in log, log
+    # The record of the finished run says how each program ended and after
+    # how long, though the nodes' leased keys are gone by the driver's last
+    # look (their last status stays in left/ID).
+    record = json.loads((tmp_path / "logs" / "etcd-roles" / "run.json").read_text())
+    assert record["rendezvous"]["registered"] == 3, record["rendezvous"]
+    ends = {node["task"]: (node["exit"], node["runtime_s"]) for node in record["nodes"]}
+    for task in ("chief:0", "worker:0"):
+        assert ends[task][0]["text"] == "exit code 0" and ends[task][1] > 0, ends
+    assert ends["ps:0"][0]["text"] == "killed by SIGTERM", ends  # stopped as the run ended
+    status = drover_status(etcd.address("roles"))
+    assert status.returncode == 0, status.stderr
+    assert "3 registered" in status.stdout, status.stdout
+    assert status.stdout.count("finished") >= 2 and "exit code 0 after" in status.stdout, \
+        status.stdout
