@@ -247,6 +247,17 @@ std::vector<std::string> NumberedList(int first, int count) {
 class ExtentFeedTest : public DataFeedTest, public ::testing::WithParamInterface<uint32_t> {
  protected:
   uint32_t Way() const { return GetParam(); }
+
+  // Writes 10 records to `path`, queues them as two extents (records 0-3
+  // and 4-9) and connects a reader; nullptr when any step failed.
+  std::unique_ptr<DataFeed> FeedTwoExtentsOf(const std::string& path) {
+    WriteFile(path, NumberedRecords(0, 10));
+    if (!PublishExtent(*writer_, Info(0, 0, 0, Way()), ExtentOf(path, 0), 4, 8).ok() ||
+        !PublishExtent(*writer_, Info(0, 0, 4, Way()), ExtentOf(path, 32), 6, 8).ok()) {
+      return nullptr;
+    }
+    return Connect();
+  }
 };
 
 INSTANTIATE_TEST_SUITE_P(InPlaceAndRead, ExtentFeedTest, ::testing::Values(0u, kReadExtent),
@@ -352,10 +363,7 @@ TEST_P(ExtentFeedTest, AnExtentNamingAFifoStopsTheFeedAtOnce) {
 
 TEST_P(ExtentFeedTest, AFileCutShortUnderAnExtentStopsTheFeed) {
   const std::string a = dir_.File("a.raw");
-  WriteFile(a, NumberedRecords(0, 10));
-  ASSERT_OK(PublishExtent(*writer_, Info(0, 0, 0, Way()), ExtentOf(a, 0), 4, 8));
-  ASSERT_OK(PublishExtent(*writer_, Info(0, 0, 4, Way()), ExtentOf(a, 32), 6, 8));
-  std::unique_ptr<DataFeed> feed = Connect();
+  std::unique_ptr<DataFeed> feed = FeedTwoExtentsOf(a);
   ASSERT_NE(feed, nullptr);
   ASSERT_OK_AND_ASSIGN(RecordBatch first, feed->NextBatch(4));
   EXPECT_EQ(Strings(first), NumberedList(0, 4));
@@ -370,10 +378,7 @@ TEST_P(ExtentFeedTest, AFileCutShortUnderAnExtentStopsTheFeed) {
 // them; ShouldStop() stays false until the next call has reported the error.
 TEST_P(ExtentFeedTest, RecordsBeforeAFileCutShortComeFirstAndThenTheError) {
   const std::string a = dir_.File("a.raw");
-  WriteFile(a, NumberedRecords(0, 10));
-  ASSERT_OK(PublishExtent(*writer_, Info(0, 0, 0, Way()), ExtentOf(a, 0), 4, 8));
-  ASSERT_OK(PublishExtent(*writer_, Info(0, 0, 4, Way()), ExtentOf(a, 32), 6, 8));
-  std::unique_ptr<DataFeed> feed = Connect();
+  std::unique_ptr<DataFeed> feed = FeedTwoExtentsOf(a);
   ASSERT_NE(feed, nullptr);
   ASSERT_OK_AND_ASSIGN(RecordBatch first, feed->NextBatch(2));
   EXPECT_EQ(Strings(first), NumberedList(0, 2));
