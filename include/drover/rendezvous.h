@@ -195,6 +195,7 @@ struct NodeStatus {
   std::string error;                      // reported by the node, or why it was declared dead
   bool reported = false;                  // through etcd: `error` is the node's own report
   std::optional<ProgramEnd> program_end;  // through etcd: as the node left or failed
+  std::optional<Placement> placement;     // through etcd: its place in the formed round
   std::vector<std::string> last_log_lines;
 };
 

@@ -638,6 +638,10 @@ void EtcdWatch::PublishStatus(const ClusterState& state) {
     NodeSnapshot out;
     out.chief = has_chief ? (node.job_name == "chief" || node.job_name == "master")
                           : (node.job_name == "worker" && node.task_index == 0);
+    if (status.placement) {
+      out.chief = status.placement->chief;
+      if (status.placement->rank) out.rank = status.placement->rank->rank;
+    }
     out.executor_id = node.executor_id;
     out.job = node.job_name;
     out.task_index = node.task_index;

@@ -979,9 +979,13 @@ Result<ClusterState> EtcdBackend::QueryState(Deadline deadline) {
   } else {
     for (const auto& [id, node] : view.nodes) nodes.push_back(node);
   }
-  for (const NodeInfo& node : nodes) {
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const NodeInfo& node = nodes[i];
     NodeStatus status;
     status.node = node;
+    if (view.cluster && i < view.cluster->placements.size()) {
+      status.placement = view.cluster->placements[i];
+    }
     status.alive = view.nodes.count(node.executor_id) > 0;
     const auto left = view.left.find(node.executor_id);
     const auto error = view.errors.find(node.executor_id);

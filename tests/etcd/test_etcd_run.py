@@ -517,6 +517,8 @@ def test_a_driver_with_a_chief_and_a_ps_through_etcd(tmp_path, mark, etcd):
     for task in ("chief:0", "worker:0"):
         assert ends[task][0]["text"] == "exit code 0" and ends[task][1] > 0, ends
     assert ends["ps:0"][0]["text"] == "killed by SIGTERM", ends  # stopped as the run ended
+    places = {node["task"]: (node["rank"], node["chief"]) for node in record["nodes"]}
+    assert places == {"chief:0": (0, True), "worker:0": (1, False), "ps:0": (None, False)}, places
     status = drover_status(etcd.address("roles"))
     assert status.returncode == 0, status.stderr
     assert "3 registered" in status.stdout, status.stdout
