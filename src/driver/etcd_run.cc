@@ -628,16 +628,10 @@ void EtcdWatch::PublishStatus(const ClusterState& state) {
   snapshot.max_restarts = o_.etcd.max_restarts;
   snapshot.registered = state.registered;
   snapshot.expected = state.expected;
-  // The chief: a chief or master task, else worker 0 (as placements say).
-  const bool has_chief =
-      std::any_of(state.nodes.begin(), state.nodes.end(), [](const NodeStatus& status) {
-        return status.node.job_name == "chief" || status.node.job_name == "master";
-      });
   for (const NodeStatus& status : state.nodes) {
     const NodeInfo& node = status.node;
     NodeSnapshot out;
-    out.chief = has_chief ? (node.job_name == "chief" || node.job_name == "master")
-                          : (node.job_name == "worker" && node.task_index == 0);
+    // A node has a role only in a formed round, which gives its placement.
     if (status.placement) {
       out.chief = status.placement->chief;
       if (status.placement->rank) out.rank = status.placement->rank->rank;

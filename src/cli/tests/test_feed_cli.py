@@ -445,14 +445,14 @@ def test_a_file_cut_short_under_its_extents_fails_the_node(tmp_path, ingest, swa
     next_batch, not a should_stop() that ends its loop as if the feed were
     over. A program that ignores the error and exits 0 (--swallow-errors)
     still fails the node with the error that names the file, not a run that
-    succeeded on part of its input. The cut comes once the program said it holds (a line
-    in its file) and its feeder ended, never after a set time: the queue (64
-    MiB) takes every extent of the 20 MB file, so the feeder publishes them
-    all and ends, and no feeder is left to end on the stop first (the agent
-    would then stop the program before it exits; that fails the node too).
-    The extents hold 1048 records (1 MiB), so the call after the hold takes
-    the rest of the first (records 1000 to 1047), stops at the next, which
-    lies past the cut, and returns those 48."""
+    succeeded on part of its input. The cut comes once the program said it
+    holds (a line in its file) and its feeder ended, never after a set time:
+    the queue (64 MiB) takes every extent of the 20 MB file, so the feeder
+    publishes them all and ends, and no feeder is left to end on the stop
+    first (the agent would then stop the program before it exits; that fails
+    the node too). The extents hold 1048 records (1 MiB), so the call after
+    the hold takes the rest of the first (records 1000 to 1047), stops at the
+    next, which lies past the cut, and returns those 48."""
     record_bytes = 1000
     with open(tmp_path / "data.bin", "wb") as f:
         for i in range(20000):
@@ -486,16 +486,15 @@ def test_a_file_cut_short_under_its_extents_fails_the_node(tmp_path, ingest, swa
         if reader.poll() is None:
             reader.kill()
             reader.wait()
+    assert reader.returncode == 1, err
     if swallow:
-        assert reader.returncode == 1, err
         assert "feed_reader: read " in output, output  # the program itself exited 0
         assert "feeding worker:0 failed" in err and "data.bin" in err and "cut short" in err, err
     else:
-        assert reader.returncode == 1, err
         assert "worker:0 exited with exit code 3" in err, err  # feed_reader's DataFeed error
         assert "feed_reader: read " not in output, output
-        program_error = [line for line in err.splitlines() if "feed_reader: " in line]
-        assert program_error and "data.bin" in program_error[0] and "cut short" in program_error[0], err
+        program_error = next((line for line in err.splitlines() if "feed_reader: " in line), "")
+        assert "data.bin" in program_error and "cut short" in program_error, err
     # What it was handed before the cut, it was handed once, in order.
     with open(f"{out}.0") as f:
         ids = [int(line.split("\t", 1)[1].split(".", 1)[0]) for line in f
