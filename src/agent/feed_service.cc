@@ -109,6 +109,7 @@ class FeedService::Impl {
   Status Finish();
   void Stop(const std::string& reason);
   FeedProgress ReadProgress() const;
+  Status Failure() const;
 
  private:
   void Wake() { os::SignalEventFd(event_fd_.get()); }
@@ -146,6 +147,8 @@ class FeedService::Impl {
   std::optional<feed::ShmChannel> channel_;
   // The share's feeds: fixed at the start, or as claimed so far (dynamic:
   // appended by the loop thread, read by any).
+  mutable Mutex failure_mutex_;
+  Status failure_ GUARDED_BY(failure_mutex_);
   mutable Mutex feeds_mutex_;
   std::vector<feed::FeedUnit> feeds_ GUARDED_BY(feeds_mutex_);
   std::vector<feed::FeedUnit> queue_;  // dynamic: the round's queue
@@ -256,6 +259,10 @@ FeedProgress FeedService::Impl::ReadProgress() const {
 }
 
 void FeedService::Impl::Fail(const Status& status) {
+  {
+    MutexLock lock(failure_mutex_);
+    if (failure_.ok()) failure_ = status;
+  }
   stopped_here_ = true;
   channel_->SetError(status.message());
   channel_->AdvanceState(RunState::kStopped);
@@ -707,6 +714,14 @@ Status FeedService::Impl::ReaderFailure() const {
   return Status::Unavailable("feeding " + options_.task + " failed: " + why);
 }
 
+Status FeedService::Impl::Failure() const {
+  {
+    MutexLock lock(failure_mutex_);
+    if (!failure_.ok()) return failure_;
+  }
+  return ReaderFailure();
+}
+
 Status FeedService::Impl::Finish() {
   finishing_ = true;
   if (results_.joinable()) results_.join();
@@ -756,6 +771,10 @@ Result<std::unique_ptr<FeedService>> FeedService::Start(FeedServiceOptions optio
   auto impl = std::make_unique<Impl>(std::move(options));
   DROVER_RETURN_IF_ERROR(impl->Start());
   return std::unique_ptr<FeedService>(new FeedService(std::move(impl)));
+}
+
+Status FeedService::Failure() const {
+  return impl_->Failure();
 }
 
 FeedProgress FeedService::Progress() const {

@@ -94,6 +94,12 @@ class FeedService {
   Status Finish();
   // Stops feeding now (the program failed or the node is stopping).
   void Stop(const std::string& reason);
+  // Why feeding failed, if it did: what on_failure was or will be called
+  // with, or what the program's reader gave up on. Ok otherwise. A program
+  // that sees the feed's error exits before the service has reaped the
+  // feeder that stopped it: its node fails with this, not its exit code.
+  // Thread-safe; meaningful before Stop, which is not a failure.
+  Status Failure() const;
   // What the program has read so far and how full its queue is (heartbeats).
   // Thread-safe.
   FeedProgress Progress() const;

@@ -204,6 +204,41 @@ TEST_F(FeedServiceTest, ReaderThatReconnectsIsNotHandedThePreviousReadersRecords
   EXPECT_EQ(service_->Progress().records, records.size());
 }
 
+// A feeder stops the feed on a bad record, then exits; the program, which
+// sees the error in the queue at once, may exit before the service reaped
+// the feeder and reported the failure. The agent asks Failure() then, so
+// the node fails with the feed's error rather than the program's exit code.
+TEST_F(FeedServiceTest, AFeedStoppedWithAnErrorIsAFailureBeforeItsWriterIsGone) {
+  // The feeder that stops the feed (joined below) outlives its error, as a
+  // real one does for a moment: the process the service starts only waits.
+  testing::WriteFile(dir_.File("data.csv"), "a\nb\n");
+  testing::WriteFile(dir_.File("waiting-feeder"), "#!/bin/sh\nexec sleep 60\n");
+  ASSERT_EQ(::chmod(dir_.File("waiting-feeder").c_str(), 0755), 0);
+  FeedServiceOptions options = BaseOptions();
+  options.plan.read.format = feed::RecordFormat::kCsv;
+  options.plan.partitions = {feed::Partition{dir_.File("data.csv"), 0, 4, 2}};
+  options.plan_path = dir_.File("plan.json");
+  options.drover_binary = dir_.File("waiting-feeder");
+  ASSERT_OK_AND_ASSIGN(service_, FeedService::Start(std::move(options)));
+  EXPECT_OK(service_->Failure());
+  ASSERT_OK_AND_ASSIGN(
+      feed::JoinedFeed writer,
+      feed::JoinFeed(service_->socket_path(), feed::FeedRole::kWriter,
+                     /*train_mode=*/true, std::chrono::steady_clock::now() + seconds(10)));
+  writer.channel.SetError("bad.tfrecord: record 20000 is corrupt");
+  writer.channel.AdvanceState(feed::RunState::kStopped);
+  EXPECT_THAT(service_->Failure(),
+              StatusIs(Status::Code::kUnavailable,
+                       HasSubstr("feeding worker:1 failed: bad.tfrecord: record 20000")));
+  service_->Stop("the test is over");
+}
+
+TEST_F(FeedServiceTest, AFeedTheAgentStoppedIsNoFailure) {
+  ASSERT_NO_FATAL_FAILURE(ServeExternal());
+  service_->Stop("worker:1 stopped");
+  EXPECT_OK(service_->Failure());
+}
+
 class FeedServiceCommitTest : public FeedServiceTest {
  protected:
   // A training plan over one file of two records, with a feeder that feeds

@@ -613,6 +613,9 @@ def test_a_node_failed_by_a_bad_record_counts_what_its_program_read(tmp_path):
         written = sum(1 for _ in f)
     assert written > 19000, written
     node = json.loads((tmp_path / "logs" / "run.json").read_text())["nodes"][0]
+    # The node failed with the feed's error even when its program, which
+    # sees the error in its queue, exited before the feeder was reaped.
+    assert node["state"] == "failed" and "record 20000" in node["error"], node
     # The count takes a queue batch in when the program starts on it (8 KiB
     # with this queue: 70 of these 116-byte records), and the program, killed
     # by the stop, may not have written its last 64.
