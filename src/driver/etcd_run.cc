@@ -203,6 +203,11 @@ class EtcdWatch {
   int Finish(int code);
   // Waits for this host's agents to exit (they do once the run ended).
   void AwaitAgents(Milliseconds limit);
+  // Takes one last look at the ended run once each node wrote how it ended
+  // (left/ID or errors/ID), so that run.json has every program's end: at
+  // once when this host's agents are gone (they write it before they exit),
+  // else polling until none is missing or `limit`, naming those missing.
+  void AwaitLastStatuses(Milliseconds limit);
   std::string Tag(const std::string& executor_id) const;
   // Whether agents ran on this host and none of them is left.
   bool AllAgentsGone() {
@@ -477,6 +482,35 @@ void EtcdWatch::AwaitAgents(Milliseconds limit) {
   }
 }
 
+void EtcdWatch::AwaitLastStatuses(Milliseconds limit) {
+  const Deadline deadline = Clock::now() + limit;
+  for (;;) {
+    Result<ClusterState> state = client_->QueryState(Clock::now() + o_.etcd.request_timeout);
+    std::string missing;
+    if (state.ok()) {
+      PublishStatus(*state);
+      for (const NodeStatus& node : state->nodes) {
+        // A node still holding its lease with neither key is still ending;
+        // one whose lease is gone never will.
+        if (node.alive && !node.left && !node.reported) {
+          missing += (missing.empty() ? "" : ", ") + Tag(node.node.executor_id);
+        }
+      }
+      if (missing.empty() || local_) return;
+    }
+    if (Clock::now() >= deadline) {
+      err_ << "drover run: "
+           << (state.ok() ? "no last status from " + missing
+                          : "no last look at the run (" + state.status().message() + ")")
+           << " within " << os::SecondsText(limit)
+           << " of the run's end; run.json lacks how their programs ended\n"
+           << std::flush;
+      return;
+    }
+    std::this_thread::sleep_for(kPollInterval);
+  }
+}
+
 int EtcdWatch::Run() {
   RendezvousClientOptions options;
   options.address = o_.address;
@@ -543,6 +577,7 @@ int EtcdWatch::Watch() {
       err_ << "drover run: " << os::SignalName(signal) << ": stopping the run\n" << std::flush;
       (void)client_->StopAll();
       AwaitAgents(o_.grace + kExitSlack);
+      AwaitLastStatuses(o_.grace + kExitSlack);
       return 128 + signal;
     }
     Relay();
@@ -585,6 +620,7 @@ int EtcdWatch::Watch() {
         SayFailure(*now);  // now: a caller feeding the nodes stops at once
       }
       AwaitAgents(o_.grace + kExitSlack);
+      AwaitLastStatuses(o_.grace + kExitSlack);
       if (failed) return Fail("the run failed: " + now->stop_reason.substr(8));
       err_ << "drover run: the run at " << o_.address << " finished: " << now->stop_reason << "\n"
            << std::flush;

@@ -500,10 +500,15 @@ def test_a_driver_with_a_chief_and_a_ps_through_etcd(tmp_path, mark, etcd):
     work.mkdir()
     (work / "done").touch()
     # The ps serves until the chief and the worker are done, and is stopped.
+    # They wait for it to start (a run this short could otherwise end before
+    # the ps's agent read the cluster, and it would never start at all).
+    up = work / "ps-up"
     driver = start_driver(tmp_path, mark, "--rendezvous", etcd.address("roles"), "--workers",
                           "1", "--chief", "--ps", "1", "--", "sh", "-c",
                           'echo "TF_CONFIG=$TF_CONFIG"; '
-                          'if [ -z "$RANK" ]; then exec sleep 600; fi')
+                          f'if [ -z "$RANK" ]; then touch {up}; exec sleep 600; fi; '
+                          f'i=0; while [ ! -e {up} ] && [ $i -lt 1200 ]; do sleep 0.1; '
+                          'i=$((i+1)); done')
     assert driver.wait(timeout=WAIT_S) == 0, (tmp_path / "driver.log").read_text()
     log = (tmp_path / "driver.log").read_text()
     assert "formed with 3 nodes: ps:0 on 127.0.0.1, chief:0 on 127.0.0.1, worker:0 on" in log, log
@@ -516,9 +521,9 @@ def test_a_driver_with_a_chief_and_a_ps_through_etcd(tmp_path, mark, etcd):
     ends = {node["task"]: (node["exit"], node["runtime_s"]) for node in record["nodes"]}
     for task in ("chief:0", "worker:0"):
         assert ends[task][0]["text"] == "exit code 0" and ends[task][1] > 0, ends
-    # The ps's end is not asserted: the driver writes the record once the
-    # chief and the worker are done, which may be before the stopped ps's
-    # agent wrote its own (left/ID); see the session note of 2026-11-29.
+    # Stopped as the run ended; the driver writes the record only once the
+    # ps's agent wrote how it ended (left/ID), after the chief and worker.
+    assert ends["ps:0"][0]["text"] == "killed by SIGTERM", ends
     places = {node["task"]: (node["rank"], node["chief"]) for node in record["nodes"]}
     assert places == {"chief:0": (0, True), "worker:0": (1, False), "ps:0": (None, False)}, places
     status = drover_status(etcd.address("roles"))
