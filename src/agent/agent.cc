@@ -633,17 +633,16 @@ Agent::Impl::RoundEnd Agent::Impl::RunRound(NodeLink& link, int round,
   watcher.join();
   if (temporary_context) std::remove(context_path.c_str());
 
-  if (reason == Reason::kExited && !status.success() && feed_) {
-    // A program that met the feed's error (a bad record) fails at once,
-    // often before the service has reaped the feeder that stopped the feed:
-    // the node failed with that error, not with the program's exit code.
-    if (Status failed = feed_->Failure(); !failed.ok()) {
-      MutexLock lock(mu_);
-      feed_error_ = failed.message();
-      reason = Reason::kFeedFailed;
-    }
-  }
+  // A program that met the feed's error (a bad record) fails at once, often
+  // before the service has reaped the feeder that stopped the feed: the node
+  // failed with that error, and exits with the program's code.
+  const Status feed_failure =
+      reason == Reason::kExited && !status.success() && feed_ ? feed_->Failure() : Status::Ok();
   if (feed_ && !(reason == Reason::kExited && status.success())) feed_->Stop(task + " stopped");
+  if (!feed_failure.ok()) {
+    Report(link, feed_failure.message(), tail.Lines());
+    return AwaitNextRound(link, status.ShellCode());
+  }
   switch (reason) {
     case Reason::kFeedFailed: {
       std::string error;
