@@ -9,6 +9,7 @@
 
 #include "cli/resolve_command.h"
 #include "cli/status_client.h"
+#include "driver/etcd_run.h"
 #include "driver/run_history.h"
 #include "driver/status_text.h"
 #include "drover/rendezvous.h"
@@ -163,10 +164,11 @@ std::string EtcdStateText(const std::string& target, const ClusterState& state) 
     const std::string task = node.node.task_index >= 0
                                  ? node.node.job_name + ":" + std::to_string(node.node.task_index)
                                  : "-";
-    const std::string condition = node.left       ? "finished"
-                                  : node.reported ? "failed"
-                                  : node.alive    ? "alive"
-                                                  : "lost";
+    const std::string condition = StoppedAtRunEnd(node) ? "stopped"
+                                  : node.left           ? "finished"
+                                  : node.reported       ? "failed"
+                                  : node.alive          ? "alive"
+                                                        : "lost";
     text += "  " + task + "  executor " + node.node.executor_id + " on " + node.node.host + "  " +
             condition;
     if (node.program_pid > 0) text += "  pid " + std::to_string(node.program_pid);

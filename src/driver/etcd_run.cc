@@ -681,7 +681,9 @@ void EtcdWatch::PublishStatus(const ClusterState& state) {
     out.gpus = node.gpus;
     out.program_pid = status.program_pid;
     out.restarts = state.round;
-    out.state = status.left                  ? "finished"
+    // As without etcd: a node stopped at the run's end is "stopped".
+    out.state = StoppedAtRunEnd(status)      ? "stopped"
+                : status.left                ? "finished"
                 : !status.error.empty()      ? (status.alive || status.reported ? "failed" : "lost")
                 : state.phase == "formed"    ? "running"
                 : state.phase == "reserving" ? "registered"
@@ -745,6 +747,10 @@ int EtcdWatch::Finish(int code) {
 }
 
 }  // namespace
+
+bool StoppedAtRunEnd(const NodeStatus& node) {
+  return node.left && node.program_end && node.program_end->exit_code != 0;
+}
 
 int RunThroughEtcd(const EtcdDriverOptions& options, std::ostream& out, std::ostream& err) {
   EtcdWatch watch(options, out, err);

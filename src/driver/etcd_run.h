@@ -69,6 +69,10 @@ struct EtcdDriverOptions {
 // 2 for bad input, 128 + signal when a signal stopped it.
 int RunThroughEtcd(const EtcdDriverOptions& options, std::ostream& out, std::ostream& err);
 
+// Whether an etcd node's agent stopped its program at the run's end (a ps):
+// a node leaves once its program exited 0, or once it was stopped so.
+bool StoppedAtRunEnd(const NodeStatus& node);
+
 }  // namespace drover
 
 #endif  // DROVER_DRIVER_ETCD_RUN_H_

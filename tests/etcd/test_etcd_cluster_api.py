@@ -44,6 +44,12 @@ def say_role(args, ctx):
     if ctx.job_name == "ps":
         while True:  # as a parameter server does: the run's end stops it
             time.sleep(0.1)
+    # The run ends once the others are done: wait for a ps to start, or it
+    # may never start (its agent finds the run over before it read the cluster).
+    ps = os.path.join(args, "ps-0")
+    deadline = time.time() + 120
+    while "ps" in ctx.cluster_spec.jobs and not os.path.exists(ps) and time.time() < deadline:
+        time.sleep(0.05)
 
 
 def count_records(args, ctx):

@@ -8,6 +8,7 @@ process that exited), never for the clock."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -292,6 +293,32 @@ def attach_and_finish(tmp_path, mark, address, done):
     return (tmp_path / "attached.log").read_text()
 
 
+def test_a_driver_attached_to_agents_started_by_hand_records_how_each_ended(
+        tmp_path, mark, agents):
+    """Agents started by hand run where the driver cannot wait for them: its
+    record of the run waits instead until each node wrote how its program
+    ended, the ps stopped at the end last of all."""
+    work = tmp_path / "work"
+    work.mkdir()
+    up, done = work / "ps-up", work / "done"
+    run = agents("byhand")
+    program = ["sh", "-c", f'if [ -z "$RANK" ]; then touch {up}; exec sleep 600; fi; i=0; '
+               f'while {{ [ ! -e {up} ] || [ ! -e {done} ]; }} && [ $i -lt 2400 ]; do '
+               'sleep 0.1; i=$((i+1)); done']
+    for executor in ("0", "1", "2"):
+        run.start(executor, "--nodes", "3", "--chief", "--ps", "1", command=program)
+    wait_for(up.exists, "the ps to start", list(run.procs.values()))  # the run exists
+    log = attach_and_finish(tmp_path, mark, run.address, done)
+    assert "every node's program finished" in log, log
+    for executor in ("0", "1", "2"):
+        assert run.wait(executor) == 0, run.log(executor)
+    record = json.loads((tmp_path / "logs" / "etcd-byhand" / "run.json").read_text())
+    ends = {node["task"]: (node["state"], (node["exit"] or {}).get("text"))
+            for node in record["nodes"]}
+    assert ends == {"chief:0": ("finished", "exit code 0"), "worker:0": ("finished", "exit code 0"),
+                    "ps:0": ("stopped", "killed by SIGTERM")}, ends
+
+
 def test_a_killed_driver_leaves_the_run_going_and_attach_takes_it_up(tmp_path, mark, etcd):
     work = tmp_path / "work"
     work.mkdir()
@@ -524,6 +551,8 @@ def test_a_driver_with_a_chief_and_a_ps_through_etcd(tmp_path, mark, etcd):
     # Stopped as the run ended; the driver writes the record only once the
     # ps's agent wrote how it ended (left/ID), after the chief and worker.
     assert ends["ps:0"][0]["text"] == "killed by SIGTERM", ends
+    states = {node["task"]: node["state"] for node in record["nodes"]}
+    assert states == {"chief:0": "finished", "worker:0": "finished", "ps:0": "stopped"}, states
     places = {node["task"]: (node["rank"], node["chief"]) for node in record["nodes"]}
     assert places == {"chief:0": (0, True), "worker:0": (1, False), "ps:0": (None, False)}, places
     status = drover_status(etcd.address("roles"))
@@ -531,3 +560,4 @@ def test_a_driver_with_a_chief_and_a_ps_through_etcd(tmp_path, mark, etcd):
     assert "3 registered" in status.stdout, status.stdout
     assert status.stdout.count("finished") >= 2 and "exit code 0 after" in status.stdout, \
         status.stdout
+    assert re.search(r"ps:0 .*  stopped .*killed by SIGTERM after", status.stdout), status.stdout
