@@ -145,10 +145,12 @@ class FeedService::Impl {
 
   FeedServiceOptions options_;
   std::optional<feed::ShmChannel> channel_;
-  // The share's feeds: fixed at the start, or as claimed so far (dynamic:
-  // appended by the loop thread, read by any).
+  // What Fail reported first (written by the loop or results thread, read
+  // by the agent's).
   mutable Mutex failure_mutex_;
   Status failure_ GUARDED_BY(failure_mutex_);
+  // The share's feeds: fixed at the start, or as claimed so far (dynamic:
+  // appended by the loop thread, read by any).
   mutable Mutex feeds_mutex_;
   std::vector<feed::FeedUnit> feeds_ GUARDED_BY(feeds_mutex_);
   std::vector<feed::FeedUnit> queue_;  // dynamic: the round's queue
