@@ -685,8 +685,12 @@ TEST_F(HostConnectionTest, AStopForOneNodeStopsThatNodeOnly) {
   EXPECT_EQ(codes_[1], 0) << ReadFile(dir_.File("h1.err"));  // stopped by the driver
   EXPECT_EQ(codes_[0], -1) << ReadFile(dir_.File("h0.err"));
   for (const NodeStatus& node : server_->QueryState().nodes) {
-    if (node.node.executor_id == "h0") EXPECT_TRUE(node.alive && !node.left);
-    if (node.node.executor_id == "h1") EXPECT_TRUE(node.left);
+    if (node.node.executor_id == "h0") {
+      EXPECT_TRUE(node.alive && !node.left);
+    }
+    if (node.node.executor_id == "h1") {
+      EXPECT_TRUE(node.left);
+    }
   }
   std::ofstream(dir_.File("release-h0")) << "";
   threads_[0].join();

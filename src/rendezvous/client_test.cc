@@ -1176,7 +1176,7 @@ std::vector<std::unique_ptr<RendezvousClient>> JoinCluster(const RendezvousServe
 TEST(RendezvousEndToEndTest, ThreeNodesReceiveOneClusterWithDistinctRoles) {
   RendezvousServerOptions options;
   options.cluster.num_nodes = 3;
-  options.cluster.master_node = "chief";
+  options.cluster.master_node.emplace("chief");
   auto server = StartServer(options);
   ASSERT_NE(server, nullptr);
   std::vector<FormedCluster> formed;
@@ -1222,7 +1222,7 @@ TEST(RendezvousEndToEndTest, OnlyTheNodesThatAskGetTheNodeList) {
   RendezvousServerOptions options;
   options.cluster.num_nodes = 4;
   options.cluster.num_ps = 1;
-  options.cluster.master_node = "chief";
+  options.cluster.master_node.emplace("chief");
   options.node_list_limit = 3;
   options.heartbeat_interval = Milliseconds(700);
   auto server = StartServer(options);
@@ -1274,7 +1274,7 @@ TEST(RendezvousEndToEndTest, OnlyTheNodesThatAskGetTheNodeList) {
 TEST(RendezvousEndToEndTest, HostConnectionsCarryEachHostsNodes) {
   RendezvousServerOptions options;
   options.cluster.num_nodes = 4;
-  options.cluster.master_node = "chief";
+  options.cluster.master_node.emplace("chief");
   auto server = StartServer(options);
   ASSERT_NE(server, nullptr);
   std::vector<std::unique_ptr<RendezvousClient>> hosts(2);
