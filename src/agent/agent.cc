@@ -368,7 +368,6 @@ class Agent::Impl {
   std::atomic<bool> feed_failed_{false};
   Mutex mu_;
   std::string lost_reason_ GUARDED_BY(mu_);
-  std::string feed_error_ GUARDED_BY(mu_);
   std::optional<NextRound> reform_ GUARDED_BY(mu_);
   // Why the run failed, when a STOP said so (etcd runs): the agent exits 1
   // with it even when its own program succeeded.
@@ -644,15 +643,10 @@ Agent::Impl::RoundEnd Agent::Impl::RunRound(NodeLink& link, int round,
     return AwaitNextRound(link, status.ShellCode());
   }
   switch (reason) {
-    case Reason::kFeedFailed: {
-      std::string error;
-      {
-        MutexLock lock(mu_);
-        error = feed_error_;
-      }
-      Report(link, error, tail.Lines());
+    case Reason::kFeedFailed:
+      // The service keeps what it reported (on_failure), Stop or not.
+      Report(link, feed_->Failure().message(), tail.Lines());
       return AwaitNextRound(link, 1);
-    }
     case Reason::kInterrupted:
       return 128 + interrupt_signal_.load();
     case Reason::kStopped: {
@@ -698,7 +692,6 @@ void Agent::Impl::StartRound() {
   os::DrainEventFd(quit_watcher_fd_.get());
   {
     MutexLock lock(mu_);
-    feed_error_.clear();
     reform_.reset();
   }
   std::unique_ptr<FeedService> feed;
@@ -957,11 +950,8 @@ Status Agent::Impl::StartFeeding(const FormedCluster& cluster, const std::string
   } else {
     RecordFeedThroughStore(share->share, &feed);
   }
-  feed.on_failure = [this](const Status& failure) {
-    {
-      MutexLock lock(mu_);
-      feed_error_ = failure.message();
-    }
+  // What failed stays with the service (FeedService::Failure).
+  feed.on_failure = [this](const Status&) {
     feed_failed_ = true;
     Notify();
   };

@@ -98,7 +98,8 @@ class FeedService {
   // with, or what the program's reader gave up on. Ok otherwise. A program
   // that sees the feed's error exits before the service has reaped the
   // feeder that stopped it: its node fails with this, not its exit code.
-  // Thread-safe; meaningful before Stop, which is not a failure.
+  // Thread-safe. After Stop (not a failure itself) it keeps what on_failure
+  // was called with, but no longer tells a reader's stop from the agent's.
   Status Failure() const;
   // What the program has read so far and how full its queue is (heartbeats).
   // Thread-safe.
