@@ -137,6 +137,14 @@ def shell_program(work):
     return ["sh", "-c", PROGRAM, "etcd-test", str(work)]
 
 
+def until_files_exist(*paths, tenths):
+    """A shell loop that waits until every path exists, at most `tenths`
+    tenths of a second (a hang detector: the test fails on what is missing)."""
+    missing = " || ".join(f"[ ! -e {path} ]" for path in paths)
+    return (f"i=0; while {{ {missing}; }} && [ $i -lt {tenths} ]; do sleep 0.1; "
+            "i=$((i+1)); done")
+
+
 def drover_status(address):
     return subprocess.run([DROVER, "status", address], capture_output=True, text=True,
                           timeout=60, stdin=subprocess.DEVNULL)
@@ -302,9 +310,8 @@ def test_a_driver_attached_to_agents_started_by_hand_records_how_each_ended(
     work.mkdir()
     up, done = work / "ps-up", work / "done"
     run = agents("byhand")
-    program = ["sh", "-c", f'if [ -z "$RANK" ]; then touch {up}; exec sleep 600; fi; i=0; '
-               f'while {{ [ ! -e {up} ] || [ ! -e {done} ]; }} && [ $i -lt 2400 ]; do '
-               'sleep 0.1; i=$((i+1)); done']
+    program = ["sh", "-c", f'if [ -z "$RANK" ]; then touch {up}; exec sleep 600; fi; '
+               + until_files_exist(up, done, tenths=2400)]
     for executor in ("0", "1", "2"):
         run.start(executor, "--nodes", "3", "--chief", "--ps", "1", command=program)
     wait_for(up.exists, "the ps to start", list(run.procs.values()))  # the run exists
@@ -534,8 +541,7 @@ def test_a_driver_with_a_chief_and_a_ps_through_etcd(tmp_path, mark, etcd):
                           "1", "--chief", "--ps", "1", "--", "sh", "-c",
                           'echo "TF_CONFIG=$TF_CONFIG"; '
                           f'if [ -z "$RANK" ]; then touch {up}; exec sleep 600; fi; '
-                          f'i=0; while [ ! -e {up} ] && [ $i -lt 1200 ]; do sleep 0.1; '
-                          'i=$((i+1)); done')
+                          + until_files_exist(up, tenths=1200))
     assert driver.wait(timeout=WAIT_S) == 0, (tmp_path / "driver.log").read_text()
     log = (tmp_path / "driver.log").read_text()
     assert "formed with 3 nodes: ps:0 on 127.0.0.1, chief:0 on 127.0.0.1, worker:0 on" in log, log
