@@ -1,8 +1,6 @@
 // FeedService's rule for a feeder that dies before it feeds anything, with a
 // stand-in feeder: a shell script started as `<script> feeder --socket ...`.
 
-#include "agent/feed_service.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -14,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "agent/feed_service.h"
 #include "agent/test_util.h"
 #include "testing/status_matchers.h"
 
