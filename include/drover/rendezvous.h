@@ -197,6 +197,9 @@ struct NodeStatus {
   std::optional<ProgramEnd> program_end;  // through etcd: as the node left or failed
   std::optional<Placement> placement;     // through etcd: its place in the formed round
   std::vector<std::string> last_log_lines;
+  // Through etcd: the run ended after forming with the node, before it
+  // started its program (Register's kCancelled); it left.
+  bool ended_before_start = false;
 };
 
 struct ClusterState {
@@ -425,7 +428,11 @@ class RendezvousClient {
 
   // Registers and waits for the barrier. Errors carry the server's message
   // (e.g. the reservation timeout's list of missing nodes); kAlreadyExists
-  // when the cluster formed without this node.
+  // when the cluster formed without this node. Through etcd, kUnavailable
+  // for a run that has ended, and kCancelled for one that ended after a
+  // round formed with this node but before the node read it: the node takes
+  // no part; Leave records that it stopped, and WaitForInstruction returns
+  // the run's STOP (whether the run failed).
   Result<FormedCluster> Register(const NodeInfo& node, Deadline deadline);
   // A host's agent: registers every node of `nodes` (this host's) on this
   // one connection and waits for the barrier; the result is each node's

@@ -328,6 +328,10 @@ class Agent::Impl {
               const std::vector<std::string>& last_lines);
   // LEAVE (the program finished; not a death), flushed the same way.
   void LeaveCluster(NodeLink& link);
+  // The run ended after forming with this node, before it started anything
+  // (Register's kCancelled, `why`): the node leaves as stopped, and exits as
+  // a node stopped at the run's end would.
+  int EndedBeforeStart(NodeLink& link, const Status& why);
   // Starts feeding this node when the run has a feed plan and the node gets a
   // share of it; sets DROVER_FEED_SOCKET in *env.
   Status StartFeeding(const FormedCluster& cluster, const std::string& task,
@@ -490,6 +494,9 @@ Agent::Impl::RoundEnd Agent::Impl::RunRound(NodeLink& link, int round,
   if (o.gpus) node.gpus.assign(o.gpus->begin(), o.gpus->end());
   if (Status prepared = PrepareFeeding(&node); !prepared.ok()) return Fail(prepared);
   Result<FormedCluster> formed = link.Register(node, deadline);
+  if (formed.status().code() == Status::Code::kCancelled) {
+    return EndedBeforeStart(link, formed.status());
+  }
   if (!formed.ok()) return Fail(formed.status());
   const FormedCluster& cluster = *formed;
   const Placement& own = *cluster.own();  // a client's cluster always places it
@@ -1014,6 +1021,21 @@ void Agent::Impl::LeaveCluster(NodeLink& link) {
   // Best effort: the program has finished either way; at worst the driver
   // sees this node's connection close.
   if (!left.ok()) Say("could not tell the rendezvous this node finished: " + left.message());
+}
+
+int Agent::Impl::EndedBeforeStart(NodeLink& link, const Status& why) {
+  Say(why.message() + "; its program is not started");
+  Result<RendezvousClient::Instruction> told =
+      link.WaitForInstruction(Clock::now() + kReportTimeout, -1);
+  LeaveCluster(link);
+  if (!told.ok() || told->kind != RendezvousClient::Instruction::Kind::kStop) {
+    Say("cannot learn how the run ended: " +
+        (told.ok() ? std::string("no STOP came") : told.status().message()));
+    return 1;
+  }
+  if (!told->failed) return 0;
+  Say("the run failed: " + told->reason);
+  return 1;
 }
 
 void Agent::Impl::WatchForStop(NodeLink* link) {

@@ -749,7 +749,8 @@ int EtcdWatch::Finish(int code) {
 }  // namespace
 
 bool StoppedAtRunEnd(const NodeStatus& node) {
-  return node.left && node.program_end && node.program_end->exit_code != 0;
+  return node.left &&
+         (node.ended_before_start || (node.program_end && node.program_end->exit_code != 0));
 }
 
 int RunThroughEtcd(const EtcdDriverOptions& options, std::ostream& out, std::ostream& err) {

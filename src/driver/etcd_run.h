@@ -70,7 +70,8 @@ struct EtcdDriverOptions {
 int RunThroughEtcd(const EtcdDriverOptions& options, std::ostream& out, std::ostream& err);
 
 // Whether an etcd node's agent stopped its program at the run's end (a ps):
-// a node leaves once its program exited 0, or once it was stopped so.
+// a node leaves once its program exited 0, or once it was stopped so, or
+// when the run ended before it started its program.
 bool StoppedAtRunEnd(const NodeStatus& node);
 
 }  // namespace drover

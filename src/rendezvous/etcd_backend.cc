@@ -238,7 +238,9 @@ std::string StatusJson(const HeartbeatPayload& beat, int round, bool left) {
 // (it only informs the status).
 void ParseStatus(const std::string& text, NodeStatus* status) {
   json parsed = json::parse(text, nullptr, false);
-  if (!parsed.is_object() || !parsed.contains("heartbeat")) return;
+  if (!parsed.is_object()) return;
+  status->ended_before_start = parsed.value("ended_before_start", false);
+  if (!parsed.contains("heartbeat")) return;
   if (const auto end = parsed.find("program_end"); end != parsed.end() && end->is_object()) {
     const json& exit_code = (*end)["exit_code"];
     const json& signal = (*end)["signal"];
@@ -352,6 +354,11 @@ class EtcdBackend final : public RendezvousClient::Backend {
   Status Ended(const EndRecord& end) const {
     return Status::Unavailable("the run at " + Where() + " has ended: " + end.message);
   }
+  // What Register returns for a run that ended: kCancelled when `round`
+  // formed with node `id`, registered in it by this backend, before the
+  // node read the cluster (the node takes no part, and Leave says it
+  // stopped rather than letting its lease expire); Ended otherwise.
+  Status EndedBeforeStart(const EndRecord& end, int round, const std::string& id);
   void KeepAliveLoop();
   // Watches `prefix` (the signals, or all of P/c/) from revision `from`:
   // true when something changed, false at the deadline or when wake_fd is
@@ -381,6 +388,10 @@ class EtcdBackend final : public RendezvousClient::Backend {
   std::string executor_id_ GUARDED_BY(mu_);
   int round_ GUARDED_BY(mu_) = -1;  // the round this node registered for
   std::optional<FormedCluster> formed_ GUARDED_BY(mu_);
+  // The round whose nodes/ key Register last put (Register's own).
+  int put_round_ = -1;
+  // Register returned EndedBeforeStart's kCancelled: Leave says so.
+  bool ended_before_start_ GUARDED_BY(mu_) = false;
   bool reform_reported_ GUARDED_BY(mu_) = false;
   std::thread keepalive_;
   // Since when this node has seen the run without its driver (the thread
@@ -674,19 +685,22 @@ Result<FormedCluster> EtcdBackend::Register(const NodeInfo& node, Deadline deadl
     MutexLock lock(mu_);
     executor_id_ = node.executor_id;
     formed_.reset();
+    ended_before_start_ = false;
     reform_reported_ = false;
   }
   const std::string& id = node.executor_id;
   bool waiting = false;
   for (;;) {
     DROVER_ASSIGN_OR_RETURN(RoundView first, Retrying([&] { return ReadSignals(0); }, deadline));
-    if (first.end) return Ended(*first.end);
     const int round = first.round.round;
+    // A call after one that ran out of time: its key may be in the round.
+    if (first.end) return EndedBeforeStart(*first.end, round, id);
     if (!waiting) {
       DROVER_RETURN_IF_ERROR(
           Retrying([&] { return etcd_->Put(NodeKey(round, id), NodeToJson(node), lease_); },
                    deadline)
               .status());
+      put_round_ = round;
     }
     Clock::time_point min_since = Clock::time_point::max();
     for (;;) {
@@ -694,7 +708,9 @@ Result<FormedCluster> EtcdBackend::Register(const NodeInfo& node, Deadline deadl
       // look, however many nodes there are.
       DROVER_ASSIGN_OR_RETURN(RoundView view,
                               Retrying([&] { return ReadSignals(round); }, deadline));
-      if (view.end) return Ended(*view.end);
+      // Between this node's registration and its look, the round formed and
+      // its other nodes ran to the end (a ps whose workers were quick).
+      if (view.end) return waiting ? Ended(*view.end) : EndedBeforeStart(*view.end, round, id);
       if (view.round.round != round) {
         if (waiting) {
           // A new round: take part, unless it has no room either.
@@ -779,6 +795,25 @@ Result<FormedCluster> EtcdBackend::Register(const NodeInfo& node, Deadline deadl
       DROVER_RETURN_IF_ERROR(WatchControl(Control(""), view.revision + 1, wake, -1).status());
     }
   }
+}
+
+Status EtcdBackend::EndedBeforeStart(const EndRecord& end, int round, const std::string& id) {
+  if (put_round_ != round) return Ended(end);
+  Result<std::optional<FormedCluster>> cluster = ReadFormed(round);
+  if (!cluster.ok() || !cluster->has_value()) return Ended(end);
+  const std::vector<NodeInfo>& nodes = (*cluster)->nodes;
+  if (std::none_of(nodes.begin(), nodes.end(),
+                   [&](const NodeInfo& n) { return n.executor_id == id; })) {
+    return Ended(end);
+  }
+  {
+    MutexLock lock(mu_);
+    round_ = round;  // what Leave writes under
+    ended_before_start_ = true;
+  }
+  return Status::Cancelled("the run at " + Where() + " ended (" + end.message + ") after round " +
+                           std::to_string(round) + " formed with executor " + id +
+                           ", before it read the cluster");
 }
 
 Result<RendezvousClient::Instruction> EtcdBackend::WaitForInstruction(Deadline deadline,
@@ -939,13 +974,18 @@ std::string EtcdBackend::LastStatus(int round, bool left) {
 Status EtcdBackend::Leave() {
   int round;
   std::string id;
+  bool ended_before_start;
   {
     MutexLock lock(mu_);
     round = round_;
     id = executor_id_;
+    ended_before_start = ended_before_start_;
   }
   if (round < 0) return Status::Ok();
-  const std::string last = LastStatus(round, /*left=*/true);
+  const std::string last =
+      ended_before_start
+          ? json{{"round", round}, {"left", true}, {"ended_before_start", true}}.dump()
+          : LastStatus(round, /*left=*/true);
   if (!last.empty()) (void)etcd_->Put(StatusKey(id), last, lease_);
   DROVER_RETURN_IF_ERROR(etcd_->Put(RoundDir(round) + "left/" + id, last).status());
   DROVER_ASSIGN_OR_RETURN(RoundView view, ReadRound(round));
