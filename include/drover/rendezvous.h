@@ -211,6 +211,9 @@ struct ClusterState {
   int round = 0;
   std::string round_reason;
   std::string stop_reason;
+  // How long the round took to form, from the node that began it to the one
+  // that formed it (two hosts' clocks); unset before it formed.
+  std::optional<double> rendezvous_s;
   std::vector<NodeStatus> nodes;
 };
 

@@ -150,6 +150,7 @@ nlohmann::json EtcdStateJson(const std::string& target, const ClusterState& stat
           {"stop_reason", state.stop_reason},
           {"registered", state.registered},
           {"expected", state.expected},
+          {"rendezvous_s", state.rendezvous_s ? json(*state.rendezvous_s) : json(nullptr)},
           {"nodes", nodes}};
 }
 
@@ -158,7 +159,9 @@ std::string EtcdStateText(const std::string& target, const ClusterState& state) 
       "run at " + target + ": " + state.phase + ", round " + std::to_string(state.round);
   if (!state.round_reason.empty()) text += " (" + state.round_reason + ")";
   text += "; " + std::to_string(state.registered) + " registered of at most " +
-          std::to_string(state.expected) + "\n";
+          std::to_string(state.expected);
+  if (state.rendezvous_s) text += ", formed in " + FormatDuration(*state.rendezvous_s);
+  text += "\n";
   if (!state.stop_reason.empty()) text += "stopped: " + state.stop_reason + "\n";
   for (const NodeStatus& node : state.nodes) {
     const std::string task = node.node.task_index >= 0

@@ -664,6 +664,7 @@ void EtcdWatch::PublishStatus(const ClusterState& state) {
   snapshot.max_restarts = o_.etcd.max_restarts;
   snapshot.registered = state.registered;
   snapshot.expected = state.expected;
+  snapshot.rendezvous_s = state.rendezvous_s;
   for (const NodeStatus& status : state.nodes) {
     const NodeInfo& node = status.node;
     NodeSnapshot out;

@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <condition_variable>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -50,6 +51,9 @@ constexpr Milliseconds kRetryPause{200};
 constexpr Milliseconds kWatchSlice{2'000};
 // How often a node waiting for its round to form counts the registrations.
 constexpr Milliseconds kFormationRecheck{10'000};
+// Under P/c/m/r/R/: how long round R took to form, in ms, from its record
+// to its cluster (written with the cluster).
+constexpr char kFormedIn[] = "formed_in_ms";
 
 Status HostsUnsupported() {
   return Status::FailedPrecondition(
@@ -140,10 +144,17 @@ struct RoundRecord {
   // Who the round waits for before it forms (the last round's survivors
   // and the admitted joiners); empty in round 0.
   std::vector<std::string> expect;
+  // When the round began, on the clock of the node that began it (ms since
+  // the epoch); the node that forms it writes how long that took.
+  int64_t began_unix_ms = UnixMillisNow();
   int64_t mod_revision = 0;  // P/c/f/round's, for the next compare-and-swap
 
   json ToJson() const {
-    return {{"round", round}, {"reason", reason}, {"failures", failures}, {"expect", expect}};
+    return {{"round", round},
+            {"reason", reason},
+            {"failures", failures},
+            {"expect", expect},
+            {"began_unix_ms", began_unix_ms}};
   }
   static RoundRecord FromJson(const json& j) {
     RoundRecord record;
@@ -151,7 +162,13 @@ struct RoundRecord {
     record.reason = j.value("reason", "");
     record.failures = j.value("failures", 0);
     record.expect = j.value("expect", std::vector<std::string>{});
+    record.began_unix_ms = j.value("began_unix_ms", int64_t{0});
     return record;
+  }
+  static int64_t UnixMillisNow() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
   }
 };
 
@@ -184,6 +201,7 @@ struct RoundView {
   std::map<std::string, json> errors;  // each with the node's last status
   std::set<std::string> waiting;
   std::set<std::string> alive;
+  std::optional<int64_t> formed_in_ms;  // how long the round took to form
 };
 
 Result<json> ParseJson(const std::string& text, const std::string& what) {
@@ -511,6 +529,10 @@ Result<RoundView> EtcdBackend::ReadRound(int round) {
       view.left[after("left/")] = kv.value;
     } else if (rest.rfind("errors/", 0) == 0) {
       DROVER_ASSIGN_OR_RETURN(view.errors[after("errors/")], ParseJson(kv.value, "error"));
+    } else if (rest == kFormedIn) {
+      int64_t ms = 0;
+      const char* end = kv.value.data() + kv.value.size();
+      if (std::from_chars(kv.value.data(), end, ms).ptr == end) view.formed_in_ms = ms;
     }
   }
   for (const KeyValue& kv : txn.ranges[4].kvs) {
@@ -591,6 +613,12 @@ Status EtcdBackend::TrySeal(const RoundView& view) {
   std::string text;
   (void)google::protobuf::util::MessageToJsonString(SharedClusterToWire(cluster), &text);
   std::vector<TxnOp> writes = {TxnOp::Put(Formed(view.round.round), text)};
+  if (view.round.began_unix_ms > 0) {
+    // Across two hosts' clocks: a skew can make it negative.
+    const int64_t took =
+        std::max<int64_t>(0, RoundRecord::UnixMillisNow() - view.round.began_unix_ms);
+    writes.push_back(TxnOp::Put(RoundDir(view.round.round) + kFormedIn, std::to_string(took)));
+  }
   // The round before is history now.
   if (view.round.round > 0) writes.push_back(TxnOp::DeletePrefix(RoundDir(view.round.round - 1)));
   return etcd_
@@ -1007,6 +1035,7 @@ Result<ClusterState> EtcdBackend::QueryState(Deadline deadline) {
   state.phase = view.end ? "stopped" : view.cluster ? "formed" : "reserving";
   state.round = view.round.round;
   state.round_reason = view.round.reason;
+  if (view.formed_in_ms) state.rendezvous_s = static_cast<double>(*view.formed_in_ms) / 1000.0;
   if (view.end) state.stop_reason = (view.end->failed ? "failed: " : "") + view.end->message;
   // A run that ended holds no registrations (they live under leases): its
   // last round's nodes were the ones registered.

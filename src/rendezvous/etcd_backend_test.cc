@@ -86,6 +86,9 @@ TEST_F(EtcdBackendTest, ARunThatEndedAfterFormingWithANodeCancelsItsRegistration
 
   ASSERT_OK_AND_ASSIGN(ClusterState state, quick->QueryState(Soon()));
   const NodeStatus* node = Find(state, "1");
+  // Round 0 began before the late node's wait, which ran out first.
+  ASSERT_TRUE(state.rendezvous_s.has_value());
+  EXPECT_GE(*state.rendezvous_s, 0.3);
   ASSERT_NE(node, nullptr);
   EXPECT_TRUE(node->left);
   EXPECT_TRUE(node->ended_before_start);
@@ -108,6 +111,9 @@ TEST_F(EtcdBackendTest, ARunThatEndedWithoutANodeIsUnavailableToIt) {
   waiting.join();
   ASSERT_OK(formed_first);
   ASSERT_OK(formed_second);
+  ASSERT_OK_AND_ASSIGN(ClusterState formed, first->QueryState(Soon()));
+  EXPECT_EQ(formed.phase, "formed");
+  EXPECT_TRUE(formed.rendezvous_s.has_value());
   ASSERT_OK(first->StopAll());
 
   auto stranger = Node("stranger");

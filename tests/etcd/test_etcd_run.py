@@ -551,6 +551,7 @@ def test_a_driver_with_a_chief_and_a_ps_through_etcd(tmp_path, mark, etcd):
     # look (their last status stays in left/ID).
     record = json.loads((tmp_path / "logs" / "etcd-roles" / "run.json").read_text())
     assert record["rendezvous"]["registered"] == 3, record["rendezvous"]
+    assert isinstance(record["rendezvous"]["duration_s"], float), record["rendezvous"]
     ends = {node["task"]: (node["exit"], node["runtime_s"]) for node in record["nodes"]}
     for task in ("chief:0", "worker:0"):
         assert ends[task][0]["text"] == "exit code 0" and ends[task][1] > 0, ends
