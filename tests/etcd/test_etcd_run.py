@@ -568,3 +568,11 @@ def test_a_driver_with_a_chief_and_a_ps_through_etcd(tmp_path, mark, etcd):
     assert status.stdout.count("finished") >= 2 and "exit code 0 after" in status.stdout, \
         status.stdout
     assert re.search(r"ps:0 .*  stopped .*killed by SIGTERM after", status.stdout), status.stdout
+    assert re.search(r"3 registered of at most 3, formed in \S+ m?s\n", status.stdout), \
+        status.stdout
+    as_json = subprocess.run([DROVER, "status", "--json", etcd.address("roles")],
+                             capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert as_json.returncode == 0, as_json.stderr
+    shown = json.loads(as_json.stdout)
+    assert {node["task"]: node["state"] for node in shown["nodes"]} == states, shown
+    assert isinstance(shown["rendezvous_s"], float), shown
