@@ -494,7 +494,7 @@ Agent::Impl::RoundEnd Agent::Impl::RunRound(NodeLink& link, int round,
   if (o.gpus) node.gpus.assign(o.gpus->begin(), o.gpus->end());
   if (Status prepared = PrepareFeeding(&node); !prepared.ok()) return Fail(prepared);
   Result<FormedCluster> formed = link.Register(node, deadline);
-  if (formed.status().code() == Status::Code::kCancelled) {
+  if (through_etcd_ && formed.status().code() == Status::Code::kCancelled) {
     return EndedBeforeStart(link, formed.status());
   }
   if (!formed.ok()) return Fail(formed.status());
