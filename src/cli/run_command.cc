@@ -653,7 +653,10 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
                       "them into the queue from a mapping of the file), read (read(2) straight "
                       "into the queue), extent (the queue says where they are in the file; the "
                       "program reads them in place from its own mapping) or extent-read (the "
-                      "same, but the program read(2)s them into memory it reuses)");
+                      "same, but the program read(2)s them into memory it reuses). CSV, JSONL, "
+                      "TFRecord: map (the default: the feeder parses mapped windows of the file) "
+                      "or read (read(2) into a buffer it reuses: faster where page faults are "
+                      "dear)");
   feeding
       ->add_option("--split-bytes", flags->feed.split_bytes,
                    "Files larger than this are split into partitions of about this size")

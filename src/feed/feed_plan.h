@@ -116,7 +116,9 @@ struct FeedPlan {
   // order, each as its next feed. An unset queue is every partition of every
   // epoch, epoch by epoch (DynamicQueue).
   Balance balance = Balance::kEqual;
-  Ingest ingest = Ingest::kMeasure;  // fixed-size raw records only
+  // Fixed-size raw records: any; CSV, JSONL, TFRecord: kRead reads the
+  // windows, anything else maps them (WindowWay).
+  Ingest ingest = Ingest::kMeasure;
   std::optional<std::vector<FeedUnit>> queue;
 
   friend bool operator==(const FeedPlan&, const FeedPlan&) = default;

@@ -57,10 +57,15 @@ Result<std::optional<FeedPlan>> PlanFeed(const FeedRequest& request) {
     if (!ingest.ok()) {
       return Status::InvalidArgument("--feed-ingest " + std::string(ingest.status().message()));
     }
-    if (plan.read.format != RecordFormat::kRaw || plan.read.record_bytes == 0) {
+    const bool fixed_size = plan.read.format == RecordFormat::kRaw && plan.read.record_bytes != 0;
+    const bool windowed = plan.read.format != RecordFormat::kRaw;
+    if (!fixed_size && !(windowed && (*ingest == Ingest::kMap || *ingest == Ingest::kRead ||
+                                      *ingest == Ingest::kMeasure))) {
       return Status::InvalidArgument(
-          "--feed-ingest goes with --format raw --record-bytes N: only fixed-size records are "
-          "mapped or read");
+          "--feed-ingest " + std::string(IngestName(*ingest)) +
+          (windowed ? " goes with --format raw --record-bytes N: CSV, JSONL and TFRecord files "
+                      "are mapped or read (map, the default, or read)"
+                    : " goes with --record-bytes N: whole-file raw records are mapped"));
     }
     plan.ingest = *ingest;
   }

@@ -115,10 +115,22 @@ TEST_F(PlanFeedTest, FeedIngestGoesWithFixedSizeRawRecords) {
   raw.ingest = "map\n\x1b[2J";  // what the user typed comes back escaped, on one line
   EXPECT_THAT(PlanFeed(raw).status(),
               StatusIs(Code::kInvalidArgument, HasSubstr("not 'map\\x0a\\x1b[2J'")));
+  // CSV, JSONL and TFRecord windows are mapped or read; extents are raw's.
   FeedRequest csv = Request();
-  csv.ingest = "map";
+  csv.ingest = "read";
+  ASSERT_OK_AND_ASSIGN(plan, PlanFeed(csv));
+  EXPECT_EQ(plan->ingest, Ingest::kRead);
+  csv.ingest = "extent";
   EXPECT_THAT(PlanFeed(csv).status(),
-              StatusIs(Code::kInvalidArgument, HasSubstr("--feed-ingest goes with --format raw")));
+              StatusIs(Code::kInvalidArgument,
+                       HasSubstr("--feed-ingest extent goes with --format raw --record-bytes N: "
+                                 "CSV, JSONL and TFRecord files are mapped or read")));
+  FeedRequest whole = Request();
+  whole.format = "raw";
+  whole.ingest = "read";
+  EXPECT_THAT(
+      PlanFeed(whole).status(),
+      StatusIs(Code::kInvalidArgument, HasSubstr("--feed-ingest read goes with --record-bytes N")));
   FeedRequest alone;
   alone.ingest = "map";
   EXPECT_THAT(PlanFeed(alone).status(),

@@ -337,6 +337,9 @@ Result<FeederReport> FeedShare(const FeederOptions& options, JoinedFeed& joined)
   BatchWriter writer(channel, options.batch_bytes, timeout,
                      fixed_size ? static_cast<uint32_t>(plan.read.record_bytes) : 0);
   IngestChoice ingest(options.plan.ingest, options.ingest_probe_bytes);
+  // CSV, JSONL, TFRecord: the windows are mapped unless the plan says read.
+  const WindowWay windows =
+      !fixed_size && plan.ingest == Ingest::kRead ? WindowWay::kRead : WindowWay::kMap;
   // The agent shows the way in its heartbeats: measure until chosen.
   if (fixed_size) writer.SayIngest(ingest.chosen());
   // After each batch of fixed-size records: the measurement sees how far
@@ -398,7 +401,7 @@ Result<FeederReport> FeedShare(const FeederOptions& options, JoinedFeed& joined)
                               std::to_string(offset) + " is outside " + partition.Name());
     }
     DROVER_ASSIGN_OR_RETURN(std::unique_ptr<RecordReader> reader,
-                            RecordReader::Open(partition, plan.read, offset));
+                            RecordReader::Open(partition, plan.read, offset, windows));
     BatchInfo info;
     info.feed_seq = static_cast<uint32_t>(seq);
     info.partition = static_cast<uint32_t>(unit.partition);

@@ -231,12 +231,14 @@ Result<size_t> ReadFully(int fd, char* out, size_t size, uint64_t offset, const 
 // available() bytes of it are mapped or read.
 class RangeBuffer {
  public:
-  RangeBuffer(os::UniqueFd fd, std::string path, uint64_t start, uint64_t end, size_t window)
+  RangeBuffer(os::UniqueFd fd, std::string path, uint64_t start, uint64_t end, size_t window,
+              WindowWay way)
       : fd_(std::move(fd)),
         path_(std::move(path)),
         offset_(start),
         end_(end),
-        window_(std::max<size_t>(window, kMinWindowBytes)) {}
+        window_(std::max<size_t>(window, kMinWindowBytes)),
+        reading_(way == WindowWay::kRead) {}
   ~RangeBuffer() { Unmap(); }
   RangeBuffer(const RangeBuffer&) = delete;
   RangeBuffer& operator=(const RangeBuffer&) = delete;
@@ -347,7 +349,7 @@ class RangeBuffer {
   uint64_t offset_;  // the file offset of data()
   uint64_t end_;
   size_t window_;
-  bool reading_ = false;           // the file system would not map the file
+  bool reading_;                   // asked to, or the file system would not map the file
   std::vector<char> read_buffer_;  // the window, when reading_
   const char* map_ = nullptr;      // the mapping, or read_buffer_.data()
   uint64_t map_offset_ = offset_;  // the file offset of map_[0], page-aligned when mapped
@@ -363,10 +365,10 @@ template <typename Format>
 class BufferedRecordReader : public RecordReader {
  public:
   BufferedRecordReader(os::UniqueFd fd, std::string path, uint64_t start, uint64_t end,
-                       size_t window)
+                       size_t window, WindowWay way = WindowWay::kMap)
       : path_(path),
         start_(start),
-        buffer_(std::move(fd), std::move(path), start, end, window),
+        buffer_(std::move(fd), std::move(path), start, end, window, way),
         next_offset_(start) {}
 
   uint64_t next_offset() const final { return next_offset_; }
@@ -840,7 +842,7 @@ Result<std::vector<Partition>> PlanPartitions(const std::vector<std::string>& pa
 
 Result<std::unique_ptr<RecordReader>> RecordReader::Open(const Partition& partition,
                                                          const PlanOptions& options,
-                                                         uint64_t start_offset) {
+                                                         uint64_t start_offset, WindowWay windows) {
   if (options.format == RecordFormat::kPickle) return Status::InvalidArgument(kPickleFromFiles);
   const std::string& path = partition.path;
   if (partition.begin > partition.end || start_offset < partition.begin ||
@@ -892,12 +894,12 @@ Result<std::unique_ptr<RecordReader>> RecordReader::Open(const Partition& partit
   switch (options.format) {
     case RecordFormat::kCsv:
     case RecordFormat::kJsonl:
-      reader =
-          std::make_unique<LineReader>(std::move(fd), path, start_offset, partition.end, window);
+      reader = std::make_unique<LineReader>(std::move(fd), path, start_offset, partition.end,
+                                            window, windows);
       break;
     case RecordFormat::kTfRecord:
       reader = std::make_unique<TfRecordReader>(std::move(fd), path, start_offset, partition.end,
-                                                window);
+                                                window, windows);
       break;
     case RecordFormat::kRaw:
       reader = std::make_unique<FixedSizeReader>(std::move(fd), path, start_offset, partition.end,

@@ -87,15 +87,27 @@ struct PlanOptions {
 Result<std::vector<Partition>> PlanPartitions(const std::vector<std::string>& patterns,
                                               const PlanOptions& options);
 
+// How a reader takes its partition's file in, a window at a time: mapped
+// (records parsed in place: one copy, into the queue, but every page faulted
+// in) or read(2) into a buffer it reuses (two copies, no faults). Mapping
+// wins where faults are cheap, reading where they are dear: some virtual
+// machines map page-cache pages at a fifth of read()'s rate (bench/
+// RESULTS.md; bench/host_figures.py prints both). `drover run --feed-ingest
+// map|read` pins it for CSV, JSONL and TFRecord; fixed-size raw records have
+// ways of their own (Ingest).
+enum class WindowWay { kMap, kRead };
+
 // Reads the records of one partition in order, from `start_offset` (a record
 // boundary inside the partition: the partition's begin, or an offset a
-// previous reader returned from next_offset()). The pickle format is
-// kInvalidArgument (kPickleFromFiles).
+// previous reader returned from next_offset()), its windows taken in
+// `windows`' way (a file system that maps nothing is read either way). The
+// pickle format is kInvalidArgument (kPickleFromFiles).
 class RecordReader {
  public:
   static Result<std::unique_ptr<RecordReader>> Open(const Partition& partition,
                                                     const PlanOptions& options,
-                                                    uint64_t start_offset);
+                                                    uint64_t start_offset,
+                                                    WindowWay windows = WindowWay::kMap);
   virtual ~RecordReader() = default;
 
   // The next record, valid until the next call; kOutOfRange-like end is

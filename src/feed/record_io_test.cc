@@ -71,10 +71,11 @@ PlanOptions Options(RecordFormat format, uint64_t split_bytes = 64ull << 20,
 
 // Every record of `partition` from `start` (its begin by default).
 Result<std::vector<std::string>> ReadAll(const Partition& partition, const PlanOptions& options,
-                                         uint64_t start = UINT64_MAX) {
+                                         uint64_t start = UINT64_MAX,
+                                         WindowWay windows = WindowWay::kMap) {
   if (start == UINT64_MAX) start = partition.begin;
   DROVER_ASSIGN_OR_RETURN(std::unique_ptr<RecordReader> reader,
-                          RecordReader::Open(partition, options, start));
+                          RecordReader::Open(partition, options, start, windows));
   std::vector<std::string> records;
   for (;;) {
     std::string_view record;
@@ -459,9 +460,10 @@ TEST_F(RecordIoTest, FilesBiggerThanTheReadBufferSplitAndReadBack) {
 
 #if defined(__x86_64__) || defined(__aarch64__)
 // From here on, this process cannot map a file (mmap with a file descriptor
-// fails with ENODEV, as on a file system that maps nothing); anonymous
-// memory still maps. For a child process only: there is no way back.
-bool RefuseFileMappings() {
+// fails with ENODEV, as on a file system that maps nothing, or `action`);
+// anonymous memory still maps. For a child process only: there is no way
+// back.
+bool RefuseFileMappings(uint32_t action = SECCOMP_RET_ERRNO | ENODEV) {
 #if defined(__x86_64__)
   constexpr uint32_t kArch = AUDIT_ARCH_X86_64;
 #else
@@ -477,7 +479,7 @@ bool RefuseFileMappings() {
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, args[4])),
       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0xffffffffu, 0, 1),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENODEV),
+      BPF_STMT(BPF_RET | BPF_K, action),
   };
   sock_fprog program{static_cast<unsigned short>(std::size(filter)), filter};
   return ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
@@ -494,12 +496,13 @@ bool CanMap(const std::string& path) {
 }
 
 // Every record of `path` as planned with `options`, partition by partition.
-Result<std::vector<std::string>> PlanAndReadAll(const std::string& path,
-                                                const PlanOptions& options) {
+Result<std::vector<std::string>> PlanAndReadAll(const std::string& path, const PlanOptions& options,
+                                                WindowWay windows = WindowWay::kMap) {
   DROVER_ASSIGN_OR_RETURN(std::vector<Partition> partitions, PlanPartitions({path}, options));
   std::vector<std::string> records;
   for (const Partition& partition : partitions) {
-    DROVER_ASSIGN_OR_RETURN(std::vector<std::string> read, ReadAll(partition, options));
+    DROVER_ASSIGN_OR_RETURN(std::vector<std::string> read,
+                            ReadAll(partition, options, UINT64_MAX, windows));
     records.insert(records.end(), read.begin(), read.end());
   }
   return records;
@@ -580,6 +583,52 @@ TEST_F(RecordIoTest, FileSystemsThatMapNothingAreRead) {
         std::_Exit(failures.empty() ? 0 : 1);
       },
       ::testing::ExitedWithCode(0), "all read");
+}
+
+// Asked to read its windows (--feed-ingest read, for hosts where mapping is
+// dear), a CSV, JSONL or TFRecord reader never maps the file: a mapping
+// kills this child. Same records as mapped, across refills and splits.
+TEST_F(RecordIoTest, ReadWindowsAreAskedForAndNeverMapTheFile) {
+  const Corpus lines = MakeLines(60'000, 150, 17);
+  const std::string csv = Write("big.csv", lines.bytes);
+  const Corpus tf = MakeTfRecords(30'000, 300, 18);
+  const std::string tfrecord = Write("big.tfrecord", tf.bytes);
+  ASSERT_OK_AND_ASSIGN(std::vector<std::string> mapped,
+                       PlanAndReadAll(csv, Options(RecordFormat::kCsv, 1 << 20)));
+  ASSERT_EQ(mapped, lines.records);
+  auto read_never_mapping = [&]() -> std::string {
+    if (!RefuseFileMappings(SECCOMP_RET_KILL_PROCESS)) {
+      return std::string("cannot install the seccomp filter: ") + std::strerror(errno);
+    }
+    std::string failures;
+    failures +=
+        Mismatch("csv", PlanAndReadAll(csv, Options(RecordFormat::kCsv, 0), WindowWay::kRead),
+                 lines.records);
+    failures +=
+        Mismatch("jsonl split",
+                 PlanAndReadAll(csv, Options(RecordFormat::kJsonl, 1 << 20), WindowWay::kRead),
+                 lines.records);
+    failures += Mismatch(
+        "tfrecord split",
+        PlanAndReadAll(tfrecord, Options(RecordFormat::kTfRecord, 3 << 20), WindowWay::kRead),
+        tf.records);
+    return failures;
+  };
+  EXPECT_EXIT(
+      {
+        const std::string failures = read_never_mapping();
+        std::fprintf(stderr, "%s\n", failures.empty() ? "all read" : failures.c_str());
+        std::_Exit(failures.empty() ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "all read");
+  // The same filter kills a reader that maps: the test can fail.
+  EXPECT_EXIT(
+      {
+        RefuseFileMappings(SECCOMP_RET_KILL_PROCESS);
+        (void)PlanAndReadAll(csv, Options(RecordFormat::kCsv, 0));
+        std::_Exit(0);
+      },
+      ::testing::KilledBySignal(SIGSYS), "");
 }
 #endif
 

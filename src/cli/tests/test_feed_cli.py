@@ -388,6 +388,25 @@ def test_tfrecord_and_raw_inputs(tmp_path):
         [f"{i:05d},raw" for i in range(300)]
 
 
+@pytest.mark.parametrize("ingest", ["map", "read"])
+def test_parsed_formats_arrive_once_whether_their_windows_are_mapped_or_read(tmp_path, ingest):
+    # --feed-ingest read: the feeder read(2)s CSV and TFRecord windows (for
+    # hosts where mapping is dear); the same records either way, split.
+    write_csv(tmp_path / "data.csv", 0, 20000)
+    with open(tmp_path / "data.tfrecord", "wb") as f:
+        for i in range(5000):
+            f.write(tfrecord(f"{i:05d},tf".encode() * 20))
+    expected = {"data.csv": sorted(f"{i},payload-{i}" for i in range(20000)),
+                "data.tfrecord": sorted(f"{i:05d},tf" * 20 for i in range(5000))}
+    for data, records in expected.items():
+        result = run_feed(tmp_path, "--nodes", "2", "--input", str(tmp_path / data),
+                          "--split-bytes", "50000", "--feed-ingest", ingest, "--",
+                          FEED_READER, "--out", data)
+        assert result.returncode == 0, result.stderr
+        seen = sorted(r for node in read_seen(tmp_path / data).values() for _, r in node)
+        assert seen == records, (data, len(seen), seen[:3])
+
+
 @pytest.mark.parametrize("ingest", ["map", "read", "extent", "extent-read"])
 def test_fixed_size_records_arrive_whole_however_the_feeder_takes_them_in(tmp_path, ingest):
     with open(tmp_path / "data.bin", "wb") as f:
@@ -652,7 +671,8 @@ def test_parameter_servers_are_not_fed(tmp_path):
     (["--input", "data.csv", "--balance", "dynamic", "--remainder", "drop"],
      "--remainder goes with --balance equal"),
     (["--balance", "dynamic"], "go with --input"),
-    (["--input", "data.csv", "--feed-ingest", "map"], "--feed-ingest goes with --format raw"),
+    (["--input", "data.csv", "--feed-ingest", "extent-read"],
+     "--feed-ingest extent-read goes with --format raw --record-bytes N"),
     (["--input", "data.csv", "--format", "raw", "--record-bytes", "2", "--feed-ingest", "mmap"],
      "--feed-ingest takes measure, map, read, extent or extent-read"),
     (["--input", "data.csv", "--mode", "inference", "--output", "out", "--remainder", "drop"],
