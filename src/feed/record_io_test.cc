@@ -20,6 +20,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -523,6 +524,18 @@ std::string Mismatch(const std::string& what, const Result<std::vector<std::stri
   return "";
 }
 
+// Runs `check` in a child process (a seccomp filter cannot be undone), which
+// prints what failed, and expects it to return "".
+void ExpectAllReadInAChild(const std::function<std::string()>& check) {
+  EXPECT_EXIT(
+      {
+        const std::string failures = check();
+        std::fprintf(stderr, "%s\n", failures.empty() ? "all read" : failures.c_str());
+        std::_Exit(failures.empty() ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "all read");
+}
+
 // Where the file system maps nothing, the feeder's readers read their
 // window instead: every format, records straddling refills, records longer
 // than the window, resuming, and a file cut short. In a child process (the
@@ -576,13 +589,7 @@ TEST_F(RecordIoTest, FileSystemsThatMapNothingAreRead) {
     }
     return failures;
   };
-  EXPECT_EXIT(
-      {
-        const std::string failures = read_without_mappings();
-        std::fprintf(stderr, "%s\n", failures.empty() ? "all read" : failures.c_str());
-        std::_Exit(failures.empty() ? 0 : 1);
-      },
-      ::testing::ExitedWithCode(0), "all read");
+  ExpectAllReadInAChild(read_without_mappings);
 }
 
 // Asked to read its windows (--feed-ingest read, for hosts where mapping is
@@ -614,13 +621,7 @@ TEST_F(RecordIoTest, ReadWindowsAreAskedForAndNeverMapTheFile) {
         tf.records);
     return failures;
   };
-  EXPECT_EXIT(
-      {
-        const std::string failures = read_never_mapping();
-        std::fprintf(stderr, "%s\n", failures.empty() ? "all read" : failures.c_str());
-        std::_Exit(failures.empty() ? 0 : 1);
-      },
-      ::testing::ExitedWithCode(0), "all read");
+  ExpectAllReadInAChild(read_never_mapping);
   // The same filter kills a reader that maps: the test can fail.
   EXPECT_EXIT(
       {
