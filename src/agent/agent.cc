@@ -93,7 +93,8 @@ constexpr size_t kTailLines = 20;
 // server's message (naming the missing nodes) arrives first.
 constexpr Milliseconds kRegisterSlack{5'000};
 // How long output may keep coming after the program's group is gone (from a
-// process that left the group but holds the pipe).
+// process that left the group but holds the pipe), and how long the agent's
+// reader may take nothing before the rest of the output is dropped.
 constexpr Milliseconds kDrainLimit{1'000};
 // How long the agent waits for the server to take a failure report.
 constexpr Milliseconds kReportTimeout{5'000};
@@ -112,20 +113,34 @@ constexpr Milliseconds kCommitWait{30'000};
 
 // Writes what it can of `data` to `fd` until `deadline`; a reader that
 // stopped reading (or a closed stdout) must not stop the supervision.
-void WriteAll(int fd, const char* data, size_t size, Clock::time_point deadline) {
-  while (size > 0) {
-    ssize_t n = ::write(fd, data, size);
+// Returns how many bytes went.
+size_t WriteAll(int fd, const char* data, size_t size, Clock::time_point deadline) {
+  size_t written = 0;
+  while (written < size) {
+    ssize_t n = ::write(fd, data + written, size - written);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN) {
       const auto left = std::chrono::ceil<Milliseconds>(deadline - Clock::now());
-      if (left.count() <= 0) return;
+      if (left.count() <= 0) break;
       pollfd p{fd, POLLOUT, 0};
       ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 100)));
       continue;
     }
-    if (n <= 0) return;
-    data += n;
-    size -= static_cast<size_t>(n);
+    if (n <= 0) break;
+    written += static_cast<size_t>(n);
+  }
+  return written;
+}
+
+// As WriteAll, for a reader that keeps reading however slowly (a driver
+// busy with a flood of output, under load): gives up only once it took
+// nothing for `idle` (a reader that stopped reading, or is gone).
+void WriteAllWhileTaken(int fd, const char* data, size_t size, Milliseconds idle) {
+  while (size > 0) {
+    const size_t written = WriteAll(fd, data, size, Clock::now() + idle);
+    if (written == 0) return;
+    data += written;
+    size -= written;
   }
 }
 
@@ -157,9 +172,10 @@ class OutputSink {
       pending_.erase(0, static_cast<size_t>(n));
     }
   }
-  // What is still pending after `deadline` is dropped.
-  void FlushUntil(Clock::time_point deadline) {
-    WriteAll(fd_, pending_.data(), pending_.size(), deadline);
+  // Writes everything pending while the reader takes it; what is left once
+  // it took nothing for `idle` is dropped.
+  void FlushWhileTaken(Milliseconds idle) {
+    WriteAllWhileTaken(fd_, pending_.data(), pending_.size(), idle);
     pending_.clear();
   }
 
@@ -1175,13 +1191,24 @@ Agent::Impl::Reason Agent::Impl::Supervise(os::Subprocess& child, OutputTail& ta
   if (!exited) exited = child.Wait();
   *status = *exited;
 
-  // The rest of the output, until every writer is gone or the limit.
-  const Clock::time_point drain_until = Clock::now() + kDrainLimit;
+  // The rest of the output, until every writer is gone or the limit (a
+  // process that left the group but holds the pipe). Handing what was read
+  // to a slow reader does not count against the limit: the program's last
+  // lines are not dropped because the driver was busy.
+  Clock::time_point drain_until = Clock::now() + kDrainLimit;
+  auto flush = [&](OutputSink& sink) {
+    const Clock::time_point start = Clock::now();
+    sink.FlushWhileTaken(kDrainLimit);
+    drain_until += Clock::now() - start;
+  };
   for (;;) {
     for (int stream : {0, 1}) {
+      // A sink full as the program ended: nothing more is read until it
+      // is written out.
+      if (stream_fd(stream) >= 0 && !sinks[stream].has_room()) flush(sinks[stream]);
       while (stream_fd(stream) >= 0 && sinks[stream].has_room() &&
              Forward(child, stream, tail, sinks[stream])) {
-        if (!sinks[stream].has_room()) sinks[stream].FlushUntil(drain_until);
+        if (!sinks[stream].has_room()) flush(sinks[stream]);
         pollfd more{stream_fd(stream), POLLIN, 0};
         if (::poll(&more, 1, 0) <= 0) break;
       }
@@ -1195,7 +1222,7 @@ Agent::Impl::Reason Agent::Impl::Supervise(os::Subprocess& child, OutputTail& ta
     auto left = std::chrono::ceil<milliseconds>(drain_until - Clock::now());
     ::poll(fds, static_cast<nfds_t>(count), static_cast<int>(std::max<int64_t>(left.count(), 0)));
   }
-  for (OutputSink& sink : sinks) sink.FlushUntil(Clock::now() + kDrainLimit);
+  for (OutputSink& sink : sinks) sink.FlushWhileTaken(kDrainLimit);
   tail.Finish(0);
   tail.Finish(1);
   return reason;

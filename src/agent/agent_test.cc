@@ -384,6 +384,38 @@ TEST_P(FloodTest, AgentWhoseReaderStoppedReadingStillStops) {
 INSTANTIATE_TEST_SUITE_P(StopOrSigterm, FloodTest, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "Sigterm" : "Stop"; });
 
+// A reader that takes the output slowly but steadily (a driver busy with a
+// flood of output on a loaded host) still gets the program's last lines:
+// what was in flight when the program exited takes this reader well over
+// the agent's drain limit, which bounds only a reader that takes nothing.
+TEST_F(AgentTest, ASlowReaderGetsTheLastLinesAfterTheProgramExits) {
+  StartServer(1);
+  int output[2];
+  ASSERT_EQ(::pipe2(output, O_CLOEXEC), 0);
+  AgentOptions options =
+      Options("exec-0", "head -c 400000 /dev/zero | tr '\\0' x; echo; echo after");
+  options.stdout_fd = output[1];
+  std::atomic<int> code{-1};
+  std::thread thread([&] { code = Agent(options, ProcessEnvironment()).Run(); });
+  // About 270 KB/s: what is queued at the program's exit (the pipes and
+  // the agent's buffer, over 300 KB) takes more than a second to read.
+  std::string got;
+  char buffer[4096];
+  ::fcntl(output[0], F_SETFL, O_NONBLOCK);
+  for (;;) {
+    const ssize_t n = ::read(output[0], buffer, sizeof(buffer));
+    if (n > 0) got.append(buffer, static_cast<size_t>(n));
+    if (n <= 0 && code != -1) break;
+    std::this_thread::sleep_for(15ms);
+  }
+  thread.join();
+  ::close(output[0]);
+  ::close(output[1]);
+  EXPECT_EQ(code, 0);
+  EXPECT_EQ(got.size(), 400000u + 7u);
+  EXPECT_TRUE(got.ends_with("\nafter\n")) << got.substr(got.size() > 20 ? got.size() - 20 : 0);
+}
+
 TEST_F(AgentTest, LosingTheRendezvousStopsTheProgram) {
   StartServer(1);
   const std::string marker = dir_.File("pid");
