@@ -127,15 +127,6 @@ int CompareRuns(const RunStatusFlags& flags, std::ostream& out, std::ostream& er
   return kExitOk;
 }
 
-// What became of an etcd run's node, in the words of run.json's "state".
-std::string EtcdNodeCondition(const NodeStatus& node) {
-  return StoppedAtRunEnd(node) ? "stopped"
-         : node.left           ? "finished"
-         : node.reported       ? "failed"
-         : node.alive          ? "alive"
-                               : "lost";
-}
-
 nlohmann::json EtcdStateJson(const std::string& target, const ClusterState& state) {
   json nodes = json::array();
   for (const NodeStatus& node : state.nodes) {
@@ -145,7 +136,7 @@ nlohmann::json EtcdStateJson(const std::string& target, const ClusterState& stat
                      {"pid", node.program_pid},
                      {"alive", node.alive},
                      {"left", node.left},
-                     {"state", EtcdNodeCondition(node)},
+                     {"state", EtcdNodeState(node, state.phase)},
                      {"error", node.error}});
     if (const std::optional<ProgramEnd>& end = node.program_end) {
       nodes.back()["exit"] = {
@@ -177,8 +168,13 @@ std::string EtcdStateText(const std::string& target, const ClusterState& state) 
     const std::string task = node.node.task_index >= 0
                                  ? node.node.job_name + ":" + std::to_string(node.node.task_index)
                                  : "-";
+    const std::string condition = StoppedAtRunEnd(node) ? "stopped"
+                                  : node.left           ? "finished"
+                                  : node.reported       ? "failed"
+                                  : node.alive          ? "alive"
+                                                        : "lost";
     text += "  " + task + "  executor " + node.node.executor_id + " on " + node.node.host + "  " +
-            EtcdNodeCondition(node);
+            condition;
     if (node.program_pid > 0) text += "  pid " + std::to_string(node.program_pid);
     if (const std::optional<ProgramEnd>& end = node.program_end) {
       text += "  " + end->text + " after " + FormatDuration(end->runtime_s);

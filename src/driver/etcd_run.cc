@@ -682,13 +682,7 @@ void EtcdWatch::PublishStatus(const ClusterState& state) {
     out.gpus = node.gpus;
     out.program_pid = status.program_pid;
     out.restarts = state.round;
-    // As without etcd: a node stopped at the run's end is "stopped".
-    out.state = StoppedAtRunEnd(status)      ? "stopped"
-                : status.left                ? "finished"
-                : !status.error.empty()      ? (status.alive || status.reported ? "failed" : "lost")
-                : state.phase == "formed"    ? "running"
-                : state.phase == "reserving" ? "registered"
-                                             : "stopped";
+    out.state = EtcdNodeState(status, state.phase);
     out.error = status.error;
     if (const std::optional<ProgramEnd>& end = status.program_end) {
       out.exited = true;
@@ -748,6 +742,16 @@ int EtcdWatch::Finish(int code) {
 }
 
 }  // namespace
+
+std::string EtcdNodeState(const NodeStatus& node, const std::string& phase) {
+  // As without etcd: a node stopped at the run's end is "stopped".
+  return StoppedAtRunEnd(node)  ? "stopped"
+         : node.left            ? "finished"
+         : !node.error.empty()  ? (node.alive || node.reported ? "failed" : "lost")
+         : phase == "formed"    ? "running"
+         : phase == "reserving" ? "registered"
+                                : "stopped";
+}
 
 bool StoppedAtRunEnd(const NodeStatus& node) {
   return node.left &&

@@ -69,6 +69,11 @@ struct EtcdDriverOptions {
 // 2 for bad input, 128 + signal when a signal stopped it.
 int RunThroughEtcd(const EtcdDriverOptions& options, std::ostream& out, std::ostream& err);
 
+// What run.json, the page and `drover status --json etcd://` call a node of
+// an etcd run in `phase` (ClusterState::phase): stopped, finished, failed,
+// lost, running or registered.
+std::string EtcdNodeState(const NodeStatus& node, const std::string& phase);
+
 // Whether an etcd node's agent stopped its program at the run's end (a ps):
 // a node leaves once its program exited 0, or once it was stopped so, or
 // when the run ended before it started its program.

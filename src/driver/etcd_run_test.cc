@@ -27,5 +27,24 @@ TEST(StoppedAtRunEndTest, ANodeThatLeftIsStoppedUnlessItsProgramExitedZero) {
   EXPECT_FALSE(StoppedAtRunEnd(running));
 }
 
+TEST(EtcdNodeStateTest, NamesEachEndAndTheRunsPhaseForTheRest) {
+  EXPECT_EQ(EtcdNodeState(Left(ProgramEnd{-1, 15, "killed by SIGTERM", 1.0}), "stopped"),
+            "stopped");
+  EXPECT_EQ(EtcdNodeState(Left(ProgramEnd{0, 0, "exit code 0", 1.0}), "stopped"), "finished");
+  NodeStatus failed;
+  failed.error = "worker:0 exited with exit code 3";
+  failed.reported = true;
+  failed.alive = false;
+  EXPECT_EQ(EtcdNodeState(failed, "formed"), "failed");
+  NodeStatus lost;
+  lost.error = "its etcd lease expired";
+  lost.alive = false;
+  EXPECT_EQ(EtcdNodeState(lost, "formed"), "lost");
+  const NodeStatus up;
+  EXPECT_EQ(EtcdNodeState(up, "formed"), "running");
+  EXPECT_EQ(EtcdNodeState(up, "reserving"), "registered");
+  EXPECT_EQ(EtcdNodeState(up, "stopped"), "stopped");
+}
+
 }  // namespace
 }  // namespace drover
