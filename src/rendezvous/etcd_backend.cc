@@ -145,8 +145,9 @@ struct RoundRecord {
   // and the admitted joiners); empty in round 0.
   std::vector<std::string> expect;
   // When the round began, on the clock of the node that began it (ms since
-  // the epoch); the node that forms it writes how long that took.
-  int64_t began_unix_ms = UnixMillisNow();
+  // the epoch; 0: not said); the node that forms it writes how long that
+  // took.
+  int64_t began_unix_ms = 0;
   int64_t mod_revision = 0;  // P/c/f/round's, for the next compare-and-swap
 
   json ToJson() const {
@@ -461,6 +462,7 @@ Status EtcdBackend::WriteConfig() {
   DROVER_ASSIGN_OR_RETURN(etcd::RangeResult config, etcd_->Get(Control("config")));
   if (config.kvs.empty()) {
     RoundRecord first;
+    first.began_unix_ms = RoundRecord::UnixMillisNow();
     DROVER_ASSIGN_OR_RETURN(etcd::TxnResult txn,
                             etcd_->Txn({Compare::Absent(Control("config"))},
                                        {TxnOp::Put(Control("config"), shape_.ToJson().dump()),
@@ -631,6 +633,7 @@ Status EtcdBackend::TrySeal(const RoundView& view) {
 Status EtcdBackend::BumpRound(const RoundView& view, const std::string& reason, int failures,
                               std::vector<std::string> expect) {
   RoundRecord next;
+  next.began_unix_ms = RoundRecord::UnixMillisNow();
   next.round = view.round.round + 1;
   next.reason = reason;
   next.failures = failures;
