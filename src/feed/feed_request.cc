@@ -57,10 +57,12 @@ Result<std::optional<FeedPlan>> PlanFeed(const FeedRequest& request) {
     if (!ingest.ok()) {
       return Status::InvalidArgument("--feed-ingest " + std::string(ingest.status().message()));
     }
+    // Fixed-size raw records take every way; CSV, JSONL and TFRecord all but
+    // the extents (their windows are mapped or read); whole-file raw none.
     const bool fixed_size = plan.read.format == RecordFormat::kRaw && plan.read.record_bytes != 0;
     const bool windowed = plan.read.format != RecordFormat::kRaw;
-    if (!fixed_size && !(windowed && (*ingest == Ingest::kMap || *ingest == Ingest::kRead ||
-                                      *ingest == Ingest::kMeasure))) {
+    const bool extents = *ingest == Ingest::kExtent || *ingest == Ingest::kExtentRead;
+    if (!fixed_size && !(windowed && !extents)) {
       return Status::InvalidArgument(
           "--feed-ingest " + std::string(IngestName(*ingest)) +
           (windowed ? " goes with --format raw --record-bytes N: CSV, JSONL and TFRecord files "
