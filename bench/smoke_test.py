@@ -123,6 +123,18 @@ def test_plan_bench(tmp_path):
     assert re.search(r"^\s+2\s+[\d.]+\s+[\d.]+", out, re.MULTILINE), out
 
 
+def test_parsed_feed_bench(tmp_path):
+    # Too small for the measured choice (96 MiB of probes a way): its row is
+    # there, its choice is not.
+    out = run(PYTHON, bench("parsed_feed_bench.py"), "--build", BUILD, "--dir", str(tmp_path),
+              "--mib", "4", "--reps", "1")
+    for fmt in ("jsonl", "tfrecord"):
+        assert re.search(fmt + r": [\d.]+ GB, \d+ records, median of 1; read\(\) limit", out), out
+    for way in ("map", "read", "measure"):
+        assert re.search(r"^\s+" + way + r"\s+[\d.]+\s+[\d.]+$", out, re.MULTILINE), out
+    assert "measure at " in out and "(no choice said)" in out, out
+
+
 def test_report_bench():
     out = run(PYTHON, bench("report_bench.py"), "--drover", DROVER, "--steps", "1000", "--reps",
               "1")

@@ -37,8 +37,8 @@ struct FeedRequest {
   // "equal" (the default; "" means it): shares laid out before the run;
   // "dynamic": partitions handed out on demand (FeedPlan::balance).
   std::string balance;
-  // Fixed-size raw records: "measure" (the default; "" means it), "map" or
-  // "read" (FeedPlan::ingest).
+  // "measure" (the default; "" means it), "map", "read"; fixed-size raw
+  // records "extent" and "extent-read" too (FeedPlan::ingest).
   std::string ingest;
   // The fed nodes (chief/master and workers) the shares are laid out for.
   int fed_nodes = 1;

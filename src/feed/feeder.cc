@@ -337,11 +337,22 @@ Result<FeederReport> FeedShare(const FeederOptions& options, JoinedFeed& joined)
   BatchWriter writer(channel, options.batch_bytes, timeout,
                      fixed_size ? static_cast<uint32_t>(plan.read.record_bytes) : 0);
   IngestChoice ingest(options.plan.ingest, options.ingest_probe_bytes);
-  // CSV, JSONL, TFRecord: the windows are mapped unless the plan says read.
-  const WindowWay windows =
-      !fixed_size && plan.ingest == Ingest::kRead ? WindowWay::kRead : WindowWay::kMap;
+  // CSV, JSONL, TFRecord: their windows are mapped or read, as measured or
+  // as the plan says.
+  const bool parsed = plan.read.format != RecordFormat::kRaw;
+  WindowChoice windows(parsed ? plan.ingest : Ingest::kMap, options.ingest_probe_bytes);
   // The agent shows the way in its heartbeats: measure until chosen.
   if (fixed_size) writer.SayIngest(ingest.chosen());
+  if (parsed) writer.SayIngest(windows.chosen());
+  // Said once chosen: while records go (the per-record check is a flag), or
+  // after a partition, whose last window ends with its reader.
+  bool windows_said = windows.chosen() != Ingest::kMeasure;
+  auto say_windows = [&] {
+    if (windows_said || windows.chosen() == Ingest::kMeasure) return;
+    windows_said = true;
+    writer.SayIngest(windows.chosen());
+    if (options.notice) options.notice(windows.Describe());
+  };
   // After each batch of fixed-size records: the measurement sees how far
   // the program got, and a choice it made is said once.
   bool choice_said = plan.ingest != Ingest::kMeasure;
@@ -465,13 +476,17 @@ Result<FeederReport> FeedShare(const FeederOptions& options, JoinedFeed& joined)
       Status appended = writer.Append(record, before);
       if (!appended.ok()) return stopped(appended, partition.Name());
       ++report.records;
+      say_windows();
     }
     if (!ended) writer.Publish(kEndOfPartition, reader->next_offset());
+    reader.reset();
+    say_windows();
   }
   writer.Close();
   report.bytes = writer.bytes();
   report.finished = true;
   if (fixed_size) report.ingest = ingest.Name();
+  if (parsed) report.ingest = windows.Name();
   return report;
 }
 

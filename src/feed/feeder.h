@@ -27,11 +27,12 @@ struct FeederOptions {
   std::string task;  // "worker:0", for messages
   // Payload bytes per batch (clamped to what the queue takes).
   size_t batch_bytes = 1 << 20;
-  // Fixed-size raw records come in as plan.ingest says; Ingest::kMeasure
-  // feeds this many bytes each way first.
+  // Records come in as plan.ingest says; Ingest::kMeasure feeds this many
+  // bytes each way first (fixed-size raw records: IngestChoice; CSV, JSONL
+  // and TFRecord windows: WindowChoice).
   size_t ingest_probe_bytes = 32 << 20;
-  // Told, once, which way fixed-size records go when the feeder measured
-  // it (Ingest::kMeasure), and why; may be empty.
+  // Told, once, which way records go when the feeder measured it
+  // (Ingest::kMeasure), and why; may be empty.
   std::function<void(const std::string&)> notice;
 };
 
@@ -41,8 +42,10 @@ struct FeederReport {
   bool resumed = false;     // started after a commit point, the queue's or the plan's
   bool terminated = false;  // the program called terminate()
   bool finished = false;    // every feed of the share was published
-  // Fixed-size records: "map" or "read", as chosen; "" before the choice
-  // (too few bytes to measure) and for other formats.
+  // How records came in, as chosen or pinned: fixed-size records "map",
+  // "read", "extent" or "extent-read", CSV, JSONL and TFRecord windows
+  // "map" or "read"; "" before the choice (too few bytes to measure) and
+  // for whole-file raw records.
   std::string ingest;
 };
 

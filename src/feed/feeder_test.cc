@@ -328,6 +328,55 @@ TEST_F(FeederTest, RawRecordsArriveTheSameMappedReadOrMeasured) {
   }
 }
 
+// CSV (and JSONL, TFRecord) windows mapped, read, or measured: every
+// record arrives once either way; measured, the feeder chooses once the
+// probes of each way are done, says so once in its notice, and the ring's
+// header says the way chosen.
+TEST_F(FeederTest, ParsedFilesArriveTheSameMappedReadOrMeasured) {
+  const FeedPlan plan = CsvPlan(/*split_bytes=*/4000, /*epochs=*/3);
+  for (Ingest ingest : {Ingest::kMap, Ingest::kRead, Ingest::kMeasure}) {
+    SCOPED_TRACE(static_cast<int>(ingest));
+    agent_.reset();  // the last round's, before the channel it serves
+    channel_.reset();
+    ASSERT_NO_FATAL_FAILURE(Serve(plan, 64 << 10));
+    RingReader reader(*channel_, /*input_ring=*/true);
+    FeederOptions options = Options(plan);
+    options.plan.ingest = ingest;
+    options.ingest_probe_bytes = 3000;  // a partition a probe: chosen after six
+    std::vector<std::string> notices;
+    options.notice = [&](const std::string& line) { notices.push_back(line); };
+    Result<FeederReport> report = Status::Internal("not run");
+    std::atomic<bool> done{false};
+    std::thread feeder([&] {
+      report = RunFeeder(options);
+      done = true;
+    });
+    StopAndJoin stop_and_join(*channel_, feeder);
+    Seen seen;
+    ReadAll(reader, FeedsOfShare(plan, 0, 1).value(), &seen,
+            [&](bool idle) { return idle && done.load(); });
+    feeder.join();
+    ASSERT_OK(report);
+    EXPECT_EQ(report->records, 3u * total_records_);
+    ExpectExactlyOnce(plan, seen);
+    const std::optional<Ingest> said = IngestOfWord(ReadRingIngest(*channel_));
+    ASSERT_TRUE(said.has_value());
+    EXPECT_EQ(IngestName(*said), report->ingest);
+    if (ingest != Ingest::kMeasure) {
+      EXPECT_EQ(report->ingest, IngestName(ingest));
+      EXPECT_THAT(notices, ::testing::IsEmpty());
+      continue;
+    }
+    // Which way is cheaper is the host's (ingest_choice_test checks the
+    // choosing); that it was chosen and said is this test's point.
+    EXPECT_THAT(report->ingest, ::testing::AnyOf("map", "read"));
+    ASSERT_EQ(notices.size(), 1u);
+    EXPECT_THAT(notices[0], ::testing::HasSubstr(report->ingest == "map"
+                                                     ? "files are mapped a window at a time"
+                                                     : "files are read(2) a window at a time"));
+  }
+}
+
 TEST_F(FeederTest, FeedsOnlyItsShare) {
   const FeedPlan plan = CsvPlan(/*split_bytes=*/4000, /*epochs=*/1);
   ASSERT_NO_FATAL_FAILURE(Serve(plan, 1 << 20));  // holds everything: read afterwards

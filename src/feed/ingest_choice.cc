@@ -1,5 +1,7 @@
 #include "feed/ingest_choice.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -150,6 +152,70 @@ std::string IngestChoice::Describe() const {
     default:
       return "records are copied from " + copy + figures;
   }
+}
+
+WindowChoice::WindowChoice(Ingest ingest, size_t probe_bytes, CpuClock cpu_clock)
+    : ingest_(ingest == Ingest::kRead      ? Ingest::kRead
+              : ingest == Ingest::kMeasure ? Ingest::kMeasure
+                                           : Ingest::kMap),
+      probe_bytes_(std::max<size_t>(probe_bytes, 1)),
+      cpu_clock_(std::move(cpu_clock)) {}
+
+std::chrono::nanoseconds WindowChoice::ThreadCpuTime() {
+  timespec now{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return std::chrono::seconds(now.tv_sec) + std::chrono::nanoseconds(now.tv_nsec);
+}
+
+WindowWay WindowChoice::BeginWindow() {
+  if (ingest_ != Ingest::kMeasure)
+    return ingest_ == Ingest::kRead ? WindowWay::kRead : WindowWay::kMap;
+  window_open_ = true;
+  window_began_ = cpu_clock_();
+  return WayOf(probe_);
+}
+
+void WindowChoice::EndWindow(uint64_t bytes) {
+  if (!window_open_) return;
+  window_open_ = false;
+  Probe& probe = probes_[static_cast<size_t>(probe_)];
+  probe.bytes += bytes;
+  probe.cpu += cpu_clock_() - window_began_;
+  if (probe.bytes < probe_bytes_ || ++probe_ < kProbes) return;
+  const std::optional<double> mapped = mapped_rate();
+  const std::optional<double> read = read_rate();
+  ingest_ = mapped && read && *read * 0.9 >= *mapped ? Ingest::kRead : Ingest::kMap;
+}
+
+std::optional<double> WindowChoice::Median(WindowWay way) const {
+  std::vector<double> rates;
+  for (int i = 0; i < probe_; ++i) {
+    const Probe& probe = probes_[static_cast<size_t>(i)];
+    if (WayOf(i) != way || probe.bytes == 0 || probe.cpu.count() <= 0) continue;
+    rates.push_back(static_cast<double>(probe.bytes) /
+                    std::chrono::duration<double>(probe.cpu).count());
+  }
+  if (rates.size() < 2) return std::nullopt;
+  std::sort(rates.begin(), rates.end());
+  const size_t middle = rates.size() / 2;
+  return rates.size() % 2 == 1 ? rates[middle] : (rates[middle - 1] + rates[middle]) / 2;
+}
+
+std::string WindowChoice::Name() const {
+  return ingest_ == Ingest::kMeasure ? "" : std::string(IngestName(ingest_));
+}
+
+std::string WindowChoice::Describe() const {
+  auto per_cpu_second = [](const std::optional<double>& rate) {
+    if (!rate) return std::string("an untimed amount");
+    char text[32];
+    std::snprintf(text, sizeof(text), "%.1f GB", *rate / 1e9);
+    return std::string(text);
+  };
+  return std::string(ingest_ == Ingest::kRead ? "files are read(2) a window at a time"
+                                              : "files are mapped a window at a time") +
+         " (a second of the feeder's CPU time parsed " + per_cpu_second(mapped_rate()) +
+         " from mapped windows, " + per_cpu_second(read_rate()) + " from read ones)";
 }
 
 }  // namespace drover::feed

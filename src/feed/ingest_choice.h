@@ -1,7 +1,8 @@
 // IngestChoice: which way a feeder brings fixed-size raw records to the
 // program (`drover run --feed-ingest`, FeedPlan::ingest), and how it
-// measures which way is fastest on the host it runs on (docs/feed.md,
-// "How it works").
+// measures which way is fastest on the host it runs on; WindowChoice: the
+// same for the windows of the files it parses (CSV, JSONL, TFRecord)
+// (docs/feed.md, "How it works").
 
 #ifndef DROVER_FEED_INGEST_CHOICE_H_
 #define DROVER_FEED_INGEST_CHOICE_H_
@@ -11,11 +12,13 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "feed/feed_plan.h"
+#include "feed/record_io.h"
 
 namespace drover::feed {
 
@@ -126,6 +129,60 @@ class IngestChoice {
   std::array<Clock::duration, 2> copy_probe_times_{};
   size_t round_bytes_ = 0;  // taken since copy_ was chosen
   ConsumptionClock clock_;
+};
+
+// Which way a feeder takes in the windows of the CSV, JSONL and TFRecord
+// files it parses (WindowWay), as the plan's ingest says: map, read, or
+// measure (the default). To measure, windows of each way follow by turns,
+// mapped first, at least probe_bytes of each way at a time, kRounds times;
+// each window is charged the CPU time the feeder's thread spent from its
+// fill to the next (filling it, parsing its records, copying them into the
+// queue; thread CPU time, so waiting for room in the queue does not count),
+// and the way with the lower median cost a byte is kept, read only when
+// at least 10% lower: a mapped byte is copied once, a read one twice, so on
+// a tie a mapping leaves more of the memory bus to the program. Not the
+// fill alone: where page faults are cheap, read(2) fills a window faster
+// than a mapping while the whole window costs less mapped (bench/
+// RESULTS.md). Used by one thread, the feeder's.
+class WindowChoice final : public WindowPolicy {
+ public:
+  using CpuClock = std::function<std::chrono::nanoseconds()>;
+  static constexpr int kRounds = 3;
+
+  // `cpu_clock`: the CPU time of the calling thread (tests give their own).
+  WindowChoice(Ingest ingest, size_t probe_bytes, CpuClock cpu_clock = ThreadCpuTime);
+  static std::chrono::nanoseconds ThreadCpuTime();
+
+  WindowWay BeginWindow() override;
+  void EndWindow(uint64_t bytes) override;
+  // kMap or kRead once chosen (or forced); kMeasure while the probes go on.
+  Ingest chosen() const { return ingest_; }
+  // "map" or "read" once chosen (or forced), else "".
+  std::string Name() const;
+  // After a measured choice: what was chosen, on what figures, for the log.
+  std::string Describe() const;
+  // Bytes taken in a second of the feeder's CPU time, the median over each
+  // way's probes; nullopt before two of them were timed.
+  std::optional<double> mapped_rate() const { return Median(WindowWay::kMap); }
+  std::optional<double> read_rate() const { return Median(WindowWay::kRead); }
+
+ private:
+  struct Probe {
+    uint64_t bytes = 0;
+    std::chrono::nanoseconds cpu{0};
+  };
+  static constexpr int kProbes = 2 * kRounds;
+  // Probe i takes windows mapped when i is even, read when odd.
+  static WindowWay WayOf(int probe) { return probe % 2 == 0 ? WindowWay::kMap : WindowWay::kRead; }
+  std::optional<double> Median(WindowWay way) const;
+
+  Ingest ingest_;
+  const uint64_t probe_bytes_;
+  const CpuClock cpu_clock_;
+  std::array<Probe, kProbes> probes_{};
+  int probe_ = 0;             // the one windows go to now
+  bool window_open_ = false;  // begun while measuring and not yet ended
+  std::chrono::nanoseconds window_began_{0};
 };
 
 }  // namespace drover::feed

@@ -3,7 +3,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <thread>
+#include <vector>
 
 namespace drover::feed {
 namespace {
@@ -159,6 +162,131 @@ TEST(IngestChoiceTest, AForcedWayIsKept) {
     EXPECT_EQ(choice.way(), ingest);
     EXPECT_EQ(choice.Name(), IngestName(ingest));
   }
+}
+
+// A feeder whose windows cost `map_ns` and `read_ns` of CPU time a byte
+// (the first mapped window `first_map_ns`, as a cold one might), mapped
+// windows of `map_window` bytes and read ones of `read_window`; returns the
+// ways its windows took, in order, until the choice (or `windows` of them).
+std::vector<WindowWay> SimulateWindows(WindowChoice& choice, std::chrono::nanoseconds* cpu,
+                                       double map_ns, double read_ns, double first_map_ns = -1,
+                                       uint64_t map_window = 32 << 20,
+                                       uint64_t read_window = 4 << 20, int windows = 1000) {
+  std::vector<WindowWay> ways;
+  while (choice.chosen() == Ingest::kMeasure && static_cast<int>(ways.size()) < windows) {
+    const WindowWay way = choice.BeginWindow();
+    const bool mapped = way == WindowWay::kMap;
+    const uint64_t bytes = mapped ? map_window : read_window;
+    double ns = mapped ? map_ns : read_ns;
+    if (mapped && first_map_ns >= 0 && std::count(ways.begin(), ways.end(), WindowWay::kMap) == 0) {
+      ns = first_map_ns;
+    }
+    *cpu += std::chrono::nanoseconds(static_cast<int64_t>(ns * static_cast<double>(bytes)));
+    choice.EndWindow(bytes);
+    ways.push_back(way);
+  }
+  return ways;
+}
+
+// A CPU clock the test moves.
+WindowChoice::CpuClock ClockAt(std::chrono::nanoseconds* cpu) {
+  return [cpu] { return *cpu; };
+}
+
+TEST(WindowChoiceTest, ProbesOfEachWayTakeTurnsByBytesMappedFirst) {
+  std::chrono::nanoseconds cpu{0};
+  WindowChoice choice(Ingest::kMeasure, 32 << 20, ClockAt(&cpu));
+  EXPECT_EQ(choice.Name(), "");
+  const std::vector<WindowWay> ways = SimulateWindows(choice, &cpu, 0.2, 0.25);
+  // One mapped window of 32 MiB, then eight read ones of 4 MiB, three times.
+  std::vector<WindowWay> expected;
+  for (int round = 0; round < WindowChoice::kRounds; ++round) {
+    expected.push_back(WindowWay::kMap);
+    expected.insert(expected.end(), 8, WindowWay::kRead);
+  }
+  EXPECT_EQ(ways, expected);
+  EXPECT_EQ(choice.Name(), "map");
+  ASSERT_TRUE(choice.mapped_rate().has_value());
+  ASSERT_TRUE(choice.read_rate().has_value());
+  EXPECT_NEAR(*choice.mapped_rate(), 5e9, 1e7);
+  EXPECT_NEAR(*choice.read_rate(), 4e9, 1e7);
+  EXPECT_THAT(choice.Describe(),
+              ::testing::HasSubstr("files are mapped a window at a time (a second of the "
+                                   "feeder's CPU time parsed 5.0 GB from mapped windows, 4.0 GB "
+                                   "from read ones)"));
+  // Chosen: every later window goes that way, untimed.
+  EXPECT_EQ(choice.BeginWindow(), WindowWay::kMap);
+  choice.EndWindow(1 << 20);
+  EXPECT_EQ(choice.Name(), "map");
+}
+
+TEST(WindowChoiceTest, ReadIsKeptOnlyWhenAtLeastATenthCheaper) {
+  struct Case {
+    double map_ns, read_ns;
+    const char* chosen;
+  };
+  // A host where page faults are dear (mapping a fifth of read's rate);
+  // one where read is a little cheaper; one where mapping is.
+  for (const Case& c : {Case{1.0, 0.25, "read"}, Case{0.25, 0.24, "map"}, Case{0.2, 0.25, "map"},
+                        Case{0.3, 0.26, "read"}}) {
+    SCOPED_TRACE(std::to_string(c.map_ns) + " " + std::to_string(c.read_ns));
+    std::chrono::nanoseconds cpu{0};
+    WindowChoice choice(Ingest::kMeasure, 1 << 20, ClockAt(&cpu));
+    SimulateWindows(choice, &cpu, c.map_ns, c.read_ns, -1, 1 << 20, 1 << 20);
+    EXPECT_EQ(choice.Name(), c.chosen);
+  }
+}
+
+TEST(WindowChoiceTest, OneSlowProbeDoesNotDecide) {
+  // The first mapped window crawls (a cold page cache, a busy host): the
+  // median of three still finds mapping cheaper.
+  std::chrono::nanoseconds cpu{0};
+  WindowChoice choice(Ingest::kMeasure, 1 << 20, ClockAt(&cpu));
+  SimulateWindows(choice, &cpu, 0.2, 0.25, /*first_map_ns=*/5.0, 1 << 20, 1 << 20);
+  EXPECT_EQ(choice.Name(), "map");
+}
+
+TEST(WindowChoiceTest, TooFewBytesLeaveItUnchosen) {
+  std::chrono::nanoseconds cpu{0};
+  WindowChoice choice(Ingest::kMeasure, 32 << 20, ClockAt(&cpu));
+  const std::vector<WindowWay> ways =
+      SimulateWindows(choice, &cpu, 0.2, 0.25, -1, 32 << 20, 4 << 20, /*windows=*/12);
+  EXPECT_EQ(ways.size(), 12u);
+  EXPECT_EQ(choice.chosen(), Ingest::kMeasure);
+  EXPECT_EQ(choice.Name(), "");
+  EXPECT_FALSE(choice.read_rate().has_value());  // one read probe so far
+}
+
+TEST(WindowChoiceTest, AForcedWayIsKeptAndUntimed) {
+  for (Ingest ingest : {Ingest::kMap, Ingest::kRead}) {
+    int clock_reads = 0;
+    WindowChoice choice(ingest, 1, [&] {
+      ++clock_reads;
+      return std::chrono::nanoseconds(0);
+    });
+    for (int i = 0; i < 10; ++i) {
+      EXPECT_EQ(choice.BeginWindow(), ingest == Ingest::kRead ? WindowWay::kRead : WindowWay::kMap);
+      choice.EndWindow(1 << 20);
+    }
+    EXPECT_EQ(choice.Name(), IngestName(ingest));
+    EXPECT_EQ(clock_reads, 0);
+  }
+  // An end without a beginning (a reader that never filled) is no window.
+  std::chrono::nanoseconds cpu{0};
+  WindowChoice measuring(Ingest::kMeasure, 1, ClockAt(&cpu));
+  measuring.EndWindow(1 << 20);
+  EXPECT_EQ(measuring.BeginWindow(), WindowWay::kMap);
+}
+
+TEST(WindowChoiceTest, TheThreadsCpuClockMovesWithWorkNotWithSleep) {
+  const std::chrono::nanoseconds before = WindowChoice::ThreadCpuTime();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const std::chrono::nanoseconds slept = WindowChoice::ThreadCpuTime() - before;
+  volatile uint64_t sum = 0;
+  for (int i = 0; i < 100'000'000; ++i) sum = sum + 1;
+  const std::chrono::nanoseconds worked = WindowChoice::ThreadCpuTime() - before - slept;
+  // Sleeping took next to no CPU time; the loop (tens of ms) took more.
+  EXPECT_GT(worked, 10 * slept);
 }
 
 }  // namespace

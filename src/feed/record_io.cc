@@ -225,21 +225,26 @@ Result<size_t> ReadFully(int fd, char* out, size_t size, uint64_t offset, const 
 
 // A window of the file mapped read-only over [start, end): records are read
 // in place from the page cache, so the feeder copies each byte once (into the
-// queue) instead of twice (pread into a buffer, then into the queue). On a
-// file system that maps nothing (mmap fails: ENODEV), the window is read into
-// a buffer of its own instead. data() is the file at file_offset();
+// queue) instead of twice (pread into a buffer, then into the queue). Asked
+// to (WindowWay::kRead, or a WindowPolicy's choice for the window), or on a
+// file system that maps nothing (mmap fails: ENODEV), the window is read
+// into a buffer of its own instead. data() is the file at file_offset();
 // available() bytes of it are mapped or read.
 class RangeBuffer {
  public:
   RangeBuffer(os::UniqueFd fd, std::string path, uint64_t start, uint64_t end, size_t window,
-              WindowWay way)
+              WindowWay way, WindowPolicy* policy)
       : fd_(std::move(fd)),
         path_(std::move(path)),
         offset_(start),
         end_(end),
         window_(std::max<size_t>(window, kMinWindowBytes)),
-        reading_(way == WindowWay::kRead) {}
-  ~RangeBuffer() { Unmap(); }
+        way_(way),
+        policy_(policy) {}
+  ~RangeBuffer() {
+    Unmap();
+    if (window_open_) policy_->EndWindow(offset_ - window_begin_);
+  }
   RangeBuffer(const RangeBuffer&) = delete;
   RangeBuffer& operator=(const RangeBuffer&) = delete;
 
@@ -273,27 +278,29 @@ class RangeBuffer {
   Status Fill(size_t want) {
     want = static_cast<size_t>(std::min<uint64_t>(want, remaining()));
     if (available() >= want) return Status::Ok();
+    if (policy_ != nullptr) NextWindow();
     static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
     const uint64_t page_start = offset_ / page * page;
     uint64_t length = std::max<uint64_t>(window_, offset_ - page_start + want);
     // A record longer than the window: grow geometrically, not byte by byte.
-    if (map_ != nullptr && page_start == map_offset_) length = std::max(length, 2 * map_size_);
+    if (mapped_ && page_start == map_offset_) length = std::max(length, 2 * map_size_);
     length = std::min(length, end_ - page_start);
     struct stat info {};
     if (::fstat(fd_.get(), &info) != 0) return ErrnoStatus(errno, "cannot stat " + path_);
     if (static_cast<uint64_t>(info.st_size) < page_start + length) {
       return TruncatedError(info.st_size);
     }
-    if (reading_) return ReadWindow(want);
+    if (way_ == WindowWay::kRead || maps_nothing_) return ReadWindow(want);
     Unmap();
     void* map = ::mmap(nullptr, length, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd_.get(),
                        static_cast<off_t>(page_start));
     if (map == MAP_FAILED) {
-      reading_ = true;
+      maps_nothing_ = true;
       return ReadWindow(want);
     }
     ::madvise(map, length, MADV_SEQUENTIAL);
     map_ = static_cast<const char*>(map);
+    mapped_ = true;
     map_offset_ = page_start;
     map_size_ = length;
     mapped_end_ = page_start + length;
@@ -310,10 +317,29 @@ class RangeBuffer {
                                    " (was it truncated after planning?)");
   }
 
+  // Ends the window before and asks policy_ the way of the next. A mapped
+  // window is unmapped first, what is left of it carried into read_buffer_,
+  // so that unmapping is charged to it, not to the next; but for a record
+  // longer than a read window, which stays mapped to grow.
+  void NextWindow() {
+    if (mapped_ && available() <= kReadWindowBytes) {
+      const size_t kept = available();
+      if (read_buffer_.size() < kept) read_buffer_.resize(kReadWindowBytes);
+      std::memcpy(read_buffer_.data(), data(), kept);
+      Unmap();
+      map_ = read_buffer_.data();
+      mapped_end_ = offset_ + kept;
+    }
+    if (window_open_) policy_->EndWindow(offset_ - window_begin_);
+    way_ = policy_->BeginWindow();
+    window_open_ = true;
+    window_begin_ = offset_;
+  }
+
   // Reads on from file_offset() into read_buffer_, keeping what was read
-  // before and not consumed: kReadWindowBytes (reads that large run at the
-  // file-read limit; a mapping needs a larger window to amortize its
-  // faults), `want` if more, and twice what is kept for a record longer
+  // (or mapped) before and not consumed: kReadWindowBytes (reads that large
+  // run at the file-read limit; a mapping needs a larger window to amortize
+  // its faults), `want` if more, and twice what is kept for a record longer
   // than that.
   Status ReadWindow(size_t want) {
     const size_t kept = available();
@@ -327,6 +353,7 @@ class RangeBuffer {
     } else if (kept > 0) {
       std::memmove(read_buffer_.data(), data(), kept);
     }
+    Unmap();  // a mapped window's rest is in read_buffer_ now
     map_ = read_buffer_.data();
     map_offset_ = offset_;
     mapped_end_ = offset_ + kept;
@@ -338,7 +365,8 @@ class RangeBuffer {
   }
 
   void Unmap() {
-    if (map_ != nullptr && !reading_) ::munmap(const_cast<char*>(map_), map_size_);
+    if (mapped_) ::munmap(const_cast<char*>(map_), map_size_);
+    mapped_ = false;
     map_ = nullptr;
     map_size_ = 0;
     map_offset_ = mapped_end_ = offset_;
@@ -349,9 +377,14 @@ class RangeBuffer {
   uint64_t offset_;  // the file offset of data()
   uint64_t end_;
   size_t window_;
-  bool reading_;                   // asked to, or the file system would not map the file
-  std::vector<char> read_buffer_;  // the window, when reading_
+  WindowWay way_;                  // the window's, as asked or as policy_ chose it
+  WindowPolicy* const policy_;     // may be null
+  bool maps_nothing_ = false;      // the file system would not map the file
+  bool window_open_ = false;       // policy_ was asked for a window not yet ended
+  uint64_t window_begin_ = 0;      // offset_ when it was
+  std::vector<char> read_buffer_;  // the window, when read
   const char* map_ = nullptr;      // the mapping, or read_buffer_.data()
+  bool mapped_ = false;            // map_ is a mapping, which Unmap frees
   uint64_t map_offset_ = offset_;  // the file offset of map_[0], page-aligned when mapped
   uint64_t map_size_ = 0;
   uint64_t mapped_end_ = offset_;
@@ -365,10 +398,11 @@ template <typename Format>
 class BufferedRecordReader : public RecordReader {
  public:
   BufferedRecordReader(os::UniqueFd fd, std::string path, uint64_t start, uint64_t end,
-                       size_t window, WindowWay way = WindowWay::kMap)
+                       size_t window, WindowWay way = WindowWay::kMap,
+                       WindowPolicy* policy = nullptr)
       : path_(path),
         start_(start),
-        buffer_(std::move(fd), std::move(path), start, end, window, way),
+        buffer_(std::move(fd), std::move(path), start, end, window, way, policy),
         next_offset_(start) {}
 
   uint64_t next_offset() const final { return next_offset_; }
@@ -840,9 +874,11 @@ Result<std::vector<Partition>> PlanPartitions(const std::vector<std::string>& pa
   return partitions;
 }
 
-Result<std::unique_ptr<RecordReader>> RecordReader::Open(const Partition& partition,
-                                                         const PlanOptions& options,
-                                                         uint64_t start_offset, WindowWay windows) {
+namespace {
+
+Result<std::unique_ptr<RecordReader>> OpenReader(const Partition& partition,
+                                                 const PlanOptions& options, uint64_t start_offset,
+                                                 WindowWay windows, WindowPolicy* policy) {
   if (options.format == RecordFormat::kPickle) return Status::InvalidArgument(kPickleFromFiles);
   const std::string& path = partition.path;
   if (partition.begin > partition.end || start_offset < partition.begin ||
@@ -895,11 +931,11 @@ Result<std::unique_ptr<RecordReader>> RecordReader::Open(const Partition& partit
     case RecordFormat::kCsv:
     case RecordFormat::kJsonl:
       reader = std::make_unique<LineReader>(std::move(fd), path, start_offset, partition.end,
-                                            window, windows);
+                                            window, windows, policy);
       break;
     case RecordFormat::kTfRecord:
       reader = std::make_unique<TfRecordReader>(std::move(fd), path, start_offset, partition.end,
-                                                window, windows);
+                                                window, windows, policy);
       break;
     case RecordFormat::kRaw:
       reader = std::make_unique<FixedSizeReader>(std::move(fd), path, start_offset, partition.end,
@@ -909,6 +945,21 @@ Result<std::unique_ptr<RecordReader>> RecordReader::Open(const Partition& partit
       return Status::InvalidArgument(kPickleFromFiles);
   }
   return reader;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<RecordReader>> RecordReader::Open(const Partition& partition,
+                                                         const PlanOptions& options,
+                                                         uint64_t start_offset, WindowWay windows) {
+  return OpenReader(partition, options, start_offset, windows, nullptr);
+}
+
+Result<std::unique_ptr<RecordReader>> RecordReader::Open(const Partition& partition,
+                                                         const PlanOptions& options,
+                                                         uint64_t start_offset,
+                                                         WindowPolicy& policy) {
+  return OpenReader(partition, options, start_offset, WindowWay::kMap, &policy);
 }
 
 Result<size_t> RecordReader::ReadRunInto(size_t, char*) {

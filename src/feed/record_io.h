@@ -97,6 +97,20 @@ Result<std::vector<Partition>> PlanPartitions(const std::vector<std::string>& pa
 // ways of their own (Ingest).
 enum class WindowWay { kMap, kRead };
 
+// Chooses the way of each window as a reader fills it, and hears how much of
+// each was consumed: a feeder measuring which way costs it less on the host
+// it runs on (WindowChoice, feed/ingest_choice.h). A window ends when the
+// next is filled (after the last one's mapping is gone, so unmapping it is
+// its cost) or when the reader is destroyed.
+class WindowPolicy {
+ public:
+  virtual ~WindowPolicy() = default;
+  // A window is about to be filled: the way to take it in.
+  virtual WindowWay BeginWindow() = 0;
+  // The window begun last ended, `bytes` of it consumed.
+  virtual void EndWindow(uint64_t bytes) = 0;
+};
+
 // Reads the records of one partition in order, from `start_offset` (a record
 // boundary inside the partition: the partition's begin, or an offset a
 // previous reader returned from next_offset()), its windows taken in
@@ -108,6 +122,12 @@ class RecordReader {
                                                     const PlanOptions& options,
                                                     uint64_t start_offset,
                                                     WindowWay windows = WindowWay::kMap);
+  // The same, with `policy` choosing each window's way (CSV, JSONL and
+  // TFRecord; raw records have ways of their own and ignore it). `policy`
+  // must outlive the reader.
+  static Result<std::unique_ptr<RecordReader>> Open(const Partition& partition,
+                                                    const PlanOptions& options,
+                                                    uint64_t start_offset, WindowPolicy& policy);
   virtual ~RecordReader() = default;
 
   // The next record, valid until the next call; kOutOfRange-like end is

@@ -633,6 +633,85 @@ TEST_F(RecordIoTest, ReadWindowsAreAskedForAndNeverMapTheFile) {
 }
 #endif
 
+// Takes windows mapped and read by turns (a feeder measuring which costs
+// less), and checks that they begin and end in pairs.
+class AlternatingWindows : public WindowPolicy {
+ public:
+  WindowWay BeginWindow() override {
+    EXPECT_FALSE(open_) << "a window began before the last one ended";
+    open_ = true;
+    return begun_++ % 2 == 0 ? WindowWay::kMap : WindowWay::kRead;
+  }
+  void EndWindow(uint64_t bytes) override {
+    EXPECT_TRUE(open_) << "a window ended that never began";
+    open_ = false;
+    bytes_ += bytes;
+  }
+  int begun_ = 0;
+  uint64_t bytes_ = 0;
+  bool open_ = false;
+};
+
+// Every record of `path` as one partition, its windows' ways chosen by
+// `policy`; the reader is gone when this returns.
+Result<std::vector<std::string>> ReadAllWith(const std::string& path, const PlanOptions& options,
+                                             WindowPolicy& policy) {
+  DROVER_ASSIGN_OR_RETURN(std::unique_ptr<RecordReader> reader,
+                          RecordReader::Open(WholeFile(path), options, 0, policy));
+  std::vector<std::string> records;
+  for (;;) {
+    std::string_view record;
+    DROVER_ASSIGN_OR_RETURN(bool more, reader->Next(&record));
+    if (!more) break;
+    records.emplace_back(record);
+  }
+  return records;
+}
+
+// Windows that switch between mapped and read at every fill (as while the
+// feeder measures) lose and repeat nothing: records straddling each kind
+// of switch, a line longer than a read window across one, TFRecord too;
+// every byte is in exactly one window, and the last window ends with the
+// reader.
+TEST_F(RecordIoTest, WindowsSwitchingBetweenMappedAndReadReadEveryRecordOnce) {
+  // Over 64 MiB, so there is more than one mapped window, with lines longer
+  // than a read window.
+  std::string big(6 << 20, 'y');
+  for (size_t i = 0; i < big.size(); i += 4093) big[i] = 'a' + static_cast<char>(i % 26);
+  std::mt19937 random(19);
+  std::string csv_bytes;
+  std::vector<std::string> csv_records;
+  std::vector<uint64_t> big_at = {33 << 20, 62 << 20};  // in a read window, then anywhere
+  while (csv_bytes.size() < (70u << 20)) {
+    std::string line(1 + random() % 250, 'x');
+    for (char& c : line) c = static_cast<char>(' ' + random() % 94);
+    if (!big_at.empty() && csv_bytes.size() >= big_at.front()) {
+      line = big;
+      big_at.erase(big_at.begin());
+    }
+    csv_bytes += line + (random() % 3 == 0 ? "\r\n" : "\n");
+    csv_records.push_back(std::move(line));
+  }
+  const std::string csv = Write("switching.csv", csv_bytes);
+  AlternatingWindows csv_windows;
+  ASSERT_OK_AND_ASSIGN(std::vector<std::string> read,
+                       ReadAllWith(csv, Options(RecordFormat::kCsv), csv_windows));
+  EXPECT_TRUE(read == csv_records) << read.size() << " records, want " << csv_records.size();
+  EXPECT_GE(csv_windows.begun_, 4);
+  EXPECT_FALSE(csv_windows.open_);
+  EXPECT_EQ(csv_windows.bytes_, csv_bytes.size());
+
+  const Corpus tf = MakeTfRecords(90'000, 500, 20);
+  ASSERT_GT(tf.bytes.size(), 36u << 20);
+  const std::string tfrecord = Write("switching.tfrecord", tf.bytes);
+  AlternatingWindows tf_windows;
+  ASSERT_OK_AND_ASSIGN(read, ReadAllWith(tfrecord, Options(RecordFormat::kTfRecord), tf_windows));
+  EXPECT_TRUE(read == tf.records) << read.size() << " records, want " << tf.records.size();
+  EXPECT_GE(tf_windows.begun_, 3);
+  EXPECT_FALSE(tf_windows.open_);
+  EXPECT_EQ(tf_windows.bytes_, tf.bytes.size());
+}
+
 TEST_F(RecordIoTest, TfRecordLargerThanTheReadBuffer) {
   const std::vector<std::string> records = {"small", RandomBytes(6 << 20, 9), "", "tail"};
   const std::string path = Write("huge.tfrecord", TfRecords(records));

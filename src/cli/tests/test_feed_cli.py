@@ -388,10 +388,11 @@ def test_tfrecord_and_raw_inputs(tmp_path):
         [f"{i:05d},raw" for i in range(300)]
 
 
-@pytest.mark.parametrize("ingest", ["map", "read"])
+@pytest.mark.parametrize("ingest", ["map", "read", "measure"])
 def test_parsed_formats_arrive_once_whether_their_windows_are_mapped_or_read(tmp_path, ingest):
     # --feed-ingest read: the feeder read(2)s CSV and TFRecord windows (for
-    # hosts where mapping is dear); the same records either way, split.
+    # hosts where mapping is dear); measure: by turns until it chose; the
+    # same records every way, split.
     write_csv(tmp_path / "data.csv", 0, 20000)
     with open(tmp_path / "data.tfrecord", "wb") as f:
         for i in range(5000):
@@ -405,6 +406,10 @@ def test_parsed_formats_arrive_once_whether_their_windows_are_mapped_or_read(tmp
         assert result.returncode == 0, result.stderr
         seen = sorted(r for node in read_seen(tmp_path / data).values() for _, r in node)
         assert seen == records, (data, len(seen), seen[:3])
+        # The nodes' heartbeats said the way: pinned, or measure (too few
+        # bytes here for the probes to end).
+        record = json.loads((tmp_path / "logs" / "run.json").read_text())
+        assert [node["feed"]["ingest"] for node in record["nodes"]] == [ingest, ingest]
 
 
 @pytest.mark.parametrize("ingest", ["map", "read", "extent", "extent-read"])
