@@ -178,6 +178,32 @@ class FeederTest : public ::testing::Test {
     return options;
   }
 
+  // Feeds the whole of `plan` into a new queue, its records taken in the
+  // `ingest` way (probes of `probe_bytes` to measure), while reading it all
+  // into *seen; the feeder's report and notices.
+  void FeedOnANewQueue(const FeedPlan& plan, Ingest ingest, size_t probe_bytes, Seen* seen,
+                       Result<FeederReport>* report, std::vector<std::string>* notices = nullptr) {
+    agent_.reset();  // the last one's, before the channel it serves
+    channel_.reset();
+    ASSERT_NO_FATAL_FAILURE(Serve(plan, 64 << 10));
+    RingReader reader(*channel_, /*input_ring=*/true);
+    FeederOptions options = Options(plan);
+    options.plan.ingest = ingest;
+    options.ingest_probe_bytes = probe_bytes;
+    if (notices != nullptr) {
+      options.notice = [notices](const std::string& line) { notices->push_back(line); };
+    }
+    std::atomic<bool> done{false};
+    std::thread feeder([&] {
+      *report = RunFeeder(options);
+      done = true;
+    });
+    StopAndJoin stop_and_join(*channel_, feeder);
+    ReadAll(reader, FeedsOfShare(plan, 0, 1).value(), seen,
+            [&](bool idle) { return idle && done.load(); });
+    feeder.join();
+  }
+
   // Every record of `partition`, read directly.
   std::vector<std::string> RecordsOf(const FeedPlan& plan, const Partition& partition) {
     std::vector<std::string> records;
@@ -286,24 +312,10 @@ TEST_F(FeederTest, RawRecordsArriveTheSameMappedReadOrMeasured) {
   for (Ingest ingest :
        {Ingest::kMap, Ingest::kRead, Ingest::kExtent, Ingest::kExtentRead, Ingest::kMeasure}) {
     SCOPED_TRACE(static_cast<int>(ingest));
-    agent_.reset();  // the last round's, before the channel it serves
-    channel_.reset();
-    ASSERT_NO_FATAL_FAILURE(Serve(plan, 64 << 10));
-    RingReader reader(*channel_, /*input_ring=*/true);
-    FeederOptions options = Options(plan);
-    options.plan.ingest = ingest;
-    options.ingest_probe_bytes = 20'000;  // measured over the first partitions
-    Result<FeederReport> report = Status::Internal("not run");
-    std::atomic<bool> done{false};
-    std::thread feeder([&] {
-      report = RunFeeder(options);
-      done = true;
-    });
-    StopAndJoin stop_and_join(*channel_, feeder);
     Seen seen;
-    ReadAll(reader, FeedsOfShare(plan, 0, 1).value(), &seen,
-            [&](bool idle) { return idle && done.load(); });
-    feeder.join();
+    Result<FeederReport> report = Status::Internal("not run");
+    // Measured over the first partitions.
+    ASSERT_NO_FATAL_FAILURE(FeedOnANewQueue(plan, ingest, 20'000, &seen, &report));
     ASSERT_OK(report);
     EXPECT_EQ(report->records, 2u * 3000);
     ExpectExactlyOnce(plan, seen);
@@ -336,26 +348,11 @@ TEST_F(FeederTest, ParsedFilesArriveTheSameMappedReadOrMeasured) {
   const FeedPlan plan = CsvPlan(/*split_bytes=*/4000, /*epochs=*/3);
   for (Ingest ingest : {Ingest::kMap, Ingest::kRead, Ingest::kMeasure}) {
     SCOPED_TRACE(static_cast<int>(ingest));
-    agent_.reset();  // the last round's, before the channel it serves
-    channel_.reset();
-    ASSERT_NO_FATAL_FAILURE(Serve(plan, 64 << 10));
-    RingReader reader(*channel_, /*input_ring=*/true);
-    FeederOptions options = Options(plan);
-    options.plan.ingest = ingest;
-    options.ingest_probe_bytes = 3000;  // a partition a probe: chosen after six
-    std::vector<std::string> notices;
-    options.notice = [&](const std::string& line) { notices.push_back(line); };
-    Result<FeederReport> report = Status::Internal("not run");
-    std::atomic<bool> done{false};
-    std::thread feeder([&] {
-      report = RunFeeder(options);
-      done = true;
-    });
-    StopAndJoin stop_and_join(*channel_, feeder);
     Seen seen;
-    ReadAll(reader, FeedsOfShare(plan, 0, 1).value(), &seen,
-            [&](bool idle) { return idle && done.load(); });
-    feeder.join();
+    Result<FeederReport> report = Status::Internal("not run");
+    std::vector<std::string> notices;
+    // A partition a probe: chosen after six.
+    ASSERT_NO_FATAL_FAILURE(FeedOnANewQueue(plan, ingest, 3000, &seen, &report, &notices));
     ASSERT_OK(report);
     EXPECT_EQ(report->records, 3u * total_records_);
     ExpectExactlyOnce(plan, seen);

@@ -6,6 +6,17 @@
 #include <cstdio>
 
 namespace drover::feed {
+namespace {
+
+// The median of `rates`; nullopt for fewer than two (one says too little).
+std::optional<double> MedianOfTwoOrMore(std::vector<double> rates) {
+  if (rates.size() < 2) return std::nullopt;
+  std::sort(rates.begin(), rates.end());
+  const size_t middle = rates.size() / 2;
+  return rates.size() % 2 == 1 ? rates[middle] : (rates[middle - 1] + rates[middle]) / 2;
+}
+
+}  // namespace
 
 void ConsumptionClock::Mark(uint64_t position, uint64_t record_bytes, int segment) {
   if (segment < 0 || (!marks_.empty() && marks_.back().position >= position)) return;
@@ -116,10 +127,7 @@ std::optional<double> IngestChoice::Median(Way way) const {
   for (int round = 0; round < kRounds; ++round) {
     if (std::optional<double> rate = clock_.Rate(2 + kWays * round + way)) rates.push_back(*rate);
   }
-  if (rates.size() < 2) return std::nullopt;
-  std::sort(rates.begin(), rates.end());
-  const size_t middle = rates.size() / 2;
-  return rates.size() % 2 == 1 ? rates[middle] : (rates[middle - 1] + rates[middle]) / 2;
+  return MedianOfTwoOrMore(std::move(rates));
 }
 
 std::string IngestChoice::Name() const {
@@ -195,10 +203,7 @@ std::optional<double> WindowChoice::Median(WindowWay way) const {
     rates.push_back(static_cast<double>(probe.bytes) /
                     std::chrono::duration<double>(probe.cpu).count());
   }
-  if (rates.size() < 2) return std::nullopt;
-  std::sort(rates.begin(), rates.end());
-  const size_t middle = rates.size() / 2;
-  return rates.size() % 2 == 1 ? rates[middle] : (rates[middle - 1] + rates[middle]) / 2;
+  return MedianOfTwoOrMore(std::move(rates));
 }
 
 std::string WindowChoice::Name() const {

@@ -70,6 +70,17 @@ PlanOptions Options(RecordFormat format, uint64_t split_bytes = 64ull << 20,
   return options;
 }
 
+// The records `reader` has left.
+Result<std::vector<std::string>> Drain(RecordReader& reader) {
+  std::vector<std::string> records;
+  for (;;) {
+    std::string_view record;
+    DROVER_ASSIGN_OR_RETURN(bool more, reader.Next(&record));
+    if (!more) return records;
+    records.emplace_back(record);
+  }
+}
+
 // Every record of `partition` from `start` (its begin by default).
 Result<std::vector<std::string>> ReadAll(const Partition& partition, const PlanOptions& options,
                                          uint64_t start = UINT64_MAX,
@@ -77,13 +88,7 @@ Result<std::vector<std::string>> ReadAll(const Partition& partition, const PlanO
   if (start == UINT64_MAX) start = partition.begin;
   DROVER_ASSIGN_OR_RETURN(std::unique_ptr<RecordReader> reader,
                           RecordReader::Open(partition, options, start, windows));
-  std::vector<std::string> records;
-  for (;;) {
-    std::string_view record;
-    DROVER_ASSIGN_OR_RETURN(bool more, reader->Next(&record));
-    if (!more) break;
-    records.emplace_back(record);
-  }
+  DROVER_ASSIGN_OR_RETURN(std::vector<std::string> records, Drain(*reader));
   if (reader->next_offset() != partition.end) {
     return Status::Internal("next_offset " + std::to_string(reader->next_offset()) +
                             " at the end, want " + std::to_string(partition.end));
@@ -658,14 +663,7 @@ Result<std::vector<std::string>> ReadAllWith(const std::string& path, const Plan
                                              WindowPolicy& policy) {
   DROVER_ASSIGN_OR_RETURN(std::unique_ptr<RecordReader> reader,
                           RecordReader::Open(WholeFile(path), options, 0, policy));
-  std::vector<std::string> records;
-  for (;;) {
-    std::string_view record;
-    DROVER_ASSIGN_OR_RETURN(bool more, reader->Next(&record));
-    if (!more) break;
-    records.emplace_back(record);
-  }
-  return records;
+  return Drain(*reader);
 }
 
 // Windows that switch between mapped and read at every fill (as while the
