@@ -134,7 +134,7 @@ class IngestChoice {
 // Which way a feeder takes in the windows of the CSV, JSONL and TFRecord
 // files it parses (WindowWay), as the plan's ingest says: map, read, or
 // measure (the default). To measure, windows of each way follow by turns,
-// mapped first, at least probe_bytes of each way at a time, kRounds times;
+// mapped first, about probe_bytes of each way at a time, kRounds times;
 // each window is charged the CPU time the feeder's thread spent from its
 // fill to the next (filling it, parsing its records, copying them into the
 // queue; thread CPU time, so waiting for room in the queue does not count),
