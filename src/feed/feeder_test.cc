@@ -558,12 +558,13 @@ TEST_F(FeederTest, ReaderThatCorruptsItsReadPositionStopsTheFeeder) {
 const ChildBody kFeederProcess("feeder", [](const std::string& arg) {
   std::istringstream in(arg);
   FeederOptions options;
-  std::string share, shares, batch_bytes;
+  std::string share, shares, batch_bytes, probe_bytes;
   std::getline(in, options.socket_path);
   std::getline(in, options.task);
   std::getline(in, share);
   std::getline(in, shares);
   std::getline(in, batch_bytes);
+  std::getline(in, probe_bytes);
   const std::string plan_json((std::istreambuf_iterator<char>(in)), {});
   Result<FeedPlan> plan = FeedPlan::FromJson(plan_json);
   if (!plan.ok()) return 4;
@@ -571,6 +572,7 @@ const ChildBody kFeederProcess("feeder", [](const std::string& arg) {
   options.share = std::stoi(share);
   options.shares = std::stoi(shares);
   options.batch_bytes = std::stoul(batch_bytes);
+  options.ingest_probe_bytes = std::stoul(probe_bytes);
   Result<FeederReport> report = RunFeeder(options);
   if (!report.ok()) return 2;
   return report->finished ? 0 : 3;
@@ -579,11 +581,13 @@ const ChildBody kFeederProcess("feeder", [](const std::string& arg) {
 std::string FeederArg(const FeederOptions& options) {
   return options.socket_path + "\n" + options.task + "\n" + std::to_string(options.share) + "\n" +
          std::to_string(options.shares) + "\n" + std::to_string(options.batch_bytes) + "\n" +
-         options.plan.ToJson();
+         std::to_string(options.ingest_probe_bytes) + "\n" + options.plan.ToJson();
 }
 
 // The feeder is SIGKILLed at random points while the reader reads; the next
 // feeder resumes after the last published batch. Every record arrives once.
+// Each feeder measures how to take its windows in, in probes of about a
+// partition, so kills land while windows switch between mapped and read.
 TEST_F(FeederTest, KilledFeederIsResumedExactlyOnce) {
   constexpr int kKills = 8;
   const uint32_t seed = std::random_device{}();
@@ -596,7 +600,8 @@ TEST_F(FeederTest, KilledFeederIsResumedExactlyOnce) {
   RingReader reader(*channel_, true);
   Seen seen;
   int killed = 0;
-  const FeederOptions options = Options(plan);
+  FeederOptions options = Options(plan);
+  options.ingest_probe_bytes = 40'000;
 
   for (int round = 0; round <= kKills && !seen.closed; ++round) {
     const size_t batches_before = seen.batches.size();
