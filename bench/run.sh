@@ -26,8 +26,8 @@ echo
 echo "== feeding: records/s from file to consumer (ratios to memcpy and to TensorFlowOnSpark's queues) =="
 /usr/bin/python3 bench/feed_bench.py --build build
 echo
-echo "== feeding parsed files: JSONL and TFRecord, windows mapped, read or measured (ratio to read()) =="
-/usr/bin/python3 bench/parsed_feed_bench.py --build build --mib 1000 --reps 3
+echo "== feeding a window at a time: JSONL, TFRecord, whole files; mapped, read or measured (ratio to read()) =="
+/usr/bin/python3 bench/window_feed_bench.py --build build --mib 1000 --reps 3
 echo
 echo "== planning equal shares: counting a 1 GB CSV (ratio to read() of the file) =="
 /usr/bin/python3 bench/plan_bench.py --drover build/bin/drover --mib 1000 --reps 3

@@ -123,12 +123,12 @@ def test_plan_bench(tmp_path):
     assert re.search(r"^\s+2\s+[\d.]+\s+[\d.]+", out, re.MULTILINE), out
 
 
-def test_parsed_feed_bench(tmp_path):
+def test_window_feed_bench(tmp_path):
     # Too small for the measured choice (96 MiB of probes a way): its row is
     # there, its choice is not.
-    out = run(PYTHON, bench("parsed_feed_bench.py"), "--build", BUILD, "--dir", str(tmp_path),
+    out = run(PYTHON, bench("window_feed_bench.py"), "--build", BUILD, "--dir", str(tmp_path),
               "--mib", "4", "--reps", "1")
-    for fmt in ("jsonl", "tfrecord"):
+    for fmt in ("jsonl", "tfrecord", "files"):
         assert re.search(fmt + r": [\d.]+ GB, \d+ records, median of 1; read\(\) limit", out), out
     for way in ("map", "read", "measure"):
         assert re.search(r"^\s+" + way + r"\s+[\d.]+\s+[\d.]+$", out, re.MULTILINE), out

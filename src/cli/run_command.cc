@@ -654,10 +654,11 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
                       "into the queue), extent (the queue says where they are in the file; the "
                       "program reads them in place from its own mapping) or extent-read (the "
                       "same, but the program read(2)s them into memory it reuses). CSV, JSONL, "
-                      "TFRecord: how the feeder takes the file in: measure (the default: windows "
-                      "of each way by turns, then the one that cost its CPU less), map (it "
-                      "parses mapped windows of the file) or read (read(2) into a buffer it "
-                      "reuses: cheaper where page faults are dear)");
+                      "TFRecord, whole-file raw: how the feeder takes the files in: measure (the "
+                      "default: windows of each way by turns, then the one that cost its CPU "
+                      "less), map (it parses mapped windows of the file, or whole files) or read "
+                      "(read(2) into a buffer it reuses: cheaper where page faults are dear, and "
+                      "for small files)");
   feeding
       ->add_option("--split-bytes", flags->feed.split_bytes,
                    "Files larger than this are split into partitions of about this size")

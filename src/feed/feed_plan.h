@@ -116,8 +116,9 @@ struct FeedPlan {
   // order, each as its next feed. An unset queue is every partition of every
   // epoch, epoch by epoch (DynamicQueue).
   Balance balance = Balance::kEqual;
-  // Fixed-size raw records: any (IngestChoice); CSV, JSONL, TFRecord:
-  // kMeasure, kMap or kRead, the way of their windows (WindowChoice).
+  // Fixed-size raw records: any (IngestChoice); CSV, JSONL, TFRecord and
+  // whole-file raw: kMeasure, kMap or kRead, the way of their windows
+  // (WindowChoice).
   Ingest ingest = Ingest::kMeasure;
   std::optional<std::vector<FeedUnit>> queue;
 

@@ -57,17 +57,16 @@ Result<std::optional<FeedPlan>> PlanFeed(const FeedRequest& request) {
     if (!ingest.ok()) {
       return Status::InvalidArgument("--feed-ingest " + std::string(ingest.status().message()));
     }
-    // Fixed-size raw records take every way; CSV, JSONL and TFRecord all but
-    // the extents (their windows are mapped or read); whole-file raw none.
+    // Fixed-size raw records take every way; CSV, JSONL, TFRecord and
+    // whole-file raw records all but the extents (their windows are mapped
+    // or read).
     const bool fixed_size = plan.read.format == RecordFormat::kRaw && plan.read.record_bytes != 0;
-    const bool windowed = plan.read.format != RecordFormat::kRaw;
     const bool extents = *ingest == Ingest::kExtent || *ingest == Ingest::kExtentRead;
-    if (!fixed_size && !(windowed && !extents)) {
+    if (!fixed_size && extents) {
       return Status::InvalidArgument(
           "--feed-ingest " + std::string(IngestName(*ingest)) +
-          (windowed ? " goes with --format raw --record-bytes N: CSV, JSONL and TFRecord files "
-                      "are mapped or read (map, the default, or read)"
-                    : " goes with --record-bytes N: whole-file raw records are mapped"));
+          " goes with --format raw --record-bytes N: CSV, JSONL and TFRecord files and whole-file "
+          "raw records are mapped or read a window at a time (measure, the default, map or read)");
     }
     plan.ingest = *ingest;
   }

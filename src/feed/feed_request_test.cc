@@ -124,13 +124,21 @@ TEST_F(PlanFeedTest, FeedIngestGoesWithFixedSizeRawRecords) {
   EXPECT_THAT(PlanFeed(csv).status(),
               StatusIs(Code::kInvalidArgument,
                        HasSubstr("--feed-ingest extent goes with --format raw --record-bytes N: "
-                                 "CSV, JSONL and TFRecord files are mapped or read")));
+                                 "CSV, JSONL and TFRecord files and whole-file raw records are "
+                                 "mapped or read a window at a time")));
+  // So are whole-file raw records' (a file a window).
   FeedRequest whole = Request();
   whole.format = "raw";
-  whole.ingest = "read";
+  for (const char* way : {"measure", "map", "read"}) {
+    whole.ingest = way;
+    ASSERT_OK_AND_ASSIGN(plan, PlanFeed(whole));
+    EXPECT_EQ(IngestName(plan->ingest), way);
+  }
+  whole.ingest = "extent-read";
   EXPECT_THAT(
       PlanFeed(whole).status(),
-      StatusIs(Code::kInvalidArgument, HasSubstr("--feed-ingest read goes with --record-bytes N")));
+      StatusIs(Code::kInvalidArgument,
+               HasSubstr("--feed-ingest extent-read goes with --format raw --record-bytes")));
   FeedRequest alone;
   alone.ingest = "map";
   EXPECT_THAT(PlanFeed(alone).status(),

@@ -337,13 +337,13 @@ Result<FeederReport> FeedShare(const FeederOptions& options, JoinedFeed& joined)
   BatchWriter writer(channel, options.batch_bytes, timeout,
                      fixed_size ? static_cast<uint32_t>(plan.read.record_bytes) : 0);
   IngestChoice ingest(options.plan.ingest, options.ingest_probe_bytes);
-  // CSV, JSONL, TFRecord: their windows are mapped or read, as measured or
-  // as the plan says.
-  const bool parsed = plan.read.format != RecordFormat::kRaw;
-  WindowChoice windows(parsed ? plan.ingest : Ingest::kMap, options.ingest_probe_bytes);
+  // CSV, JSONL, TFRecord and whole files: their windows are mapped or read,
+  // as measured or as the plan says.
+  const bool windowed = !fixed_size;
+  WindowChoice windows(windowed ? plan.ingest : Ingest::kMap, options.ingest_probe_bytes);
   // The agent shows the way in its heartbeats: measure until chosen.
   if (fixed_size) writer.SayIngest(ingest.chosen());
-  if (parsed) writer.SayIngest(windows.chosen());
+  if (windowed) writer.SayIngest(windows.chosen());
   // Said once chosen: while records go (the per-record check is a flag), or
   // after a partition, whose last window ends with its reader.
   bool windows_said = windows.chosen() != Ingest::kMeasure;
@@ -486,7 +486,7 @@ Result<FeederReport> FeedShare(const FeederOptions& options, JoinedFeed& joined)
   report.bytes = writer.bytes();
   report.finished = true;
   if (fixed_size) report.ingest = ingest.Name();
-  if (parsed) report.ingest = windows.Name();
+  if (windowed) report.ingest = windows.Name();
   return report;
 }
 

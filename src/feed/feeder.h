@@ -28,8 +28,8 @@ struct FeederOptions {
   // Payload bytes per batch (clamped to what the queue takes).
   size_t batch_bytes = 1 << 20;
   // Records come in as plan.ingest says; Ingest::kMeasure feeds this many
-  // bytes each way first (fixed-size raw records: IngestChoice; CSV, JSONL
-  // and TFRecord windows: WindowChoice).
+  // bytes each way first (fixed-size raw records: IngestChoice; the windows
+  // of CSV, JSONL, TFRecord and whole files: WindowChoice).
   size_t ingest_probe_bytes = 32 << 20;
   // Told, once, which way records go when the feeder measured it
   // (Ingest::kMeasure), and why; may be empty.
@@ -43,9 +43,9 @@ struct FeederReport {
   bool terminated = false;  // the program called terminate()
   bool finished = false;    // every feed of the share was published
   // How records came in, as chosen or pinned: fixed-size records "map",
-  // "read", "extent" or "extent-read", CSV, JSONL and TFRecord windows
-  // "map" or "read"; "" before the choice (too few bytes to measure) and
-  // for whole-file raw records.
+  // "read", "extent" or "extent-read"; the windows of CSV, JSONL, TFRecord
+  // and whole-file raw records "map" or "read"; "" before the choice (too
+  // few bytes to measure).
   std::string ingest;
 };
 

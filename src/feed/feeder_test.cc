@@ -340,37 +340,53 @@ TEST_F(FeederTest, RawRecordsArriveTheSameMappedReadOrMeasured) {
   }
 }
 
-// CSV (and JSONL, TFRecord) windows mapped, read, or measured: every
-// record arrives once either way; measured, the feeder chooses once the
-// probes of each way are done, says so once in its notice, and the ring's
-// header says the way chosen.
-TEST_F(FeederTest, ParsedFilesArriveTheSameMappedReadOrMeasured) {
-  const FeedPlan plan = CsvPlan(/*split_bytes=*/4000, /*epochs=*/3);
-  for (Ingest ingest : {Ingest::kMap, Ingest::kRead, Ingest::kMeasure}) {
-    SCOPED_TRACE(static_cast<int>(ingest));
-    Seen seen;
-    Result<FeederReport> report = Status::Internal("not run");
-    std::vector<std::string> notices;
-    // A partition a probe: chosen after six.
-    ASSERT_NO_FATAL_FAILURE(FeedOnANewQueue(plan, ingest, 3000, &seen, &report, &notices));
-    ASSERT_OK(report);
-    EXPECT_EQ(report->records, 3u * total_records_);
-    ExpectExactlyOnce(plan, seen);
-    const std::optional<Ingest> said = IngestOfWord(ReadRingIngest(*channel_));
-    ASSERT_TRUE(said.has_value());
-    EXPECT_EQ(IngestName(*said), report->ingest);
-    if (ingest != Ingest::kMeasure) {
-      EXPECT_EQ(report->ingest, IngestName(ingest));
-      EXPECT_THAT(notices, ::testing::IsEmpty());
-      continue;
+// CSV (and JSONL, TFRecord) windows and whole-file raw records mapped,
+// read, or measured: every record arrives once either way; measured, the
+// feeder chooses once the probes of each way are done, says so once in its
+// notice, and the ring's header says the way chosen.
+TEST_F(FeederTest, WindowedFilesArriveTheSameMappedReadOrMeasured) {
+  FeedPlan csv = CsvPlan(/*split_bytes=*/4000, /*epochs=*/3);
+  // Twelve files of 3,000-5,000 bytes, a record each, named by their first field.
+  FeedPlan whole_files;
+  whole_files.read.format = RecordFormat::kRaw;
+  whole_files.epochs = 3;
+  whole_files.feed_timeout_ms = 20'000;
+  for (int id = 0; id < 12; ++id) {
+    const std::string path = dir_.File("file" + std::to_string(id) + ".bin");
+    WriteFile(path, std::to_string(1000 + id) + "," + std::string(3000 + 170 * id, 'a' + id));
+    ASSERT_OK_AND_ASSIGN(std::vector<Partition> partitions,
+                         PlanPartitions({path}, whole_files.read));
+    whole_files.partitions.push_back(partitions.at(0));
+  }
+  for (const auto& [plan, records] :
+       {std::pair(csv, 3u * total_records_), std::pair(whole_files, 3u * 12)}) {
+    for (Ingest ingest : {Ingest::kMap, Ingest::kRead, Ingest::kMeasure}) {
+      SCOPED_TRACE(std::string(RecordFormatName(plan.read.format)) + " " +
+                   std::string(IngestName(ingest)));
+      Seen seen;
+      Result<FeederReport> report = Status::Internal("not run");
+      std::vector<std::string> notices;
+      // A partition a probe: chosen after six.
+      ASSERT_NO_FATAL_FAILURE(FeedOnANewQueue(plan, ingest, 3000, &seen, &report, &notices));
+      ASSERT_OK(report);
+      EXPECT_EQ(report->records, records);
+      ExpectExactlyOnce(plan, seen);
+      const std::optional<Ingest> said = IngestOfWord(ReadRingIngest(*channel_));
+      ASSERT_TRUE(said.has_value());
+      EXPECT_EQ(IngestName(*said), report->ingest);
+      if (ingest != Ingest::kMeasure) {
+        EXPECT_EQ(report->ingest, IngestName(ingest));
+        EXPECT_THAT(notices, ::testing::IsEmpty());
+        continue;
+      }
+      // Which way is cheaper is the host's (ingest_choice_test checks the
+      // choosing); that it was chosen and said is this test's point.
+      EXPECT_THAT(report->ingest, ::testing::AnyOf("map", "read"));
+      ASSERT_EQ(notices.size(), 1u);
+      EXPECT_THAT(notices[0], ::testing::HasSubstr(report->ingest == "map"
+                                                       ? "files are mapped a window at a time"
+                                                       : "files are read(2) a window at a time"));
     }
-    // Which way is cheaper is the host's (ingest_choice_test checks the
-    // choosing); that it was chosen and said is this test's point.
-    EXPECT_THAT(report->ingest, ::testing::AnyOf("map", "read"));
-    ASSERT_EQ(notices.size(), 1u);
-    EXPECT_THAT(notices[0], ::testing::HasSubstr(report->ingest == "map"
-                                                     ? "files are mapped a window at a time"
-                                                     : "files are read(2) a window at a time"));
   }
 }
 

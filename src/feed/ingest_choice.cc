@@ -222,7 +222,7 @@ std::string WindowChoice::Describe() const {
   };
   return std::string(ingest_ == Ingest::kRead ? "files are read(2) a window at a time"
                                               : "files are mapped a window at a time") +
-         " (a second of the feeder's CPU time parsed " + per_cpu_second(mapped_rate()) +
+         " (a second of the feeder's CPU time took in " + per_cpu_second(mapped_rate()) +
          " from mapped windows, " + per_cpu_second(read_rate()) + " from read ones)";
 }
 

@@ -1,8 +1,8 @@
 // IngestChoice: which way a feeder brings fixed-size raw records to the
 // program (`drover run --feed-ingest`, FeedPlan::ingest), and how it
 // measures which way is fastest on the host it runs on; WindowChoice: the
-// same for the windows of the files it parses (CSV, JSONL, TFRecord)
-// (docs/feed.md, "How it works").
+// same for the windows of the files it parses (CSV, JSONL, TFRecord) and
+// whole files (docs/feed.md, "How it works").
 
 #ifndef DROVER_FEED_INGEST_CHOICE_H_
 #define DROVER_FEED_INGEST_CHOICE_H_
@@ -131,8 +131,8 @@ class IngestChoice {
   ConsumptionClock clock_;
 };
 
-// Which way a feeder takes in the windows of the CSV, JSONL and TFRecord
-// files it parses (WindowWay), as the plan's ingest says: map, read, or
+// Which way a feeder takes in the windows of CSV, JSONL and TFRecord files
+// and whole-file raw records (WindowWay), as the plan's ingest says: map, read, or
 // measure (the default). To measure, windows of each way follow by turns,
 // mapped first, about probe_bytes of each way at a time, kRounds times;
 // each window is charged the CPU time the feeder's thread spent from its

@@ -214,7 +214,7 @@ TEST(WindowChoiceTest, ProbesOfEachWayTakeTurnsByBytesMappedFirst) {
   EXPECT_NEAR(*choice.read_rate(), 4e9, 1e7);
   EXPECT_THAT(choice.Describe(),
               ::testing::HasSubstr("files are mapped a window at a time (a second of the "
-                                   "feeder's CPU time parsed 5.0 GB from mapped windows, 4.0 GB "
+                                   "feeder's CPU time took in 5.0 GB from mapped windows, 4.0 GB "
                                    "from read ones)"));
   // Chosen: every later window goes that way, untimed.
   EXPECT_EQ(choice.BeginWindow(), WindowWay::kMap);

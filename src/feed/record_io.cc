@@ -542,8 +542,9 @@ class TfRecordReader : public BufferedRecordReader<TfRecordReader> {
 class FixedSizeReader : public BufferedRecordReader<FixedSizeReader> {
  public:
   FixedSizeReader(os::UniqueFd fd, std::string path, uint64_t start, uint64_t end, size_t window,
-                  size_t record_bytes)
-      : BufferedRecordReader(std::move(fd), std::move(path), start, end, window),
+                  size_t record_bytes, WindowWay way = WindowWay::kMap,
+                  WindowPolicy* policy = nullptr)
+      : BufferedRecordReader(std::move(fd), std::move(path), start, end, window, way, policy),
         record_bytes_(record_bytes) {}
 
   bool ReadRecord(std::string_view* record) {
@@ -938,8 +939,16 @@ Result<std::unique_ptr<RecordReader>> OpenReader(const Partition& partition,
                                                 window, windows, policy);
       break;
     case RecordFormat::kRaw:
-      reader = std::make_unique<FixedSizeReader>(std::move(fd), path, start_offset, partition.end,
-                                                 window, static_cast<size_t>(record_bytes));
+      // Whole files are taken in as the windows of the parsed formats are;
+      // fixed-size records have ways of their own (Ingest).
+      if (options.record_bytes == 0) {
+        reader = std::make_unique<FixedSizeReader>(std::move(fd), path, start_offset, partition.end,
+                                                   window, static_cast<size_t>(record_bytes),
+                                                   windows, policy);
+      } else {
+        reader = std::make_unique<FixedSizeReader>(std::move(fd), path, start_offset, partition.end,
+                                                   window, static_cast<size_t>(record_bytes));
+      }
       break;
     case RecordFormat::kPickle:
       return Status::InvalidArgument(kPickleFromFiles);

@@ -93,8 +93,8 @@ Result<std::vector<Partition>> PlanPartitions(const std::vector<std::string>& pa
 // wins where faults are cheap, reading where they are dear: some virtual
 // machines map page-cache pages at a fifth of read()'s rate (bench/
 // RESULTS.md; bench/host_figures.py prints both). `drover run --feed-ingest
-// map|read` pins it for CSV, JSONL and TFRecord; fixed-size raw records have
-// ways of their own (Ingest).
+// map|read` pins it for CSV, JSONL, TFRecord and whole-file raw records (a
+// file a window); fixed-size raw records have ways of their own (Ingest).
 enum class WindowWay { kMap, kRead };
 
 // Chooses the way of each window as a reader fills it, and hears how much of
@@ -122,9 +122,9 @@ class RecordReader {
                                                     const PlanOptions& options,
                                                     uint64_t start_offset,
                                                     WindowWay windows = WindowWay::kMap);
-  // The same, with `policy` choosing each window's way (CSV, JSONL and
-  // TFRecord; raw records have ways of their own and ignore it). `policy`
-  // must outlive the reader.
+  // The same, with `policy` choosing each window's way (CSV, JSONL,
+  // TFRecord, whole-file raw; fixed-size raw records have ways of their own
+  // and ignore it). `policy` must outlive the reader.
   static Result<std::unique_ptr<RecordReader>> Open(const Partition& partition,
                                                     const PlanOptions& options,
                                                     uint64_t start_offset, WindowPolicy& policy);

@@ -624,6 +624,10 @@ TEST_F(RecordIoTest, ReadWindowsAreAskedForAndNeverMapTheFile) {
         "tfrecord split",
         PlanAndReadAll(tfrecord, Options(RecordFormat::kTfRecord, 3 << 20), WindowWay::kRead),
         tf.records);
+    // A whole file a record, larger than a read window too.
+    failures += Mismatch("whole files",
+                         PlanAndReadAll(tfrecord, Options(RecordFormat::kRaw), WindowWay::kRead),
+                         {tf.bytes});
     return failures;
   };
   ExpectAllReadInAChild(read_never_mapping);
@@ -708,6 +712,19 @@ TEST_F(RecordIoTest, WindowsSwitchingBetweenMappedAndReadReadEveryRecordOnce) {
   EXPECT_GE(tf_windows.begun_, 3);
   EXPECT_FALSE(tf_windows.open_);
   EXPECT_EQ(tf_windows.bytes_, tf.bytes.size());
+
+  // Whole-file raw records: a file a window, the ways taking turns file by file.
+  AlternatingWindows file_windows;
+  std::vector<std::string> files = {RandomBytes(100'000, 21), RandomBytes(6 << 20, 22),
+                                    RandomBytes(3, 23), RandomBytes(5 << 20, 24)};
+  for (size_t i = 0; i < files.size(); ++i) {
+    const std::string path = Write("file" + std::to_string(i) + ".bin", files[i]);
+    ASSERT_OK_AND_ASSIGN(read, ReadAllWith(path, Options(RecordFormat::kRaw), file_windows));
+    ASSERT_EQ(read.size(), 1u);
+    EXPECT_TRUE(read[0] == files[i]) << "file " << i;
+  }
+  EXPECT_EQ(file_windows.begun_, 4);
+  EXPECT_FALSE(file_windows.open_);
 }
 
 TEST_F(RecordIoTest, TfRecordLargerThanTheReadBuffer) {

@@ -389,18 +389,23 @@ def test_tfrecord_and_raw_inputs(tmp_path):
 
 
 @pytest.mark.parametrize("ingest", ["map", "read", "measure"])
-def test_parsed_formats_arrive_once_whether_their_windows_are_mapped_or_read(tmp_path, ingest):
-    # --feed-ingest read: the feeder read(2)s CSV and TFRecord windows (for
-    # hosts where mapping is dear); measure: by turns until it chose; the
-    # same records every way, split.
+def test_windowed_inputs_arrive_once_whether_their_windows_are_mapped_or_read(tmp_path, ingest):
+    # --feed-ingest read: the feeder read(2)s CSV and TFRecord windows and
+    # whole files (for hosts where mapping is dear); measure: by turns until
+    # it chose; the same records every way, split.
     write_csv(tmp_path / "data.csv", 0, 20000)
     with open(tmp_path / "data.tfrecord", "wb") as f:
         for i in range(5000):
             f.write(tfrecord(f"{i:05d},tf".encode() * 20))
+    os.mkdir(tmp_path / "files")
+    for i in range(40):
+        (tmp_path / "files" / f"{i:02d}.bin").write_bytes(f"{i:02d},file".encode() * (i * 50 + 1))
     expected = {"data.csv": sorted(f"{i},payload-{i}" for i in range(20000)),
-                "data.tfrecord": sorted(f"{i:05d},tf" * 20 for i in range(5000))}
+                "data.tfrecord": sorted(f"{i:05d},tf" * 20 for i in range(5000)),
+                "files": sorted(f"{i:02d},file" * (i * 50 + 1) for i in range(40))}
     for data, records in expected.items():
-        result = run_feed(tmp_path, "--nodes", "2", "--input", str(tmp_path / data),
+        raw = ["--format", "raw"] if data == "files" else []
+        result = run_feed(tmp_path, "--nodes", "2", "--input", str(tmp_path / data), *raw,
                           "--split-bytes", "50000", "--feed-ingest", ingest, "--",
                           FEED_READER, "--out", data)
         assert result.returncode == 0, result.stderr

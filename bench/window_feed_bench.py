@@ -1,17 +1,21 @@
-"""Feeding parsed files: JSONL and TFRecord into a C++ consumer with the
+"""Feeding what the feeder takes in a window at a time: JSONL, TFRecord and
+whole files (raw without --record-bytes) into a C++ consumer with the
 feeder's windows mapped, read(2), or measured, against the file-read limit.
 
-    /usr/bin/python3 bench/parsed_feed_bench.py --build build --mib 1000 --reps 3
+    /usr/bin/python3 bench/window_feed_bench.py --build build --mib 1000 --reps 3
 
-For each format, one file of about --mib MiB under --dir (JSONL: lines of
-about 90 bytes; TFRecord: records of 200-1800 bytes), page-cached by reading
-it once, then per repetition, interleaved (a host's speed drifts):
- (0) the file-read limit: read(2) of the file in 8 MiB chunks into a reused
-     buffer (bench/host_figures.py);
- (map), (read): `drover run --nodes 1 --input FILE --format F --feed-ingest
-     map|read -- feed_consumer --batch 1000`: the feeder's windows mapped
-     (parsed in place, each byte copied once, into the queue) or read(2)
-     into a reused buffer (copied twice, no page faults);
+For each format, about --mib MiB under --dir (JSONL: one file of lines of
+about 90 bytes; TFRecord: one file of records of 200-1800 bytes; files: a
+directory of files of 50-150 KB, a record each, as Spark's binaryFiles
+reads images), page-cached by reading it once, then per repetition,
+interleaved (a host's speed drifts):
+ (0) the file-read limit: read(2) of the file (of each file) in 8 MiB chunks
+     into a reused buffer (bench/host_figures.py);
+ (map), (read): `drover run --nodes 1 --input PATH --format F --feed-ingest
+     map|read -- feed_consumer --batch 1000`: the feeder's windows (a whole
+     file a window for `files`) mapped (parsed in place, each byte copied
+     once, into the queue) or read(2) into a reused buffer (copied twice, no
+     page faults);
  (measure): the same with drover's default, which measures both ways for its
      first windows (by the feeder's CPU time per byte) and keeps the cheaper;
      the figures end with what it chose and why.
@@ -25,6 +29,7 @@ times.
 import argparse
 import json
 import os
+import shutil
 import statistics
 import struct
 import subprocess
@@ -34,6 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from host_figures import figures_line, host_line, read_limit  # noqa: E402
 
 WAYS = ["map", "read", "measure"]
+FORMATS = {"jsonl": "jsonl", "tfrecord": "tfrecord", "files": "raw"}  # the name: drover's --format
 
 
 def crc32c_table():
@@ -62,13 +68,47 @@ def tfrecord(data):
     return length + struct.pack("<I", masked_crc(length)) + data + struct.pack("<I", masked_crc(data))
 
 
-def make_file(path, fmt, mib):
-    """Writes the file unless it is there; returns how many records it holds."""
+def size_of(path):
+    if not os.path.isdir(path):
+        return os.path.getsize(path)
+    return sum(os.path.getsize(os.path.join(path, name)) for name in os.listdir(path))
+
+
+def read_all(path):
+    """Seconds to read() the file, or each file of the directory."""
+    if not os.path.isdir(path):
+        return read_limit(path)
+    return sum(read_limit(os.path.join(path, name)) for name in sorted(os.listdir(path)))
+
+
+def make_files(path, target):
+    """Files of 50-150 KB of random bytes under `path` until `target` bytes."""
+    os.makedirs(path, exist_ok=True)
+    data = os.urandom(1 << 20)
+    written, count = 0, 0
+    while written < target:
+        size = 50_000 + (count * 7919) % 100_000
+        start = (count * 104_729) % (len(data) - size)
+        with open(os.path.join(path, f"{count:06d}.bin"), "wb") as f:
+            f.write(data[start:start + size])
+        written += size
+        count += 1
+    return count
+
+
+def make_input(path, fmt, mib):
+    """Writes the input unless it is there; returns how many records it holds."""
     target = mib << 20
     count_path = path + ".records"
-    if os.path.exists(path) and os.path.getsize(path) >= target and os.path.exists(count_path):
+    if os.path.exists(path) and size_of(path) >= target and os.path.exists(count_path):
         with open(count_path) as f:
             return int(f.read())
+    if fmt == "files":
+        shutil.rmtree(path, ignore_errors=True)
+        records = make_files(path, target)
+        with open(count_path, "w") as f:
+            f.write(str(records))
+        return records
     records = 0
     with open(path, "wb") as f:
         if fmt == "jsonl":
@@ -100,7 +140,7 @@ def feed(args, path, fmt, way, records, env):
     if os.path.exists(out):
         os.unlink(out)
     command = [os.path.join(args.build, "bin", "drover"), "run", "--nodes", "1", "--input", path,
-               "--format", fmt, "--feed-ingest", way, "--log-dir", os.path.join(args.dir, "logs"),
+               "--format", FORMATS[fmt], "--feed-ingest", way, "--log-dir", os.path.join(args.dir, "logs"),
                "--", os.path.join(args.build, "bin", "feed_consumer"), "--batch", "1000",
                "--out", out]
     done = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, capture_output=True,
@@ -122,7 +162,7 @@ def main():
     parser.add_argument("--build", default="build")
     parser.add_argument("--dir", default="/tmp/drover-parsed-feed-bench")
     parser.add_argument("--mib", type=int, default=1000)
-    parser.add_argument("--formats", default="jsonl,tfrecord")
+    parser.add_argument("--formats", default="jsonl,tfrecord,files")
     parser.add_argument("--reps", type=int, default=3)
     args = parser.parse_args()
     os.makedirs(args.dir, exist_ok=True)
@@ -132,13 +172,15 @@ def main():
     print(host_line())
     print(figures_line())
     for fmt in args.formats.split(","):
+        if fmt not in FORMATS:
+            sys.exit(f"--formats: {fmt} is not one of {', '.join(FORMATS)}")
         path = os.path.join(args.dir, f"records-{args.mib}MiB.{fmt}")
-        records = make_file(path, fmt, args.mib)
-        read_limit(path)  # into the page cache
-        size = os.path.getsize(path)
+        records = make_input(path, fmt, args.mib)
+        read_all(path)  # into the page cache
+        size = size_of(path)
         limits, seconds, choices = [], {way: [] for way in WAYS}, []
         for _ in range(args.reps):
-            limits.append(read_limit(path))
+            limits.append(read_all(path))
             for way in WAYS:
                 took, said = feed(args, path, fmt, way, records, env)
                 seconds[way].append(took)
