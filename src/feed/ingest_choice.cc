@@ -176,8 +176,9 @@ std::chrono::nanoseconds WindowChoice::ThreadCpuTime() {
 }
 
 WindowWay WindowChoice::BeginWindow() {
-  if (ingest_ != Ingest::kMeasure)
+  if (ingest_ != Ingest::kMeasure) {
     return ingest_ == Ingest::kRead ? WindowWay::kRead : WindowWay::kMap;
+  }
   window_open_ = true;
   window_began_ = cpu_clock_();
   return WayOf(probe_);

@@ -137,7 +137,8 @@ class IngestChoice {
 // mapped first, about probe_bytes of each way at a time, kRounds times;
 // each window is charged the CPU time the feeder's thread spent from its
 // fill to the next (filling it, parsing its records, copying them into the
-// queue; thread CPU time, so waiting for room in the queue does not count),
+// queue; thread CPU time, so sleeping for room in the queue does not count,
+// and the brief spin before it costs either way alike),
 // and the way with the lower median cost a byte is kept, read only when
 // at least 10% lower: a mapped byte is copied once, a read one twice, so on
 // a tie a mapping leaves more of the memory bus to the program. Not the
