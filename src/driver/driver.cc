@@ -1556,8 +1556,8 @@ void Driver::PrintPlan(std::ostream& out) const {
     const feed::FeedPlan& plan = *options_.feed;
     out << "feed: " << plan.partitions.size() << " partition"
         << (plan.partitions.size() == 1 ? "" : "s") << " ("
-        << feed::RecordFormatName(plan.read.format) << "), " << plan.epochs << " epoch"
-        << (plan.epochs == 1 ? "" : "s") << ", "
+        << feed::RecordFormatName(plan.read.format) << ", ingest: " << feed::IngestName(plan.ingest)
+        << "), " << plan.epochs << " epoch" << (plan.epochs == 1 ? "" : "s") << ", "
         << (plan.mode == feed::FeedMode::kInference ? "inference into " + plan.output_dir
                                                     : std::string("training"))
         << ", to the chief, master and worker nodes "

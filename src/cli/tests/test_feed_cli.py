@@ -161,6 +161,7 @@ def test_dry_run_shows_each_share(tmp_path):
                       "true", timeout=30)
     assert result.returncode == 0, result.stderr
     assert "in equal shares" in result.stdout, result.stdout
+    assert "partitions (csv, ingest: measure)" in result.stdout, result.stdout
     shares = [line for line in result.stdout.splitlines() if line.startswith("  share ")]
     assert len(shares) == 3, result.stdout
     assert all(line.endswith(", 334 records an epoch") for line in shares), result.stdout
