@@ -189,7 +189,11 @@ def test_a_bad_record_raises_in_a_should_stop_loop(tmp_path):
     read, so the code after the loop (saving a model) never runs. The agent
     also stops the program (SIGTERM, as it stops any node whose feed
     failed); this one ignores SIGTERM, so that what its loop sees shows
-    whenever the feeder fails, before or after its first next_batch."""
+    whenever the feeder fails, before or after its first next_batch. The
+    queue holds about 600 of the 2,000 good records, so the feeder reaches
+    the bad one only once the program is reading, past its SIG_IGN: a
+    feeder that failed first (a slow Python start) would stop a program
+    that could not ignore the SIGTERM yet."""
     write_good_then_bad_tfrecords(tmp_path / "data.tfrecord", 2000)
     result = run(tmp_path, """
         import signal
@@ -200,7 +204,8 @@ def test_a_bad_record_raises_in_a_should_stop_loop(tmp_path):
         while not feed.should_stop():
             seen += len(feed.next_batch(100))
         print("saving a model of", seen, "records")
-        """, "--nodes", "1", "--input", "data.tfrecord", "--format", "tfrecord")
+        """, "--nodes", "1", "--input", "data.tfrecord", "--format", "tfrecord",
+        "--queue-bytes", "65536")
     assert result.returncode == 1, result.stderr
     assert "saving a model" not in result.stdout, result.stdout
     assert "RuntimeError: feeding worker:0 stopped" in result.stderr, result.stderr
