@@ -27,15 +27,14 @@ when a run fails or feeds the wrong number of records; it never asserts
 times.
 """
 import argparse
-import json
 import os
 import shutil
 import statistics
 import struct
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from feed_bench import clean_env, run_one  # noqa: E402
 from host_figures import figures_line, host_line, read_limit  # noqa: E402
 
 WAYS = ["map", "read", "measure"]
@@ -137,24 +136,15 @@ def make_input(path, fmt, mib):
 def feed(args, path, fmt, way, records, env):
     """Seconds the consumer took, and what a measuring feeder said it chose."""
     out = os.path.join(args.dir, "consumer.json")
-    if os.path.exists(out):
-        os.unlink(out)
     command = [os.path.join(args.build, "bin", "drover"), "run", "--nodes", "1", "--input", path,
-               "--format", FORMATS[fmt], "--feed-ingest", way, "--log-dir", os.path.join(args.dir, "logs"),
-               "--", os.path.join(args.build, "bin", "feed_consumer"), "--batch", "1000",
-               "--out", out]
-    done = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                          text=True, timeout=600)
-    text = done.stdout + done.stderr
-    if done.returncode != 0:
-        sys.exit(f"exit {done.returncode}: {' '.join(command)}\n{text[-3000:]}")
-    with open(out) as f:
-        result = json.load(f)
-    if result["records"] != records:
-        sys.exit(f"fed {result['records']} records, expected {records}: {' '.join(command)}")
-    said = [line.split("drover feeder worker:0: ", 1)[1] for line in text.splitlines()
-            if "drover feeder worker:0: " in line]
-    return result["seconds"], (said[-1] if said else "")
+               "--format", FORMATS[fmt], "--feed-ingest", way, "--log-dir",
+               os.path.join(args.dir, "logs"), "--",
+               os.path.join(args.build, "bin", "feed_consumer"), "--batch", "1000", "--out", out]
+    try:
+        result = run_one(command, out, records, env, timeout=600)
+    except RuntimeError as error:
+        sys.exit(str(error))
+    return result["seconds"], result.get("choice", "")
 
 
 def main():
@@ -166,9 +156,7 @@ def main():
     parser.add_argument("--reps", type=int, default=3)
     args = parser.parse_args()
     os.makedirs(args.dir, exist_ok=True)
-    drop = ("TF_CONFIG", "DROVER_", "MASTER_", "RANK", "WORLD_SIZE", "LOCAL_", "OMPI_", "PMI",
-            "SLURM_", "TORCHELASTIC_")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    env = clean_env(os.path.join(args.build, "python"))
     print(host_line())
     print(figures_line())
     for fmt in args.formats.split(","):

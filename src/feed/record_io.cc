@@ -938,18 +938,16 @@ Result<std::unique_ptr<RecordReader>> OpenReader(const Partition& partition,
       reader = std::make_unique<TfRecordReader>(std::move(fd), path, start_offset, partition.end,
                                                 window, windows, policy);
       break;
-    case RecordFormat::kRaw:
+    case RecordFormat::kRaw: {
       // Whole files are taken in as the windows of the parsed formats are;
       // fixed-size records have ways of their own (Ingest).
-      if (options.record_bytes == 0) {
-        reader = std::make_unique<FixedSizeReader>(std::move(fd), path, start_offset, partition.end,
-                                                   window, static_cast<size_t>(record_bytes),
-                                                   windows, policy);
-      } else {
-        reader = std::make_unique<FixedSizeReader>(std::move(fd), path, start_offset, partition.end,
-                                                   window, static_cast<size_t>(record_bytes));
-      }
+      const bool whole_files = options.record_bytes == 0;
+      reader = std::make_unique<FixedSizeReader>(std::move(fd), path, start_offset, partition.end,
+                                                 window, static_cast<size_t>(record_bytes),
+                                                 whole_files ? windows : WindowWay::kMap,
+                                                 whole_files ? policy : nullptr);
       break;
+    }
     case RecordFormat::kPickle:
       return Status::InvalidArgument(kPickleFromFiles);
   }
